@@ -1,0 +1,55 @@
+# rig: the two set-up commands are `make provision` and `make test`; each
+# installs what it needs itself (a virtualenv, a Docker engine, the base image).
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+PYTHON ?= python3
+VENV ?= .venv
+STACK ?= stacks/default.yml
+BOX ?= rig-box
+# FRESH=0 re-runs on the box left by the last `make provision` instead of a new one.
+FRESH ?= 1
+export RIG_CACHE ?= $(HOME)/.cache/rig
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+
+.PHONY: help venv docker base-image provision test unit lint bench clean-box
+
+help:  ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed  ## Create the virtualenv with rig and its pinned tools
+
+docker:  ## Make sure a Docker engine answers (installs docker.io as root if needed)
+	bash scripts/ensure-docker.sh
+
+base-image: docker  ## Build or reuse the base image boxes start from
+	bash scripts/base-image.sh
+
+provision: venv docker  ## Provision a throwaway local box with STACK, then run rig doctor in it
+	image=$$(bash scripts/base-image.sh) && \
+	  ansible-playbook -i inventory/local playbooks/local-box.yml \
+	    -e rig_box_image=$$image -e rig_box_name=$(BOX) -e rig_box_fresh=$(FRESH)
+	ansible-playbook -i inventory/local playbooks/site.yml -e rig_stack=$(STACK)
+	rig doctor --container $(BOX) --stack $(STACK)
+
+test: venv docker  ## Run the whole test suite: unit, role scenarios, end to end
+	export RIG_BASE_IMAGE=$$(bash scripts/base-image.sh) && \
+	  pytest -ra tests
+
+unit: venv  ## Run only the tests that need no Docker engine
+	pytest -ra -m 'not box' tests
+
+lint: venv  ## Syntax-check the playbooks
+	for p in playbooks/*.yml; do ansible-playbook -i inventory/local --syntax-check $$p; done
+
+bench: venv docker  ## Time make provision cold, warm and as a no-op (docs/BENCHMARKS.md)
+	python -m rig.bench_provision --out docs/BENCHMARKS.md
+
+clean-box:  ## Remove the local box
+	docker rm -f $(BOX)

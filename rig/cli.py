@@ -1,0 +1,245 @@
+"""The rig command line: every step is a subcommand; --json for machines,
+--check for a dry run wherever something would change.
+
+Heavy controller-only libraries (yaml, docker) are imported inside commands so
+that the engine bundle runs on targets with python3 alone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from rig import RigError, __version__
+
+DEFAULT_STACK = "stacks/default.yml"
+DEFAULT_CACHE = os.environ.get("RIG_CACHE", str(Path.home() / ".cache" / "rig"))
+DEFAULT_BUNDLE = os.environ.get("RIG_BUNDLE", str(Path(DEFAULT_CACHE) / "engine" / "rig.pyz"))
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+check_option = click.option("--check", is_flag=True, help="Dry run: say what would change, change nothing.")
+prefix_option = click.option("--prefix", default="/usr/local", show_default=True,
+                             help="Where the cuda-X.Y trees live.")
+
+
+def emit(result: dict, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        click.echo(result.get("msg") or "\n".join(f"{k}: {v}" for k, v in result.items()))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rig")
+def cli() -> None:
+    """Provision, build and prove an SGLang + EAGLE-3 stack on CUDA 13.
+
+    Versions come from a stack file (stacks/NAME.yml). Ansible roles and the
+    Dockerfile call these same subcommands.
+    """
+
+
+# ------------------------------------------------------------------ stack
+
+@cli.group()
+def stack() -> None:
+    """Read and validate stack files."""
+
+
+@stack.command("show")
+@click.argument("path", default=DEFAULT_STACK)
+@json_option
+def stack_show(path: str, as_json: bool) -> None:
+    """Validate a stack file and print it with defaults filled in."""
+    from rig.stack import load
+
+    data = load(path)
+    click.echo(json.dumps(data, indent=2) if as_json else _yaml_dump(data))
+
+
+@stack.command("vars")
+@click.argument("path", default=DEFAULT_STACK)
+@click.option("--out", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+def stack_vars(path: str, out: str | None) -> None:
+    """Print the Ansible role variables a stack implies (JSON)."""
+    from rig.stack import ansible_vars, load
+
+    text = json.dumps(ansible_vars(load(path)), indent=2) + "\n"
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text)
+    else:
+        click.echo(text, nl=False)
+
+
+def _yaml_dump(data: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False).rstrip()
+
+
+# ------------------------------------------------------------------ cuda
+
+@cli.group()
+def cuda() -> None:
+    """Install CUDA toolkits side by side and manage the /usr/local/cuda link."""
+
+
+@cuda.command("fetch")
+@click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
+@click.option("--component", "components", multiple=True, help="cuda-toolkit extra; repeat. Default: all rig needs.")
+@click.option("--method", type=click.Choice(["wheels", "runfile"]), default="wheels", show_default=True)
+@click.option("--url", default="", help="Runfile URL (runfile method).")
+@click.option("--sha256", default="", help="Expected runfile sha256 (runfile method).")
+@click.option("--platform", default="x86_64", show_default=True, help="Target machine (uname -m).")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller-side download cache.")
+@json_option
+def cuda_fetch(version, components, method, url, sha256, platform, cache, as_json) -> None:
+    """Download a toolkit's artifacts once into the controller cache (verified)."""
+    from rig import cuda as engine
+
+    if method == "runfile":
+        result = engine.fetch_runfile(url, sha256, cache)
+    else:
+        result = engine.fetch_wheels(version, list(components or engine.COMPONENTS), cache, platform)
+    emit(result, as_json)
+
+
+@cuda.command("install")
+@click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
+@click.option("--method", type=click.Choice(["wheels", "runfile"]), default="wheels", show_default=True)
+@click.option("--component", "components", multiple=True, help="cuda-toolkit extra; repeat. Default: all rig needs.")
+@click.option("--source", help="The fetched wheel dir (wheels) or runfile (runfile).")
+@click.option("--sha256", default="", help="Expected runfile sha256 (runfile method).")
+@prefix_option
+@check_option
+@json_option
+def cuda_install(version, method, components, source, sha256, prefix, check, as_json) -> None:
+    """Install a toolkit into PREFIX/cuda-X.Y, staged and renamed into place."""
+    from rig import cuda as engine
+
+    if not check and not source:
+        raise RigError("--source is required: the fetched wheel dir or runfile")
+    emit(engine.install(version, prefix, method, list(components or engine.COMPONENTS),
+                        source, sha256, check), as_json)
+
+
+@cuda.command("default")
+@click.option("--version", "version", required=True, help="Toolkit release or series, e.g. 13.0.")
+@prefix_option
+@click.option("--state-dir", default="/var/lib/rig", show_default=True, help="Where rollback state is kept.")
+@check_option
+@json_option
+def cuda_default(version, prefix, state_dir, check, as_json) -> None:
+    """Point PREFIX/cuda at cuda-X.Y atomically, remembering the old target."""
+    from rig import cuda as engine
+
+    emit(engine.set_default(version, prefix, state_dir, check), as_json)
+
+
+@cuda.command("rollback")
+@prefix_option
+@click.option("--state-dir", default="/var/lib/rig", show_default=True, help="Where rollback state is kept.")
+@check_option
+@json_option
+def cuda_rollback(prefix, state_dir, check, as_json) -> None:
+    """Restore PREFIX/cuda to the target it had before `rig cuda default`."""
+    from rig import cuda as engine
+
+    emit(engine.rollback_default(prefix, state_dir, check), as_json)
+
+
+@cuda.command("list")
+@prefix_option
+@json_option
+def cuda_list(prefix, as_json) -> None:
+    """List the toolkits under PREFIX and the version each nvcc reports."""
+    from rig import cuda as engine
+
+    found = engine.toolkits(prefix)
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+    for t in [] if as_json else found:
+        click.echo(f"{t['tree']}  nvcc {t['nvcc'] or '-'}  {'rig' if t['installed_by_rig'] else 'other'}")
+
+
+# ------------------------------------------------------------------ ldconfig
+
+@cli.command("ldconfig-conf")
+@click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
+@prefix_option
+@click.option("--conf-dir", default="/etc/ld.so.conf.d", show_default=True)
+@json_option
+def ldconfig_conf(version, prefix, conf_dir, as_json) -> None:
+    """Print the ld.so.conf.d file (path, content) that covers a toolkit's libraries."""
+    from rig.ldconfig import conf_for
+
+    result = conf_for(version, prefix, conf_dir)
+    if as_json:
+        emit(result, True)
+    else:
+        click.echo(f"# {result['path']}\n{result['content']}", nl=False)
+
+
+# ------------------------------------------------------------------ doctor
+
+@cli.command()
+@click.option("--stack", "stack_path", help="Take the CUDA version and archs from this stack file.")
+@click.option("--cuda", "cuda_version", help="CUDA release to expect (default: the stack's).")
+@click.option("--arch", "archs", multiple=True, help="Target arch, e.g. 12.0a; repeat (default: the stack's).")
+@prefix_option
+@click.option("--container", help="Run the checks inside this running container instead of here.")
+@json_option
+def doctor(stack_path, cuda_version, archs, prefix, container, as_json) -> None:
+    """Check driver, GPUs, toolkits, ldconfig and an NVRTC compile, layer by layer."""
+    from rig import doctor as checks
+
+    if not cuda_version or not archs:
+        from rig.stack import load
+
+        data = load(stack_path or DEFAULT_STACK)
+        cuda_version = cuda_version or data["cuda"]["version"]
+        archs = archs or data["archs"]
+    if container:
+        from rig.container import run_engine
+
+        args = ["doctor", "--json", "--cuda", cuda_version, "--prefix", prefix]
+        args += [f"--arch={a}" for a in archs]
+        code, out, err = run_engine(container, args, DEFAULT_BUNDLE)
+        try:
+            report = json.loads(out)
+        except ValueError as exc:
+            raise RigError(f"doctor in {container} printed no report ({code}): {out}{err}") from exc
+        result = [checks.Check(**c) for c in report["checks"]]
+    else:
+        result = checks.run(cuda_version, list(archs), prefix)
+    click.echo(json.dumps(checks.as_json(result), indent=2) if as_json else checks.render(result))
+    sys.exit(1 if checks.failed(result) else 0)
+
+
+# ------------------------------------------------------------------ bundle
+
+@cli.command()
+@click.option("--out", default=DEFAULT_BUNDLE, show_default=True, help="Where to write rig.pyz.")
+@json_option
+def bundle(out, as_json) -> None:
+    """Build the engine zipapp that roles run on targets (needs only python3 there)."""
+    from rig.bundle import build
+
+    emit(build(out), as_json)
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except RigError as exc:
+        click.echo(f"rig: error: {exc}", err=True)
+        sys.exit(2)

@@ -1,0 +1,359 @@
+"""Install CUDA toolkits side by side, each in its own PREFIX/cuda-X.Y tree.
+
+Every install is assembled in a hidden staging directory next to its final
+place and renamed into place only once it is complete and verified, so an
+interrupted run never leaves a half-installed tree behind, and a re-run cleans
+the leftovers and completes it. A tree rig did not install is never modified.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from rig import RigError
+from rig.cuda_releases import COMPONENTS, RELEASES, major, series
+
+MARKER = ".rig-toolkit.json"
+MANIFEST = "manifest.json"
+DEFAULT_STATE_DIR = "/var/lib/rig"
+
+
+def progress(message: str) -> None:
+    """Progress goes to stderr so that --json output on stdout stays parseable."""
+    print(f"rig: {message}", file=sys.stderr, flush=True)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_release(version: str) -> None:
+    if version not in RELEASES:
+        raise RigError(f"unknown CUDA version {version!r}; known: {', '.join(RELEASES)}. "
+                       "Fix the cuda.version key of the stack.")
+
+
+def tree_of(prefix: str | Path, version: str) -> Path:
+    return Path(prefix) / f"cuda-{series(version)}"
+
+
+# ---------------------------------------------------------------- controller side
+
+def fetch_wheels(version: str, components: list[str], cache: str | Path,
+                 platform: str = "x86_64") -> dict:
+    """Download the release's component wheels once into the controller cache."""
+    check_release(version)
+    unknown = sorted(set(components) - set(COMPONENTS))
+    if unknown:
+        raise RigError(f"unknown CUDA component {unknown[0]!r}; known: {', '.join(COMPONENTS)}")
+    dest = Path(cache) / "cuda" / f"{version}-{platform}-{'-'.join(sorted(components))}"
+    with _locked(dest.parent / f".{dest.name}.lock"):
+        return _fetch_wheels_locked(version, components, dest, platform)
+
+
+@contextmanager
+def _locked(path: Path):
+    """Serialise controller-side downloads: many hosts, one download."""
+    _mkdir(path.parent)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _fetch_wheels_locked(version: str, components: list[str], dest: Path, platform: str) -> dict:
+    manifest = dest / MANIFEST
+    if manifest.exists():
+        try:
+            verify_manifest(dest)
+            return {"changed": False, "dir": str(dest), **json.loads(manifest.read_text())}
+        except RigError as exc:
+            progress(f"{exc}; fetching again")
+    progress(f"downloading CUDA {version} wheels ({', '.join(components)}) into {dest}")
+    staging = Path(tempfile.mkdtemp(prefix=".fetch-", dir=_mkdir(dest.parent)))
+    try:
+        requirement = f"cuda-toolkit[{','.join(components)}]=={RELEASES[version]}"
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
+               "--dest", str(staging), "--platform", f"manylinux_2_17_{platform}",
+               "--platform", f"manylinux2014_{platform}", "--platform", f"manylinux_2_12_{platform}",
+               "--platform", f"manylinux2010_{platform}", "--platform", "any", requirement]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RigError(f"pip could not download {requirement}:\n{done.stderr.strip()[-2000:]}")
+        wheels = {p.name: sha256_of(p) for p in sorted(staging.glob("*.whl"))}
+        record = {"version": version, "components": sorted(components), "wheels": wheels}
+        (staging / MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
+        if dest.exists():
+            shutil.rmtree(dest)
+        staging.rename(dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {"changed": True, "dir": str(dest), **record}
+
+
+def fetch_runfile(url: str, sha256: str, cache: str | Path) -> dict:
+    """Download a runfile into the controller cache, refusing one whose hash differs."""
+    import urllib.request
+
+    if not url or not sha256:
+        raise RigError("the runfile method needs both cuda.runfile.url and cuda.runfile.sha256")
+    dest = Path(cache) / "runfile" / f"{sha256}.run"
+    if dest.exists() and sha256_of(dest) == sha256:
+        return {"changed": False, "path": str(dest), "sha256": sha256}
+    tmp = Path(tempfile.mkstemp(prefix=".download-", dir=_mkdir(dest.parent))[1])
+    try:
+        progress(f"downloading {url}")
+        with urllib.request.urlopen(url) as response, open(tmp, "wb") as out:
+            shutil.copyfileobj(response, out, 1 << 20)
+        actual = sha256_of(tmp)
+        if actual != sha256:
+            raise RigError(f"runfile {url} has sha256 {actual}, expected {sha256}; "
+                           "refusing it. Fix cuda.runfile.sha256 or the URL.")
+        tmp.rename(dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {"changed": True, "path": str(dest), "sha256": sha256}
+
+
+def verify_manifest(wheel_dir: str | Path) -> dict:
+    wheel_dir = Path(wheel_dir)
+    try:
+        record = json.loads((wheel_dir / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise RigError(f"{wheel_dir}: no readable {MANIFEST} ({exc}); fetch the wheels again") from exc
+    for name, expected in record["wheels"].items():
+        path = wheel_dir / name
+        if not path.exists() or sha256_of(path) != expected:
+            raise RigError(f"{path}: missing or sha256 differs from {MANIFEST}")
+    return record
+
+
+# ---------------------------------------------------------------- target side
+
+def install(version: str, prefix: str | Path, method: str, components: list[str],
+            source: str | None = None, sha256: str = "", check: bool = False) -> dict:
+    """Install one toolkit into PREFIX/cuda-X.Y; a no-op when it is already there."""
+    check_release(version)
+    tree = tree_of(prefix, version)
+    wanted = {"version": version, "method": method, "components": sorted(components)}
+    current = read_marker(tree)
+    if current is not None and all(current.get(k) == v for k, v in wanted.items()):
+        return {"changed": False, "tree": str(tree), "msg": f"CUDA {version} already at {tree}"}
+    if tree.exists() and current is None:
+        raise RigError(f"{tree} exists and was not installed by rig; refusing to modify it. "
+                       "Move it away or install into another prefix.")
+    result = {"changed": True, "tree": str(tree),
+              "msg": f"{'would install' if check else 'installed'} CUDA {version} at {tree}"}
+    if check:
+        return result
+    if method == "runfile":  # verify before anything on the host changes
+        actual = sha256_of(Path(source))
+        if actual != sha256:
+            raise RigError(f"runfile {source} has sha256 {actual}, expected {sha256}; refusing it.")
+    _clean_leftovers(tree)
+    staging = Path(tempfile.mkdtemp(prefix=f".{tree.name}.rig-staging-", dir=_mkdir(tree.parent)))
+    try:
+        if method == "wheels":
+            record = verify_manifest(source)
+            _assemble_from_wheels(Path(source), record, staging)
+            artifacts = record["wheels"]
+        elif method == "runfile":
+            _run_runfile(Path(source), staging)
+            artifacts = {Path(source).name: sha256}
+        else:
+            raise RigError(f"method {method!r} is installed by its package manager, not by rig")
+        _verify_tree(staging, version, components)
+        (staging / MARKER).write_text(json.dumps({**wanted, "artifacts": artifacts}, indent=2) + "\n")
+        _promote(staging, tree)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return result
+
+
+def read_marker(tree: Path) -> dict | None:
+    try:
+        return json.loads((tree / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _clean_leftovers(tree: Path) -> None:
+    for stale in tree.parent.glob(f".{tree.name}.rig-*"):
+        progress(f"removing leftovers of an interrupted run: {stale}")
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _wheel_target(member: str) -> str | None:
+    """Map a wheel member to its place in a CUDA tree, or None to skip it.
+
+    CUDA 13 wheels put files under nvidia/cu13/{bin,include,lib,nvvm}; CUDA 12
+    wheels under nvidia/<component>/{bin,include,lib,nvvm}. Both drop the first
+    two parts; lib becomes lib64 as in NVIDIA's own trees.
+    """
+    parts = member.split("/")
+    if len(parts) < 3 or parts[0] != "nvidia" or member.endswith("/"):
+        return None
+    rel = parts[2:]
+    if rel[0].startswith(".") or rel[-1] == "__init__.py" or "__pycache__" in rel:
+        return None
+    if rel[0] == "lib":
+        rel[0] = "lib64"
+    return "/".join(rel)
+
+
+def _assemble_from_wheels(wheel_dir: Path, record: dict, staging: Path) -> None:
+    wheels = [n for n in record["wheels"] if n.startswith("nvidia_")]
+    for index, name in enumerate(wheels, 1):
+        progress(f"unpacking {name} ({index}/{len(wheels)})")
+        with zipfile.ZipFile(wheel_dir / name) as archive:
+            for info in archive.infolist():
+                target = _wheel_target(info.filename)
+                if target is None:
+                    continue
+                path = staging / target
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with archive.open(info) as src, open(path, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                mode = (info.external_attr >> 16) & 0o777
+                os.chmod(path, mode or 0o644)
+    _add_development_links(staging)
+
+
+def _add_development_links(tree: Path) -> None:
+    """Wheels ship only versioned sonames; linkers look for libX.so."""
+    for libdir in (tree / "lib64", tree / "nvvm" / "lib64"):
+        for lib in sorted(libdir.glob("lib*.so.*")) if libdir.is_dir() else []:
+            match = re.match(r"^(lib.+?\.so)\.[\d.]+$", lib.name)
+            if match and not (libdir / match.group(1)).exists():
+                (libdir / match.group(1)).symlink_to(lib.name)
+
+
+def _run_runfile(runfile: Path, staging: Path) -> None:
+    link = Path("/usr/local/cuda")
+    before = os.readlink(link) if link.is_symlink() else None
+    progress(f"running {runfile.name} into {staging}")
+    cmd = ["sh", str(runfile), "--silent", "--toolkit", f"--toolkitpath={staging}",
+           "--no-man-page", "--override"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    # The installer may repoint /usr/local/cuda; only make_default may do that.
+    if before is not None and os.readlink(link) != before:
+        _atomic_symlink(before, link)
+    if done.returncode != 0:
+        raise RigError(f"the CUDA runfile failed ({done.returncode}): {done.stdout[-1500:]}{done.stderr[-1500:]}")
+
+
+def _verify_tree(tree: Path, version: str, components: list[str]) -> None:
+    expected = {
+        "cudart": f"lib64/libcudart.so.{major(version)}",
+        "nvrtc": f"lib64/libnvrtc.so.{major(version)}",
+        "nvcc": "bin/ptxas",
+    }
+    for component, rel in expected.items():
+        if component in components and not (tree / rel).exists():
+            raise RigError(f"the assembled CUDA {version} tree lacks {rel} ({component}); "
+                           "the wheels do not match the release")
+    nvcc = tree / "bin" / "nvcc"
+    if nvcc.exists():  # CUDA 12 wheels ship ptxas but no nvcc driver
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+        if f"release {series(version)}" not in out:
+            raise RigError(f"{nvcc} does not report release {series(version)}: {out.strip()}")
+
+
+def _promote(staging: Path, tree: Path) -> None:
+    """Rename the finished tree into place; an older rig tree is swapped out."""
+    if tree.exists():
+        old = tree.parent / f".{tree.name}.rig-old"
+        tree.rename(old)
+        staging.rename(tree)
+        shutil.rmtree(old)
+    else:
+        staging.rename(tree)
+
+
+# ---------------------------------------------------------------- the default link
+
+def _atomic_symlink(target: str, link: Path) -> None:
+    tmp = link.parent / f".{link.name}.rig-link"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)  # rename(2) over the old link: readers never see it missing
+
+
+def _state_file(state_dir: str | Path) -> Path:
+    return Path(state_dir) / "cuda-default.json"
+
+
+def set_default(version: str, prefix: str | Path, state_dir: str | Path = DEFAULT_STATE_DIR,
+                check: bool = False) -> dict:
+    """Point PREFIX/cuda at cuda-X.Y, remembering the previous target for rollback."""
+    tree = tree_of(prefix, version)
+    link = Path(prefix) / "cuda"
+    if link.exists() and not link.is_symlink():
+        raise RigError(f"{link} is a real directory, not a link; rig will not replace it")
+    if not tree.is_dir() and not check:
+        raise RigError(f"{tree} does not exist; install CUDA {version} before making it the default")
+    previous = os.readlink(link) if link.is_symlink() else None
+    if previous == tree.name or previous == str(tree):
+        return {"changed": False, "link": str(link), "target": previous}
+    if not check:
+        _mkdir(Path(state_dir))
+        _state_file(state_dir).write_text(json.dumps({"previous": previous, "current": tree.name}) + "\n")
+        _atomic_symlink(tree.name, link)
+    return {"changed": True, "link": str(link), "target": tree.name, "previous": previous}
+
+
+def rollback_default(prefix: str | Path, state_dir: str | Path = DEFAULT_STATE_DIR,
+                     check: bool = False) -> dict:
+    """Restore PREFIX/cuda to the target it had before the last set_default."""
+    link = Path(prefix) / "cuda"
+    try:
+        state = json.loads(_state_file(state_dir).read_text())
+    except (OSError, ValueError):
+        return {"changed": False, "link": str(link), "msg": "nothing to roll back"}
+    current = os.readlink(link) if link.is_symlink() else None
+    if current == state["previous"]:
+        return {"changed": False, "link": str(link), "target": current}
+    if not check:
+        if state["previous"] is None:
+            link.unlink(missing_ok=True)
+        else:
+            _atomic_symlink(state["previous"], link)
+        _state_file(state_dir).unlink()
+    return {"changed": True, "link": str(link), "target": state["previous"], "previous": current}
+
+
+def toolkits(prefix: str | Path = "/usr/local") -> list[dict]:
+    """Every cuda-X.Y tree under PREFIX with the version its nvcc reports."""
+    found = []
+    for tree in sorted(Path(prefix).glob("cuda-*")):
+        if not tree.is_dir() or tree.name.startswith("."):
+            continue
+        nvcc = tree / "bin" / "nvcc"
+        release = None
+        if nvcc.exists():
+            out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+            match = re.search(r"release (\d+\.\d+)", out)
+            release = match.group(1) if match else None
+        marker = read_marker(tree)
+        found.append({"tree": str(tree), "nvcc": release,
+                      "installed_by_rig": marker is not None,
+                      "version": (marker or {}).get("version")})
+    return found

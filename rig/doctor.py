@@ -1,0 +1,154 @@
+"""Layered health checks, run in order: driver -> toolkit -> libraries -> nvrtc.
+
+Each check is pass, fail or skip with a one-line detail and, on failure, the
+fix. Every layer runs even when an earlier one failed, so one report shows all
+that is wrong; the exit status is non-zero when a required check fails.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rig.cuda import toolkits
+from rig.cuda_releases import major, series
+from rig.ldconfig import cache
+from rig.nvrtc import sm_name
+
+LDCONFIG_FIX = "run the cuda_ldconfig role (one /etc/ld.so.conf.d file per toolkit, then ldconfig)"
+
+
+@dataclass
+class Check:
+    layer: str
+    name: str
+    status: str  # pass | fail | skip
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+
+def _gpus() -> tuple[list[dict], Check]:
+    if not shutil.which("nvidia-smi"):
+        return [], Check("driver", "nvidia-smi", "skip", "no NVIDIA driver here (nvidia-smi not found)")
+    done = subprocess.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version",
+                           "--format=csv,noheader"], capture_output=True, text=True)
+    if done.returncode != 0:
+        return [], Check("driver", "nvidia-smi", "fail", (done.stdout + done.stderr).strip()[:300],
+                         "check the NVIDIA driver install: nvidia-smi fails")
+    gpus = [dict(zip(("index", "name", "cc", "driver"), (f.strip() for f in line.split(","))))
+            for line in done.stdout.strip().splitlines() if line.strip()]
+    if not gpus:
+        return [], Check("driver", "nvidia-smi", "skip", "driver present, no GPUs visible")
+    names = sorted({g["name"] for g in gpus})
+    return gpus, Check("driver", "nvidia-smi", "pass",
+                       f"{len(gpus)} GPU(s): {', '.join(names)}; driver {gpus[0]['driver']}")
+
+
+def _driver_cuda(cuda_major: int) -> Check:
+    out = subprocess.run(["nvidia-smi"], capture_output=True, text=True).stdout
+    match = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", out)
+    if not match:
+        return Check("driver", "driver-cuda", "skip", "nvidia-smi does not report a CUDA version",
+                     required=False)
+    supported = int(match.group(1))
+    if supported < cuda_major:
+        return Check("driver", "driver-cuda", "fail",
+                     f"driver supports CUDA {match.group(1)}.{match.group(2)}, stack needs {cuda_major}",
+                     f"install an NVIDIA driver that supports CUDA {cuda_major}")
+    return Check("driver", "driver-cuda", "pass", f"driver supports CUDA {match.group(1)}.{match.group(2)}")
+
+
+def _compute_capability(gpus: list[dict], archs: list[str]) -> Check:
+    if not gpus:
+        return Check("driver", "compute-capability", "skip", "no GPUs to check")
+    covered = {a.rstrip("a") for a in archs}
+    missing = sorted({g["cc"] for g in gpus} - covered)
+    seen = ", ".join(sorted({f"{g['cc']} ({g['name']})" for g in gpus}))
+    if missing:
+        return Check("driver", "compute-capability", "fail",
+                     f"GPU compute capability {', '.join(missing)} not among target archs {archs}",
+                     f"add '{missing[0]}a' to archs in the stack file")
+    return Check("driver", "compute-capability", "pass", f"{seen}; covered by {', '.join(archs)}")
+
+
+def _toolkit(cuda_series: str, prefix: str) -> list[Check]:
+    found = toolkits(prefix)
+    detail = ", ".join(f"{Path(t['tree']).name} (nvcc {t['nvcc'] or 'absent'})" for t in found)
+    wanted = [t for t in found if t["nvcc"] == cuda_series]
+    checks = [Check("toolkit", f"cuda-{cuda_series}", "pass" if wanted else "fail",
+                    detail or f"no CUDA toolkit under {prefix}",
+                    "" if wanted else f"install CUDA {cuda_series}: the cuda_toolkit role or `rig cuda install`")]
+    link = Path(prefix) / "cuda"
+    checks.append(Check("toolkit", "default-link", "pass" if link.is_symlink() else "skip",
+                        f"{link} -> {os.readlink(link)}" if link.is_symlink() else f"{link} is not a link",
+                        required=False))
+    return checks
+
+
+def _libraries(cuda_version: str) -> list[Check]:
+    known = cache()
+    checks = []
+    for soname in (f"libcudart.so.{major(cuda_version)}", f"libnvrtc.so.{major(cuda_version)}",
+                   f"libnvrtc-builtins.so.{series(cuda_version)}"):
+        path = known.get(soname)
+        checks.append(Check("libraries", soname, "pass" if path else "fail",
+                            f"-> {path}" if path else f"{soname} is not in the ldconfig cache",
+                            "" if path else LDCONFIG_FIX))
+    return checks
+
+
+def _nvrtc(cuda_version: str, archs: list[str]) -> list[Check]:
+    soname = f"libnvrtc.so.{major(cuda_version)}"
+    # A clean environment: the loader must find NVRTC through ldconfig alone.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # a dir, or the rig.pyz
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": root}
+    done = subprocess.run([sys.executable, "-m", "rig.nvrtc", soname, *archs],
+                          capture_output=True, text=True, env=env)
+    try:
+        report = json.loads(done.stdout)
+    except ValueError:
+        report = {"ok": False, "error": (done.stdout + done.stderr).strip()[-300:]}
+    if "results" not in report:
+        return [Check("nvrtc", f"compile-{sm_name(a)}", "fail", report["error"], LDCONFIG_FIX)
+                for a in archs]
+    return [Check("nvrtc", f"compile-{sm_name(r['arch'])}", "pass" if r["ok"] else "fail",
+                  f"NVRTC {r['nvrtc']} via {soname}: {r['cubin_bytes']} byte cubin" if r["ok"] else r["error"],
+                  "" if r["ok"] else f"NVRTC {r['nvrtc']} cannot target {sm_name(r['arch'])}: use a newer CUDA")
+            for r in report["results"]]
+
+
+def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local") -> list[Check]:
+    gpus, smi = _gpus()
+    checks = [smi]
+    if gpus:
+        checks.append(_driver_cuda(major(cuda_version)))
+    checks.append(_compute_capability(gpus, archs))
+    checks += _toolkit(series(cuda_version), prefix)
+    checks += _libraries(cuda_version)
+    checks += _nvrtc(cuda_version, archs)
+    return checks
+
+
+def failed(checks: list[Check]) -> bool:
+    return any(c.status == "fail" and c.required for c in checks)
+
+
+def as_json(checks: list[Check]) -> dict:
+    return {"checks": [asdict(c) for c in checks], "ok": not failed(checks)}
+
+
+def render(checks: list[Check]) -> str:
+    marks = {"pass": "PASS", "fail": "FAIL", "skip": "skip"}
+    lines = []
+    for c in checks:
+        lines.append(f"{marks[c.status]:4}  {c.layer:9} {c.name:26} {c.detail}")
+        if c.status == "fail" and c.fix:
+            lines.append(f"{'':16}{'':26} fix: {c.fix}")
+    lines.append("doctor: " + ("FAILED" if failed(checks) else "all required checks passed"))
+    return "\n".join(lines)

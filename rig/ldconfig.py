@@ -1,0 +1,46 @@
+"""ld.so.conf.d entries: one file per toolkit, covering every directory of it
+that holds shared libraries, so sonames resolve for every process (services
+included) without LD_LIBRARY_PATH."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from rig.cuda import tree_of
+
+CONF_DIR = "/etc/ld.so.conf.d"
+
+
+def library_dirs(tree: Path) -> list[str]:
+    """Directories under TREE that hold a shared object, real paths, deduplicated.
+
+    NVRTC dlopens libnvrtc-builtins by soname at compile time, so its directory
+    must be listed even when nothing links against it directly.
+    """
+    dirs: dict[str, None] = {}
+    for lib in sorted(tree.rglob("*.so*")):
+        if lib.is_file() and ".so" in lib.name and "stubs" not in lib.parts:
+            dirs.setdefault(str(lib.parent.resolve()), None)
+    return list(dirs)
+
+
+def conf_for(version: str, prefix: str = "/usr/local", conf_dir: str = CONF_DIR) -> dict:
+    """The path and content of the ld.so.conf.d file for one toolkit version."""
+    tree = tree_of(prefix, version)
+    dirs = library_dirs(tree) if tree.is_dir() else []
+    if not dirs:  # not installed yet (e.g. under --check): the conventional layout
+        dirs = [str(tree / "lib64")]
+    name = tree.name.replace(".", "-")
+    content = f"# Managed by rig: shared libraries of {tree}\n" + "".join(f"{d}\n" for d in dirs)
+    return {"path": f"{conf_dir}/rig-{name}.conf", "content": content, "dirs": dirs,
+            "installed": tree.is_dir()}
+
+
+def cache() -> dict[str, str]:
+    """soname -> path for the x86-64/aarch64 entries of `ldconfig -p`."""
+    done = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True)
+    found: dict[str, str] = {}
+    for line in done.stdout.splitlines()[1:]:
+        name, _, path = line.strip().partition(" => ")
+        found.setdefault(name.split(" (")[0], path)
+    return found

@@ -1,0 +1,132 @@
+"""Stack files: the single source of truth for versions, validated on load.
+
+The validator is a small typed spec rather than a schema library so that the
+engine bundle shipped to targets stays dependency-free, and so that every error
+names the file, the key path and what is allowed.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rig import RigError
+from rig.cuda_releases import RELEASES, COMPONENTS
+
+METHODS = ("wheels", "apt", "runfile")
+ARCHS = ("12.0a", "12.0", "10.0a", "10.0", "9.0a", "9.0")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Field:
+    kind: type | tuple = str
+    required: bool = False
+    default: Any = None
+    choices: tuple = ()
+    item: "Field | None" = None           # for lists
+    fields: dict = field(default_factory=dict)  # for nested mappings
+    check: Callable[[Any], str | None] | None = None  # returns an error or None
+
+
+def _cuda_version(value: str) -> str | None:
+    if value not in RELEASES:
+        return f"unknown CUDA version {value!r}; known: {', '.join(RELEASES)}"
+    return None
+
+
+def _sha256(value: str) -> str | None:
+    return None if not value or SHA256.match(value) else "must be 64 lowercase hex digits"
+
+
+SCHEMA = {
+    "name": Field(required=True),
+    "description": Field(default=""),
+    "cuda": Field(dict, required=True, fields={
+        "version": Field(required=True, check=_cuda_version),
+        "method": Field(default="wheels", choices=METHODS),
+        "components": Field(list, default=list(COMPONENTS), item=Field(choices=COMPONENTS)),
+        "make_default": Field(bool, default=False),
+        "apt": Field(dict, default={}, fields={
+            "repo_url": Field(default=""),
+            "keyring_url": Field(default=""),
+            "package": Field(default=""),
+        }),
+        "runfile": Field(dict, default={}, fields={
+            "url": Field(default=""),
+            "sha256": Field(default="", check=_sha256),
+        }),
+    }),
+    "archs": Field(list, default=["12.0a"], item=Field(choices=ARCHS)),
+}
+
+
+def _validate(value: Any, spec: Field, where: str, source: str) -> Any:
+    def fail(msg: str) -> RigError:
+        return RigError(f"{source}: {where}: {msg}")
+
+    if value is None:
+        if spec.required:
+            raise fail("is required")
+        value = spec.default
+        if isinstance(value, (dict, list)):
+            value = type(value)(value)
+    if isinstance(spec.kind, type) and spec.kind is not bool and isinstance(value, bool):
+        raise fail(f"expected {spec.kind.__name__}, got a boolean")
+    if not isinstance(value, spec.kind):
+        names = spec.kind.__name__ if isinstance(spec.kind, type) else "/".join(k.__name__ for k in spec.kind)
+        raise fail(f"expected {names}, got {type(value).__name__} {value!r}")
+    if spec.choices and value not in spec.choices:
+        raise fail(f"{value!r} is not allowed; choose one of: {', '.join(map(str, spec.choices))}")
+    if spec.check and (msg := spec.check(value)):
+        raise fail(msg)
+    if spec.kind is list and spec.item:
+        return [_validate(v, spec.item, f"{where}[{i}]", source) for i, v in enumerate(value)]
+    if spec.kind is dict and spec.fields:
+        unknown = sorted(set(value) - set(spec.fields))
+        if unknown:
+            raise fail(f"unknown key {unknown[0]!r}; allowed: {', '.join(spec.fields)}")
+        return {k: _validate(value.get(k), f, f"{where}.{k}" if where else k, source)
+                for k, f in spec.fields.items()}
+    return value
+
+
+def validate(data: Any, source: str = "<stack>") -> dict:
+    """Return the stack with defaults filled in, or raise RigError naming the key."""
+    if not isinstance(data, dict):
+        raise RigError(f"{source}: a stack file must be a mapping of keys, got {type(data).__name__}")
+    return _validate(data, Field(dict, fields=SCHEMA), "", source)
+
+
+def load(path: str | Path) -> dict:
+    import yaml  # controller-only dependency; targets never read stack files
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise RigError(f"cannot read stack file {path}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RigError(f"{path}: not valid YAML: {exc}") from exc
+    return validate(data, str(path))
+
+
+def ansible_vars(stack: dict) -> dict:
+    """The role variables a stack implies, so playbooks take versions from one place."""
+    cuda = stack["cuda"]
+    return {
+        "rig_stack_name": stack["name"],
+        "rig_archs": stack["archs"],
+        "cuda_toolkit_version": cuda["version"],
+        "cuda_toolkit_method": cuda["method"],
+        "cuda_toolkit_components": cuda["components"],
+        "cuda_toolkit_make_default": cuda["make_default"],
+        "cuda_toolkit_apt_repo_url": cuda["apt"]["repo_url"],
+        "cuda_toolkit_apt_keyring_url": cuda["apt"]["keyring_url"],
+        "cuda_toolkit_apt_package": cuda["apt"]["package"],
+        "cuda_toolkit_runfile_url": cuda["runfile"]["url"],
+        "cuda_toolkit_runfile_sha256": cuda["runfile"]["sha256"],
+    }
