@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Build (or reuse) the base image that boxes start from, and print its tag.
 #
-# A box stands for a fresh GPU machine: Debian bookworm with python3 (for
-# Ansible), a C++ host compiler (for nvcc) and the host's extra CA certificates
-# (from /usr/local/share/ca-certificates) so TLS to package registries verifies.
+# A box stands for a fresh GPU machine: Debian bookworm with python3 and
+# python3-apt (for Ansible, check mode included), a C++ host compiler (for
+# nvcc) and the host's extra CA certificates (from
+# /usr/local/share/ca-certificates) so TLS to package registries verifies.
 # From a registry when one answers; else debootstrap + docker import. The tag
 # carries a hash of this recipe and the certificates, so the image is rebuilt
 # only when one of them changes; the rootfs tarball is cached on disk as well.
 set -euo pipefail
 
 SUITE=bookworm
-PACKAGES=python3,ca-certificates,g++,procps
+PACKAGES=python3,python3-apt,ca-certificates,g++,procps
 CACHE=${RIG_CACHE:-$HOME/.cache/rig}/base
 CERTS=/usr/local/share/ca-certificates
 

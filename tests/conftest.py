@@ -1,0 +1,132 @@
+"""Shared harness: a real Docker engine, rig's base image, and boxes.
+
+A box is a fresh container from the base image standing for a GPU machine;
+every box a test starts is removed afterwards, pass or fail. Playbooks run
+against boxes with real ansible-playbook over the community.docker connection.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    kwargs.setdefault("capture_output", True)
+    kwargs.setdefault("text", True)
+    return subprocess.run(cmd, **kwargs)
+
+
+def rig(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return run([str(BIN / "rig"), *args], cwd=REPO, **kwargs)
+
+
+@dataclass
+class Box:
+    name: str
+
+    def sh(self, script: str, check: bool = True) -> subprocess.CompletedProcess:
+        done = run(["docker", "exec", self.name, "bash", "-c", script])
+        if check and done.returncode != 0:
+            raise AssertionError(f"in {self.name}: {script}\n{done.stdout}{done.stderr}")
+        return done
+
+    def exists(self, path: str) -> bool:
+        return self.sh(f"test -e {path}", check=False).returncode == 0
+
+    def tree_hashes(self, path: str) -> str:
+        """One line per file under PATH: its sha256 and path (links by target)."""
+        return self.sh(f"cd {path} && find . -type f -print0 | sort -z | xargs -0 sha256sum;"
+                       f" find . -type l -printf '%p -> %l\\n' | sort").stdout
+
+    def play(self, playbook: str, *args: str, **extra_vars) -> "Play":
+        inventory = Path(f"/tmp/rig-test-inventory-{self.name}.yml")
+        inventory.write_text(
+            "all:\n  children:\n    gpu_hosts:\n      hosts:\n"
+            f"        {self.name}:\n          ansible_connection: community.docker.docker\n"
+            "          ansible_python_interpreter: /usr/bin/python3\n")
+        cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / playbook), *args]
+        if extra_vars:
+            cmd += ["-e", json.dumps(extra_vars)]
+        return Play(run(cmd, cwd=REPO, env=ansible_env()))
+
+
+@dataclass
+class Play:
+    done: subprocess.CompletedProcess
+
+    @property
+    def output(self) -> str:
+        return self.done.stdout + self.done.stderr
+
+    def recap(self, key: str) -> int:
+        match = re.search(rf"\b{key}=(\d+)", self.output.split("PLAY RECAP")[-1])
+        assert match, f"no PLAY RECAP in:\n{self.output[-3000:]}"
+        return int(match.group(1))
+
+    @property
+    def ok(self) -> bool:
+        return self.done.returncode == 0
+
+    def expect_ok(self) -> "Play":
+        assert self.ok, self.output[-6000:]
+        return self
+
+
+def ansible_env() -> dict:
+    return {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1"}
+
+
+@pytest.fixture(scope="session")
+def base_image() -> str:
+    """The base image tag; built (or reused) by the project's own scripts."""
+    if os.environ.get("RIG_BASE_IMAGE"):
+        return os.environ["RIG_BASE_IMAGE"]
+    assert run(["bash", str(REPO / "scripts" / "ensure-docker.sh")], capture_output=False).returncode == 0
+    done = run(["bash", str(REPO / "scripts" / "base-image.sh")])
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def start_box(base_image):
+    """A factory of fresh boxes; every box it started is removed at the end."""
+    started: list[str] = []
+
+    def start(network: str = "bridge") -> Box:
+        name = f"rig-test-{uuid.uuid4().hex[:8]}"
+        done = run(["docker", "run", "-d", "--name", name, "--network", network,
+                    "--label", "rig.test=1", base_image, "sleep", "infinity"])
+        assert done.returncode == 0, done.stderr
+        started.append(name)
+        return Box(name)
+
+    yield start
+    if started:
+        run(["docker", "rm", "-f", *started])
+        for name in started:
+            Path(f"/tmp/rig-test-inventory-{name}.yml").unlink(missing_ok=True)
+
+
+@pytest.fixture
+def box(start_box) -> Box:
+    return start_box()
+
+
+@pytest.fixture(scope="session")
+def provisioned_box(start_box) -> Box:
+    """One box converged with site.yml, shared by the tests that only read it."""
+    shared = start_box()
+    shared.play("site.yml").expect_ok()
+    return shared

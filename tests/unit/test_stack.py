@@ -1,0 +1,61 @@
+"""Stack files: validated on load, errors name the file, the key and what is allowed."""
+import json
+
+import pytest
+import yaml
+
+from conftest import REPO, rig
+from rig import RigError
+from rig.stack import ansible_vars, load, validate
+
+GOOD = {"name": "t", "cuda": {"version": "13.0.2"}, "archs": ["12.0a", "9.0a"]}
+
+
+def test_the_default_stack_loads_with_defaults_filled_in():
+    stack = load(REPO / "stacks" / "default.yml")
+    assert stack["cuda"]["version"].startswith("13.0.")
+    assert stack["cuda"]["method"] == "wheels"
+    assert stack["archs"] == ["12.0a", "9.0a"]
+    assert stack["cuda"]["make_default"] is False
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"cuda": {"version": "13.0.9"}}, "cuda.version: unknown CUDA version '13.0.9'"),
+    ({"cuda": {"version": "13.0.2", "method": "conda"}}, "cuda.method: 'conda' is not allowed"),
+    ({"cuda": {"version": "13.0.2", "colour": 1}}, "cuda: unknown key 'colour'"),
+    ({"archs": ["8.6"]}, "archs[0]: '8.6' is not allowed"),
+    ({"archs": "12.0a"}, "archs: expected list"),
+    ({"cuda": {"version": "13.0.2", "make_default": "yes"}}, "cuda.make_default: expected bool"),
+    ({"cuda": {"version": "13.0.2", "runfile": {"sha256": "abc"}}}, "cuda.runfile.sha256: must be 64"),
+    ({"extra": True}, "unknown key 'extra'"),
+])
+def test_bad_values_are_errors_that_name_the_key(change, named):
+    with pytest.raises(RigError, match="^s.yml: ") as err:
+        validate({**GOOD, **change}, "s.yml")
+    assert named in str(err.value)
+
+
+def test_a_missing_required_key_is_named():
+    with pytest.raises(RigError, match=r"s.yml: cuda: is required"):
+        validate({"name": "t"}, "s.yml")
+
+
+def test_cli_refuses_malformed_yaml_and_names_the_file(tmp_path):
+    bad = tmp_path / "broken.yml"
+    bad.write_text("name: [unclosed\n")
+    done = rig("stack", "show", str(bad))
+    assert done.returncode == 2
+    assert f"{bad}: not valid YAML" in done.stderr
+    not_a_mapping = tmp_path / "list.yml"
+    not_a_mapping.write_text("- 1\n")
+    assert "must be a mapping" in rig("stack", "show", str(not_a_mapping)).stderr
+
+
+def test_stack_vars_are_what_the_roles_read(tmp_path):
+    path = tmp_path / "s.yml"
+    path.write_text(yaml.safe_dump({**GOOD, "cuda": {"version": "13.0.1", "make_default": True}}))
+    out = tmp_path / "vars.json"
+    assert rig("stack", "vars", str(path), "--out", str(out)).returncode == 0
+    assert json.loads(out.read_text()) == ansible_vars(load(path))
+    assert json.loads(out.read_text())["cuda_toolkit_version"] == "13.0.1"
+    assert json.loads(out.read_text())["cuda_toolkit_make_default"] is True
