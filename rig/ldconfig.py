@@ -3,12 +3,19 @@ that holds shared libraries, so sonames resolve for every process (services
 included) without LD_LIBRARY_PATH."""
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 from rig.cuda import tree_of
 
 CONF_DIR = "/etc/ld.so.conf.d"
+
+
+# Never on the loader's path: stubs are for linking only; compat holds a
+# forward-compatibility libcuda that would shadow the installed driver's; the
+# tools' directories hold their private copies of libraries.
+PRIVATE = {"stubs", "compat", "compute-sanitizer", "nsight-compute", "nsight-systems", "libnvvp"}
 
 
 def library_dirs(tree: Path) -> list[str]:
@@ -19,7 +26,8 @@ def library_dirs(tree: Path) -> list[str]:
     """
     dirs: dict[str, None] = {}
     for lib in sorted(tree.rglob("*.so*")):
-        if lib.is_file() and ".so" in lib.name and "stubs" not in lib.parts:
+        parts = lib.relative_to(tree).parts[:-1]
+        if lib.is_file() and not any(re.sub(r"-[\d.]+$", "", p) in PRIVATE for p in parts):
             dirs.setdefault(str(lib.parent.resolve()), None)
     return list(dirs)
 

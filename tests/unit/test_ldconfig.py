@@ -18,3 +18,16 @@ def test_conf_for_a_toolkit_not_yet_installed_names_the_conventional_dir(tmp_pat
     conf = conf_for("13.0.2", str(tmp_path))
     assert conf["installed"] is False
     assert conf["dirs"] == [str(tmp_path / "cuda-13.0" / "lib64")]
+
+
+def test_driver_compat_libraries_and_tool_private_dirs_are_left_out(tmp_path):
+    # the layout of an apt-installed CUDA 13.0 (seen on the H200 machine)
+    tree = tmp_path / "cuda-13.0"
+    for rel in ("targets/x86_64-linux/lib/libcudart.so.13", "compat/libcuda.so.580.65.06",
+                "compute-sanitizer/x86/libsanitizer-collection.so", "nvvm/lib64/libnvvm.so.4",
+                "nsight-compute-2025.3.1/host/libQt6Core.so.6", "targets/x86_64-linux/lib/stubs/libcuda.so"):
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_bytes(b"\x7fELF")
+    (tree / "lib64").symlink_to("targets/x86_64-linux/lib")
+    assert conf_for("13.0.2", str(tmp_path))["dirs"] == [
+        str(tree / "nvvm" / "lib64"), str(tree / "targets" / "x86_64-linux" / "lib")]
