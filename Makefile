@@ -49,7 +49,7 @@ lint: venv  ## Syntax-check the playbooks
 	for p in playbooks/*.yml; do ansible-playbook -i inventory/local --syntax-check $$p; done
 
 bench: venv docker  ## Time make provision cold, warm and as a no-op (docs/BENCHMARKS.md)
-	python -m rig.bench_provision --out docs/BENCHMARKS.md
+	python scripts/bench_provision.py --out docs/BENCHMARKS.md
 
 clean-box:  ## Remove the local box
 	docker rm -f $(BOX)

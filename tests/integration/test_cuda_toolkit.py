@@ -136,3 +136,23 @@ def test_a_runfile_with_the_wrong_sha256_stops_naming_it_and_changes_nothing(box
     assert not bad.ok
     assert f"runfile file://{runfile} has sha256" in bad.output and f"expected {wrong}" in bad.output
     assert box.sh("ls -la /usr/local /etc/ld.so.conf.d").stdout == before
+
+
+def test_apt_and_runfile_methods_pass_check_mode_and_change_nothing(box):
+    box.sh("echo not-a-real-key > /tmp/cuda-keyring.gpg")
+    before = box.sh("ls -laR /usr/local /etc/apt", check=False).stdout
+    apt = box.play("cuda.yml", "--check", "--diff", "--skip-tags", "cuda_ldconfig",
+                   cuda_toolkit_method="apt", cuda_toolkit_apt_repo_url="https://cuda-repo.invalid/debian12/x86_64/",
+                   cuda_toolkit_apt_keyring_url="file:///tmp/cuda-keyring.gpg").expect_ok()
+    assert apt.recap("failed") == 0 and apt.recap("changed") >= 2  # key and repository
+    runfile = box.play("cuda.yml", "--check", "--diff", "--skip-tags", "cuda_ldconfig",
+                       cuda_toolkit_method="runfile", cuda_toolkit_runfile_url="https://cuda.invalid/cuda.run",
+                       cuda_toolkit_runfile_sha256="1" * 64).expect_ok()
+    assert "would install CUDA 13.0.2" in runfile.output
+    assert box.sh("ls -laR /usr/local /etc/apt", check=False).stdout == before
+
+
+def test_the_apt_method_without_a_repository_says_which_variables_to_set(box):
+    bad = box.play("cuda.yml", "--skip-tags", "cuda_ldconfig", cuda_toolkit_method="apt")
+    assert not bad.ok
+    assert "needs cuda_toolkit_apt_repo_url" in bad.output
