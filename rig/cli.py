@@ -81,6 +81,41 @@ def _yaml_dump(data: dict) -> str:
     return yaml.safe_dump(data, sort_keys=False).rstrip()
 
 
+# ------------------------------------------------------------------ lock
+
+@cli.command("lock")
+@click.argument("stack_path", metavar="STACK", default=DEFAULT_STACK)
+@click.option("--check", is_flag=True, help="Fail if STACK.lock is missing or stale; write nothing.")
+@json_option
+def lock_cmd(stack_path, check, as_json) -> None:
+    """Resolve a stack into STACK.lock: every wheel with version, file and sha256."""
+    from rig import lock as locking
+    from rig.stack import load
+
+    stack = load(stack_path)
+    path = locking.lock_path(stack_path)
+    if check:
+        current = locking.read(path) if path.exists() else None
+        if current is None or current.get("stack_digest") != locking.stack_digest(stack):
+            raise RigError(f"{path} is {'missing' if current is None else 'stale'}: the stack changed "
+                           f"since it was locked. Run `rig lock {stack_path}`")
+        emit({"changed": False, "lock": str(path), "lock_hash": current["lock_hash"],
+              "msg": f"{path} is up to date"}, as_json)
+        return
+    click.echo(f"rig: resolving {stack['name']} for Python {stack['python']}", err=True)
+    result = locking.build_lock(stack, stack_path)
+    old = path.read_text() if path.exists() else None
+    locking.write(result, path)
+    summary = {"changed": old != path.read_text(), "lock": str(path), "lock_hash": result["lock_hash"],
+               "complete": result["complete"], "wheels": len(result["wheels"]),
+               "unresolved": [u["reason"] for u in result["unresolved"]]}
+    summary["msg"] = (f"locked {len(result['wheels'])} wheels into {path}" if result["complete"] else
+                      f"PARTIAL lock written to {path}: " + "; ".join(summary["unresolved"]))
+    emit(summary, as_json)
+    if not result["complete"]:
+        sys.exit(3)
+
+
 # ------------------------------------------------------------------ cuda
 
 @cli.group()

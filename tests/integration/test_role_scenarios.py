@@ -7,7 +7,7 @@ from conftest import BIN, REPO, ansible_env
 
 pytestmark = pytest.mark.box
 
-ROLES = sorted(p.parent.parent.name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
+ROLES = sorted(p.parents[2].name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -1,0 +1,228 @@
+"""`rig lock`: resolve a stack into exact, hashed artifacts, or refuse and say why.
+
+pip does the resolving (`pip install --dry-run --report` for the stack's Python
+and platform); rig adds what pip cannot know: that the packages' own pins agree
+with the stack, and that torch's CUDA is the stack's CUDA. Nothing is written
+unless every check passes; a stack that cannot be fully resolved here (an index
+that does not answer) gets a partial lock that says exactly what is missing.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from rig import RigError
+from rig.cuda_releases import major
+from rig.pip import PipError, index_args, platform_tags, resolve, target_args
+
+LOCK_VERSION = 1
+UNREACHABLE = ("Could not fetch URL", "Failed to establish a new connection", "Connection refused",
+               "Name or service not known", "Max retries exceeded", "Temporary failure in name resolution")
+
+
+def expand(url: str, where: str) -> str:
+    """${VAR} in an index URL comes from the environment; unset is an error naming it."""
+    def sub(match: re.Match) -> str:
+        if match.group(1) not in os.environ:
+            raise RigError(f"{where} refers to ${{{match.group(1)}}}, which is not set; set it to the "
+                           "URL of a PEP 503 index (or a local mirror) that serves the package")
+        return os.environ[match.group(1)]
+    return re.sub(r"\$\{(\w+)\}", sub, url)
+
+
+def pinned(stack: dict) -> list[dict]:
+    """The stack's top-level packages, in install order, with where each comes from."""
+    entries = []
+    torch = stack["torch"]
+    if torch.get("version"):
+        entries.append({"key": "torch", "name": "torch", "version": torch["version"],
+                        "index_url": expand(torch["index_url"], "torch.index_url"), "extras": []})
+    for key in ("kernel", "flashinfer", "sglang"):
+        spec = stack[key]
+        if spec.get("version"):
+            entries.append({"key": key, "name": spec["package"], "version": spec["version"],
+                            "index_url": "", "extras": spec["extras"],
+                            "source": spec["source"] if any(spec["source"].values()) else None})
+    if not entries:
+        raise RigError(f"stack {stack['name']!r} pins no packages (torch, sglang, kernel, flashinfer)")
+    return entries
+
+
+def requirement(entry: dict) -> str:
+    extras = f"[{','.join(entry['extras'])}]" if entry["extras"] else ""
+    return f"{entry['name']}{extras}=={entry['version']}"
+
+
+def _target_env(stack: dict) -> dict:
+    """Marker environment of the target, for evaluating Requires-Dist."""
+    return {"python_version": stack["python"], "python_full_version": f"{stack['python']}.0",
+            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+            "implementation_name": "cpython", "platform_python_implementation": "CPython", "os_name": "posix"}
+
+
+def _explain(exc: PipError, entry: dict, stack: dict, source: str) -> RigError:
+    where = entry["index_url"] or "the default index"
+    if any(marker in exc.stderr for marker in UNREACHABLE):
+        return RigError(f"{source}: {entry['key']}: the index {where} does not answer, so "
+                        f"{requirement(entry)} cannot be resolved here ({exc.stderr.splitlines()[-1]})")
+    if "from versions:" in exc.stderr or "No matching distribution" in exc.stderr:
+        return RigError(f"{source}: {entry['key']}: no wheel of {requirement(entry)} on {where} for Python "
+                        f"{stack['python']} on {platform_tags(glibc=stack['glibc'])[0]} (or older glibc); "
+                        "change python/glibc in the stack, or pick a version that has one")
+    return RigError(f"{source}: {entry['key']}: {exc}")
+
+
+def _check_pins(items: dict[str, dict], entries: list[dict], stack: dict, source: str) -> None:
+    """A package's own Requires-Dist must admit the versions the stack pins."""
+    stack_pins = {canonicalize_name(e["name"]): e for e in entries}
+    kernel_names = {"sgl-kernel", "sglang-kernel"}
+    env = _target_env(stack)
+    for entry in entries:
+        meta = items[entry["name"]]["metadata"]
+        for text in meta.get("requires_dist", []):
+            req = Requirement(text)
+            if req.marker and not req.marker.evaluate({**env, "extra": ""}):
+                if not any(req.marker.evaluate({**env, "extra": x}) for x in entry["extras"]):
+                    continue
+            name = canonicalize_name(req.name)
+            other = stack_pins.get(name)
+            if other and not req.specifier.contains(other["version"], prereleases=True):
+                raise RigError(f"{source}: {entry['name']} {entry['version']} requires {req.name}{req.specifier}"
+                               f" but the stack pins {other['name']} {other['version']} ({other['key']}.version);"
+                               " change one of them")
+            if name in kernel_names and stack["kernel"].get("version") and \
+                    name != canonicalize_name(stack["kernel"]["package"]):
+                raise RigError(f"{source}: {entry['name']} {entry['version']} requires {req}, but the stack's "
+                               f"kernel.package is {stack['kernel']['package']}; set kernel.package: {req.name}")
+
+
+def torch_cuda_major(meta: dict) -> int | None:
+    """The CUDA major a torch wheel is built for, from its version label or its CUDA dependencies."""
+    local = Version(meta["version"]).local or ""
+    if local.startswith("cu"):
+        return int(local[2:-1]) if len(local) == 5 else int(local[2:4])
+    for text in meta.get("requires_dist", []):
+        req = Requirement(text)
+        suffix = re.search(r"-cu(\d+)$", req.name)
+        if suffix and req.name.startswith("nvidia-"):
+            return int(suffix.group(1))
+        if req.name in ("cuda-toolkit", "nvidia-cuda-runtime") and req.specifier:
+            return int(str(next(iter(req.specifier)).version).split(".")[0])
+    return None  # a CPU build
+
+
+def _check_cuda(items: dict, stack: dict, source: str) -> None:
+    if "torch" not in items:
+        return
+    meta = items["torch"]["metadata"]
+    found = torch_cuda_major(meta)
+    wanted = major(stack["cuda"]["version"])
+    if found != wanted:
+        built = f"CUDA {found}" if found else "no CUDA (a CPU build)"
+        raise RigError(f"{source}: torch {meta['version']} is built for {built}, but the stack's CUDA toolkit "
+                       f"is {stack['cuda']['version']} (cuda.version); pick a torch build for CUDA {wanted} "
+                       "(torch.version / torch.index_url) or change the toolkit")
+
+
+def _artifact(item: dict, index_url: str) -> dict:
+    info = item["download_info"]
+    return {"name": canonicalize_name(item["metadata"]["name"]), "version": item["metadata"]["version"],
+            "filename": info["url"].rsplit("/", 1)[-1],
+            "sha256": info.get("archive_info", {}).get("hashes", {}).get("sha256")
+            or info["archive_info"]["hash"].split("=", 1)[1],
+            "index": index_url or "default"}
+
+
+def build_lock(stack: dict, source: str) -> dict:
+    """Resolve STACK for its target; raise RigError naming the problem before anything is written."""
+    entries = pinned(stack)
+    target = target_args(stack["python"], "x86_64", stack["glibc"])
+    tops, unresolved = {}, []
+    for entry in entries:  # each pinned package alone first: its own metadata, cheaply
+        try:
+            tops[entry["name"]] = resolve([requirement(entry)], target, index_args(entry["index_url"]),
+                                          no_deps=True)[0]
+        except PipError as exc:
+            err = _explain(exc, entry, stack, source)
+            if "does not answer" not in str(err):
+                raise err from None
+            unresolved.append({"name": entry["name"], "version": entry["version"],
+                               "index": entry["index_url"], "reason": str(err)})
+    _check_pins({n: i for n, i in tops.items()}, [e for e in entries if e["name"] in tops], stack, source)
+    _check_cuda(tops, stack, source)
+
+    builds = [e for e in entries if e.get("source")]
+    wheels: list[dict] = []
+    if unresolved:  # lock what can be locked: the pinned wheels that resolved, without their closure
+        wheels = [_artifact(tops[e["name"]], e["index_url"]) for e in entries
+                  if e["name"] in tops and not e.get("source")]
+    else:
+        extra = tuple(sorted({e["index_url"] for e in entries if e["index_url"]}))
+        reqs = [requirement(e) for e in entries] + list(stack["extra_packages"])
+        items = resolve(reqs, target, index_args("", extra))
+        built_names = {canonicalize_name(e["name"]) for e in builds}
+        for item in items:
+            art = _artifact(item, _index_of(item, entries))
+            if art["name"] not in built_names:  # those come from `rig wheels build`
+                wheels.append(art)
+    wheels.sort(key=lambda w: w["name"])
+    lock = {
+        "lock_version": LOCK_VERSION,
+        "stack": stack["name"],
+        "python": stack["python"],
+        "platform": platform_tags(glibc=stack["glibc"])[0],
+        "cuda": stack["cuda"]["version"],
+        "stack_digest": stack_digest(stack),
+        "complete": not unresolved,
+        "wheels": wheels,
+        "source_builds": [{"name": e["name"], "version": e["version"], **e["source"]} for e in builds],
+        "unresolved": unresolved,
+    }
+    lock["lock_hash"] = lock_hash(lock)
+    return lock
+
+
+def _index_of(item: dict, entries: list[dict]) -> str:
+    name = canonicalize_name(item["metadata"]["name"])
+    for e in entries:
+        if canonicalize_name(e["name"]) == name:
+            return e["index_url"]
+    return ""
+
+
+def lock_hash(lock: dict) -> str:
+    body = {k: v for k, v in lock.items() if k != "lock_hash"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def lock_path(stack_path: str | Path) -> Path:
+    return Path(stack_path).with_suffix(".lock")
+
+
+def write(lock: dict, path: Path) -> None:
+    tmp = path.with_suffix(".lock.partial")
+    tmp.write_text(json.dumps(lock, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def read(path: str | Path) -> dict:
+    try:
+        lock = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise RigError(f"cannot read lock {path}: {exc}; run `rig lock` on its stack") from exc
+    if lock.get("lock_hash") != lock_hash(lock):
+        raise RigError(f"{path}: lock_hash does not match its content; the lock was edited by hand. "
+                       "Run `rig lock` again")
+    return lock
+
+
+def stack_digest(stack: dict) -> str:
+    """What the lock was made from, so `rig lock --check` can tell a stale lock."""
+    return hashlib.sha256(json.dumps(stack, sort_keys=True).encode()).hexdigest()
