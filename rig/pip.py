@@ -48,15 +48,15 @@ def run_pip(args: list[str], what: str) -> subprocess.CompletedProcess:
     done = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
                           capture_output=True, text=True)
     if done.returncode != 0:
-        errors = [line for line in done.stderr.splitlines() if not line.startswith("WARNING")]
-        raise PipError(what, "\n".join(errors[-15:]))
+        raise PipError(what, done.stderr)
     return done
 
 
 class PipError(RigError):
     def __init__(self, what: str, stderr: str):
-        self.stderr = stderr
-        super().__init__(f"pip could not {what}:\n{stderr}")
+        self.stderr = stderr  # whole, for callers that classify the failure
+        errors = [line for line in stderr.splitlines() if not line.startswith("WARNING")]
+        super().__init__(f"pip could not {what}:\n" + "\n".join(errors[-15:]))
 
 
 def resolve(requirements: list[str], target: list[str], index: list[str], no_deps: bool = False) -> list[dict]:

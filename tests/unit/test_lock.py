@@ -1,0 +1,100 @@
+"""rig lock against real index metadata: exact, hashed, and refusals that name the problem.
+
+These resolve with pip against the configured package index (metadata only, no
+large downloads), so they need the index but no Docker engine.
+"""
+import copy
+import json
+
+import pytest
+import yaml
+
+from conftest import REPO, rig
+from rig import RigError
+from rig.lock import build_lock, read, torch_cuda_major
+from rig.stack import load, validate
+
+DEFAULT = REPO / "stacks" / "sm120-sglang-0.5.23.yml"
+
+
+def variant(tmp_path, change: dict, base=DEFAULT) -> str:
+    data = yaml.safe_load(base.read_text())
+    for key, value in change.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    path = tmp_path / "variant.yml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_the_shipped_default_lock_is_current_and_complete():
+    done = rig("lock", str(DEFAULT), "--check", "--json")
+    assert done.returncode == 0, done.stderr
+    lock = read(DEFAULT.with_suffix(".lock"))
+    assert lock["complete"] and not lock["unresolved"]
+    names = {w["name"]: w for w in lock["wheels"]}
+    assert names["torch"]["version"] == "2.14.1" and names["sglang"]["version"] == "0.5.23"
+    assert names["sglang-kernel"]["version"] == "0.4.10" and names["flashinfer-python"]["version"] == "0.7.2"
+    assert all(len(w["sha256"]) == 64 and w["filename"].endswith(".whl") for w in lock["wheels"])
+    assert "file://" not in DEFAULT.with_suffix(".lock").read_text()  # nothing of this machine
+
+
+def test_a_stale_lock_is_detected(tmp_path):
+    path = variant(tmp_path, {"description": "changed"})
+    (tmp_path / "variant.lock").write_text(DEFAULT.with_suffix(".lock").read_text())
+    done = rig("lock", path, "--check")
+    assert done.returncode == 2 and "is stale" in done.stderr
+
+
+def test_a_hand_edited_lock_is_refused(tmp_path):
+    lock = json.loads(DEFAULT.with_suffix(".lock").read_text())
+    lock["wheels"][0]["sha256"] = "0" * 64
+    (tmp_path / "x.lock").write_text(json.dumps(lock))
+    with pytest.raises(RigError, match="lock_hash does not match"):
+        read(tmp_path / "x.lock")
+
+
+def test_a_package_pin_that_contradicts_the_stack_names_both(tmp_path):
+    path = variant(tmp_path, {"sglang": {"version": "0.5.9"}, "kernel": {"package": "sgl-kernel", "version": "0.3.21"},
+                              "flashinfer": {"version": "0.6.3", "extras": []}})
+    done = rig("lock", path)
+    assert done.returncode == 2
+    assert "sglang 0.5.9 requires torch==2.9.1 but the stack pins torch 2.14.1 (torch.version)" in done.stderr
+    assert not (tmp_path / "variant.lock").exists()
+
+
+def test_torch_built_for_another_cuda_major_is_refused(tmp_path):
+    stack = validate(yaml.safe_load(open(variant(tmp_path, {"torch": {"version": "2.9.1"}, "sglang": {"version": ""},
+                                                            "kernel": {"version": ""}, "flashinfer": {"version": ""}}))))
+    with pytest.raises(RigError, match=r"torch 2.9.1 is built for CUDA 12, but the stack's CUDA toolkit is 13.0.2"):
+        build_lock(stack, "variant.yml")
+
+
+def test_no_wheel_for_the_stacks_python_is_refused(tmp_path):
+    path = variant(tmp_path, {"python": "3.10"})
+    done = rig("lock", path)
+    assert done.returncode == 2
+    assert "sglang: no wheel of sglang==0.5.23" in done.stderr and "for Python 3.10" in done.stderr
+
+
+def test_the_0_5_9_stack_locks_what_it_can_and_says_what_it_cannot(tmp_path, monkeypatch):
+    stack = load(REPO / "stacks" / "sm120-sglang-0.5.9.yml")
+    with pytest.raises(RigError, match=r"torch.index_url refers to \$\{RIG_TORCH_CU130_INDEX\}, which is not set"):
+        build_lock(stack, "sm120-sglang-0.5.9.yml")
+    monkeypatch.setenv("RIG_TORCH_CU130_INDEX", "http://127.0.0.1:9/whl/cu130")  # nothing listens there
+    lock = build_lock(stack, "sm120-sglang-0.5.9.yml")
+    assert lock["complete"] is False
+    assert "the index http://127.0.0.1:9/whl/cu130 does not answer" in lock["unresolved"][0]["reason"]
+    assert [u["name"] for u in lock["unresolved"]] == ["torch"]
+    assert {w["name"]: w["version"] for w in lock["wheels"]} == {"flashinfer-python": "0.6.3", "sglang": "0.5.9"}
+    assert lock["source_builds"][0]["name"] == "sgl-kernel" and lock["source_builds"][0]["ref"] == "v0.5.9"
+
+
+@pytest.mark.parametrize("version, requires, expected", [
+    ("2.14.1", ["cuda-toolkit[cublas,cudart]==13.0.3; platform_system == 'Linux'"], 13),
+    ("2.9.1", ["nvidia-cuda-runtime-cu12==12.8.90; platform_system == 'Linux'"], 12),
+    ("2.9.1+cu130", [], 13),
+    ("2.9.1+cu128", [], 12),
+    ("2.13.0+cpu", [], None),
+])
+def test_torch_cuda_major_from_metadata(version, requires, expected):
+    assert torch_cuda_major({"version": version, "requires_dist": requires}) == expected
