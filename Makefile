@@ -35,7 +35,7 @@ provision: venv docker  ## Provision a throwaway local box with STACK, then run 
 	image=$$(bash scripts/base-image.sh) && \
 	  ansible-playbook -i inventory/local playbooks/local-box.yml \
 	    -e rig_box_image=$$image -e rig_box_name=$(BOX) -e rig_box_fresh=$(FRESH)
-	ansible-playbook -i inventory/local playbooks/site.yml -e rig_stack=$(STACK)
+	ansible-playbook -i inventory/local playbooks/site.yml -e rig_stack=$(STACK) -e rig_box_name=$(BOX)
 	rig doctor --container $(BOX) --stack $(STACK)
 
 test: venv docker  ## Run the whole test suite: unit, role scenarios, end to end

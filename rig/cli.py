@@ -116,6 +116,72 @@ def lock_cmd(stack_path, check, as_json) -> None:
         sys.exit(3)
 
 
+# ------------------------------------------------------------------ wheelhouse
+
+@cli.group()
+def wheelhouse() -> None:
+    """The controller's hash-keyed cache of locked wheels."""
+
+
+@wheelhouse.command("fetch")
+@click.argument("lock_path", metavar="LOCK")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller-side cache.")
+@json_option
+def wheelhouse_fetch(lock_path, cache, as_json) -> None:
+    """Download every wheel of LOCK once, verifying each sha256; refetch altered ones."""
+    from rig import lock as locking
+    from rig.wheelhouse import fetch
+
+    emit(fetch(locking.read(lock_path), cache), as_json)
+
+
+@wheelhouse.command("export")
+@click.argument("lock_path", metavar="LOCK")
+@click.argument("dest")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller-side cache.")
+@json_option
+def wheelhouse_export(lock_path, dest, cache, as_json) -> None:
+    """Lay LOCK's wheels out in DEST with a hash-pinned requirements.txt."""
+    from rig import lock as locking
+    from rig.wheelhouse import export
+
+    emit(export(locking.read(lock_path), cache, dest), as_json)
+
+
+# ------------------------------------------------------------------ venv
+
+@cli.group()
+def venv() -> None:
+    """The stack's virtualenv on a target, installed offline from a wheelhouse."""
+
+
+@venv.command("install")
+@click.option("--venv", "venv_path", default="/opt/rig/venv", show_default=True)
+@click.option("--lock-hash", required=True, help="lock_hash of the lock being installed.")
+@click.option("--python-version", required=True, help="The lock's Python (checked against this host).")
+@click.option("--wheelhouse", "house", help="An exported wheelhouse dir (rig wheelhouse export).")
+@check_option
+@json_option
+def venv_install(venv_path, lock_hash, python_version, house, check, as_json) -> None:
+    """Install an exported wheelhouse with --no-index --require-hashes; a no-op when current."""
+    from rig.venv import install
+
+    emit(install(venv_path, lock_hash, python_version, house, check), as_json)
+
+
+@venv.command("verify")
+@click.option("--venv", "venv_path", default="/opt/rig/venv", show_default=True)
+@json_option
+def venv_verify(venv_path, as_json) -> None:
+    """Check every locked package is installed at its locked version."""
+    from rig.venv import verify
+
+    result = verify(venv_path)
+    emit({**result, "msg": f"{venv_path}: {result['packages']} packages as locked" if result["ok"]
+          else f"{venv_path}: differs from its lock: {result['mismatched']}"}, as_json)
+    sys.exit(0 if result["ok"] else 1)
+
+
 # ------------------------------------------------------------------ cuda
 
 @cli.group()

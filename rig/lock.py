@@ -165,7 +165,8 @@ def build_lock(stack: dict, source: str) -> dict:
                   if e["name"] in tops and not e.get("source")]
     else:
         extra = tuple(sorted({e["index_url"] for e in entries if e["index_url"]}))
-        reqs = [requirement(e) for e in entries] + list(stack["extra_packages"])
+        # pip itself rides along: targets install from the wheelhouse with no pip of their own
+        reqs = [requirement(e) for e in entries] + list(stack["extra_packages"]) + ["pip"]
         items = resolve(reqs, target, index_args("", extra))
         built_names = {canonicalize_name(e["name"]) for e in builds}
         for item in items:
@@ -177,6 +178,7 @@ def build_lock(stack: dict, source: str) -> dict:
         "lock_version": LOCK_VERSION,
         "stack": stack["name"],
         "python": stack["python"],
+        "glibc": stack["glibc"],
         "platform": platform_tags(glibc=stack["glibc"])[0],
         "cuda": stack["cuda"]["version"],
         "stack_digest": stack_digest(stack),

@@ -1,0 +1,79 @@
+"""The stack's virtualenv on a target, installed only from a copied wheelhouse.
+
+No package index is used: pip runs from its own wheel in the wheelhouse with
+--no-index --require-hashes, so a target needs python3 alone and a wheel whose
+bytes differ from the lock is refused. A marker records the lock installed.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+from rig import RigError
+from rig.cuda import progress
+
+MARKER = ".rig-stack.json"
+REQUIREMENTS = "requirements.txt"
+
+
+def read_marker(venv: str | Path) -> dict | None:
+    try:
+        return json.loads((Path(venv) / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: str | None = None,
+            check: bool = False) -> dict:
+    venv = Path(venv)
+    here = ".".join(platform.python_version_tuple()[:2])
+    if here != python_version:
+        raise RigError(f"this host's python3 is {here}, the stack's lock is for Python {python_version}; "
+                       "install that Python, or lock the stack for this one (python: in the stack)")
+    marker = read_marker(venv)
+    if marker and marker.get("lock_hash") == lock_hash:
+        return {"changed": False, "venv": str(venv), "msg": f"{venv} already has lock {lock_hash[:12]}"}
+    result = {"changed": True, "venv": str(venv),
+              "msg": f"{'would install' if check else 'installed'} lock {lock_hash[:12]} into {venv}"}
+    if check:
+        return result
+    house = Path(wheelhouse or "")
+    requirements = house / REQUIREMENTS
+    pip_wheels = sorted(house.glob("pip-*.whl"))
+    if not requirements.exists() or not pip_wheels:
+        raise RigError(f"{house} is not an exported wheelhouse (needs {REQUIREMENTS} and a pip wheel)")
+    if not (venv / "bin" / "python").exists():
+        progress(f"creating {venv}")
+        _run(["python3", "-m", "venv", "--without-pip", str(venv)], "create the venv")
+    progress(f"installing {len(requirements.read_text().splitlines())} wheels into {venv} (offline, hash-checked)")
+    _run([str(venv / "bin" / "python"), f"{pip_wheels[-1]}/pip", "install", "--no-index", "--require-hashes",
+          "--no-deps", "--no-cache-dir", "--disable-pip-version-check", "--quiet",
+          "--find-links", str(house), "-r", str(requirements)], "install the wheelhouse")
+    pins = [line.split()[0] for line in requirements.read_text().splitlines() if line.strip()]
+    (venv / MARKER).write_text(json.dumps({"lock_hash": lock_hash, "packages": pins}, indent=1) + "\n")
+    return result
+
+
+def verify(venv: str | Path) -> dict:
+    """Compare what the venv holds with what its marker says was installed."""
+    marker = read_marker(venv)
+    if marker is None:
+        raise RigError(f"{venv} was not installed by rig (no {MARKER})")
+    listing = subprocess.run([str(Path(venv) / "bin" / "python"), "-c",
+                              "import importlib.metadata as m, json;"
+                              "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"],
+                             capture_output=True, text=True)
+    installed = {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in json.loads(listing.stdout or "{}").items()}
+    wanted = dict(pin.split("==") for pin in marker["packages"])
+    wrong = {n: (v, installed.get(n)) for n, v in wanted.items() if installed.get(n) != v}
+    return {"ok": not wrong, "lock_hash": marker["lock_hash"], "packages": len(wanted),
+            "mismatched": {n: {"locked": v, "installed": i} for n, (v, i) in wrong.items()}}
+
+
+def _run(cmd: list[str], what: str) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RigError(f"could not {what}: {(done.stdout + done.stderr).strip()[-3000:]}")
