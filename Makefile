@@ -48,8 +48,10 @@ unit: venv  ## Run only the tests that need no Docker engine
 lint: venv  ## Syntax-check the playbooks
 	for p in playbooks/*.yml; do ansible-playbook -i inventory/local --syntax-check $$p; done
 
-bench: venv docker  ## Time make provision cold, warm and as a no-op (docs/BENCHMARKS.md)
-	python scripts/bench_provision.py --out docs/BENCHMARKS.md
+# BENCH=provision or BENCH=lock runs one of them.
+BENCH ?= provision lock
+bench: venv docker  ## Run the benchmarks and update docs/BENCHMARKS.md (see scripts/bench.py)
+	for b in $(BENCH); do python scripts/bench.py $$b; done
 
 clean-box:  ## Remove the local box
 	docker rm -f $(BOX)

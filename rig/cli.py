@@ -67,7 +67,7 @@ def stack_vars(path: str, out: str | None) -> None:
     """Print the Ansible role variables a stack implies (JSON)."""
     from rig.stack import ansible_vars, load
 
-    text = json.dumps(ansible_vars(load(path)), indent=2) + "\n"
+    text = json.dumps(ansible_vars(load(path), path), indent=2) + "\n"
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text)

@@ -50,8 +50,9 @@ def pinned(stack: dict) -> list[dict]:
             entries.append({"key": key, "name": spec["package"], "version": spec["version"],
                             "index_url": "", "extras": spec["extras"],
                             "source": spec["source"] if any(spec["source"].values()) else None})
-    if not entries:
-        raise RigError(f"stack {stack['name']!r} pins no packages (torch, sglang, kernel, flashinfer)")
+    if not entries and not stack["extra_packages"]:
+        raise RigError(f"stack {stack['name']!r} pins no packages (torch, sglang, kernel, flashinfer, "
+                       "extra_packages): there is nothing to lock")
     return entries
 
 
@@ -155,7 +156,7 @@ def build_lock(stack: dict, source: str) -> dict:
                 raise err from None
             unresolved.append({"name": entry["name"], "version": entry["version"],
                                "index": entry["index_url"], "reason": str(err)})
-    _check_pins({n: i for n, i in tops.items()}, [e for e in entries if e["name"] in tops], stack, source)
+    _check_pins(tops, [e for e in entries if e["name"] in tops], stack, source)
     _check_cuda(tops, stack, source)
 
     builds = [e for e in entries if e.get("source")]

@@ -168,10 +168,19 @@ def load(path: str | Path) -> dict:
     return validate(data, str(path))
 
 
-def ansible_vars(stack: dict) -> dict:
+def pins_packages(stack: dict) -> bool:
+    return bool(stack["extra_packages"] or stack["torch"].get("version") or
+                any(stack[k].get("version") for k in ("sglang", "kernel", "flashinfer")))
+
+
+def ansible_vars(stack: dict, path: str | Path | None = None) -> dict:
     """The role variables a stack implies, so playbooks take versions from one place."""
     cuda = stack["cuda"]
-    return {
+    python = {}
+    if path is not None and pins_packages(stack):
+        python = {"python_stack_lock": str(Path(path).resolve().with_suffix(".lock")),
+                  "python_stack_venv": stack["venv"]}
+    return {**python,
         "rig_stack_name": stack["name"],
         "rig_archs": stack["archs"],
         "cuda_toolkit_version": cuda["version"],

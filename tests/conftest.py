@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# CUDA alone: the toolkit tests converge site.yml with it, without the packages' venv
+CUDA_STACK = str(REPO / "stacks" / "cuda-13.0.yml")
 BIN = Path(sys.executable).parent
 
 
@@ -41,6 +43,13 @@ class Box:
             raise AssertionError(f"in {self.name}: {script}\n{done.stdout}{done.stderr}")
         return done
 
+    def engine(self, *args: str) -> tuple[int, str, str]:
+        """Run the rig engine bundle inside the box, as the roles do."""
+        from rig.cli import DEFAULT_BUNDLE
+        from rig.container import run_engine
+
+        return run_engine(self.name, list(args), DEFAULT_BUNDLE)
+
     def exists(self, path: str) -> bool:
         return self.sh(f"test -e {path}", check=False).returncode == 0
 
@@ -50,15 +59,19 @@ class Box:
                        f" find . -type l -printf '%p -> %l\\n' | sort").stdout
 
     def play(self, playbook: str, *args: str, **extra_vars) -> "Play":
-        inventory = Path(f"/tmp/rig-test-inventory-{self.name}.yml")
-        inventory.write_text(
-            "all:\n  children:\n    gpu_hosts:\n      hosts:\n"
-            f"        {self.name}:\n          ansible_connection: community.docker.docker\n"
-            "          ansible_python_interpreter: /usr/bin/python3\n")
-        cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / playbook), *args]
-        if extra_vars:
-            cmd += ["-e", json.dumps(extra_vars)]
-        return Play(run(cmd, cwd=REPO, env=ansible_env()))
+        return play([self], playbook, *args, **extra_vars)
+
+
+def play(boxes: list[Box], playbook: str, *args: str, **extra_vars) -> "Play":
+    """ansible-playbook PLAYBOOK against BOXES (the gpu_hosts group), over docker exec."""
+    hosts = "".join(f"        {b.name}:\n          ansible_connection: community.docker.docker\n"
+                    "          ansible_python_interpreter: /usr/bin/python3\n" for b in boxes)
+    inventory = Path(f"/tmp/rig-test-inventory-{boxes[0].name}.yml")
+    inventory.write_text("all:\n  children:\n    gpu_hosts:\n      hosts:\n" + hosts)
+    cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / playbook), *args]
+    if extra_vars:
+        cmd += ["-e", json.dumps(extra_vars)]
+    return Play(run(cmd, cwd=REPO, env=ansible_env()))
 
 
 @dataclass
@@ -128,5 +141,5 @@ def box(start_box) -> Box:
 def provisioned_box(start_box) -> Box:
     """One box converged with site.yml, shared by the tests that only read it."""
     shared = start_box()
-    shared.play("site.yml").expect_ok()
+    shared.play("site.yml", rig_stack=CUDA_STACK).expect_ok()
     return shared

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import REPO, ansible_env, rig
+from conftest import CUDA_STACK, REPO, ansible_env, rig
 from rig.tools import fetch_tool, list_elf_archs
 from rig.cli import DEFAULT_CACHE
 
@@ -67,14 +67,14 @@ def test_fresh_shell_resolves_sonames_and_nvrtc_compiles_by_soname(provisioned_b
 
 
 def test_second_converge_changes_nothing(provisioned_box):
-    again = provisioned_box.play("site.yml").expect_ok()
+    again = provisioned_box.play("site.yml", rig_stack=CUDA_STACK).expect_ok()
     assert again.recap("changed") == 0
 
 
 def test_check_diff_on_a_fresh_box_fails_nothing_and_changes_nothing(box):
     snapshot = "ls -laR /usr/local /etc/ld.so.conf.d 2>&1; ls -la /var/lib/rig /var/cache/rig 2>&1"
     before = box.sh(snapshot, check=False).stdout
-    dry = box.play("site.yml", "--check", "--diff").expect_ok()
+    dry = box.play("site.yml", "--check", "--diff", rig_stack=CUDA_STACK).expect_ok()
     assert dry.recap("failed") == 0
     assert dry.recap("changed") >= 1  # it says what it would do
     assert "would install CUDA 13.0.2" in dry.output

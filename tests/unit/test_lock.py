@@ -3,7 +3,6 @@
 These resolve with pip against the configured package index (metadata only, no
 large downloads), so they need the index but no Docker engine.
 """
-import copy
 import json
 
 import pytest

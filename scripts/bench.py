@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Benchmarks behind docs/BENCHMARKS.md; each writes its own section of it.
+
+    python scripts/bench.py provision [--rounds 3]   make provision: cold, warm, no-op
+    python scripts/bench.py lock [--rounds 3]        rig lock and wheelhouse fetch: cold, warm;
+                                                     the venv on 1 box vs 3 boxes, warm wheelhouse
+
+Kinds are interleaved round by round so that machine noise hits them alike;
+medians and ranges are reported. Bytes are those the host received on its
+non-loopback, non-container interfaces while a step ran.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "BENCHMARKS.md"
+BIN = REPO / ".venv" / "bin"
+STACK = REPO / "stacks" / "sm120-sglang-0.5.23.yml"
+
+
+def received_bytes() -> int:
+    total = 0
+    for line in Path("/proc/net/dev").read_text().splitlines()[2:]:
+        name, data = line.split(":", 1)
+        if name.strip() == "lo" or name.strip().startswith(("docker", "veth", "br-")):
+            continue
+        total += int(data.split()[0])
+    return total
+
+
+def timed(cmd: list[str], env: dict) -> tuple[float, int]:
+    before, start = received_bytes(), time.monotonic()
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    elapsed = time.monotonic() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return elapsed, received_bytes() - before
+
+
+def fresh_caches() -> tuple[Path, dict]:
+    cache = Path(tempfile.mkdtemp(prefix="rig-bench-cache-"))
+    return cache, {**os.environ, "RIG_CACHE": str(cache), "PIP_CACHE_DIR": str(cache / "pip")}
+
+
+def table(results: dict[str, list[tuple[float, int]]]) -> str:
+    rows = ["| run | median s | range s | median MB received |", "| --- | --- | --- | --- |"]
+    for kind, runs in results.items():
+        seconds = [s for s, _ in runs]
+        rows.append(f"| {kind} | {statistics.median(seconds):.1f} | {min(seconds):.1f}–{max(seconds):.1f} "
+                    f"| {statistics.median(b for _, b in runs) / 1e6:.1f} |")
+    return "\n".join(rows)
+
+
+def median(results: dict, kind: str) -> float:
+    return statistics.median(s for s, _ in results[kind])
+
+
+def write_section(name: str, body: str) -> None:
+    """Replace (or append) the section between this benchmark's markers."""
+    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    begin, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    section = f"{begin}\n{body.strip()}\n{end}"
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
+    DOC.write_text(text)
+    print(body)
+
+
+def bench_provision(rounds: int) -> None:
+    results: dict[str, list] = {"cold": [], "warm": [], "no-op": []}
+    for round_ in range(1, rounds + 1):
+        cache, env = fresh_caches()
+        images = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "rig-base"],
+                                capture_output=True, text=True).stdout.split()
+        for tag in images:
+            subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+        for kind, fresh in (("cold", 1), ("warm", 1), ("no-op", 0)):
+            results[kind].append(timed(["make", "provision", f"FRESH={fresh}", "BOX=rig-bench-box",
+                                        "STACK=stacks/cuda-13.0.yml"], env))
+            print(f"round {round_}: {kind} {results[kind][-1]}", flush=True)
+        shutil.rmtree(cache, ignore_errors=True)
+    subprocess.run(["docker", "rm", "-f", "rig-bench-box"], capture_output=True)
+    write_section("provision", f"""
+## `make provision`: cold, warm, no-op
+
+Measured {datetime.now(timezone.utc):%Y-%m-%d} with `python scripts/bench.py provision` (`make bench`)
+on the development machine (2 cores, 24 GiB), {rounds} rounds, stack `cuda-13.0` (the CUDA
+layer: toolkit, ldconfig, doctor). Each round: **cold** (a new, empty RIG_CACHE and pip cache,
+the base image removed, a fresh box), **warm** (caches kept, a fresh box), **no-op** (`FRESH=0`:
+the same, already converged box). Seconds are wall-clock for the whole `make provision`.
+
+{table(results)}
+
+- warm / cold: **{median(results, 'warm') / median(results, 'cold'):.2f}** (goal: under 0.33)
+- no-op: **{median(results, 'no-op'):.1f} s** (goal: under 30 s)
+
+Cold is dominated by bootstrapping the base image (debootstrap) and downloading the CUDA
+wheels; warm copies the cached wheels into the box and assembles the tree; the no-op run
+fetches and copies nothing because the engine's plan step finds the toolkit in place.
+""")
+
+
+def bench_lock(rounds: int) -> None:
+    results: dict[str, list] = {"lock cold": [], "lock warm": [], "fetch cold": [], "fetch warm": []}
+    lock = STACK.with_suffix(".lock")
+    for _ in range(rounds):
+        cache, env = fresh_caches()
+        with tempfile.TemporaryDirectory() as tmp:
+            stack = Path(tmp) / STACK.name
+            shutil.copyfile(STACK, stack)
+            for kind in ("lock cold", "lock warm"):
+                results[kind].append(timed([str(BIN / "rig"), "lock", str(stack)], env))
+        for kind in ("fetch cold", "fetch warm"):
+            results[kind].append(timed([str(BIN / "rig"), "wheelhouse", "fetch", str(lock), "--cache", str(cache)], env))
+        shutil.rmtree(cache, ignore_errors=True)
+    boxes = provision_boxes(rounds, lock)
+    write_section("lock", f"""
+## `rig lock`, `rig wheelhouse fetch`, and the venv on 1 vs 3 boxes
+
+Measured {datetime.now(timezone.utc):%Y-%m-%d} with `python scripts/bench.py lock`, {rounds} rounds,
+stack `sm120-sglang-0.5.23` ({len(lock.read_text().split('"filename"')) - 1} wheels). **cold**: a new,
+empty RIG_CACHE and pip cache; **warm**: the same command again right after.
+
+{table(results)}
+
+Provisioning the venv (`playbooks/python.yml`) from a warm wheelhouse onto fresh boxes,
+all boxes in one playbook run (Ansible's default 5 forks):
+
+{table(boxes)}
+
+- 3 boxes / 1 box: **{median(boxes, '3 boxes') / median(boxes, '1 box'):.2f}** (goal: under 1.5)
+""")
+
+
+def provision_boxes(rounds: int, lock: Path) -> dict:
+    image = subprocess.run(["bash", "scripts/base-image.sh"], cwd=REPO, capture_output=True,
+                           text=True).stdout.split()[-1]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    subprocess.run([str(BIN / "rig"), "wheelhouse", "fetch", str(lock)], cwd=REPO, env=env, check=True)
+    results: dict[str, list] = {"1 box": [], "3 boxes": []}
+    for _ in range(rounds):
+        for kind, count in (("1 box", 1), ("3 boxes", 3)):
+            names = [f"rig-bench-{i}" for i in range(count)]
+            for name in names:
+                subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+                subprocess.run(["docker", "run", "-d", "--name", name, image, "sleep", "infinity"],
+                               check=True, capture_output=True)
+            inventory = Path(tempfile.mkstemp(suffix=".yml")[1])
+            inventory.write_text("all:\n  children:\n    gpu_hosts:\n      hosts:\n" + "".join(
+                f"        {n}:\n          ansible_connection: community.docker.docker\n" for n in names))
+            results[kind].append(timed([str(BIN / "ansible-playbook"), "-i", str(inventory), "playbooks/python.yml",
+                                        "-e", f"python_stack_lock={lock}"], env))
+            subprocess.run(["docker", "rm", "-f", *names], capture_output=True)
+            inventory.unlink()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("which", choices=["provision", "lock"])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    {"provision": bench_provision, "lock": bench_lock}[args.which](args.rounds)
+
+
+if __name__ == "__main__":
+    main()

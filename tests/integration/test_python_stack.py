@@ -1,0 +1,109 @@
+"""The stack's venv: locked wheels, fetched once, installed offline and hash-checked."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import REPO, play, rig
+from rig.lock import read
+from rig.wheelhouse import cached_path
+
+pytestmark = pytest.mark.box
+
+DEFAULT_LOCK = REPO / "stacks" / "sm120-sglang-0.5.23.lock"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict:
+    """A small real stack (two pure-Python wheels and pip), locked against the index, with its own cache."""
+    root = tmp_path_factory.mktemp("tiny")
+    stack = root / "tiny.yml"
+    stack.write_text(yaml.safe_dump({"name": "tiny", "python": "3.11", "cuda": {"version": "13.0.2"},
+                                     "extra_packages": ["click==8.1.7", "packaging==24.1"]}))
+    done = rig("lock", str(stack))
+    assert done.returncode == 0, done.stderr
+    return {"stack": stack, "lock": stack.with_suffix(".lock"), "cache": root / "cache"}
+
+
+def fetch_report(output: str) -> dict:
+    """The JSON the wheelhouse fetch task printed (playbook run with -v)."""
+    match = re.search(r"Download the lock's wheels once.*?stdout: \|-?\n(.*?)\n    stdout_lines", output, re.S)
+    assert match, output[-4000:]
+    return json.loads("\n".join(line.strip() for line in match.group(1).splitlines()))
+
+
+def test_three_boxes_download_every_wheel_once(start_box, tiny, monkeypatch):
+    monkeypatch.setenv("RIG_CACHE", str(tiny["cache"]))
+    boxes = [start_box() for _ in range(3)]
+    first = play(boxes, "python.yml", "-v", python_stack_lock=str(tiny["lock"])).expect_ok()
+    lock = read(tiny["lock"])
+    sizes = sum(cached_path(tiny["cache"], w).stat().st_size for w in lock["wheels"])
+    report = fetch_report(first.output)
+    assert report["fetched"] == len(lock["wheels"]) and report["bytes_downloaded"] == sizes
+    assert first.output.count("TASK [python_stack : Download the lock's wheels once") == 1
+    for box in boxes:
+        assert box.sh("/opt/rig/venv/bin/python -c 'import click; print(click.__version__)'").stdout.strip() == "8.1.7"
+    fourth = start_box()
+    again = play([fourth], "python.yml", "-v", python_stack_lock=str(tiny["lock"])).expect_ok()
+    assert fetch_report(again.output)["bytes_downloaded"] == 0
+
+
+def test_a_wheel_altered_in_the_cache_is_never_installed(box, tiny, monkeypatch):
+    monkeypatch.setenv("RIG_CACHE", str(tiny["cache"]))
+    assert rig("wheelhouse", "fetch", str(tiny["lock"]), "--cache", str(tiny["cache"])).returncode == 0
+    wheel = next(w for w in read(tiny["lock"])["wheels"] if w["name"] == "click")
+    with open(cached_path(tiny["cache"], wheel), "ab") as handle:
+        handle.write(b"tampered")
+    done = box.play("python.yml", "-v", python_stack_lock=str(tiny["lock"])).expect_ok()
+    assert fetch_report(done.output)["refetched"] == [wheel["filename"]]
+    code, out, _ = box.engine("venv", "verify", "--json", "--venv", "/opt/rig/venv")
+    assert code == 0 and json.loads(out)["ok"] and json.loads(out)["packages"] == 3
+
+
+def test_an_altered_wheel_in_the_copied_wheelhouse_is_refused_at_install(box, tiny, tmp_path):
+    rig("wheelhouse", "fetch", str(tiny["lock"]), "--cache", str(tiny["cache"]))
+    house = tmp_path / "house"
+    assert rig("wheelhouse", "export", str(tiny["lock"]), str(house), "--cache", str(tiny["cache"])).returncode == 0
+    click_wheel = next(house.glob("click-*.whl"))
+    os.unlink(click_wheel)  # a hard link into the cache: replace, never write through it
+    click_wheel.write_bytes(b"PK\x05\x06" + b"\0" * 18)
+    subprocess.run(["docker", "cp", str(house), f"{box.name}:/tmp/house"], check=True)
+    code, _, err = box.engine("venv", "install", "--venv", "/opt/rig/venv", "--lock-hash",
+                              read(tiny["lock"])["lock_hash"], "--python-version", "3.11", "--wheelhouse", "/tmp/house")
+    assert code == 2 and "could not install the wheelhouse" in err and "hash" in err.lower()
+    assert not box.exists("/opt/rig/venv/.rig-stack.json")
+
+
+def test_a_lock_for_another_python_stops_naming_both(box, tmp_path):
+    stack = tmp_path / "py312.yml"
+    stack.write_text(yaml.safe_dump({"name": "py312", "python": "3.12", "cuda": {"version": "13.0.2"},
+                                     "extra_packages": ["click==8.1.7"]}))
+    assert rig("lock", str(stack)).returncode == 0
+    bad = box.play("python.yml", python_stack_lock=str(stack.with_suffix(".lock")))
+    assert not bad.ok
+    assert "this host's python3 is 3.11, the stack's lock is for Python 3.12" in bad.output
+
+
+def test_site_yml_with_the_default_stack_provisions_a_box_with_no_network(start_box):
+    """End to end: CUDA, ldconfig and the locked venv, all from the controller's caches."""
+    box = start_box(network="none")
+    assert box.sh("python3 -c 'import urllib.request as u; u.urlopen(\"http://1.1.1.1\", timeout=3)'",
+                  check=False).returncode != 0  # truly no network
+    dry = box.play("site.yml", "--check").expect_ok()
+    assert "would install lock" in dry.output and not box.exists("/opt/rig/venv")
+    box.play("site.yml").expect_ok()
+    lock = {w["name"]: w["version"] for w in read(DEFAULT_LOCK)["wheels"]}
+    versions = box.sh("/opt/rig/venv/bin/python -c 'import torch, sglang, importlib.metadata as m;"
+                      " print(torch.__version__, m.version(\"sglang\"), m.version(\"sglang-kernel\"),"
+                      " m.version(\"flashinfer-python\"))'").stdout.split()
+    assert versions == [lock["torch"], lock["sglang"], lock["sglang-kernel"], lock["flashinfer-python"]]
+    code, out, _ = box.engine("venv", "verify", "--json")
+    assert code == 0 and json.loads(out)["packages"] == len(lock)
+    assert rig("doctor", "--container", box.name).returncode == 0
+    again = box.play("site.yml").expect_ok()
+    assert again.recap("changed") == 0
