@@ -43,7 +43,7 @@ def pinned(stack: dict) -> list[dict]:
     torch = stack["torch"]
     if torch.get("version"):
         entries.append({"key": "torch", "name": "torch", "version": torch["version"],
-                        "index_url": expand(torch["index_url"], "torch.index_url"), "extras": []})
+                        "index_url": torch["index_url"], "extras": []})
     for key in ("kernel", "flashinfer", "sglang"):
         spec = stack[key]
         if spec.get("version"):
@@ -148,14 +148,17 @@ def build_lock(stack: dict, source: str) -> dict:
     tops, unresolved = {}, []
     for entry in entries:  # each pinned package alone first: its own metadata, cheaply
         try:
-            tops[entry["name"]] = resolve([requirement(entry)], target, index_args(entry["index_url"]),
-                                          no_deps=True)[0]
+            url = expand(entry["index_url"], f"{source}: {entry['key']}.index_url")
+            tops[entry["name"]] = resolve([requirement(entry)], target, index_args(url), no_deps=True)[0]
         except PipError as exc:
-            err = _explain(exc, entry, stack, source)
+            err = _explain(exc, {**entry, "index_url": url}, stack, source)
             if "does not answer" not in str(err):
                 raise err from None
             unresolved.append({"name": entry["name"], "version": entry["version"],
                                "index": entry["index_url"], "reason": str(err)})
+        except RigError as exc:  # an index named through a variable this machine does not set
+            unresolved.append({"name": entry["name"], "version": entry["version"],
+                               "index": entry["index_url"], "reason": str(exc)})
     _check_pins(tops, [e for e in entries if e["name"] in tops], stack, source)
     _check_cuda(tops, stack, source)
 
@@ -165,7 +168,7 @@ def build_lock(stack: dict, source: str) -> dict:
         wheels = [_artifact(tops[e["name"]], e["index_url"]) for e in entries
                   if e["name"] in tops and not e.get("source")]
     else:
-        extra = tuple(sorted({e["index_url"] for e in entries if e["index_url"]}))
+        extra = tuple(sorted({expand(e["index_url"], e["key"]) for e in entries if e["index_url"]}))
         # pip itself rides along: targets install from the wheelhouse with no pip of their own
         reqs = [requirement(e) for e in entries] + list(stack["extra_packages"]) + ["pip"]
         items = resolve(reqs, target, index_args("", extra))
@@ -193,6 +196,7 @@ def build_lock(stack: dict, source: str) -> dict:
 
 
 def _index_of(item: dict, entries: list[dict]) -> str:
+    """The index a top-level package was pinned to, as the stack spells it (${VAR} kept)."""
     name = canonicalize_name(item["metadata"]["name"])
     for e in entries:
         if canonicalize_name(e["name"]) == name:
@@ -206,7 +210,8 @@ def lock_hash(lock: dict) -> str:
 
 
 def lock_path(stack_path: str | Path) -> Path:
-    return Path(stack_path).with_suffix(".lock")
+    """STACK.lock beside the stack file (beside its target, when the stack is a link)."""
+    return Path(stack_path).resolve().with_suffix(".lock")
 
 
 def write(lock: dict, path: Path) -> None:

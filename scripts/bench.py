@@ -157,7 +157,7 @@ def provision_boxes(rounds: int, lock: Path) -> dict:
                                check=True, capture_output=True)
             inventory = Path(tempfile.mkstemp(suffix=".yml")[1])
             inventory.write_text("all:\n  children:\n    gpu_hosts:\n      hosts:\n" + "".join(
-                f"        {n}:\n          ansible_connection: community.docker.docker\n" for n in names))
+                f"        {n}:\n          ansible_connection: community.docker.docker_api\n" for n in names))
             results[kind].append(timed([str(BIN / "ansible-playbook"), "-i", str(inventory), "playbooks/python.yml",
                                         "-e", f"python_stack_lock={lock}"], env))
             subprocess.run(["docker", "rm", "-f", *names], capture_output=True)

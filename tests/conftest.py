@@ -62,16 +62,18 @@ class Box:
         return play([self], playbook, *args, **extra_vars)
 
 
-def play(boxes: list[Box], playbook: str, *args: str, **extra_vars) -> "Play":
-    """ansible-playbook PLAYBOOK against BOXES (the gpu_hosts group), over docker exec."""
-    hosts = "".join(f"        {b.name}:\n          ansible_connection: community.docker.docker\n"
+def playbook_cmd(boxes: list[Box], playbook: str, *args: str, **extra_vars) -> list[str]:
+    """ansible-playbook PLAYBOOK against BOXES (the gpu_hosts group), through the Docker API."""
+    hosts = "".join(f"        {b.name}:\n          ansible_connection: community.docker.docker_api\n"
                     "          ansible_python_interpreter: /usr/bin/python3\n" for b in boxes)
     inventory = Path(f"/tmp/rig-test-inventory-{boxes[0].name}.yml")
     inventory.write_text("all:\n  children:\n    gpu_hosts:\n      hosts:\n" + hosts)
     cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / playbook), *args]
-    if extra_vars:
-        cmd += ["-e", json.dumps(extra_vars)]
-    return Play(run(cmd, cwd=REPO, env=ansible_env()))
+    return cmd + ["-e", json.dumps(extra_vars)] if extra_vars else cmd
+
+
+def play(boxes: list[Box], playbook: str, *args: str, **extra_vars) -> "Play":
+    return Play(run(playbook_cmd(boxes, playbook, *args, **extra_vars), cwd=REPO, env=ansible_env()))
 
 
 @dataclass

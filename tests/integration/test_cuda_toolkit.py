@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import CUDA_STACK, REPO, ansible_env, rig
+from conftest import CUDA_STACK, REPO, ansible_env, playbook_cmd, rig
 from rig.tools import fetch_tool, list_elf_archs
 from rig.cli import DEFAULT_CACHE
 
@@ -96,12 +96,7 @@ def test_doctor_passes_when_provisioned_and_names_the_soname_when_only_the_toolk
 
 
 def test_a_run_killed_mid_install_leaves_no_partial_tree_and_a_rerun_converges(box):
-    inventory = REPO / "build" / f"inventory-{box.name}.yml"
-    inventory.parent.mkdir(exist_ok=True)
-    inventory.write_text("all:\n  children:\n    gpu_hosts:\n      hosts:\n"
-                         f"        {box.name}:\n          ansible_connection: community.docker.docker\n")
-    play = subprocess.Popen([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory),
-                             str(REPO / "playbooks" / "cuda.yml")], cwd=REPO, env=ansible_env(),
+    play = subprocess.Popen(playbook_cmd([box], "cuda.yml"), cwd=REPO, env=ansible_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while not box.exists("/usr/local/.cuda-13.0.rig-staging-*/lib64/libcudart.so.13"):

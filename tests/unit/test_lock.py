@@ -77,8 +77,10 @@ def test_no_wheel_for_the_stacks_python_is_refused(tmp_path):
 
 def test_the_0_5_9_stack_locks_what_it_can_and_says_what_it_cannot(tmp_path, monkeypatch):
     stack = load(REPO / "stacks" / "sm120-sglang-0.5.9.yml")
-    with pytest.raises(RigError, match=r"torch.index_url refers to \$\{RIG_TORCH_CU130_INDEX\}, which is not set"):
-        build_lock(stack, "sm120-sglang-0.5.9.yml")
+    monkeypatch.delenv("RIG_TORCH_CU130_INDEX", raising=False)
+    unset = build_lock(stack, "sm120-sglang-0.5.9.yml")
+    assert unset["complete"] is False
+    assert "torch.index_url refers to ${RIG_TORCH_CU130_INDEX}, which is not set" in unset["unresolved"][0]["reason"]
     monkeypatch.setenv("RIG_TORCH_CU130_INDEX", "http://127.0.0.1:9/whl/cu130")  # nothing listens there
     lock = build_lock(stack, "sm120-sglang-0.5.9.yml")
     assert lock["complete"] is False
@@ -86,6 +88,14 @@ def test_the_0_5_9_stack_locks_what_it_can_and_says_what_it_cannot(tmp_path, mon
     assert [u["name"] for u in lock["unresolved"]] == ["torch"]
     assert {w["name"]: w["version"] for w in lock["wheels"]} == {"flashinfer-python": "0.6.3", "sglang": "0.5.9"}
     assert lock["source_builds"][0]["name"] == "sgl-kernel" and lock["source_builds"][0]["ref"] == "v0.5.9"
+    assert lock["unresolved"][0]["index"] == "${RIG_TORCH_CU130_INDEX}"  # the lock names no site's mirror
+
+
+def test_the_shipped_0_5_9_lock_is_partial_and_says_why():
+    done = rig("lock", str(REPO / "stacks" / "sm120-sglang-0.5.9.yml"), "--check")
+    assert done.returncode == 0, done.stderr
+    lock = read(REPO / "stacks" / "sm120-sglang-0.5.9.lock")
+    assert not lock["complete"] and lock["unresolved"][0]["name"] == "torch"
 
 
 @pytest.mark.parametrize("version, requires, expected", [
