@@ -50,6 +50,10 @@ def pinned(stack: dict) -> list[dict]:
             entries.append({"key": key, "name": spec["package"], "version": spec["version"],
                             "index_url": "", "extras": spec["extras"],
                             "source": spec["source"] if any(spec["source"].values()) else None})
+    flashinfer = stack["flashinfer"]
+    if flashinfer.get("version") and flashinfer["cubin"]:  # prebuilt kernels, versioned with flashinfer
+        entries.append({"key": "flashinfer", "name": "flashinfer-cubin", "version": flashinfer["version"],
+                        "index_url": "", "extras": []})
     if not entries and not stack["extra_packages"]:
         raise RigError(f"stack {stack['name']!r} pins no packages (torch, sglang, kernel, flashinfer, "
                        "extra_packages): there is nothing to lock")
@@ -120,6 +124,7 @@ def torch_cuda_major(meta: dict) -> int | None:
 
 
 def _check_cuda(items: dict, stack: dict, source: str) -> None:
+    """torch, pinned or pulled in by another package, must be built for the stack's CUDA major."""
     if "torch" not in items:
         return
     meta = items["torch"]["metadata"]
@@ -163,6 +168,9 @@ def build_lock(stack: dict, source: str) -> dict:
     _check_cuda(tops, stack, source)
 
     builds = [e for e in entries if e.get("source")]
+    if stack["flashinfer"].get("jit_cache"):  # AOT-compiled for the stack's archs by `rig wheels build`
+        builds.append({"name": "flashinfer-jit-cache", "version": stack["flashinfer"]["version"],
+                       "source": {"archs": stack["archs"]}})
     wheels: list[dict] = []
     if unresolved:  # lock what can be locked: the pinned wheels that resolved, without their closure
         wheels = [_artifact(tops[e["name"]], e["index_url"]) for e in entries
@@ -172,6 +180,7 @@ def build_lock(stack: dict, source: str) -> dict:
         # pip itself rides along: targets install from the wheelhouse with no pip of their own
         reqs = [requirement(e) for e in entries] + list(stack["extra_packages"]) + ["pip"]
         items = resolve(reqs, target, index_args("", extra))
+        _check_cuda({canonicalize_name(i["metadata"]["name"]): i for i in items}, stack, source)
         built_names = {canonicalize_name(e["name"]) for e in builds}
         for item in items:
             art = _artifact(item, _index_of(item, entries))

@@ -107,3 +107,18 @@ def test_the_shipped_0_5_9_lock_is_partial_and_says_why():
 ])
 def test_torch_cuda_major_from_metadata(version, requires, expected):
     assert torch_cuda_major({"version": version, "requires_dist": requires}) == expected
+
+
+def test_flashinfer_cubin_is_pinned_to_flashinfer_and_refused_where_none_exists(tmp_path):
+    path = variant(tmp_path, {"flashinfer": {"cubin": True}})
+    done = rig("lock", path)
+    assert done.returncode == 2
+    assert "flashinfer: no wheel of flashinfer-cubin==0.7.2" in done.stderr
+
+
+def test_flashinfer_jit_cache_is_recorded_as_a_source_build(tmp_path):
+    stack = validate(yaml.safe_load(open(variant(tmp_path, {"flashinfer": {"version": "0.6.3", "jit_cache": True},
+                                                            "torch": {"version": ""}, "sglang": {"version": ""},
+                                                            "kernel": {"version": ""}}))))
+    lock = build_lock(stack, "variant.yml")
+    assert {"name": "flashinfer-jit-cache", "version": "0.6.3", "archs": ["12.0a", "9.0a"]} in lock["source_builds"]
