@@ -99,9 +99,10 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_network(start_
     box.play("site.yml").expect_ok()
     lock = {w["name"]: w["version"] for w in read(DEFAULT_LOCK)["wheels"]}
     versions = box.sh("/opt/rig/venv/bin/python -c 'import torch, sglang, importlib.metadata as m;"
-                      " print(torch.__version__, m.version(\"sglang\"), m.version(\"sglang-kernel\"),"
-                      " m.version(\"flashinfer-python\"))'").stdout.split()
-    assert versions == [lock["torch"], lock["sglang"], lock["sglang-kernel"], lock["flashinfer-python"]]
+                      " print(torch.__version__, m.version(\"torch\"), m.version(\"sglang\"),"
+                      " m.version(\"sglang-kernel\"), m.version(\"flashinfer-python\"))'").stdout.split()
+    assert versions[1:] == [lock["torch"], lock["sglang"], lock["sglang-kernel"], lock["flashinfer-python"]]
+    assert versions[0] == lock["torch"] + "+cu130"  # the import itself says: a CUDA 13.0 build
     code, out, _ = box.engine("venv", "verify", "--json")
     assert code == 0 and json.loads(out)["packages"] == len(lock)
     assert rig("doctor", "--container", box.name).returncode == 0
