@@ -76,7 +76,7 @@ def write_section(name: str, body: str) -> None:
     print(body)
 
 
-def bench_provision(rounds: int) -> None:
+def bench_provision(rounds: int, _box_rounds: int) -> None:
     results: dict[str, list] = {"cold": [], "warm": [], "no-op": []}
     for round_ in range(1, rounds + 1):
         cache, env = fresh_caches()
@@ -110,7 +110,7 @@ fetches and copies nothing because the engine's plan step finds the toolkit in p
 """)
 
 
-def bench_lock(rounds: int) -> None:
+def bench_lock(rounds: int, box_rounds: int) -> None:
     results: dict[str, list] = {"lock cold": [], "lock warm": [], "fetch cold": [], "fetch warm": []}
     lock = STACK.with_suffix(".lock")
     for _ in range(rounds):
@@ -123,7 +123,7 @@ def bench_lock(rounds: int) -> None:
         for kind in ("fetch cold", "fetch warm"):
             results[kind].append(timed([str(BIN / "rig"), "wheelhouse", "fetch", str(lock), "--cache", str(cache)], env))
         shutil.rmtree(cache, ignore_errors=True)
-    boxes = provision_boxes(rounds, lock)
+    boxes = provision_boxes(box_rounds, lock)
     write_section("lock", f"""
 ## `rig lock`, `rig wheelhouse fetch`, and the venv on 1 vs 3 boxes
 
@@ -134,7 +134,8 @@ empty RIG_CACHE and pip cache; **warm**: the same command again right after.
 {table(results)}
 
 Provisioning the venv (`playbooks/python.yml`) from a warm wheelhouse onto fresh boxes,
-all boxes in one playbook run (Ansible's default 5 forks):
+all boxes in one playbook run (Ansible's default 5 forks), {box_rounds} round(s) (each box
+receives and installs about 4 GB of wheels, so rounds are costly):
 
 {table(boxes)}
 
@@ -169,8 +170,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("which", choices=["provision", "lock"])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--box-rounds", type=int, default=1, help="rounds of the 1-vs-3-box venv runs")
     args = parser.parse_args()
-    {"provision": bench_provision, "lock": bench_lock}[args.which](args.rounds)
+    {"provision": bench_provision, "lock": bench_lock}[args.which](args.rounds, args.box_rounds)
 
 
 if __name__ == "__main__":

@@ -114,24 +114,32 @@ def base_image() -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-@pytest.fixture(scope="session")
+def _start(image: str, network: str = "bridge") -> Box:
+    name = f"rig-test-{uuid.uuid4().hex[:8]}"
+    done = run(["docker", "run", "-d", "--name", name, "--network", network,
+                "--label", "rig.test=1", image, "sleep", "infinity"])
+    assert done.returncode == 0, done.stderr
+    return Box(name)
+
+
+def _remove(boxes: list[Box]) -> None:
+    if boxes:
+        run(["docker", "rm", "-f", *(b.name for b in boxes)])
+        for b in boxes:
+            Path(f"/tmp/rig-test-inventory-{b.name}.yml").unlink(missing_ok=True)
+
+
+@pytest.fixture
 def start_box(base_image):
-    """A factory of fresh boxes; every box it started is removed at the end."""
-    started: list[str] = []
+    """A factory of fresh boxes; every box it started is removed when the test ends."""
+    started: list[Box] = []
 
     def start(network: str = "bridge") -> Box:
-        name = f"rig-test-{uuid.uuid4().hex[:8]}"
-        done = run(["docker", "run", "-d", "--name", name, "--network", network,
-                    "--label", "rig.test=1", base_image, "sleep", "infinity"])
-        assert done.returncode == 0, done.stderr
-        started.append(name)
-        return Box(name)
+        started.append(_start(base_image, network))
+        return started[-1]
 
     yield start
-    if started:
-        run(["docker", "rm", "-f", *started])
-        for name in started:
-            Path(f"/tmp/rig-test-inventory-{name}.yml").unlink(missing_ok=True)
+    _remove(started)
 
 
 @pytest.fixture
@@ -140,8 +148,11 @@ def box(start_box) -> Box:
 
 
 @pytest.fixture(scope="session")
-def provisioned_box(start_box) -> Box:
-    """One box converged with site.yml, shared by the tests that only read it."""
-    shared = start_box()
-    shared.play("site.yml", rig_stack=CUDA_STACK).expect_ok()
-    return shared
+def provisioned_box(base_image):
+    """One box converged with site.yml (CUDA stack), shared by the tests that only read it."""
+    shared = _start(base_image)
+    try:
+        shared.play("site.yml", rig_stack=CUDA_STACK).expect_ok()
+        yield shared
+    finally:
+        _remove([shared])
