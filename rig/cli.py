@@ -291,24 +291,27 @@ def ldconfig_conf(version, prefix, conf_dir, as_json) -> None:
 @click.option("--stack", "stack_path", help="Take the CUDA version and archs from this stack file.")
 @click.option("--cuda", "cuda_version", help="CUDA release to expect (default: the stack's).")
 @click.option("--arch", "archs", multiple=True, help="Target arch, e.g. 12.0a; repeat (default: the stack's).")
+@click.option("--venv", "venv_path", help="Check this stack venv against its lock (default: the stack's, "
+              "when it pins packages).")
 @prefix_option
 @click.option("--container", help="Run the checks inside this running container instead of here.")
 @json_option
-def doctor(stack_path, cuda_version, archs, prefix, container, as_json) -> None:
-    """Check driver, GPUs, toolkits, ldconfig and an NVRTC compile, layer by layer."""
+def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, as_json) -> None:
+    """Check driver, GPUs, toolkits, ldconfig, an NVRTC compile and the venv, layer by layer."""
     from rig import doctor as checks
 
     if not cuda_version or not archs:
-        from rig.stack import load
+        from rig.stack import load, pins_packages
 
         data = load(stack_path or DEFAULT_STACK)
         cuda_version = cuda_version or data["cuda"]["version"]
         archs = archs or data["archs"]
+        venv_path = venv_path or (data["venv"] if pins_packages(data) else None)
     if container:
         from rig.container import run_engine
 
         args = ["doctor", "--json", "--cuda", cuda_version, "--prefix", prefix]
-        args += [f"--arch={a}" for a in archs]
+        args += [f"--arch={a}" for a in archs] + (["--venv", venv_path] if venv_path else [])
         code, out, err = run_engine(container, args, DEFAULT_BUNDLE)
         try:
             report = json.loads(out)
@@ -316,7 +319,7 @@ def doctor(stack_path, cuda_version, archs, prefix, container, as_json) -> None:
             raise RigError(f"doctor in {container} printed no report ({code}): {out}{err}") from exc
         result = [checks.Check(**c) for c in report["checks"]]
     else:
-        result = checks.run(cuda_version, list(archs), prefix)
+        result = checks.run(cuda_version, list(archs), prefix, venv_path)
     click.echo(json.dumps(checks.as_json(result), indent=2) if as_json else checks.render(result))
     sys.exit(1 if checks.failed(result) else 0)
 

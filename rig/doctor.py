@@ -1,4 +1,4 @@
-"""Layered health checks, run in order: driver -> toolkit -> libraries -> nvrtc.
+"""Layered health checks, run in order: driver -> toolkit -> libraries -> nvrtc -> python.
 
 Each check is pass, fail or skip with a one-line detail and, on failure, the
 fix. Every layer runs even when an earlier one failed, so one report shows all
@@ -123,7 +123,21 @@ def _nvrtc(cuda_version: str, archs: list[str]) -> list[Check]:
             for r in report["results"]]
 
 
-def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local") -> list[Check]:
+def _venv(venv: str) -> Check:
+    from rig.venv import read_marker, verify
+
+    if read_marker(venv) is None:
+        return Check("python", "venv", "fail", f"{venv} holds no rig-installed stack",
+                     "run the python_stack role (installs the stack's lock offline)")
+    result = verify(venv)
+    if not result["ok"]:
+        return Check("python", "venv", "fail", f"{venv} differs from lock {result['lock_hash'][:12]}: "
+                     f"{result['mismatched']}", "run the python_stack role again")
+    return Check("python", "venv", "pass", f"{venv}: {result['packages']} packages as locked "
+                 f"({result['lock_hash'][:12]})")
+
+
+def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: str | None = None) -> list[Check]:
     gpus, smi = _gpus()
     checks = [smi]
     if gpus:
@@ -132,6 +146,8 @@ def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local") -> list
     checks += _toolkit(series(cuda_version), prefix)
     checks += _libraries(cuda_version)
     checks += _nvrtc(cuda_version, archs)
+    if venv:
+        checks.append(_venv(venv))
     return checks
 
 

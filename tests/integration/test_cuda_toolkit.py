@@ -58,7 +58,7 @@ def test_fresh_shell_resolves_sonames_and_nvrtc_compiles_by_soname(provisioned_b
     probe = provisioned_box.sh("env -i /usr/bin/python3 - <<'EOF'\n"
                                "import ctypes; ctypes.CDLL('libnvrtc.so.13'); print('loaded')\nEOF")
     assert probe.stdout.strip() == "loaded"
-    done = rig("doctor", "--container", provisioned_box.name, "--json")
+    done = rig("doctor", "--container", provisioned_box.name, "--json", "--stack", CUDA_STACK)
     report = json.loads(done.stdout)
     assert done.returncode == 0, done.stdout
     statuses = {c["name"]: c["status"] for c in report["checks"]}
@@ -84,7 +84,7 @@ def test_check_diff_on_a_fresh_box_fails_nothing_and_changes_nothing(box):
 def test_doctor_passes_when_provisioned_and_names_the_soname_when_only_the_toolkit_ran(box):
     box.play("cuda.yml", "--skip-tags", "cuda_ldconfig").expect_ok()
     assert box.exists("/usr/local/cuda-13.0/bin/nvcc")
-    done = rig("doctor", "--container", box.name, "--json")
+    done = rig("doctor", "--container", box.name, "--json", "--stack", CUDA_STACK)
     assert done.returncode == 1
     failed = {c["name"]: c for c in json.loads(done.stdout)["checks"] if c["status"] == "fail"}
     assert "libnvrtc.so.13" in failed and "libcudart.so.13" in failed
@@ -92,7 +92,7 @@ def test_doctor_passes_when_provisioned_and_names_the_soname_when_only_the_toolk
     assert "cuda_ldconfig" in failed["libnvrtc.so.13"]["fix"]
     # the same box passes once the ldconfig role ran
     box.play("cuda.yml").expect_ok()
-    assert rig("doctor", "--container", box.name).returncode == 0
+    assert rig("doctor", "--container", box.name, "--stack", CUDA_STACK).returncode == 0
 
 
 def test_a_run_killed_mid_install_leaves_no_partial_tree_and_a_rerun_converges(box):
