@@ -14,24 +14,18 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from rig import RigError
+from rig import RigError, progress
 from rig.cuda_releases import COMPONENTS, RELEASES, major, series
 from rig.pip import download, target_args
 
 MARKER = ".rig-toolkit.json"
 MANIFEST = "manifest.json"
 DEFAULT_STATE_DIR = "/var/lib/rig"
-
-
-def progress(message: str) -> None:
-    """Progress goes to stderr so that --json output on stdout stays parseable."""
-    print(f"rig: {message}", file=sys.stderr, flush=True)
 
 
 def sha256_of(path: Path) -> str:

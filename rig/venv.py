@@ -12,8 +12,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from rig import RigError
-from rig.cuda import progress
+from rig import RigError, progress
 
 MARKER = ".rig-stack.json"
 REQUIREMENTS = "requirements.txt"

@@ -13,8 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rig import RigError
-from rig.cuda import progress, sha256_of
+from rig import RigError, progress
+from rig.cuda import sha256_of
 from rig.pip import download, index_args, target_args
 
 REQUIREMENTS = "requirements.txt"
