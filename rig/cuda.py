@@ -160,7 +160,7 @@ def install(version: str, prefix: str | Path, method: str, components: list[str]
             _assemble_from_wheels(Path(source), record, staging)
             artifacts = record["wheels"]
         elif method == "runfile":
-            _run_runfile(Path(source), staging)
+            _run_runfile(Path(source), staging, tree.parent / "cuda")
             artifacts = {Path(source).name: sha256}
         else:
             raise RigError(f"method {method!r} is installed by its package manager, not by rig")
@@ -235,14 +235,13 @@ def _add_development_links(tree: Path) -> None:
                 (libdir / match.group(1)).symlink_to(lib.name)
 
 
-def _run_runfile(runfile: Path, staging: Path) -> None:
-    link = Path("/usr/local/cuda")
+def _run_runfile(runfile: Path, staging: Path, link: Path) -> None:
     before = os.readlink(link) if link.is_symlink() else None
     progress(f"running {runfile.name} into {staging}")
     cmd = ["sh", str(runfile), "--silent", "--toolkit", f"--toolkitpath={staging}",
            "--no-man-page", "--override"]
     done = subprocess.run(cmd, capture_output=True, text=True)
-    # The installer may repoint /usr/local/cuda; only make_default may do that.
+    # The installer may repoint the default link; only make_default may do that.
     if before is not None and os.readlink(link) != before:
         _atomic_symlink(before, link)
     if done.returncode != 0:

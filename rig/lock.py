@@ -72,10 +72,14 @@ def _target_env(stack: dict) -> dict:
             "implementation_name": "cpython", "platform_python_implementation": "CPython", "os_name": "posix"}
 
 
+class Unreachable(RigError):
+    """An index that does not answer: what it serves is left out of a partial lock."""
+
+
 def _explain(exc: PipError, entry: dict, stack: dict, source: str) -> RigError:
     where = entry["index_url"] or "the default index"
     if any(marker in exc.stderr for marker in UNREACHABLE):
-        return RigError(f"{source}: {entry['key']}: the index {where} does not answer, so "
+        return Unreachable(f"{source}: {entry['key']}: the index {where} does not answer, so "
                         f"{requirement(entry)} cannot be resolved here ({exc.stderr.splitlines()[-1]})")
     if "from versions:" in exc.stderr or "No matching distribution" in exc.stderr:
         return RigError(f"{source}: {entry['key']}: no wheel of {requirement(entry)} on {where} for Python "
@@ -157,7 +161,7 @@ def build_lock(stack: dict, source: str) -> dict:
             tops[entry["name"]] = resolve([requirement(entry)], target, index_args(url), no_deps=True)[0]
         except PipError as exc:
             err = _explain(exc, {**entry, "index_url": url}, stack, source)
-            if "does not answer" not in str(err):
+            if not isinstance(err, Unreachable):
                 raise err from None
             unresolved.append({"name": entry["name"], "version": entry["version"],
                                "index": entry["index_url"], "reason": str(err)})

@@ -13,9 +13,9 @@ import subprocess
 from pathlib import Path
 
 from rig import RigError, progress
+from rig.wheelhouse import REQUIREMENTS
 
 MARKER = ".rig-stack.json"
-REQUIREMENTS = "requirements.txt"
 
 
 def read_marker(venv: str | Path) -> dict | None:

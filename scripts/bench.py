@@ -76,7 +76,7 @@ def write_section(name: str, body: str) -> None:
     print(body)
 
 
-def bench_provision(rounds: int, _box_rounds: int) -> None:
+def bench_provision(rounds: int) -> None:
     results: dict[str, list] = {"cold": [], "warm": [], "no-op": []}
     for round_ in range(1, rounds + 1):
         cache, env = fresh_caches()
@@ -189,7 +189,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--box-rounds", type=int, default=1, help="rounds of the 1-vs-3-box venv runs")
     args = parser.parse_args()
-    {"provision": bench_provision, "lock": bench_lock}[args.which](args.rounds, args.box_rounds)
+    if args.which == "provision":
+        bench_provision(args.rounds)
+    else:
+        bench_lock(args.rounds, args.box_rounds)
 
 
 if __name__ == "__main__":
