@@ -1,7 +1,9 @@
-"""The engine bundle: rig and click in one zipapp (`python3 rig.pyz ...`).
+"""The engine bundle: rig, its pure-Python dependencies and the patch set in
+one zipapp (`python3 rig.pyz ...`).
 
 Roles and `rig doctor --container` run the engine on targets through it, so a
-target needs nothing but python3: no pip, no venv, no package index.
+target needs nothing but python3: no pip, no venv, no package index. PyYAML runs
+without its C extension there (its pure-Python loader is the fallback).
 """
 from __future__ import annotations
 
@@ -12,17 +14,24 @@ import zipapp
 from pathlib import Path
 
 import click
+import packaging
+import yaml
 
 import rig
+
+PATCHES = Path(rig.__file__).resolve().parent.parent / "patches"
 
 
 def _sources() -> list[tuple[Path, Path]]:
     """(file, path inside the bundle) for every module the engine needs."""
     files = []
-    for package in (Path(rig.__file__).parent, Path(click.__file__).parent):
+    for module in (rig, click, packaging, yaml):
+        package = Path(module.__file__).parent
         for path in sorted(package.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed"):
                 files.append((path, Path(package.name) / path.relative_to(package)))
+    # read by rig.patches on targets, where the repo's patches/ is not
+    files += [(path, Path("rig") / "patchset" / path.name) for path in sorted(PATCHES.glob("*.yml"))]
     return files
 
 

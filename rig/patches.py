@@ -295,13 +295,14 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
         raise RigError(f"a patched module does not compile, nothing was changed: {errors}")
     state = env.read_state()
     before = env.state_path.read_bytes() if env.state_path.exists() else None
-    backups = env.prefix / BACKUPS
+    backups, new_backups = env.prefix / BACKUPS, []
     backups.mkdir(exist_ok=True)
     for path, text in results.items():
         entry = state["files"].get(str(path))
         if not entry or entry.get("patched_sha256") != sha256(originals[path]):
             entry = {"original_sha256": sha256(originals[path]), "patches": []}
-            _write(backups / entry["original_sha256"], originals[path])
+            new_backups.append(backups / entry["original_sha256"])
+            _write(new_backups[-1], originals[path])
         entry["patches"] = sorted(set(entry["patches"]) | {p.id for p in todo[path]})
         entry["patched_sha256"] = sha256(text.encode())
         state["files"][str(path)] = entry
@@ -322,6 +323,10 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
             env.state_path.unlink()
         else:
             _write(env.state_path, before)
+        for backup in new_backups:
+            backup.unlink(missing_ok=True)
+        if not any(backups.iterdir()):
+            backups.rmdir()
         raise
     result["patches"] = status(env, patches)
     result["msg"] = _summary(rows, "applied").splitlines()[0] + "\n" + table(result["patches"])

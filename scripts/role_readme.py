@@ -23,7 +23,9 @@ def render(role: Path) -> str:
         for name, opt in spec.get("options", {}).items():
             default = f"`{opt['default']}`" if "default" in opt else "see defaults/main.yml"
             lines.append(f"| `{name}` | {opt.get('type', 'str')} | {default} | {opt['description']} |")
-    if (role / "molecule").is_dir():
+    if (role / "meta" / "tests.md").exists():  # a role whose tests live elsewhere says where
+        lines += ["", "## Tests", "", (role / "meta" / "tests.md").read_text().strip(), ""]
+    elif (role / "molecule").is_dir():
         lines += ["", "## Tests", "", "`molecule test` in this directory (run by `make test`): check, converge,",
                   "idempotence and testinfra verification against a real container.", ""]
     else:

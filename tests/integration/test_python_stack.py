@@ -96,6 +96,7 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_network(start_
                   check=False).returncode != 0  # truly no network
     dry = box.play("site.yml", "--check").expect_ok()
     assert "would install lock" in dry.output and not box.exists("/opt/rig/venv")
+    assert "/opt/rig/venv is not installed yet; the patches are planned once it is" in dry.output
     box.play("site.yml").expect_ok()
     lock = {w["name"]: w["version"] for w in read(DEFAULT_LOCK)["wheels"]}
     versions = box.sh("/opt/rig/venv/bin/python -c 'import torch, sglang, importlib.metadata as m;"
@@ -108,5 +109,17 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_network(start_
     doctor = json.loads(rig("doctor", "--container", box.name, "--json").stdout)
     assert doctor["ok"] and {"layer": "python", "name": "venv", "status": "pass"}.items() <= \
         next(c for c in doctor["checks"] if c["layer"] == "python").items()
+    patched = json.loads(box.engine("patch", "status", "--json", "--venv", "/opt/rig/venv")[1])["patches"]
+    assert {r["id"]: r["status"] for r in patched if r["status"] in ("applied", "upstream")} == {
+        "sglang-symm-mem-max-sizes-sm120": "applied", "sglang-symm-mem-multimem-sm120": "applied",
+        "sglang-fusion-backend-sm120": "applied", "sglang-fusion-preflight-unicast": "applied",
+        "sglang-kimi-k25-eagle3-delegation": "upstream", "flashinfer-trtllm-comm-sm120": "upstream"}
     again = box.play("site.yml").expect_ok()
     assert again.recap("changed") == 0
+    # the role reverts, then --check --diff shows what it would patch and changes nothing
+    lock = {"python_stack_lock": str(DEFAULT_LOCK)}
+    assert box.play("patches.yml", **lock, sglang_patches_state="absent").expect_ok().recap("changed") == 1
+    diff = box.play("patches.yml", "--check", "--diff", **lock).expect_ok()
+    assert "+        12: [4, 6, 8],  # rig: SM120" in diff.output and diff.recap("changed") == 1
+    unpatched = json.loads(box.engine("patch", "status", "--json", "--venv", "/opt/rig/venv")[1])["patches"]
+    assert not [r for r in unpatched if r["status"] == "applied"]

@@ -1,0 +1,96 @@
+"""Patch files and the engine's reading of code: validated on load, drift named, files untouched."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, rig
+from rig import RigError
+from rig.patches import Env, _patched, apply, load, status
+
+FLASHINFER = REPO / "patches" / "flashinfer-trtllm-comm-sm120.yml"
+
+
+def test_every_patch_in_the_repo_loads_with_provenance():
+    found = load()
+    assert len(found) >= 6 and len({p.id for p in found}) == len(found)
+    for p in found:
+        assert p.provenance["checked"].startswith("20") and p.provenance["drop_when"]
+        assert p.package in ("sglang", "flashinfer-python") and p.file.endswith(".py")
+
+
+def _write(tmp_path: Path, **changes) -> Path:
+    data = yaml.safe_load(FLASHINFER.read_text())
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key)
+        else:
+            data[key] = value
+    (tmp_path / "flashinfer-trtllm-comm-sm120.yml").write_text(yaml.safe_dump(data))
+    return tmp_path
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"needed": "0.6.3 or so"}, "flashinfer-trtllm-comm-sm120.yml: needed: '0.6.3 or so' is not a version range"),
+    ({"check": None}, "flashinfer-trtllm-comm-sm120.yml: check: is required"),
+    ({"hunks": []}, "hunks: needs at least one hunk"),
+    ({"hunks": [{"find": "x"}]}, "hunks[0].replace: is required"),
+    ({"colour": "red"}, "unknown key 'colour'"),
+    ({"id": "another"}, "must be named after its id (another.yml)"),
+])
+def test_a_malformed_patch_file_is_refused_naming_the_key(tmp_path, change, named):
+    with pytest.raises(RigError, match=named.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+                       .replace("]", r"\]")):
+        load(_write(tmp_path, **change))
+
+
+def test_an_anchor_found_twice_is_drift_not_a_guess():
+    p = load()[0]
+    find = p.hunks[0][0]
+    state, why = _patched(find + "\n" + find, p)
+    assert state == "drifted" and "found 2 times" in why
+
+
+def _fake_package(tmp_path: Path, text: str) -> tuple[Env, Path]:
+    """An environment whose flashinfer-python 0.6.3 holds TEXT as the patched file (files only)."""
+    root = tmp_path / "site"
+    target = root / "flashinfer" / "jit" / "comm.py"
+    target.parent.mkdir(parents=True)
+    target.write_text(text)
+    env = Env(python=sys.executable, prefix=tmp_path,
+              packages={"flashinfer-python": {"version": "0.6.3", "root": str(root)}})
+    return env, target
+
+
+def test_a_patch_whose_result_does_not_compile_changes_nothing(tmp_path):
+    find = next(p for p in load() if p.id == "flashinfer-trtllm-comm-sm120").hunks[0][0]
+    env, target = _fake_package(tmp_path, find + "    )\n")
+    (tmp_path / "p").mkdir()
+    broken = load(_write(tmp_path / "p", hunks=[{"find": find, "replace": find + "  ((\n"}]))
+    before = target.read_bytes()
+    with pytest.raises(RigError, match="does not compile, nothing was changed"):
+        apply(env, broken)
+    assert target.read_bytes() == before and not (tmp_path / ".rig-patches.json").exists()
+
+
+def test_status_of_a_file_missing_from_the_package_is_drift(tmp_path):
+    env, target = _fake_package(tmp_path, "")
+    target.unlink()
+    row = next(r for r in status(env, load()) if r["id"] == "flashinfer-trtllm-comm-sm120")
+    assert row["status"] == "drifted" and "is not in flashinfer-python 0.6.3" in row["detail"]
+
+
+def test_the_cli_needs_an_environment_and_says_how(tmp_path):
+    done = rig("patch", "status")
+    assert done.returncode == 2 and "--venv DIR, --python PATH or --stack FILE" in done.stderr
+    done = rig("patch", "apply", "--venv", str(tmp_path))
+    assert done.returncode == 2 and "is not a virtualenv (no bin/python)" in done.stderr
+
+
+def test_status_on_an_environment_without_the_packages_says_not_installed():
+    done = rig("patch", "status", "--json", "--python", sys.executable)
+    rows = json.loads(done.stdout)["patches"]
+    assert done.returncode == 0
+    assert {r["status"] for r in rows if r["package"] == "sglang"} == {"not-applicable"}
