@@ -67,7 +67,8 @@ def statuses(venv: Path, *extra: str) -> dict:
 
 
 def digests(rows: dict) -> dict:
-    return {r["path"]: hashlib.sha256(Path(r["path"]).read_bytes()).hexdigest() for r in rows.values() if r.get("path")}
+    return {r["path"]: hashlib.sha256(Path(r["path"]).read_bytes()).hexdigest()
+            for r in rows.values() if r.get("path") and Path(r["path"]).is_file()}
 
 
 def py(venv: Path, code: str, **env) -> subprocess.CompletedProcess:
