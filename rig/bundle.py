@@ -1,4 +1,5 @@
-"""The engine bundle: rig, its pure-Python dependencies and the patch set in
+"""The engine bundle: rig, its pure-Python dependencies (click, pyelftools,
+packaging, PyYAML) and the patch set in
 one zipapp (`python3 rig.pyz ...`).
 
 Roles and `rig doctor --container` run the engine on targets through it, so a
@@ -14,6 +15,7 @@ import zipapp
 from pathlib import Path
 
 import click
+import elftools
 import packaging
 import yaml
 
@@ -25,7 +27,7 @@ PATCHES = Path(rig.__file__).resolve().parent.parent / "patches"
 def _sources() -> list[tuple[Path, Path]]:
     """(file, path inside the bundle) for every module the engine needs."""
     files = []
-    for module in (rig, click, packaging, yaml):
+    for module in (rig, click, elftools, packaging, yaml):
         package = Path(module.__file__).parent
         for path in sorted(package.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed"):

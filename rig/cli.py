@@ -402,6 +402,87 @@ def patch_revert(venv_path, python, stack_path, patch_dir, as_json, check, force
     emit(patches.revert(env, check=check, force=force), as_json)
 
 
+# ------------------------------------------------------------------ audit
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
+              help="The CUDA major and target archs to hold the files to.")
+@click.option("--venv", "venv_path", help="Take torch from this venv, and audit PATHS that are its installed "
+              "distributions (e.g. sglang-kernel).")
+@click.option("--torch", "torch_path", help="Take torch from this torch wheel or torch/lib directory instead.")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Where cuobjdump is kept.")
+@json_option
+def audit(paths, stack_path, venv_path, torch_path, cache, as_json) -> None:
+    """Audit wheels, installed packages or shared objects before anything loads them.
+
+    For every shared object: the CUDA sonames it needs against the stack's CUDA
+    major (and whether this host resolves them), the torch symbols it expects
+    against those the given torch exports (demangled when missing), the torch its
+    metadata pins, its cubin and PTX archs against the stack's archs (a target
+    with neither is "no kernel image" before it happens), and the C++ string ABI.
+    With --venv, every needed soname must also resolve where it will load (the
+    venv's torch and NVIDIA libraries, RUNPATH, this host's loader cache).
+    Exit 1 when any artifact fails.
+    """
+    from rig import audit as audits
+    from rig.stack import load
+    from rig.tools import fetch_tool
+
+    stack = load(stack_path)
+    torch, extra_dirs, installed = None, [], None
+    if venv_path:
+        torch, extra_dirs, installed = audits.venv_context(Path(venv_path), list(paths))
+    if torch_path:
+        path = Path(torch_path)
+        torch = audits.torch_from_wheel(path) if path.suffix == ".whl" else audits.torch_from_dir(path, "unknown")
+    common = {"cuda_major": int(stack["cuda"]["version"].split(".")[0]), "archs": stack["archs"], "torch": torch,
+              "extra_dirs": extra_dirs, "cuobjdump": fetch_tool("cuobjdump", cache), "resolve": bool(venv_path)}
+    reports = [audits.audit_path(p, installed or {}, common) for p in paths]
+    click.echo(json.dumps(reports, indent=2) if as_json else audits.render(reports))
+    sys.exit(0 if all(r["ok"] for r in reports) else 1)
+
+
+# ------------------------------------------------------------------ wheels
+
+@cli.group()
+def wheels() -> None:
+    """Build kernel wheels against the venv's own torch."""
+
+
+@wheels.command("build")
+@click.argument("source")
+@click.option("--venv", "venv_path", required=True, help="The venv whose torch the build links against.")
+@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
+              help="Target archs and CUDA major; its lock's hash keys the built wheel.")
+@click.option("--cuda-home", help="The CUDA toolkit with nvcc (default: PREFIX/cuda-X.Y of the stack's CUDA).")
+@prefix_option
+@click.option("--jobs", type=int, help="Parallel compile jobs (default: cores, capped by memory at 4 GiB a job).")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller cache; wheels go to built/KEY/.")
+@json_option
+def wheels_build(source, venv_path, stack_path, cuda_home, prefix, jobs, cache, as_json) -> None:
+    """Build SOURCE (a source dir, an sdist, or git+URL@REF) into an audited wheel.
+
+    No build isolation: the build sees the venv's torch. The stack's archs reach
+    every build system (TORCH_CUDA_ARCH_LIST, FLASHINFER_CUDA_ARCH_LIST, CUDAARCHS),
+    MAX_JOBS is sized from cores and memory, and ccache is used when on PATH. The
+    wheel is kept under CACHE/built/KEY (KEY: the stack lock's hash and the archs)
+    only if `rig audit` passes it against that venv.
+    """
+    from rig import wheels as builds
+    from rig.lock import lock_path, read
+    from rig.stack import load
+    from rig.tools import fetch_tool
+
+    stack = load(stack_path)
+    version = stack["cuda"]["version"]
+    lock = lock_path(stack_path)
+    lock_hash = read(lock)["lock_hash"] if lock.exists() else "unlocked"
+    home = Path(cuda_home) if cuda_home else Path(prefix) / f"cuda-{'.'.join(version.split('.')[:2])}"
+    emit(builds.build(source, Path(venv_path), stack["archs"], int(version.split(".")[0]), home, Path(cache),
+                      lock_hash, fetch_tool("cuobjdump", cache), jobs), as_json)
+
+
 # ------------------------------------------------------------------ bundle
 
 @cli.command()

