@@ -133,7 +133,7 @@ def abi_of(symbols: set[str]) -> bool | None:
     torchy = [s for s in symbols if TORCH_SYMBOL.match(s)]
     if any("St7__cxx1112basic_string" in s for s in torchy):
         return True
-    if any(re.search(r"(?<![A-Za-z])Ss(?![a-z])", s) for s in torchy):
+    if any("Ss" in s for s in torchy):  # "Ss": the pre-C++11 std::string, by its mangling abbreviation
         return False
     return None
 
@@ -163,13 +163,14 @@ def shared_objects(root: Path) -> list[tuple[Path, str]]:
 
 
 def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None, *, cuda_major: int,
-                archs: list[str], torch: Torch | None, extra_dirs: list[Path], cuobjdump: Path,
+                archs: list[str], torch: Torch | None, extra_dirs: list[Path], cuobjdump: Path | None,
                 resolve: bool) -> dict:
     """Audit shared objects (path, name to report) that make up one artifact.
 
     RESOLVE: check that each needed soname is found where it will load (the venv's
     torch and NVIDIA wheel libraries, RUNPATH, this host's loader cache); the
-    driver's libcuda.so.1 is left to `rig doctor`.
+    driver's libcuda.so.1 is left to `rig doctor`. Without CUOBJDUMP (no cuobjdump
+    at hand) archs are not read.
     """
     errors, objects = [], []
     cache = loader_cache()
@@ -202,7 +203,7 @@ def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None,
                 errors.append(f"{rel} uses _GLIBCXX_USE_CXX11_ABI={int(mine)}, torch {torch.version} "
                               f"uses {int(torch.cxx11_abi)}")
             row["cxx11_abi"] = mine
-        if so.has_fatbin:
+        if so.has_fatbin and cuobjdump:
             row["cubins"], row["ptx"] = cuda_archs(path, cuobjdump)
             union_cubins |= set(row["cubins"])
             union_ptx |= set(row["ptx"])

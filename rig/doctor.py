@@ -1,4 +1,5 @@
-"""Layered health checks, run in order: driver -> toolkit -> libraries -> nvrtc -> python.
+"""Layered health checks, run in order: driver -> toolkit -> libraries -> nvrtc -> python
+(the venv, then `rig audit` of its compiled kernel packages).
 
 Each check is pass, fail or skip with a one-line detail and, on failure, the
 fix. Every layer runs even when an earlier one failed, so one report shows all
@@ -137,6 +138,37 @@ def _venv(venv: str) -> Check:
                  f"({result['lock_hash'][:12]})")
 
 
+KERNEL_PACKAGES = ("sglang-kernel", "sgl-kernel", "flashinfer-jit-cache")
+
+
+def _kernels(venv: str, cuda_version: str, archs: list[str], prefix: str) -> list[Check]:
+    """rig audit of the venv's compiled kernel packages, from their files."""
+    from rig import RigError
+    from rig.audit import audit_path, venv_context
+
+    try:
+        torch, dirs, installed = venv_context(Path(venv), list(KERNEL_PACKAGES))
+    except RigError as exc:
+        return [Check("python", "kernels", "fail", str(exc), "install the stack's venv (python_stack role)")]
+    # no download here: rig's cached cuobjdump, one on PATH, or the toolkit's own
+    tools = [Path(os.environ.get("RIG_CACHE", Path.home() / ".cache" / "rig")) / "tools" / "cuobjdump-13.2.51" /
+             "cuobjdump", Path(shutil.which("cuobjdump") or "/nonexistent"),
+             Path(prefix) / f"cuda-{series(cuda_version)}" / "bin" / "cuobjdump"]
+    cuobjdump = next((t for t in tools if t.is_file()), None)
+    common = {"cuda_major": major(cuda_version), "archs": archs, "torch": torch, "extra_dirs": dirs,
+              "cuobjdump": cuobjdump, "resolve": True}
+    checks = []
+    for name in sorted(installed):
+        report = audit_path(name, installed, common)
+        coverage = ", ".join(f"{a}: {how}" for a, how in report["archs"].items()) or \
+            ("archs not read (no cuobjdump)" if not cuobjdump else "no device code")
+        checks.append(Check("python", f"audit-{name}", "pass" if report["ok"] else "fail",
+                            f"{report['artifact']}: " + (coverage if report["ok"] else "; ".join(report["errors"])[:600]),
+                            f"rebuild {name} against this venv's torch {report['torch']} for CUDA "
+                            f"{major(cuda_version)} and {', '.join(archs)} (rig wheels build), or pin a wheel built so"))
+    return checks
+
+
 def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: str | None = None) -> list[Check]:
     gpus, smi = _gpus()
     checks = [smi]
@@ -148,6 +180,8 @@ def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: s
     checks += _nvrtc(cuda_version, archs)
     if venv:
         checks.append(_venv(venv))
+        if checks[-1].status == "pass":  # the kernels are audited in a venv known to be whole
+            checks += _kernels(venv, cuda_version, archs, prefix)
     return checks
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -20,6 +21,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 # CUDA alone: the toolkit tests converge site.yml with it, without the packages' venv
 CUDA_STACK = str(REPO / "stacks" / "cuda-13.0.yml")
+CACHE = os.environ.get("RIG_CACHE", str(Path.home() / ".cache" / "rig"))
+DEFAULT_LOCK = REPO / "stacks" / "sm120-sglang-0.5.23.lock"
+LOCK_059 = REPO / "stacks" / "sm120-sglang-0.5.9.lock"
 BIN = Path(sys.executable).parent
 
 
@@ -31,6 +35,11 @@ def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 def rig(*args: str, **kwargs) -> subprocess.CompletedProcess:
     return run([str(BIN / "rig"), *args], cwd=REPO, **kwargs)
+
+
+def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
 
 
 @dataclass
@@ -156,3 +165,32 @@ def provisioned_box(base_image):
         yield shared
     finally:
         _remove([shared])
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory) -> dict:
+    """Two real environments built by rig from its wheelhouse on this machine.
+
+    v23 is the default stack's lock (sglang 0.5.23, flashinfer 0.7.2, torch 2.14.1).
+    v9 holds the 0.5.9 stack's locked sglang 0.5.9 and flashinfer 0.6.3 wheels over
+    v23's packages (a .pth file): that stack's torch 2.9.1+cu130 comes from a per-site
+    index this machine does not have, and the patched modules import on these.
+    """
+    from rig.lock import read
+    from rig.wheelhouse import cached_path
+
+    root = tmp_path_factory.mktemp("lab")
+    for lock in (DEFAULT_LOCK, LOCK_059):
+        ok(rig("wheelhouse", "fetch", str(lock), "--cache", CACHE))
+    ok(rig("wheelhouse", "export", str(DEFAULT_LOCK), str(root / "house"), "--cache", CACHE))
+    v23, v9 = root / "v23", root / "v9"
+    ok(rig("venv", "install", "--venv", str(v23), "--lock-hash", read(DEFAULT_LOCK)["lock_hash"],
+           "--python-version", "3.11", "--wheelhouse", str(root / "house")))
+    shutil.rmtree(root / "house")
+    ok(subprocess.run(["python3", "-m", "venv", "--without-pip", str(v9)], capture_output=True, text=True))
+    wheels = [str(cached_path(CACHE, w)) for w in read(LOCK_059)["wheels"]]
+    ok(subprocess.run([str(v23 / "bin" / "python"), "-m", "pip", "--python", str(v9 / "bin" / "python"), "install",
+                       "-q", "--no-deps", "--no-index", *wheels], capture_output=True, text=True))
+    site = "lib/python3.11/site-packages"
+    (v9 / site / "zz-rig-lab-base.pth").write_text(str(v23 / site) + "\n")
+    return {"v9": v9, "v23": v23}

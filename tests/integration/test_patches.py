@@ -4,57 +4,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO, rig
-from rig.lock import read
-from rig.wheelhouse import cached_path
+from conftest import REPO, ok, rig
 
 pytestmark = pytest.mark.venv
 
-CACHE = os.environ.get("RIG_CACHE", str(Path.home() / ".cache" / "rig"))
-DEFAULT_LOCK = REPO / "stacks" / "sm120-sglang-0.5.23.lock"
-LOCK_059 = REPO / "stacks" / "sm120-sglang-0.5.9.lock"
 NEEDED_059 = {"sglang-symm-mem-max-sizes-sm120", "sglang-symm-mem-multimem-sm120", "sglang-fusion-gate-sm120",
               "sglang-kimi-k25-eagle3-delegation", "flashinfer-trtllm-comm-sm120"}
 NEEDED_0523 = {"sglang-symm-mem-max-sizes-sm120", "sglang-symm-mem-multimem-sm120",
                "sglang-fusion-backend-sm120", "sglang-fusion-preflight-unicast"}
-
-
-def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory) -> dict:
-    """Two real environments built by rig from its wheelhouse on this machine.
-
-    v23 is the default stack's lock (sglang 0.5.23, flashinfer 0.7.2, torch 2.14.1).
-    v9 holds the 0.5.9 stack's locked sglang 0.5.9 and flashinfer 0.6.3 wheels over
-    v23's packages (a .pth file): that stack's torch 2.9.1+cu130 comes from a per-site
-    index this machine does not have, and the patched modules import on these.
-    """
-    root = tmp_path_factory.mktemp("lab")
-    for lock in (DEFAULT_LOCK, LOCK_059):
-        ok(rig("wheelhouse", "fetch", str(lock), "--cache", CACHE))
-    ok(rig("wheelhouse", "export", str(DEFAULT_LOCK), str(root / "house"), "--cache", CACHE))
-    v23, v9 = root / "v23", root / "v9"
-    ok(rig("venv", "install", "--venv", str(v23), "--lock-hash", read(DEFAULT_LOCK)["lock_hash"],
-           "--python-version", "3.11", "--wheelhouse", str(root / "house")))
-    shutil.rmtree(root / "house")
-    ok(subprocess.run(["python3", "-m", "venv", "--without-pip", str(v9)], capture_output=True, text=True))
-    wheels = [str(cached_path(CACHE, w)) for w in read(LOCK_059)["wheels"]]
-    ok(subprocess.run([str(v23 / "bin" / "python"), "-m", "pip", "--python", str(v9 / "bin" / "python"), "install",
-                       "-q", "--no-deps", "--no-index", *wheels], capture_output=True, text=True))
-    site = "lib/python3.11/site-packages"
-    (v9 / site / "zz-rig-lab-base.pth").write_text(str(v23 / site) + "\n")
-    return {"v9": v9, "v23": v23}
 
 
 def patch(*args: str) -> subprocess.CompletedProcess:
