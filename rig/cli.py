@@ -459,8 +459,11 @@ def wheels() -> None:
 @prefix_option
 @click.option("--jobs", type=int, help="Parallel compile jobs (default: cores, capped by memory at 4 GiB a job).")
 @click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller cache; wheels go to built/KEY/.")
+@click.option("--lock-hash", help="The stack lock's hash (default: read from the stack's lock file).")
+@click.option("--cuobjdump", help="cuobjdump to read the wheel's archs with (default: cached, on PATH, or fetched).")
 @json_option
-def wheels_build(source, venv_path, stack_path, cuda_home, prefix, jobs, cache, as_json) -> None:
+def wheels_build(source, venv_path, stack_path, cuda_home, prefix, jobs, cache, lock_hash, cuobjdump,
+                 as_json) -> None:
     """Build SOURCE (a source dir, an sdist, or git+URL@REF) into an audited wheel.
 
     No build isolation: the build sees the venv's torch. The stack's archs reach
@@ -470,18 +473,69 @@ def wheels_build(source, venv_path, stack_path, cuda_home, prefix, jobs, cache, 
     only if `rig audit` passes it against that venv.
     """
     from rig import wheels as builds
-    from rig.lock import lock_path, read
     from rig.stack import load
     from rig.tools import fetch_tool
 
     stack = load(stack_path)
     version = stack["cuda"]["version"]
-    lock = lock_path(stack_path)
-    lock_hash = read(lock)["lock_hash"] if lock.exists() else "unlocked"
+    lock_hash = lock_hash or _lock_hash(stack_path)
     home = Path(cuda_home) if cuda_home else Path(prefix) / f"cuda-{'.'.join(version.split('.')[:2])}"
     emit(builds.build(source, Path(venv_path), stack["archs"], int(version.split(".")[0]), home, Path(cache),
-                      lock_hash, fetch_tool("cuobjdump", cache), jobs), as_json)
+                      lock_hash, Path(cuobjdump) if cuobjdump else fetch_tool("cuobjdump", cache), jobs), as_json)
 
+
+def _lock_hash(stack_path: str) -> str:
+    from rig.lock import lock_path, read
+
+    lock = lock_path(stack_path)
+    return read(lock)["lock_hash"] if lock.exists() else "unlocked"
+
+
+@wheels.command("plan")
+@click.argument("source")
+@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True)
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True)
+@json_option
+def wheels_plan(source, stack_path, cache, as_json) -> None:
+    """Say whether the controller's wheelhouse already holds SOURCE built for the stack."""
+    from rig.stack import load
+    from rig.wheels import plan
+
+    emit(plan(source, load(stack_path)["archs"], Path(cache), _lock_hash(stack_path)), as_json)
+
+
+@wheels.command("export")
+@click.argument("key")
+@click.argument("dest")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True)
+@json_option
+def wheels_export(key, dest, cache, as_json) -> None:
+    """Lay the wheels kept under CACHE/built/KEY out in DEST with a hash-pinned requirements file."""
+    from rig.wheels import export
+
+    emit(export(Path(cache) / "built" / key, Path(dest)), as_json)
+
+
+@venv.command("add")
+@click.option("--venv", "venv_path", default="/opt/rig/venv", show_default=True)
+@click.option("--requirements-sha256", required=True, help="sha256 of the export's list (rig wheels export prints it).")
+@click.option("--wheelhouse", help="The exported dir holding the wheels (needed only when something changes).")
+@check_option
+@json_option
+def venv_add(venv_path, requirements_sha256, wheelhouse, check, as_json) -> None:
+    """Install rig-built wheels into a stack venv, hash-checked; a no-op when already there."""
+    from rig.venv import add
+
+    emit(add(venv_path, wheelhouse, requirements_sha256, check), as_json)
+
+@cli.command("tool")
+@click.argument("name", type=click.Choice(["cuobjdump"]))
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True)
+def tool(name, cache) -> None:
+    """Print the path of an NVIDIA tool rig uses, fetching it from its wheel into the cache if needed."""
+    from rig.tools import fetch_tool
+
+    click.echo(fetch_tool(name, cache))
 
 # ------------------------------------------------------------------ bundle
 

@@ -76,3 +76,39 @@ def _run(cmd: list[str], what: str) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise RigError(f"could not {what}: {(done.stdout + done.stderr).strip()[-3000:]}")
+
+
+BUILT_MARKER = ".rig-built.json"
+
+
+def add(venv: str | Path, wheelhouse: str | Path | None, requirements_sha256: str, check: bool = False) -> dict:
+    """Install wheels built by rig (a `rig wheels export` dir) into a stack venv, hash-checked.
+
+    REQUIREMENTS_SHA256 names the export's hash-pinned list, so a host can tell
+    whether it already holds those wheels without anything being copied to it."""
+    import hashlib
+
+    from rig.wheels import BUILT_REQUIREMENTS
+
+    venv = Path(venv)
+    try:
+        current = hashlib.sha256((venv / BUILT_MARKER).read_bytes()).hexdigest()
+    except FileNotFoundError:
+        current = None
+    if current == requirements_sha256:
+        return {"changed": False, "venv": str(venv), "msg": f"{venv} already holds the built wheels"}
+    result = {"changed": True, "venv": str(venv),
+              "msg": f"{'would install' if check else 'installed'} the wheels rig built into {venv}"}
+    if check:
+        return result
+    if not (venv / "bin" / "python").exists():
+        raise RigError(f"{venv} is not a virtualenv; install the stack first (python_stack role)")
+    requirements = Path(wheelhouse or "") / BUILT_REQUIREMENTS
+    if not requirements.is_file() or hashlib.sha256(requirements.read_bytes()).hexdigest() != requirements_sha256:
+        raise RigError(f"{wheelhouse} is not the `rig wheels export` dir whose {BUILT_REQUIREMENTS} has sha256 "
+                       f"{requirements_sha256}")
+    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index", "--require-hashes", "--no-deps",
+          "--force-reinstall", "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--find-links",
+          str(wheelhouse), "-r", str(requirements)], "install the built wheels")
+    (venv / BUILT_MARKER).write_bytes(requirements.read_bytes())
+    return result

@@ -67,13 +67,61 @@ def source_spec(source: str) -> str:
     return str(path.resolve())
 
 
-def wheelhouse_key(lock_hash: str, archs: list[str]) -> str:
-    return hashlib.sha256(f"{lock_hash}|{';'.join(archs)}".encode()).hexdigest()[:16]
+def source_digest(spec: str) -> str:
+    """What the source is: a git URL@REF as written, a file's bytes, or a tree's paths and bytes."""
+    path = Path(spec)
+    digest = hashlib.sha256()
+    if not path.exists():
+        digest.update(spec.encode())
+    elif path.is_file():
+        digest.update(path.read_bytes())
+    else:
+        for f in sorted(p for p in path.rglob("*") if p.is_file() and not _ignored(p.relative_to(path).parts)):
+            digest.update(str(f.relative_to(path)).encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()
+
+
+def _ignored(parts: tuple) -> bool:  # shared by the source digest and the clean copy
+    return any(p in ("build", "dist", "__pycache__") or p.endswith(".egg-info") for p in parts)
+
+
+def wheelhouse_key(lock_hash: str, archs: list[str], source: str) -> str:
+    """Where a build is kept: the stack lock it links against, the archs, and the source itself."""
+    return hashlib.sha256(f"{lock_hash}|{';'.join(archs)}|{source_digest(source)}".encode()).hexdigest()[:16]
+
+
+def plan(source: str, archs: list[str], cache: Path, lock_hash: str) -> dict:
+    """Whether the controller's wheelhouse already holds this build (nothing to compile)."""
+    key = wheelhouse_key(lock_hash, archs, source_spec(source))
+    kept = sorted((cache / "built" / key).glob("*.whl"))
+    return {"changed": not kept, "key": key, "lock_hash": lock_hash, "wheels": [str(w) for w in kept],
+            "msg": f"built/{key} holds {', '.join(w.name for w in kept)}" if kept else f"would build into built/{key}"}
+
+
+def export(built_dir: Path, dest: Path) -> dict:
+    """Lay kept wheels out with a hash-pinned requirements file, for `rig venv add`."""
+    wheels = sorted(built_dir.glob("*.whl"))
+    if not wheels:
+        raise RigError(f"{built_dir} holds no built wheels; run the wheel_build role (or rig wheels build) first")
+    dest.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for wheel in wheels:
+        shutil.copyfile(wheel, dest / wheel.name)
+        name, version = wheel.name.split("-")[:2]
+        lines.append(f"{name}=={version} --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}")
+    text = "\n".join(lines) + "\n"
+    (dest / BUILT_REQUIREMENTS).write_text(text)
+    return {"changed": False, "dest": str(dest), "wheels": [w.name for w in wheels],
+            "requirements_sha256": hashlib.sha256(text.encode()).hexdigest(), "msg": f"exported {len(wheels)} wheel(s)"}
+
+
+BUILT_REQUIREMENTS = "built-requirements.txt"
 
 
 def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home: Path, cache: Path,
           lock_hash: str, cuobjdump: Path, jobs: int | None = None) -> dict:
     spec = source_spec(source)
+    key = wheelhouse_key(lock_hash, archs, spec)
     nvcc = cuda_home / "bin" / "nvcc"
     if not nvcc.exists():
         raise RigError(f"no nvcc in {cuda_home}; install CUDA {cuda_major} (rig cuda install) or pass --cuda-home")
@@ -85,18 +133,21 @@ def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home:
     progress(f"building {source} against torch {torch.version} for {', '.join(archs)} "
              f"with {nvcc} ({jobs} jobs{', ccache' if 'PYTORCH_NVCC' in env else ''})")
     with tempfile.TemporaryDirectory() as out:
+        if Path(spec).is_dir():  # build a clean copy: no stale objects in, no build/ left in the source
+            spec = str(shutil.copytree(spec, Path(out) / "src", ignore=lambda d, names: [
+                n for n in names if _ignored((n,))]))
         done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "wheel", "--no-build-isolation",
                                "--no-deps", "--no-index", "-w", out, spec], env=env, stdout=sys.stderr)
         if done.returncode != 0:
             raise RigError(f"building {source} failed (pip exit {done.returncode}); its output is above")
-        built = next(Path(out).glob("*.whl"))
+        built = next(Path(out).glob("*.whl"))  # -w OUT: the wheel lands beside the copied source
         report = audit_wheel(built, cuda_major=cuda_major, archs=archs, torch=torch, extra_dirs=extra_dirs,
                              cuobjdump=cuobjdump, resolve=True)
         if not report["ok"]:
             raise RigError(f"{built.name} failed the audit and was not kept: " + "; ".join(report["errors"]))
-        dest = cache / "built" / wheelhouse_key(lock_hash, archs)
+        dest = cache / "built" / key
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(built, dest / built.name)
     (dest / f"{built.name}.audit.json").write_text(json.dumps(report, indent=2) + "\n")
-    return {"changed": True, "wheel": str(dest / built.name), "audit": report, "jobs": jobs,
+    return {"changed": True, "wheel": str(dest / built.name), "key": key, "audit": report, "jobs": jobs,
             "msg": f"built and audited {dest / built.name}"}

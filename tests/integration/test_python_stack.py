@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import REPO, play, rig
+from conftest import BIN, REPO, Play, ansible_env, play, rig, run
 from rig.lock import read
 from rig.wheelhouse import cached_path
 
@@ -89,7 +89,7 @@ def test_a_lock_for_another_python_stops_naming_both(box, tmp_path):
     assert "this host's python3 is 3.11, the stack's lock is for Python 3.12" in bad.output
 
 
-def test_site_yml_with_the_default_stack_provisions_a_box_with_no_network(start_box):
+def test_site_yml_with_the_default_stack_provisions_a_box_with_no_network(start_box, tmp_path, monkeypatch):
     """End to end: CUDA, ldconfig and the locked venv, all from the controller's caches."""
     box = start_box(network="none")
     assert box.sh("python3 -c 'import urllib.request as u; u.urlopen(\"http://1.1.1.1\", timeout=3)'",
@@ -117,9 +117,32 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_network(start_
     again = box.play("site.yml").expect_ok()
     assert again.recap("changed") == 0
     # the role reverts, then --check --diff shows what it would patch and changes nothing
-    lock = {"python_stack_lock": str(DEFAULT_LOCK)}
-    assert box.play("patches.yml", **lock, sglang_patches_state="absent").expect_ok().recap("changed") == 1
-    diff = box.play("patches.yml", "--check", "--diff", **lock).expect_ok()
+    lock_var = {"python_stack_lock": str(DEFAULT_LOCK)}
+    assert box.play("patches.yml", **lock_var, sglang_patches_state="absent").expect_ok().recap("changed") == 1
+    diff = box.play("patches.yml", "--check", "--diff", **lock_var).expect_ok()
     assert "+        12: [4, 6, 8],  # rig: SM120" in diff.output and diff.recap("changed") == 1
     unpatched = json.loads(box.engine("patch", "status", "--json", "--venv", "/opt/rig/venv")[1])["patches"]
     assert not [r for r in unpatched if r["status"] == "applied"]
+    # wheel_build: this box (torch 2.14.1, CUDA 13) compiles the test extension; a second box
+    # with no CUDA only installs what came back. A fresh controller cache, so the build happens.
+    monkeypatch.setenv("RIG_CACHE", str(tmp_path / "cache"))
+    other = start_box()
+    tiny = REPO / "roles" / "python_stack" / "molecule" / "default" / "tiny.yml"
+    inventory = tmp_path / "builders.yml"
+    inventory.write_text(yaml.safe_dump({"all": {
+        "vars": {"ansible_connection": "community.docker.docker_api", "ansible_python_interpreter": "/usr/bin/python3"},
+        "children": {"gpu_hosts": {"hosts": {box.name: None, other.name: None}},
+                     "builders": {"hosts": {box.name: None}}}}}))
+    wheels = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / "wheels.yml"), "-e",
+              json.dumps({"rig_stack": str(tiny), "wheel_build_source": str(REPO / "tests" / "data" / "rig_scale_ext")})]
+    built = Play(run(wheels, cwd=REPO, env=ansible_env())).expect_ok()
+    assert re.search(rf"changed: \[{box.name}\]", built.output.split("Build the wheel against")[1].split("TASK")[0])
+    kept = list((tmp_path / "cache" / "built").glob("*/rig_scale_ext-0.1.0-*.whl"))
+    assert len(kept) == 1
+    audit = json.loads(kept[0].with_name(kept[0].name + ".audit.json").read_text())
+    assert audit["ok"] and audit["archs"] == {"12.0a": "cubin sm_120a"} and audit["torch"] == lock["torch"]
+    assert other.sh("/opt/rig/venv/bin/python -c 'import importlib.metadata as m; print(m.version(\"rig-scale-ext\"))'"
+                    ).stdout.strip() == "0.1.0"
+    assert not other.exists("/usr/local/cuda-13.0") and not box.exists("/var/cache/rig/wheel-build")
+    assert Play(run(wheels, cwd=REPO, env=ansible_env())).expect_ok().recap("changed") == 0
+
