@@ -3,7 +3,8 @@
 #
 # A box stands for a fresh GPU machine: Debian bookworm with python3 and
 # python3-apt (for Ansible, check mode included), a C++ host compiler (for
-# nvcc) and the host's extra CA certificates (from
+# nvcc), Python's headers (a builder compiles torch extensions; the boxes
+# have no network to fetch them) and the host's extra CA certificates (from
 # /usr/local/share/ca-certificates) so TLS to package registries verifies.
 # From a registry when one answers; else debootstrap + docker import. The tag
 # carries a hash of this recipe and the certificates, so the image is rebuilt
@@ -11,7 +12,7 @@
 set -euo pipefail
 
 SUITE=bookworm
-PACKAGES=python3,python3-apt,ca-certificates,g++,procps
+PACKAGES=python3,python3-apt,python3-dev,ca-certificates,g++,procps
 CACHE=${RIG_CACHE:-$HOME/.cache/rig}/base
 CERTS=/usr/local/share/ca-certificates
 

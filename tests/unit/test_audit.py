@@ -55,5 +55,13 @@ def test_a_source_must_be_buildable_and_a_git_source_pinned(tmp_path):
     assert source_spec("git+https://example.invalid/repo.git@v1") == "git+https://example.invalid/repo.git@v1"
 
 
-def test_the_wheelhouse_key_changes_with_the_lock_and_the_archs():
-    assert wheelhouse_key("a", ["12.0a"]) != wheelhouse_key("b", ["12.0a"]) != wheelhouse_key("b", ["9.0a"])
+def test_the_wheelhouse_key_changes_with_the_lock_the_archs_and_the_source(tmp_path):
+    (tmp_path / "setup.py").write_text("# v1\n")
+    keys = {wheelhouse_key("a", ["12.0a"], str(tmp_path)), wheelhouse_key("b", ["12.0a"], str(tmp_path)),
+            wheelhouse_key("b", ["9.0a"], str(tmp_path))}
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "leftover.o").write_text("x")  # build output is not the source
+    assert wheelhouse_key("b", ["9.0a"], str(tmp_path)) in keys
+    (tmp_path / "setup.py").write_text("# v2\n")
+    keys.add(wheelhouse_key("b", ["9.0a"], str(tmp_path)))
+    assert len(keys) == 4
