@@ -451,7 +451,9 @@ def wheels() -> None:
 
 
 @wheels.command("build")
-@click.argument("source")
+@click.argument("source", required=False)
+@click.option("--from-stack", "from_stack", type=click.Choice(["kernel", "flashinfer", "sglang"]),
+              help="Build this package from the stack's own source entry (git+ref or path, subdirectory).")
 @click.option("--venv", "venv_path", required=True, help="The venv whose torch the build links against.")
 @click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
               help="Target archs and CUDA major; its lock's hash keys the built wheel.")
@@ -462,7 +464,7 @@ def wheels() -> None:
 @click.option("--lock-hash", help="The stack lock's hash (default: read from the stack's lock file).")
 @click.option("--cuobjdump", help="cuobjdump to read the wheel's archs with (default: cached, on PATH, or fetched).")
 @json_option
-def wheels_build(source, venv_path, stack_path, cuda_home, prefix, jobs, cache, lock_hash, cuobjdump,
+def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, jobs, cache, lock_hash, cuobjdump,
                  as_json) -> None:
     """Build SOURCE (a source dir, an sdist, or git+URL@REF) into an audited wheel.
 
@@ -477,6 +479,9 @@ def wheels_build(source, venv_path, stack_path, cuda_home, prefix, jobs, cache, 
     from rig.tools import fetch_tool
 
     stack = load(stack_path)
+    if bool(source) == bool(from_stack):
+        raise RigError("give SOURCE or --from-stack PACKAGE (one of them)")
+    source = source or builds.stack_source(stack, from_stack, stack_path)
     version = stack["cuda"]["version"]
     lock_hash = lock_hash or _lock_hash(stack_path)
     home = Path(cuda_home) if cuda_home else Path(prefix) / f"cuda-{'.'.join(version.split('.')[:2])}"

@@ -22,6 +22,7 @@ from rig.audit import audit_wheel, venv_context
 
 GIB = 1 << 30
 NVCC_JOB_MEMORY = 4 * GIB  # a heavy nvcc translation unit peaks around here
+CCACHE_MASQUERADE = "/usr/lib/ccache"  # Debian/Ubuntu: gcc, g++, c++ links to ccache
 
 
 def max_jobs(cores: int, available_memory: int) -> int:
@@ -47,9 +48,13 @@ def build_env(archs: list[str], cuda_home: Path, jobs: int) -> dict:
         "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs),
     }
     ccache = shutil.which("ccache")
-    if ccache:  # torch's extension builder honours PYTORCH_NVCC and CXX; CMake its launchers
-        env.update(PYTORCH_NVCC=f"{ccache} {cuda_home / 'bin' / 'nvcc'}", CXX=f"{ccache} g++",
+    if ccache:
+        # nvcc through PYTORCH_NVCC (torch's extension builder) and CMake's launcher; the host compiler
+        # through ccache's masquerade dir, since torch reads the compiler's version from CXX
+        env.update(PYTORCH_NVCC=f"{ccache} {cuda_home / 'bin' / 'nvcc'}",
                    CMAKE_CUDA_COMPILER_LAUNCHER=ccache, CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+        if Path(CCACHE_MASQUERADE).is_dir():
+            env["PATH"] = f"{CCACHE_MASQUERADE}:{env['PATH']}"
     return env
 
 
@@ -65,6 +70,20 @@ def source_spec(source: str) -> str:
     if path.is_dir() and not any((path / f).exists() for f in ("setup.py", "pyproject.toml")):
         raise RigError(f"{source} has neither setup.py nor pyproject.toml")
     return str(path.resolve())
+
+
+def stack_source(stack: dict, package: str, stack_path: str) -> str:
+    """The build source a stack's entry names: git+URL@REF[#subdirectory=...] or a local path."""
+    source = stack[package].get("source") or {}
+    if not (source.get("git") or source.get("path")):
+        raise RigError(f"{stack_path}: {package} has no source entry (source: {{git, ref}} or {{path}}); "
+                       "it installs as a prebuilt wheel")
+    if source.get("path"):
+        path = Path(source["path"])
+        path = path if path.is_absolute() else Path(stack_path).resolve().parent / path
+        return str(path / source["subdirectory"]) if source.get("subdirectory") else str(path)
+    sub = f"#subdirectory={source['subdirectory']}" if source.get("subdirectory") else ""
+    return f"git+{source['git']}@{source['ref']}{sub}"
 
 
 def source_digest(spec: str) -> str:
@@ -130,6 +149,7 @@ def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home:
         raise RigError(f"{venv} has no torch to build against; install the stack's venv first")
     jobs = jobs or max_jobs(os.cpu_count() or 1, available_memory())
     env = {**os.environ, **build_env(archs, cuda_home, jobs)}
+    env["PATH"] = f"{venv / 'bin'}:{env['PATH']}"  # the venv's ninja: parallel builds, and PYTORCH_NVCC honoured
     progress(f"building {source} against torch {torch.version} for {', '.join(archs)} "
              f"with {nvcc} ({jobs} jobs{', ccache' if 'PYTORCH_NVCC' in env else ''})")
     with tempfile.TemporaryDirectory() as out:
@@ -139,7 +159,8 @@ def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home:
         done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "wheel", "--no-build-isolation",
                                "--no-deps", "--no-index", "-w", out, spec], env=env, stdout=sys.stderr)
         if done.returncode != 0:
-            raise RigError(f"building {source} failed (pip exit {done.returncode}); its output is above")
+            hint = "; an air-gapped builder gives a local checkout or sdist instead" if spec.startswith("git+") else ""
+            raise RigError(f"building {source} failed (pip exit {done.returncode}); its output is above{hint}")
         built = next(Path(out).glob("*.whl"))  # -w OUT: the wheel lands beside the copied source
         report = audit_wheel(built, cuda_major=cuda_major, archs=archs, torch=torch, extra_dirs=extra_dirs,
                              cuobjdump=cuobjdump, resolve=True)

@@ -3,7 +3,10 @@ import pytest
 
 from rig import RigError
 from rig.audit import _torch_pin, abi_of, covers
-from rig.wheels import GIB, build_env, max_jobs, source_spec, wheelhouse_key
+from rig.stack import load
+from rig.wheels import GIB, build_env, max_jobs, source_spec, stack_source, wheelhouse_key
+
+from conftest import REPO
 
 
 @pytest.mark.parametrize("target, cubins, ptx, how", [
@@ -65,3 +68,13 @@ def test_the_wheelhouse_key_changes_with_the_lock_the_archs_and_the_source(tmp_p
     (tmp_path / "setup.py").write_text("# v2\n")
     keys.add(wheelhouse_key("b", ["9.0a"], str(tmp_path)))
     assert len(keys) == 4
+
+
+def test_a_stacks_source_entry_is_its_build_recipe(tmp_path):
+    stack_059 = REPO / "stacks" / "sm120-sglang-0.5.9.yml"
+    assert stack_source(load(stack_059), "kernel", str(stack_059)).endswith("@v0.5.9#subdirectory=sgl-kernel")
+    with pytest.raises(RigError, match="kernel has no source entry"):
+        stack_source(load(REPO / "stacks" / "default.yml"), "kernel", "stacks/default.yml")
+    local = tmp_path / "local.yml"
+    local.write_text("name: l\ncuda: {version: 13.0.2}\nkernel: {source: {path: src, subdirectory: sgl-kernel}}\n")
+    assert stack_source(load(local), "kernel", str(local)) == str(tmp_path / "src" / "sgl-kernel")
