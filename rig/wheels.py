@@ -156,6 +156,8 @@ def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home:
         if Path(spec).is_dir():  # build a clean copy: no stale objects in, no build/ left in the source
             spec = str(shutil.copytree(spec, Path(out) / "src", ignore=lambda d, names: [
                 n for n in names if _ignored((n,))]))
+        if "PYTORCH_NVCC" in env:  # paths relative to the fresh copy, so ccache hits across builds
+            env.update(CCACHE_BASEDIR=out, CCACHE_NOHASHDIR="true")
         done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "wheel", "--no-build-isolation",
                                "--no-deps", "--no-index", "-w", out, spec], env=env, stdout=sys.stderr)
         if done.returncode != 0:
