@@ -150,11 +150,11 @@ def _kernels(venv: str, cuda_version: str, archs: list[str], prefix: str) -> lis
         torch, dirs, installed = venv_context(Path(venv), list(KERNEL_PACKAGES))
     except RigError as exc:
         return [Check("python", "kernels", "fail", str(exc), "install the stack's venv (python_stack role)")]
+    from rig.tools import find_tool
+
     # no download here: rig's cached cuobjdump, one on PATH, or the toolkit's own
-    tools = [Path(os.environ.get("RIG_CACHE", Path.home() / ".cache" / "rig")) / "tools" / "cuobjdump-13.2.51" /
-             "cuobjdump", Path(shutil.which("cuobjdump") or "/nonexistent"),
-             Path(prefix) / f"cuda-{series(cuda_version)}" / "bin" / "cuobjdump"]
-    cuobjdump = next((t for t in tools if t.is_file()), None)
+    cuobjdump = find_tool("cuobjdump", os.environ.get("RIG_CACHE", Path.home() / ".cache" / "rig"),
+                          Path(prefix) / f"cuda-{series(cuda_version)}" / "bin")
     common = {"cuda_major": major(cuda_version), "archs": archs, "torch": torch, "extra_dirs": dirs,
               "cuobjdump": cuobjdump, "resolve": True}
     checks = []
