@@ -1,10 +1,10 @@
 """The engine bundle: rig, its pure-Python dependencies (click, pyelftools,
-packaging, PyYAML) and the patch set in
-one zipapp (`python3 rig.pyz ...`).
+jinja2 with markupsafe, packaging, PyYAML) and the patch set in one zipapp
+(`python3 rig.pyz ...`).
 
 Roles and `rig doctor --container` run the engine on targets through it, so a
-target needs nothing but python3: no pip, no venv, no package index. PyYAML runs
-without its C extension there (its pure-Python loader is the fallback).
+target needs nothing but python3: no pip, no venv, no package index. PyYAML and
+markupsafe run without their C extensions there (each has a pure-Python fallback).
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from pathlib import Path
 
 import click
 import elftools
+import jinja2
+import markupsafe
 import packaging
 import yaml
 
@@ -27,10 +29,10 @@ PATCHES = Path(rig.__file__).resolve().parent.parent / "patches"
 def _sources() -> list[tuple[Path, Path]]:
     """(file, path inside the bundle) for every module the engine needs."""
     files = []
-    for module in (rig, click, elftools, packaging, yaml):
+    for module in (rig, click, elftools, jinja2, markupsafe, packaging, yaml):
         package = Path(module.__file__).parent
         for path in sorted(package.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed"):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed", ".j2"):
                 files.append((path, Path(package.name) / path.relative_to(package)))
     # read by rig.patches on targets, where the repo's patches/ is not
     files += [(path, Path("rig") / "patchset" / path.name) for path in sorted(PATCHES.glob("*.yml"))]

@@ -182,6 +182,103 @@ def venv_verify(venv_path, as_json) -> None:
     sys.exit(0 if result["ok"] else 1)
 
 
+# ------------------------------------------------------------------ env
+
+@cli.group("env")
+def env_group() -> None:
+    """The CUDA 13 environment every process of the stack's venv starts with (a sitecustomize)."""
+
+
+def _env_source(func):
+    func = click.option("--env-json", help="The environment as `rig env show --json` prints it "
+                        "(roles pass this; default: from --stack).")(func)
+    func = click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
+                        help="Render the stack's environment section, CUDA version and archs.")(func)
+    return prefix_option(func)
+
+
+def _environment(stack_path: str, env_json: str | None, prefix: str) -> tuple[dict, str]:
+    """(environment, stack name) from a stack file, or from the JSON a role passes."""
+    if env_json:
+        try:
+            data = json.loads(env_json)
+            return {"pinned": data["pinned"], "defaults": data["defaults"]}, data["stack"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RigError(f"--env-json is not what `rig env show --json` prints: {exc}") from exc
+    from rig.runtime_env import environment
+    from rig.stack import load
+
+    stack = load(stack_path)
+    return environment(stack, prefix), stack["name"]
+
+
+@env_group.command("show")
+@_env_source
+@json_option
+def env_show(stack_path, env_json, prefix, as_json) -> None:
+    """Print the sitecustomize module a stack renders (or its variables as JSON)."""
+    from rig.runtime_env import render
+
+    env, name = _environment(stack_path, env_json, prefix)
+    click.echo(json.dumps({**env, "stack": name}, sort_keys=True) if as_json else render(env, name))
+
+
+@env_group.command("install")
+@click.option("--venv", "venv_path", required=True, help="The stack's venv (never the system Python).")
+@_env_source
+@check_option
+@json_option
+def env_install(venv_path, stack_path, env_json, prefix, check, as_json) -> None:
+    """Write the environment module and the .pth that loads it into the venv; a no-op when current.
+
+    Any sitecustomize already there keeps running, after rig's module.
+    """
+    from rig.runtime_env import install
+
+    env, name = _environment(stack_path, env_json, prefix)
+    emit(install(venv_path, env, name, check), as_json)
+
+
+@env_group.command("remove")
+@click.option("--venv", "venv_path", required=True)
+@check_option
+@json_option
+def env_remove(venv_path, check, as_json) -> None:
+    """Take rig's environment module out of the venv."""
+    from rig.runtime_env import remove
+
+    emit(remove(venv_path, check), as_json)
+
+
+# ------------------------------------------------------------------ server
+
+@cli.group()
+def server() -> None:
+    """The SGLang server: its command line from the stack."""
+
+
+@server.command("args")
+@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True)
+@click.option("--venv", "venv_path", help="The venv whose sglang parses the flags (default: the stack's).")
+@click.option("--baseline", is_flag=True, help="Drop speculation, keep everything else (the benchmark's baseline).")
+@json_option
+def server_args(stack_path, venv_path, baseline, as_json) -> None:
+    """Print the server command line the stack asks for, in the installed sglang's spelling.
+
+    The flags are parsed by that sglang version's own argument parser; a flag it
+    does not know is an error naming the flag and the version. When the variable
+    named by server.api_key_env is set, --api-key refers to it as ${NAME}: its
+    value is never printed.
+    """
+    from rig.server import render, shell_line
+    from rig.stack import load
+
+    stack = load(stack_path)
+    api_key = bool(os.environ.get(stack["server"]["api_key_env"]))
+    result = render(stack, venv_path or stack["venv"], baseline, api_key)
+    click.echo(json.dumps(result, indent=2) if as_json else shell_line(result["argv"], result["api_key_env"]))
+
+
 # ------------------------------------------------------------------ cuda
 
 @cli.group()

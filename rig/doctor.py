@@ -1,5 +1,6 @@
 """Layered health checks, run in order: driver -> toolkit -> libraries -> nvrtc -> python
-(the venv, then `rig audit` of its compiled kernel packages).
+(the venv, its sitecustomize environment and Triton's ptxas, then `rig audit` of its
+compiled kernel packages).
 
 Each check is pass, fail or skip with a one-line detail and, on failure, the
 fix. Every layer runs even when an earlier one failed, so one report shows all
@@ -138,6 +139,34 @@ def _venv(venv: str) -> Check:
                  f"({result['lock_hash'][:12]})")
 
 
+def _environment(venv: str, cuda_version: str, archs: list[str], prefix: str) -> list[Check]:
+    """A fresh interpreter of the venv, started with an empty environment, must carry the stack's."""
+    from rig import RigError
+    from rig.runtime_env import MODULE, cuda_env, seen_by
+
+    fix = "run `rig env install --venv VENV --stack STACK` (the python_stack role does)"
+    try:
+        seen = seen_by(Path(venv) / "bin" / "python")
+    except RigError as exc:
+        return [Check("python", "sitecustomize", "fail", str(exc), fix)]
+    if not seen["loaded"]:
+        return [Check("python", "sitecustomize", "fail", f"{MODULE} is not loaded when {venv}'s Python starts", fix)]
+    wanted = {**seen["declared"], **cuda_env(cuda_version, archs, prefix)}
+    wrong = [f"{k}={seen['environ'].get(k)!r} (want {v!r})" for k, v in wanted.items() if seen["environ"].get(k) != v]
+    checks = [Check("python", "sitecustomize", "fail" if wrong else "pass",
+                    "; ".join(wrong) if wrong else f"a fresh interpreter has {len(wanted)} variables set, "
+                    f"CUDA_HOME={wanted['CUDA_HOME']}", fix if wrong else "")]
+    ptxas = seen["environ"].get("TRITON_PTXAS_PATH", "")
+    done = subprocess.run([ptxas, "--version"], capture_output=True, text=True) if os.access(ptxas, os.X_OK) else None
+    release = re.search(r"release (\d+\.\d+)", done.stdout) if done else None
+    good = bool(release) and release.group(1) == series(cuda_version)
+    checks.append(Check("python", "triton-ptxas", "pass" if good else "fail",
+                        f"{ptxas}: CUDA {release.group(1) if release else 'unknown'} ptxas" if done else
+                        f"TRITON_PTXAS_PATH {ptxas!r} is not an executable",
+                        "" if good else f"install CUDA {series(cuda_version)} with ptxas (cuda_toolkit role)"))
+    return checks
+
+
 KERNEL_PACKAGES = ("sglang-kernel", "sgl-kernel", "flashinfer-jit-cache")
 
 
@@ -181,6 +210,7 @@ def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: s
     if venv:
         checks.append(_venv(venv))
         if checks[-1].status == "pass":  # the kernels are audited in a venv known to be whole
+            checks += _environment(venv, cuda_version, archs, prefix)
             checks += _kernels(venv, cuda_version, archs, prefix)
     return checks
 

@@ -21,6 +21,7 @@ from packaging.version import Version
 from rig import RigError
 from rig.cuda_releases import major
 from rig.pip import PipError, index_args, platform_tags, resolve, target_args
+from rig.stack import RUNTIME_KEYS
 
 LOCK_VERSION = 1
 UNREACHABLE = ("Could not fetch URL", "Failed to establish a new connection", "Connection refused",
@@ -246,4 +247,5 @@ def read(path: str | Path) -> dict:
 
 def stack_digest(stack: dict) -> str:
     """What the lock was made from, so `rig lock --check` can tell a stale lock."""
-    return hashlib.sha256(json.dumps(stack, sort_keys=True).encode()).hexdigest()
+    packages = {k: v for k, v in stack.items() if k not in RUNTIME_KEYS}
+    return hashlib.sha256(json.dumps(packages, sort_keys=True).encode()).hexdigest()

@@ -63,6 +63,35 @@ def _source(value: dict) -> str | None:
     return None
 
 
+def _positive(value: int) -> str | None:
+    return None if value > 0 else "must be a positive number"
+
+
+def _non_negative(value: int) -> str | None:
+    return None if value >= 0 else "must be 0 or more"
+
+
+def _fraction(value: float) -> str | None:
+    return None if 0 <= value < 1 else "must be a fraction below 1 (0 leaves sglang's default)"
+
+
+def _port(value: int) -> str | None:
+    return None if 0 < value < 65536 else "must be a TCP port (1-65535)"
+
+
+def _env_name(value: str) -> str | None:
+    return None if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value) else f"{value!r} is not an environment variable name"
+
+
+def _env_vars(value: dict) -> str | None:
+    for name, val in value.items():
+        if msg := _env_name(str(name)):
+            return msg
+        if not isinstance(val, (str, int, float)) or isinstance(val, bool):
+            return f"{name}: give a string or number, not {type(val).__name__}"
+    return None
+
+
 def _package(name_choices: tuple, default_name: str) -> Field:
     """A pinned package: a prebuilt wheel of `version`, or a source build of it."""
     return Field(dict, default={}, fields={
@@ -113,7 +142,36 @@ SCHEMA = {
         }),
     }),
     "archs": Field(list, default=["12.0a"], item=Field(choices=ARCHS)),
+    # --- what the venv's processes see and how the server runs; not part of the lock
+    "environment": Field(dict, default={}, fields={
+        "nccl_pcie_only": Field(bool, default=False),   # boxes whose GPUs talk over PCIe only
+        "vars": Field(dict, default={}, check=_env_vars),
+    }),
+    "server": Field(dict, default={}, fields={
+        "model": Field(default=""),
+        "draft_model": Field(default=""),            # EAGLE-3 draft; "" serves without speculation
+        "speculative_num_steps": Field(int, default=2, check=_positive),
+        "speculative_eagle_topk": Field(int, default=4, check=_positive),
+        "speculative_num_draft_tokens": Field(int, default=8, check=_positive),
+        "tp": Field(int, default=1, check=_positive),
+        "mem_fraction_static": Field((int, float), default=0, check=_fraction),  # 0: sglang's default
+        "cuda_graph_max_bs": Field(int, default=0, check=_non_negative),  # 0: the largest bench concurrency
+        "flashinfer_allreduce_fusion": Field(bool, default=False),
+        "torch_symm_mem": Field(bool, default=False),
+        "host": Field(default="127.0.0.1"),
+        "port": Field(int, default=30000, check=_port),
+        "api_key_env": Field(default="SGLANG_API_KEY", check=_env_name),
+        "extra_args": Field(list, default=[], item=Field()),
+    }),
+    "bench": Field(dict, default={}, fields={
+        "concurrency": Field(list, default=[1, 2, 5, 10, 30, 70, 100, 250], item=Field(int, check=_positive)),
+        "max_tokens": Field(int, default=512, check=_positive),
+        "serial_runs": Field(int, default=10, check=_positive),
+        "serial_tokens": Field(int, default=2048, check=_positive),
+    }),
 }
+# Sections that shape processes, not packages: editing them leaves the lock current.
+RUNTIME_KEYS = ("environment", "server", "bench")
 
 
 def _validate(value: Any, spec: Field, where: str, source: str) -> Any:
@@ -176,10 +234,13 @@ def pins_packages(stack: dict) -> bool:
 def ansible_vars(stack: dict, path: str | Path | None = None) -> dict:
     """The role variables a stack implies, so playbooks take versions from one place."""
     cuda = stack["cuda"]
+    from rig.runtime_env import environment
+
     python = {}
     if path is not None and pins_packages(stack):
         python = {"python_stack_lock": str(Path(path).resolve().with_suffix(".lock")),
-                  "python_stack_venv": stack["venv"]}
+                  "python_stack_venv": stack["venv"],
+                  "python_stack_environment": {**environment(stack), "stack": stack["name"]}}
     return {**python,
         "rig_stack_name": stack["name"],
         "rig_archs": stack["archs"],

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rig import RigError, progress
 from rig.audit import audit_wheel, venv_context
+from rig.runtime_env import arch_env
 
 GIB = 1 << 30
 NVCC_JOB_MEMORY = 4 * GIB  # a heavy nvcc translation unit peaks around here
@@ -41,8 +42,7 @@ def build_env(archs: list[str], cuda_home: Path, jobs: int) -> dict:
     env = {
         "CUDA_HOME": str(cuda_home),
         "PATH": f"{cuda_home / 'bin'}:{os.environ.get('PATH', '')}",
-        "TORCH_CUDA_ARCH_LIST": ";".join(archs),                  # torch.utils.cpp_extension
-        "FLASHINFER_CUDA_ARCH_LIST": " ".join(archs),             # flashinfer JIT / AOT
+        **arch_env(archs),
         "CUDAARCHS": ";".join(a.replace(".", "") for a in archs),  # CMake (sgl-kernel)
         "MAX_JOBS": str(jobs),
         "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs),

@@ -1,0 +1,153 @@
+"""The SGLang server's command line, rendered from the stack for the installed sglang.
+
+The stack says what it wants (a CUDA-graph batch, fusion, a draft model); rig
+picks the spelling the venv's sglang knows, then parses the argv with that
+version's own parser (`ServerArgs.add_cli_args` on an argparse parser, as
+`prepare_server_args` builds it; constructing ServerArgs runs device checks and
+needs a GPU). The API key is passed as a ${NAME} reference that the shell or
+systemd expands, so its value is never in the argv rig prints or logs.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+from rig import RigError
+
+# What the stack asks for -> the spellings sglang releases use, preferred first.
+SPELLINGS = {
+    "tp": ("--tp-size", "--tp"),
+    # 0.5.9 has --cuda-graph-max-bs; 0.5.23 splits it and rejects the old name as ambiguous
+    "cuda_graph_max_bs": ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"),
+}
+
+# Runs in the venv's Python, one JSON request per line: "options" lists the parser's
+# flags, "parse" parses an argv. One process serves both, so sglang is imported once.
+_PARSER = r"""
+import argparse, importlib.metadata, json, sys
+from sglang.srt.server_args import ServerArgs
+parser = argparse.ArgumentParser(prog="sglang serve")
+ServerArgs.add_cli_args(parser)
+def error(message):
+    raise ValueError(message)
+parser.error = error
+version = importlib.metadata.version("sglang")
+for line in sys.stdin:
+    request, out = json.loads(line), {"version": version}
+    if request["mode"] == "options":
+        out["options"] = sorted(o for a in parser._actions for o in a.option_strings)
+    else:
+        try:
+            parser.parse_args(request["argv"])
+        except (ValueError, SystemExit) as exc:
+            out["error"] = str(exc)
+    print(json.dumps(out), flush=True)
+"""
+
+
+class _Parser:
+    """The venv's sglang argument parser, in a child process of the venv's Python."""
+
+    def __init__(self, python: Path):
+        if not python.exists():
+            raise RigError(f"{python} does not exist; install the stack's venv first (python_stack role)")
+        self.proc = subprocess.Popen([str(python), "-c", _PARSER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def ask(self, request: dict) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.kill()
+            err = self.proc.stderr.read().strip().splitlines()
+            raise RigError(f"sglang's argument parser did not load in {self.proc.args[0]}: {err[-1:] or 'no output'}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
+    """(what, value) pairs in argv order; a None value is a bare switch."""
+    server, bench = stack["server"], stack["bench"]
+    if not server["model"]:
+        raise RigError("the stack has no server.model: set it to the model's local path or id")
+    largest = max(bench["concurrency"])
+    graph_bs = server["cuda_graph_max_bs"] or largest
+    if graph_bs < largest:
+        raise RigError(f"server.cuda_graph_max_bs {graph_bs} is below the largest bench concurrency {largest}: "
+                       "batches above it would run without CUDA graphs; raise it or leave it 0")
+    pairs = [("--model-path", server["model"])]
+    if not baseline:
+        if not server["draft_model"]:
+            raise RigError("the stack has no server.draft_model for EAGLE-3: set it, or use --baseline")
+        pairs += [("--speculative-algorithm", "EAGLE3"),
+                  ("--speculative-draft-model-path", server["draft_model"]),
+                  ("--speculative-num-steps", str(server["speculative_num_steps"])),
+                  ("--speculative-eagle-topk", str(server["speculative_eagle_topk"])),
+                  ("--speculative-num-draft-tokens", str(server["speculative_num_draft_tokens"]))]
+    pairs += [("tp", str(server["tp"])), ("cuda_graph_max_bs", str(graph_bs))]
+    if server["mem_fraction_static"]:
+        pairs.append(("--mem-fraction-static", str(server["mem_fraction_static"])))
+    if server["flashinfer_allreduce_fusion"]:
+        pairs.append(("--enable-flashinfer-allreduce-fusion", None))
+    if server["torch_symm_mem"]:
+        pairs.append(("--enable-torch-symm-mem", None))
+    pairs += [("--host", server["host"]), ("--port", str(server["port"]))]
+    return pairs
+
+
+def render(stack: dict, venv: str | Path, baseline: bool = False, api_key: bool = False) -> dict:
+    """The argv for `python -m sglang.launch_server`, spelled and checked for the venv's sglang."""
+    python = Path(venv) / "bin" / "python"
+    parser = _Parser(python)
+    try:
+        return _render(stack, parser, python, baseline, api_key)
+    finally:
+        parser.close()
+
+
+def _render(stack: dict, parser: _Parser, python: Path, baseline: bool, api_key: bool) -> dict:
+    known = parser.ask({"mode": "options"})
+    version, options = known["version"], set(known["options"])
+    argv = []
+    for what, value in wants(stack, baseline):
+        spellings = SPELLINGS.get(what, (what,))
+        flag = next((s for s in spellings if s in options), None)
+        if flag is None:
+            raise RigError(f"sglang {version} has no {' or '.join(spellings)} (asked for by the stack's server "
+                           f"section); change the stack or its sglang version")
+        argv += [flag] + ([] if value is None else [value])
+    key_env = stack["server"]["api_key_env"]
+    if api_key:
+        argv += ["--api-key", "${%s}" % key_env]
+    argv += stack["server"]["extra_args"]
+    parsed = parser.ask({"mode": "parse", "argv": [("redacted" if t == "${%s}" % key_env else t) for t in argv]})
+    if "error" in parsed:
+        raise RigError(f"sglang {version} rejects the server command line: {parsed['error']}")
+    # argparse takes unique prefixes; a release that adds a flag can make one ambiguous (as 0.5.23 did)
+    for flag in (t.split("=", 1)[0] for t in argv if t.startswith("--")):
+        if flag not in options:
+            raise RigError(f"sglang {version} takes {flag} only as an abbreviation of a longer flag; "
+                           "spell the flag out in server.extra_args")
+    return {"sglang": version, "baseline": baseline, "python": str(python),
+            "argv": [str(python), "-m", "sglang.launch_server", *argv],
+            "api_key_env": key_env if api_key else None}
+
+
+def shell_line(argv: list[str], api_key_env: str | None) -> str:
+    """The argv as a shell command, one flag per line; the key stays a variable the shell expands."""
+    secret = "${%s}" % api_key_env if api_key_env else None
+    words = [f'"{t}"' if t == secret else shlex.quote(t) for t in argv]
+    lines, current = [], words[:3]
+    for word in words[3:]:
+        if word.startswith("--"):
+            lines.append(" ".join(current))
+            current = [word]
+        else:
+            current.append(word)
+    return " \\\n    ".join(lines + [" ".join(current)])
