@@ -1,0 +1,77 @@
+"""SGLang's HTTP API as rig's smoke test and benchmark use it (stdlib only, so the
+engine bundle can wait for a server on a target).
+
+Field names follow SGLang's http_server.py and tokenizer_manager.py: /generate
+returns meta_info with completion_tokens, e2e_latency and, under speculation,
+spec_verify_ct (newer builds add spec_accept_length); /server_info (older
+/get_server_info) carries the server's arguments and
+internal_states[i].avg_spec_accept_length.
+"""
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+
+from rig import RigError
+
+KEY_ENV = "SGLANG_API_KEY"
+
+
+def headers(api_key_env: str = KEY_ENV) -> dict:
+    key = os.environ.get(api_key_env)
+    return {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+
+
+def generate_body(prompt: str, max_tokens: int, stream: bool) -> dict:
+    # ignore_eos: every request generates exactly max_tokens, so runs compare like for like
+    return {"text": prompt, "stream": stream,
+            "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}}
+
+
+def accept_length(meta: dict) -> float | None:
+    """Tokens per verify step of one finished request, or None when it was not speculative."""
+    if meta.get("spec_accept_length") is not None:
+        return float(meta["spec_accept_length"])
+    verify = meta.get("spec_verify_ct")
+    return meta["completion_tokens"] / verify if verify else None
+
+
+def call(url: str, path: str, body: dict | None = None, timeout: float = 30.0,
+         api_key_env: str = KEY_ENV) -> tuple[int, bytes]:
+    """(HTTP status, body); status 0 when nothing answered."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url.rstrip("/") + path, data=data, headers=headers(api_key_env),
+                                     method="POST" if data is not None else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        return 0, str(getattr(exc, "reason", exc)).encode()
+
+
+def server_info(url: str, api_key_env: str = KEY_ENV) -> dict:
+    """The server's arguments and internal state; {} when neither spelling answers."""
+    for path in ("/server_info", "/get_server_info"):
+        status, body = call(url, path, api_key_env=api_key_env)
+        if status == 200:
+            return json.loads(body)
+    return {}
+
+
+def server_accept_length(info: dict) -> float | None:
+    values = [s.get("avg_spec_accept_length") for s in info.get("internal_states") or []]
+    values = [v for v in values if v]
+    return sum(values) / len(values) if values else None
+
+
+def expect_json(status: int, body: bytes, what: str) -> dict:
+    if status != 200:
+        raise RigError(f"{what}: HTTP {status or 'no answer'}: {body[:300].decode(errors='replace')}")
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise RigError(f"{what}: the answer is not JSON: {body[:200]!r}") from exc

@@ -1,0 +1,89 @@
+"""`rig smoke`: is the server up, does it generate, and does speculation happen?"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rig import RigError, progress
+from rig.sglang_api import accept_length, call, expect_json, generate_body, server_accept_length, server_info
+
+PROMPTS = ("The capital of France is", "Write a haiku about GPUs.", "List three prime numbers:")
+
+
+def log_tail(log: str | None, lines: int = 20) -> str:
+    if not log or not Path(log).is_file():
+        return ""
+    tail = Path(log).read_text(errors="replace").splitlines()[-lines:]
+    return f"\nlast {len(tail)} lines of {log}:\n" + "\n".join(tail)
+
+
+def wait_healthy(url: str, timeout: float, log: str | None = None, api_key_env: str = "SGLANG_API_KEY",
+                 every: float = 10.0) -> float:
+    """Poll /health_generate until 200; SGLang answers 503 while it loads (minutes for big models)."""
+    start = last_said = time.monotonic()
+    status, body = 0, b""
+    while (waited := time.monotonic() - start) < timeout:
+        status, body = call(url, "/health_generate", timeout=min(30.0, timeout), api_key_env=api_key_env)
+        if status == 200:
+            return waited
+        if time.monotonic() - last_said >= every:
+            last_said = time.monotonic()
+            answer = f"HTTP {status}" if status else body.decode(errors="replace")
+            progress(f"waiting for {url}/health_generate: {answer} ({waited:.0f} s of {timeout:.0f} s)")
+        time.sleep(min(1.0, max(0.0, timeout - waited)))
+    answer = f"HTTP {status}" if status else f"no answer ({body.decode(errors='replace')})"
+    raise RigError(f"{url} was not healthy within {timeout:.0f} s: last {answer}; a big model takes about "
+                   f"10 minutes to load, so raise --timeout or read the server's log" + log_tail(log))
+
+
+def _one(url: str, prompt: str, max_tokens: int, api_key_env: str) -> dict:
+    status, body = call(url, "/generate", generate_body(prompt, max_tokens, stream=False), timeout=600,
+                        api_key_env=api_key_env)
+    out = expect_json(status, body, f"POST {url}/generate")
+    meta = out.get("meta_info") or {}
+    problems = []
+    if not str(out.get("text") or "").strip():
+        problems.append("empty completion")
+    tokens = meta.get("completion_tokens")
+    if not isinstance(tokens, int) or not 0 < tokens <= max_tokens:
+        problems.append(f"completion_tokens {tokens!r} is not within 1..{max_tokens}")
+    elif "output_ids" in out and len(out["output_ids"]) != tokens:
+        problems.append(f"completion_tokens {tokens} disagrees with {len(out['output_ids'])} output_ids")
+    return {"prompt": prompt, "ok": not problems, "problems": problems, "completion_tokens": tokens,
+            "prompt_tokens": meta.get("prompt_tokens"), "e2e_latency": meta.get("e2e_latency"),
+            "accept_length": accept_length(meta) if isinstance(tokens, int) else None,
+            "text": str(out.get("text") or "")[:200]}
+
+
+def run(url: str, timeout: float = 900.0, max_tokens: int = 64, log: str | None = None,
+        speculation: bool | None = None, api_key_env: str = "SGLANG_API_KEY") -> dict:
+    """Wait for health, generate, check; speculation=None reads whether it is configured from /server_info."""
+    waited = wait_healthy(url, timeout, log, api_key_env)
+    info = server_info(url, api_key_env)
+    if speculation is None:
+        speculation = bool(info.get("speculative_algorithm"))
+    try:
+        results = [_one(url, prompt, max_tokens, api_key_env) for prompt in PROMPTS]
+    except RigError as exc:
+        raise RigError(f"{exc}{log_tail(log)}") from exc
+    problems = [f"{r['prompt']!r}: {p}" for r in results for p in r["problems"]]
+    spec = None
+    if speculation:
+        lengths = [r["accept_length"] for r in results if r["accept_length"]]
+        source = "meta_info"
+        if not lengths:  # builds whose meta_info lacks it still report the server's average
+            lengths, source = [v for v in [server_accept_length(server_info(url, api_key_env))] if v], "/server_info"
+        spec = {"accept_length": sum(lengths) / len(lengths) if lengths else None, "source": source}
+        if not lengths:
+            problems.append("speculation is configured but no request was speculative "
+                            "(no spec_verify_ct in meta_info, no avg_spec_accept_length in /server_info)")
+        elif spec["accept_length"] <= 1.0:
+            problems.append(f"accept length {spec['accept_length']:.2f}: no draft token was accepted; "
+                            "check the draft model matches the target")
+    ok = not problems
+    summary = (f"{url}: healthy after {waited:.0f} s, {len(results)} completions"
+               + (f", accept length {spec['accept_length']:.2f} ({spec['source']})"
+                  if spec and spec["accept_length"] else "")
+               + ("" if ok else "; FAILED: " + "; ".join(problems)))
+    return {"ok": ok, "url": url, "health_wait_s": round(waited, 1), "speculation": spec,
+            "requests": results, "problems": problems, "msg": summary}

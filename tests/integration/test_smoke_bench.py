@@ -1,0 +1,196 @@
+"""`rig smoke` and `rig bench`, end to end, against the SGLang API stand-in (tests/sglang_api_server.py).
+
+Each test starts real server processes and runs the real rig CLI against them
+over HTTP. The servers are shaped like the seeds' measurements: EAGLE-3 faster
+for one stream, the baseline faster under load, so the crossover has a known place.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, rig
+
+STAND_IN = REPO / "tests" / "sglang_api_server.py"
+PNG = b"\x89PNG\r\n\x1a\n"
+# Seeds' shape, four times as fast: EAGLE-3 serves one stream at 560 tok/s against 400,
+# but all streams together at 1440 against 3200. Total tok/s min(560C, 1440) vs
+# min(400C, 3200): EAGLE-3 wins at C=1..3 (1440 > 1200) and loses from C=4 on.
+EAGLE = ["--rate", "560", "--capacity", "1440", "--accept-length", "2.5"]
+BASELINE = ["--rate", "400", "--capacity", "3200"]
+QUICK = ["--max-tokens", "24", "--serial-runs", "3", "--serial-tokens", "48"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def serve():
+    """Start stand-in servers: serve(*options) -> URL; all are stopped after the test."""
+    procs = []
+
+    def start(*options: str) -> str:
+        port = _free_port()
+        proc = subprocess.Popen([sys.executable, str(STAND_IN), "--port", str(port), *options],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        procs.append(proc)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return f"http://127.0.0.1:{port}"
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.1)
+        raise AssertionError("the stand-in did not listen within 30 s")
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def bench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    # a hang is a failure, never a stuck test run
+    return rig("bench", "--json", *args, timeout=300, env=env)
+
+
+def results(out: Path) -> dict:
+    return json.loads((out / "results.json").read_text())
+
+
+# ------------------------------------------------------------------ smoke
+
+def test_smoke_waits_through_503_then_reads_the_accept_length(serve):
+    url = serve(*EAGLE, "--start-delay", "3")
+    done = rig("smoke", "--url", url, "--timeout", "60", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["health_wait_s"] >= 2
+    assert len(report["requests"]) == 3 and all(r["completion_tokens"] == 64 for r in report["requests"])
+    assert report["speculation"]["source"] == "meta_info"
+    assert report["speculation"]["accept_length"] == pytest.approx(2.5, abs=0.15)
+
+
+@pytest.mark.parametrize("spec_meta, source", [("verify-only", "meta_info"), ("none", "/server_info")])
+def test_smoke_accept_length_from_older_builds(serve, spec_meta, source):
+    """spec_verify_ct alone (accept = completion_tokens / spec_verify_ct), or only /server_info's average."""
+    url = serve(*EAGLE, "--spec-meta", spec_meta)
+    report = json.loads(rig("smoke", "--url", url, "--json").stdout)
+    assert report["ok"], report["problems"]
+    assert report["speculation"] == {"accept_length": pytest.approx(2.5, abs=0.15), "source": source}
+
+
+def test_smoke_fails_when_no_speculation_happened(serve):
+    url = serve(*BASELINE)
+    plain = rig("smoke", "--url", url, "--json")
+    assert plain.returncode == 0 and json.loads(plain.stdout)["speculation"] is None
+    required = rig("smoke", "--url", url, "--speculation", "--json")
+    assert required.returncode == 1
+    assert "no request was speculative" in json.loads(required.stdout)["msg"]
+
+
+def test_smoke_times_out_with_the_log_tail(serve, tmp_path):
+    url = serve("--start-delay", "600")
+    log = tmp_path / "server.log"
+    log.write_text("".join(f"loading shard {i}\n" for i in range(40)) + "CUDA out of memory\n")
+    started = time.monotonic()
+    done = rig("smoke", "--url", url, "--timeout", "3", "--log", str(log), timeout=60)
+    assert done.returncode == 2
+    assert "not healthy within 3 s: last HTTP 503" in done.stderr
+    assert "CUDA out of memory" in done.stderr and "loading shard 39" in done.stderr
+    assert "loading shard 10" not in done.stderr  # a tail, not the whole log
+    assert time.monotonic() - started < 30
+
+
+def test_smoke_against_a_server_that_dies(serve):
+    url = serve(*BASELINE, "--die-after", "1")
+    done = rig("smoke", "--url", url, "--timeout", "10", timeout=60)
+    assert done.returncode == 2
+    assert "POST " + url + "/generate: HTTP no answer" in done.stderr
+
+
+def test_smoke_sends_the_api_key_from_the_environment(serve):
+    url = serve(*BASELINE, "--api-key", "k-123")
+    denied = rig("smoke", "--url", url, "--timeout", "10")
+    assert denied.returncode == 2 and "HTTP 401" in denied.stderr
+    allowed = rig("smoke", "--url", url, "--json", env={**os.environ, "SGLANG_API_KEY": "k-123"})
+    assert allowed.returncode == 0, allowed.stderr
+    assert "k-123" not in allowed.stdout + allowed.stderr
+
+
+# ------------------------------------------------------------------ bench
+
+def test_bench_finds_the_crossover_where_it_is(serve, tmp_path):
+    eagle, baseline = serve(*EAGLE), serve(*BASELINE)
+    out = tmp_path / "run"
+    done = bench("--url", eagle, "--baseline-url", baseline, "--concurrency", "1,2,3,5,10", *QUICK, "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["crossover"]["highest_winning_concurrency"] == 3
+    assert "up to concurrency 3" in summary["crossover"]["recommendation"]
+    data = results(out)
+    mine, theirs = data["runs"]
+    assert [lv["concurrency"] for lv in mine["levels"]] == [1, 2, 3, 5, 10]
+    assert [lv["requests"] for lv in mine["levels"]] == [30, 30, 30, 30, 30]
+    for level in mine["levels"] + theirs["levels"]:
+        assert level["failed"] == 0 and level["output_tokens"] == level["requests"] * 24
+        for metric in ("ttft_s", "tpot_s", "e2e_s", "per_request_speed"):
+            assert level[metric]["p50"] <= level[metric]["p90"] <= level[metric]["p99"]
+    assert all(lv["accept_length"] == pytest.approx(2.5, abs=0.15) for lv in mine["levels"])
+    assert all(lv["accept_length"] is None for lv in theirs["levels"])
+    # per-request speed falls under load only where the capacity is shared out
+    assert mine["levels"][-1]["per_request_speed"]["p50"] < 0.5 * mine["levels"][0]["per_request_speed"]["p50"]
+    assert mine["serial"]["runs"] == 3 and mine["serial"]["min"] <= mine["serial"]["median"] <= mine["serial"]["max"]
+    assert mine["serial"]["median"] > theirs["serial"]["median"]
+    report = (out / "report.md").read_text()
+    assert "Highest concurrency where EAGLE-3 still wins: 3" in report
+    for png in ("throughput.png", "per_request.png"):
+        assert (out / png).read_bytes()[:8] == PNG
+
+
+def test_bench_compares_with_an_earlier_baseline_run(serve, tmp_path):
+    """On one box the two servers cannot run at once: the baseline's results.json stands in for its URL."""
+    first = tmp_path / "baseline"
+    assert bench("--url", serve(*BASELINE), "--concurrency", "1,5", *QUICK, "--out", str(first)).returncode == 0
+    second = tmp_path / "eagle"
+    done = bench("--url", serve(*EAGLE), "--baseline-results", str(first / "results.json"),
+                 "--concurrency", "1,5", *QUICK, "--out", str(second))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["crossover"]["highest_winning_concurrency"] == 1
+
+
+def test_bench_records_malformed_chunks_as_failed_requests(serve, tmp_path):
+    url = serve(*BASELINE, "--malformed-every", "5")
+    done = bench("--url", url, "--concurrency", "2", *QUICK, "--out", str(tmp_path))
+    assert done.returncode == 1
+    level = results(tmp_path)["runs"][0]["levels"][0]
+    assert level["failed"] >= 5 and level["ok"] == level["requests"] - level["failed"] > 0
+    assert any(e.startswith("malformed chunk") for e in level["errors"])
+    assert "request(s) failed" in json.loads(done.stdout)["msg"]
+
+
+def test_bench_stops_when_the_server_dies_and_keeps_what_it_measured(serve, tmp_path):
+    url = serve(*BASELINE, "--die-after", "50")  # dies in the second level
+    done = bench("--url", url, "--concurrency", "1,4,8", *QUICK, "--out", str(tmp_path))
+    assert done.returncode == 1
+    run = results(tmp_path)["runs"][0]
+    assert "stopped answering" in run["stopped"]
+    assert run["levels"][0]["failed"] == 0 and run["levels"][0]["throughput"] > 0
+    assert len(run["levels"]) == 2 and run["levels"][1]["failed"] > 0
+    assert (tmp_path / "report.md").read_text().count("Stopped early") == 1
+
+
+def test_bench_refuses_bad_input(tmp_path):
+    bad = rig("bench", "--url", "http://127.0.0.1:9", "--concurrency", "1,two", "--out", str(tmp_path))
+    assert bad.returncode == 2 and "--concurrency '1,two'" in bad.stderr
+    assert not (tmp_path / "results.json").exists()

@@ -1,0 +1,198 @@
+"""A TEST STAND-IN for an SGLang server: it speaks SGLang's HTTP API, generates no text.
+
+No SGLang server can run where rig's tests run (no GPU, no weights), so `rig smoke`
+and `rig bench` are tested end to end against this. Endpoints, fields and status
+codes are taken from SGLang's own source (sglang/srt/entrypoints/http_server.py and
+managers/tokenizer_manager.py, 0.5.9 and 0.5.23):
+
+- GET /health and /health_generate: 503 while the server is starting, then 200.
+- POST /generate {"text", "sampling_params": {"max_new_tokens", "ignore_eos", ...},
+  "stream"}: {"text", "output_ids", "meta_info"}; meta_info has id, finish_reason
+  (None until done, then {"type": "length", "length": N}), prompt_tokens,
+  completion_tokens, cached_tokens, and once finished e2e_latency and, under
+  speculation, spec_verify_ct and spec_accept_length (completion_tokens /
+  spec_verify_ct). Streaming sends `data: {json}\\n\\n` per decode step with the
+  cumulative output, then `data: [DONE]\\n\\n`.
+- GET /server_info (and the older /get_server_info): the server's arguments
+  (speculative_algorithm ...) and internal_states[i].avg_spec_accept_length.
+- POST /flush_cache: 400 while requests run; otherwise resets the acceptance counters.
+- With an API key, requests without `Authorization: Bearer KEY` get 401.
+
+What is simulated, and configurable: the single-stream token rate, a total
+capacity shared by the running requests (per-request speed falls under load),
+the accept length (tokens per verify step under speculation), and faults:
+503 for the first seconds, dying mid-stream after N requests, and a malformed
+chunk in every Kth request. GET /rig_test/stats (not SGLang's; the benchmark's
+own check) reports the tokens generated and when.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import time
+
+from aiohttp import web
+
+
+class Simulator:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.started = time.monotonic()
+        self.active = 0
+        self.requests = itertools.count(1)
+        self.tokens = 0
+        self.first_emit = self.last_emit = None
+        self.verify_steps = self.spec_tokens = 0
+
+    def speed(self) -> float:
+        """Tokens/s of one request now: the single-stream rate, or its share of the capacity."""
+        share = self.args.capacity / max(self.active, 1) if self.args.capacity else self.args.rate
+        return min(self.args.rate, share)
+
+    def emitted(self, n: int) -> None:
+        now = time.monotonic()
+        self.first_emit = self.first_emit or now
+        self.last_emit = now
+        self.tokens += n
+
+
+def _authorized(request: web.Request) -> bool:
+    key = request.app["sim"].args.api_key
+    return not key or request.headers.get("Authorization") == f"Bearer {key}"
+
+
+async def health(request: web.Request) -> web.Response:
+    sim = request.app["sim"]
+    starting = time.monotonic() - sim.started < sim.args.start_delay
+    return web.Response(status=503 if starting else 200)
+
+
+async def server_info(request: web.Request) -> web.Response:
+    sim = request.app["sim"]
+    spec = sim.args.accept_length > 0
+    average = sim.spec_tokens / sim.verify_steps if sim.verify_steps else 0.0
+    return web.json_response({
+        "model_path": "test-stand-in", "tp_size": 1, "version": "stand-in",
+        "speculative_algorithm": "EAGLE3" if spec else None,
+        "internal_states": [{"avg_spec_accept_length": average}] if spec else [{}],
+    })
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    sim = request.app["sim"]
+    if sim.active:
+        return web.Response(status=400, text="Flush cache failed: requests are running.\n")
+    sim.verify_steps = sim.spec_tokens = 0
+    return web.Response(text="Cache flushed.\n")
+
+
+async def stats(request: web.Request) -> web.Response:
+    sim = request.app["sim"]
+    if request.method == "POST":
+        sim.tokens, sim.first_emit, sim.last_emit = 0, None, None
+    return web.json_response({"tokens": sim.tokens, "first_emit": sim.first_emit, "last_emit": sim.last_emit})
+
+
+def _steps(max_tokens: int, accept_length: float):
+    """Tokens per decode step: 1, or the accept length on average under speculation."""
+    done, owed = 0, 0.0
+    while done < max_tokens:
+        owed += accept_length if accept_length > 0 else 1
+        step = min(int(owed), max_tokens - done)
+        owed -= step
+        done += step
+        yield step
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    sim: Simulator = request.app["sim"]
+    if not _authorized(request):
+        return web.json_response({"error": "Unauthorized"}, status=401)
+    body = await request.json()
+    params = body.get("sampling_params") or {}
+    max_tokens = int(params.get("max_new_tokens", 128))
+    number = next(sim.requests)
+    prompt_tokens = len(str(body.get("text", "")).split())
+    output_ids: list[int] = []
+    meta = {"id": f"req-{number}", "finish_reason": None, "prompt_tokens": prompt_tokens,
+            "completion_tokens": 0, "cached_tokens": 0}
+    verify = 0
+    begin = time.monotonic()
+    stream = None
+    if body.get("stream"):
+        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await stream.prepare(request)
+    sim.active += 1
+    due = time.monotonic()
+    try:
+        for i, step in enumerate(_steps(max_tokens, sim.args.accept_length)):
+            # pace by deadline, so the time spent writing chunks does not slow the simulated model
+            due += step / sim.speed()
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            output_ids.extend(range(len(output_ids), len(output_ids) + step))
+            verify += 1
+            sim.emitted(step)
+            meta["completion_tokens"] = len(output_ids)
+            if sim.args.die_after and number >= sim.args.die_after and i == 1:
+                os._exit(3)  # the process dies mid-stream, as a crashed server would
+            if stream is None:
+                continue
+            if sim.args.malformed_every and number % sim.args.malformed_every == 0 and i == 1:
+                await stream.write(b'data: {"text": "trunc\n\n')
+            if len(output_ids) < max_tokens:
+                await stream.write(b"data: " + json.dumps(
+                    {"text": "tok " * len(output_ids), "output_ids": output_ids, "meta_info": meta}).encode() + b"\n\n")
+    finally:
+        sim.active -= 1
+    meta["finish_reason"] = {"type": "length", "length": max_tokens}
+    meta["e2e_latency"] = time.monotonic() - begin
+    if sim.args.accept_length > 0:
+        sim.verify_steps += verify
+        sim.spec_tokens += len(output_ids)
+        if sim.args.spec_meta != "none":  # "none": only /server_info tells the accept length
+            meta["spec_verify_ct"] = verify
+        if sim.args.spec_meta == "full":  # builds before spec_accept_length report only spec_verify_ct
+            meta["spec_accept_length"] = len(output_ids) / verify
+    final = {"text": "tok " * len(output_ids), "output_ids": output_ids, "meta_info": meta}
+    if stream is None:
+        return web.json_response(final)
+    await stream.write(b"data: " + json.dumps(final).encode() + b"\n\n")
+    await stream.write(b"data: [DONE]\n\n")
+    await stream.write_eof()
+    return stream
+
+
+def app(args: argparse.Namespace) -> web.Application:
+    application = web.Application()
+    application["sim"] = Simulator(args)
+    application.router.add_get("/health", health)
+    application.router.add_get("/health_generate", health)
+    application.router.add_get("/server_info", server_info)
+    application.router.add_get("/get_server_info", server_info)
+    application.router.add_route("*", "/flush_cache", flush_cache)
+    application.router.add_route("*", "/generate", generate)
+    application.router.add_route("*", "/rig_test/stats", stats)
+    return application
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--rate", type=float, default=100.0, help="single-stream tokens/s")
+    p.add_argument("--capacity", type=float, default=0.0, help="total tokens/s shared by running requests (0: none)")
+    p.add_argument("--accept-length", type=float, default=0.0, help="tokens per verify step; 0: no speculation")
+    p.add_argument("--spec-meta", choices=("full", "verify-only", "none"), default="full",
+                   help="speculation fields in meta_info: both, spec_verify_ct only (older builds), or none")
+    p.add_argument("--start-delay", type=float, default=0.0, help="seconds of 503 from the health endpoints")
+    p.add_argument("--die-after", type=int, default=0, help="exit mid-stream in request N")
+    p.add_argument("--malformed-every", type=int, default=0, help="a malformed chunk in every Kth request")
+    p.add_argument("--api-key", default="")
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    options = parse()
+    web.run_app(app(options), host="127.0.0.1", port=options.port, print=None, access_log=None)
