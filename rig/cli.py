@@ -259,10 +259,13 @@ def server() -> None:
 
 @server.command("args")
 @click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True)
+@click.option("--stack-json", help="The stack as JSON instead of a file (roles pass the validated stack).")
 @click.option("--venv", "venv_path", help="The venv whose sglang parses the flags (default: the stack's).")
 @click.option("--baseline", is_flag=True, help="Drop speculation, keep everything else (the benchmark's baseline).")
+@click.option("--api-key/--no-api-key", default=None,
+              help="Add --api-key ${NAME} (default: when server.api_key_env is set here).")
 @json_option
-def server_args(stack_path, venv_path, baseline, as_json) -> None:
+def server_args(stack_path, stack_json, venv_path, baseline, api_key, as_json) -> None:
     """Print the server command line the stack asks for, in the installed sglang's spelling.
 
     The flags are parsed by that sglang version's own argument parser; a flag it
@@ -271,10 +274,17 @@ def server_args(stack_path, venv_path, baseline, as_json) -> None:
     value is never printed.
     """
     from rig.server import render, shell_line
-    from rig.stack import load
+    from rig.stack import load, validate
 
-    stack = load(stack_path)
-    api_key = bool(os.environ.get(stack["server"]["api_key_env"]))
+    if stack_json:
+        try:
+            stack = validate(json.loads(stack_json), "--stack-json")
+        except ValueError as exc:
+            raise RigError(f"--stack-json is not JSON: {exc}") from exc
+    else:
+        stack = load(stack_path)
+    if api_key is None:
+        api_key = bool(os.environ.get(stack["server"]["api_key_env"]))
     result = render(stack, venv_path or stack["venv"], baseline, api_key)
     click.echo(json.dumps(result, indent=2) if as_json else shell_line(result["argv"], result["api_key_env"]))
 

@@ -56,9 +56,12 @@ def _python(value: str) -> str | None:
 
 def _source(value: dict) -> str | None:
     """A source build: a git URL and ref, or a local source dir/tarball for air-gapped builders."""
-    if value and bool(value.get("git")) == bool(value.get("path")):
-        return "give either git (with ref) or path, not both or neither"
-    if value.get("git") and not value.get("ref"):
+    git, path = value.get("git"), value.get("path")
+    if not git and not path:  # no source build; a validated stack has the keys, empty
+        return "give either git (with ref) or path" if any(value.values()) else None
+    if git and path:
+        return "give either git (with ref) or path, not both"
+    if git and not value.get("ref"):
         return "a git source needs a ref (tag or commit)"
     return None
 
@@ -242,6 +245,7 @@ def ansible_vars(stack: dict, path: str | Path | None = None) -> dict:
                   "python_stack_venv": stack["venv"],
                   "python_stack_environment": {**environment(stack), "stack": stack["name"]}}
     return {**python,
+        "rig_stack_data": stack,
         "rig_stack_name": stack["name"],
         "rig_archs": stack["archs"],
         "cuda_toolkit_version": cuda["version"],
