@@ -103,19 +103,20 @@ def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
 
 def render(stack: dict, venv: str | Path, baseline: bool = False, api_key: bool = False) -> dict:
     """The argv for `python -m sglang.launch_server`, spelled and checked for the venv's sglang."""
+    pairs = wants(stack, baseline)  # the stack's own mistakes first, before sglang loads
     python = Path(venv) / "bin" / "python"
     parser = _Parser(python)
     try:
-        return _render(stack, parser, python, baseline, api_key)
+        return _render(stack, pairs, parser, python, baseline, api_key)
     finally:
         parser.close()
 
 
-def _render(stack: dict, parser: _Parser, python: Path, baseline: bool, api_key: bool) -> dict:
+def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: bool, api_key: bool) -> dict:
     known = parser.ask({"mode": "options"})
     version, options = known["version"], set(known["options"])
     argv = []
-    for what, value in wants(stack, baseline):
+    for what, value in pairs:
         spellings = SPELLINGS.get(what, (what,))
         flag = next((s for s in spellings if s in options), None)
         if flag is None:

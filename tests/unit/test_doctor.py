@@ -23,8 +23,12 @@ def test_a_venv_that_matches_its_marker_passes(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     (venv / ".rig-stack.json").write_text(json.dumps({"lock_hash": "ab" * 32, "packages": []}))
-    check = doctor.run("13.0.2", ["12.0a"], prefix=str(tmp_path), venv=str(venv))[-1]
+    check = _named(doctor.run("13.0.2", ["12.0a"], prefix=str(tmp_path), venv=str(venv)), "venv")
     assert check.status == "pass" and "0 packages as locked" in check.detail
     (venv / ".rig-stack.json").write_text(json.dumps({"lock_hash": "ab" * 32, "packages": ["click==0.1"]}))
-    check = doctor.run("13.0.2", ["12.0a"], prefix=str(tmp_path), venv=str(venv))[-1]
+    check = _named(doctor.run("13.0.2", ["12.0a"], prefix=str(tmp_path), venv=str(venv)), "venv")
     assert check.status == "fail" and "click" in check.detail
+
+
+def _named(checks, name):
+    return next(c for c in checks if c.name == name)

@@ -1,0 +1,106 @@
+"""rig server args: one stack, rendered for sglang 0.5.9 and 0.5.23 and parsed by each one's own parser."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, rig
+
+pytestmark = pytest.mark.venv
+
+SERVER = {"model": "/models/target", "draft_model": "/models/eagle3", "tp": 8, "mem_fraction_static": 0.85,
+          "flashinfer_allreduce_fusion": True, "torch_symm_mem": True}
+# what the parser made of the argv: the values sglang will run with
+PARSED = """
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+p = argparse.ArgumentParser(); ServerArgs.add_cli_args(p)
+a = vars(p.parse_args(json.loads(sys.argv[1])))
+a["tp_size"] = a.get("tp_size") or a.get("tensor_parallel_size")  # 0.5.9's dest; from_cli_args maps it the same
+print(json.dumps({k: a.get(k) for k in ("model_path", "speculative_algorithm", "speculative_draft_model_path",
+      "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "tp_size",
+      "cuda_graph_max_bs", "cuda_graph_max_bs_decode", "enable_flashinfer_allreduce_fusion",
+      "enable_torch_symm_mem", "mem_fraction_static", "host", "port", "api_key")}))
+"""
+
+
+def stack_file(tmp_path: Path, **server) -> Path:
+    data = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    data["server"].update(SERVER, **server)
+    path = tmp_path / "stack.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def args(venv: Path, stack: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return rig("server", "args", "--stack", str(stack), "--venv", str(venv), *extra, env=env)
+
+
+def parsed(venv: Path, argv: list[str]) -> dict:
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", PARSED, json.dumps(argv[3:])],
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("version, graph_flag", [("v9", "--cuda-graph-max-bs"), ("v23", "--cuda-graph-max-bs-decode")])
+def test_the_stack_is_spelled_for_each_version_and_means_the_same(lab, tmp_path, version, graph_flag):
+    venv = lab[version]
+    done = args(venv, stack_file(tmp_path), "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    argv = out["argv"]
+    assert out["sglang"] == ("0.5.9" if version == "v9" else "0.5.23")
+    assert argv[:3] == [str(venv / "bin" / "python"), "-m", "sglang.launch_server"]
+    assert argv[argv.index(graph_flag) + 1] == "250"  # the largest bench concurrency
+    seen = parsed(venv, argv)
+    assert seen["cuda_graph_max_bs" if version == "v9" else "cuda_graph_max_bs_decode"] == 250
+    assert {k: seen[k] for k in ("model_path", "speculative_algorithm", "speculative_draft_model_path",
+                                 "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+                                 "tp_size", "enable_flashinfer_allreduce_fusion", "enable_torch_symm_mem",
+                                 "mem_fraction_static", "host", "port")} == {
+        "model_path": "/models/target", "speculative_algorithm": "EAGLE3",
+        "speculative_draft_model_path": "/models/eagle3", "speculative_num_steps": 2, "speculative_eagle_topk": 4,
+        "speculative_num_draft_tokens": 8, "tp_size": 8, "enable_flashinfer_allreduce_fusion": True,
+        "enable_torch_symm_mem": True, "mem_fraction_static": 0.85, "host": "127.0.0.1", "port": 30000}
+    baseline = json.loads(args(venv, stack_file(tmp_path), "--json", "--baseline").stdout)["argv"]
+    assert not [a for a in baseline if a.startswith("--speculative")]
+    assert [a for a in argv if not a.startswith("--speculative") and a not in
+            ("EAGLE3", "/models/eagle3", "2", "4", "8")] == [a for a in baseline if a not in ("2", "4", "8")]
+    assert parsed(venv, baseline)["speculative_algorithm"] is None
+
+
+def test_the_seeds_flag_is_named_with_the_version_that_rejects_it(lab, tmp_path):
+    stack = stack_file(tmp_path, extra_args=["--cuda-graph-max-bs", "256"])
+    refused = args(lab["v23"], stack)
+    assert refused.returncode == 2
+    assert "sglang 0.5.23 rejects the server command line: ambiguous option: --cuda-graph-max-bs" in refused.stderr
+    assert args(lab["v9"], stack).returncode == 0
+
+
+def test_an_unknown_flag_and_an_abbreviation_are_refused(lab, tmp_path):
+    unknown = args(lab["v9"], stack_file(tmp_path, extra_args=["--no-such-flag"]))
+    assert unknown.returncode == 2 and "sglang 0.5.9 rejects" in unknown.stderr and "--no-such-flag" in unknown.stderr
+    short = args(lab["v9"], stack_file(tmp_path, extra_args=["--tp", "8"]))
+    assert short.returncode == 2 and "sglang 0.5.9 takes --tp only as an abbreviation" in short.stderr
+    bad_value = args(lab["v23"], stack_file(tmp_path, extra_args=["--tp-size", "eight"]))
+    assert bad_value.returncode == 2 and "invalid int value: 'eight'" in bad_value.stderr
+
+
+def test_the_api_key_is_a_reference_never_its_value(lab, tmp_path):
+    env = {**os.environ, "SGLANG_API_KEY": "sk-secret-42"}
+    shell = args(lab["v23"], stack_file(tmp_path), env=env)
+    assert shell.returncode == 0, shell.stderr
+    assert '--api-key "${SGLANG_API_KEY}"' in shell.stdout and "sk-secret-42" not in shell.stdout + shell.stderr
+    argv = json.loads(args(lab["v23"], stack_file(tmp_path), "--json", env=env).stdout)["argv"]
+    assert argv[-2:] == ["--api-key", "${SGLANG_API_KEY}"]
+    # the shell line runs: bash expands the reference into the argv sglang parses
+    expanded = subprocess.run(["bash", "-c", "printf '%s\\n' " + shell.stdout.split("launch_server", 1)[1]],
+                              capture_output=True, text=True, env=env).stdout.split("\n")
+    assert "sk-secret-42" in expanded and "/models/target" in expanded
+    plain = json.loads(args(lab["v23"], stack_file(tmp_path), "--json").stdout)
+    assert "--api-key" not in plain["argv"] and plain["api_key_env"] is None
