@@ -114,8 +114,16 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_network(start_
         "sglang-symm-mem-max-sizes-sm120": "applied", "sglang-symm-mem-multimem-sm120": "applied",
         "sglang-fusion-backend-sm120": "applied", "sglang-fusion-preflight-unicast": "applied",
         "sglang-kimi-k25-eagle3-delegation": "upstream", "flashinfer-trtllm-comm-sm120": "upstream"}
+    # the stack's environment: a fresh venv interpreter has it, the system's python3 does not
+    env_of = "-c 'import os; print(os.environ.get(\"CUDA_HOME\"), os.environ.get(\"NCCL_P2P_LEVEL\"))'"
+    assert box.sh(f"env -i /opt/rig/venv/bin/python {env_of}").stdout.split() == ["/usr/local/cuda-13.0", "SYS"]
+    assert box.sh(f"env -i /usr/bin/python3 {env_of}").stdout.split() == ["None", "None"]
+    named = {c["name"]: c for c in doctor["checks"]}
+    assert named["sitecustomize"]["status"] == named["triton-ptxas"]["status"] == "pass"
+    assert "CUDA 13.0 ptxas" in named["triton-ptxas"]["detail"]
     again = box.play("site.yml").expect_ok()
     assert again.recap("changed") == 0
+    check_server_role(box, tmp_path)
     # the role reverts, then --check --diff shows what it would patch and changes nothing
     lock_var = {"python_stack_lock": str(DEFAULT_LOCK)}
     assert box.play("patches.yml", **lock_var, sglang_patches_state="absent").expect_ok().recap("changed") == 1
@@ -146,3 +154,39 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_network(start_
     assert not other.exists("/usr/local/cuda-13.0") and not box.exists("/var/cache/rig/wheel-build")
     assert Play(run(wheels, cwd=REPO, env=ansible_env())).expect_ok().recap("changed") == 0
 
+
+
+def check_server_role(box, tmp_path) -> None:
+    """sglang_server on a converged box: no GPU stops it; install-only writes the unit, idempotently."""
+    stack = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    stack["server"].update(model="/models/target", draft_model="/models/eagle3")
+    served = tmp_path / "served.yml"
+    served.write_text(yaml.safe_dump(stack))
+    refused = box.play("server.yml", rig_stack=str(served))
+    assert not refused.ok and "has no NVIDIA GPU" in refused.output and "nothing was installed" in refused.output
+    assert box.sh("getent passwd sglang", check=False).returncode != 0
+    install = {"rig_stack": str(served), "sglang_server_require_gpu": False, "sglang_server_start": False}
+    unit_path = "/etc/systemd/system/sglang-server.service"
+    dry = box.play("server.yml", "--check", "--diff", **install).expect_ok()
+    assert "--cuda-graph-max-bs-decode 250" in dry.output and not box.exists(unit_path)
+    box.play("server.yml", **install).expect_ok()
+    unit = box.sh(f"cat {unit_path}").stdout
+    exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    assert exec_start.startswith("ExecStart=/opt/rig/venv/bin/python -m sglang.launch_server --model-path /models/target")
+    for part in ("--speculative-algorithm EAGLE3", "--speculative-draft-model-path /models/eagle3",
+                 "--cuda-graph-max-bs-decode 250", "--enable-flashinfer-allreduce-fusion", "--enable-torch-symm-mem",
+                 "--tp-size 8", "--host 127.0.0.1"):
+        assert part in exec_start
+    for line in ("User=sglang", "TimeoutStartSec=1200", "Restart=on-failure"):
+        assert line in unit.splitlines()
+    assert "smoke --health-only --url http://127.0.0.1:30000" in unit
+    account = box.sh("getent passwd sglang").stdout.strip().split(":")
+    assert int(account[2]) < 1000 and account[6] == "/usr/sbin/nologin"
+    assert box.play("server.yml", **install).expect_ok().recap("changed") == 0
+    keyed = box.play("server.yml", **install, sglang_server_api_key="sk-test-5150").expect_ok()
+    assert "sk-test-5150" not in keyed.output
+    assert box.sh("stat -c '%a %U' /etc/rig/sglang-server.env").stdout.split() == ["600", "root"]
+    unit = box.sh(f"cat {unit_path}").stdout
+    assert "--api-key ${SGLANG_API_KEY}" in unit and "sk-test-5150" not in unit
+    box.play("server.yml", **install, sglang_server_baseline=True).expect_ok()
+    assert "--speculative" not in box.sh(f"cat {unit_path}").stdout
