@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, rig
+from conftest import REPO, rig
 
 STAND_IN = REPO / "tests" / "sglang_api_server.py"
 PNG = b"\x89PNG\r\n\x1a\n"
