@@ -9,6 +9,7 @@ markupsafe run without their C extensions there (each has a pure-Python fallback
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 import zipapp
@@ -23,10 +24,11 @@ import yaml
 
 import rig
 
+FIXED_MTIME = 1_577_836_800  # 2020-01-01: zip entries carry mtimes, which would differ per checkout
 PATCHES = Path(rig.__file__).resolve().parent.parent / "patches"
 
 
-def _sources() -> list[tuple[Path, Path]]:
+def _sources(with_patches: bool = True) -> list[tuple[Path, Path]]:
     """(file, path inside the bundle) for every module the engine needs."""
     files = []
     for module in (rig, click, elftools, jinja2, markupsafe, packaging, yaml):
@@ -35,24 +37,29 @@ def _sources() -> list[tuple[Path, Path]]:
             if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed", ".j2"):
                 files.append((path, Path(package.name) / path.relative_to(package)))
     # read by rig.patches on targets, where the repo's patches/ is not
-    files += [(path, Path("rig") / "patchset" / path.name) for path in sorted(PATCHES.glob("*.yml"))]
+    files += [] if not with_patches else [(path, Path("rig") / "patchset" / path.name) for path in sorted(PATCHES.glob("*.yml"))]
     return files
 
 
-def build(out: str | Path) -> dict:
-    """Write the bundle unless an identical one is there (keyed by a hash of its sources)."""
+def build(out: str | Path, with_patches: bool = True) -> dict:
+    """Write the bundle unless an identical one is there (keyed by a hash of its sources).
+
+    Images carry their patch set beside the engine instead (with_patches=False), so
+    that a patch change leaves the engine's layers cached."""
     out = Path(out)
+    sources = _sources(with_patches)
     digest = hashlib.sha256()
-    for path, name in _sources():
+    for path, name in sources:
         digest.update(str(name).encode() + b"\0" + path.read_bytes())
     stamp = out.with_suffix(".sha256")
     if out.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest():
         return {"changed": False, "path": str(out), "sha256": digest.hexdigest()}
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        for path, name in _sources():
+        for path, name in sources:
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, Path(tmp) / name)
+            os.utime(Path(tmp) / name, (FIXED_MTIME, FIXED_MTIME))  # the same sources, the same bytes
         partial = out.with_suffix(".partial")
         zipapp.create_archive(tmp, partial, interpreter="/usr/bin/env python3", main="rig.cli:main")
         partial.replace(out)

@@ -160,13 +160,15 @@ def venv() -> None:
 @click.option("--lock-hash", required=True, help="lock_hash of the lock being installed.")
 @click.option("--python-version", required=True, help="The lock's Python (checked against this host).")
 @click.option("--wheelhouse", "house", help="An exported wheelhouse dir (rig wheelhouse export).")
+@click.option("--find-links", help="Take the wheels from this URL; the wheelhouse dir then needs only its "
+              "requirements file and pip wheel (image builds).")
 @check_option
 @json_option
-def venv_install(venv_path, lock_hash, python_version, house, check, as_json) -> None:
+def venv_install(venv_path, lock_hash, python_version, house, find_links, check, as_json) -> None:
     """Install an exported wheelhouse with --no-index --require-hashes; a no-op when current."""
     from rig.venv import install
 
-    emit(install(venv_path, lock_hash, python_version, house, check), as_json)
+    emit(install(venv_path, lock_hash, python_version, house, check, find_links), as_json)
 
 
 @venv.command("verify")
@@ -381,6 +383,70 @@ def bench(url, baseline_url, baseline_results, stack_path, concurrency, max_toke
     emit({"ok": not (failed or stopped), "files": files, "crossover": cross, "failed": failed, "stopped": stopped,
           "msg": msg}, as_json)
     sys.exit(1 if failed or stopped else 0)
+
+
+# ------------------------------------------------------------------ sbom, image
+
+@cli.command()
+@click.option("--venv", "venv_path", required=True)
+@click.option("--requirements", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="The hash-pinned requirements the venv was installed from (the wheels' sha256).")
+@click.option("--name", default="", help="What the SBOM describes (default: the venv's name).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+def sbom(venv_path, requirements, name, out) -> None:
+    """A CycloneDX 1.5 SBOM of the venv: every distribution, with its locked wheel's sha256."""
+    from rig.sbom import cyclonedx
+
+    text = json.dumps(cyclonedx(venv_path, requirements, name), indent=1, sort_keys=True) + "\n"
+    if out:
+        Path(out).write_text(text)
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.group()
+def image() -> None:
+    """The stack's serving image, built from its lock (Docker)."""
+
+
+@image.command("build")
+@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True, help="Its lock must be complete.")
+@click.option("--base", default=lambda: os.environ.get("RIG_BASE_IMAGE", ""),
+              help="The base image: NVIDIA's CUDA 13 image by digest where a registry answers, else rig's "
+                   "bootstrapped base (scripts/base-image.sh prints it; default $RIG_BASE_IMAGE).")
+@click.option("--patches", "patch_dir", help="Build with this patch set instead of the repo's.")
+@click.option("--ca-cert", "ca_certs", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="An extra CA certificate for the builder stage only; repeat.")
+@click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller cache (wheels, CUDA wheels).")
+@json_option
+def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, as_json) -> None:
+    """Build the stack's image, tagged rig/NAME:LOCKHASH, with OCI labels and an SBOM inside.
+
+    Stages: a throwaway one for extra CA certificates, a builder (the CUDA
+    toolkit from NVIDIA's wheels, its ldconfig file), and the runtime (the
+    locked wheels, served from the controller's wheelhouse and hash-checked;
+    the stack's environment; a CycloneDX SBOM; the patch set last). The server
+    runs as the non-root user sglang; the HEALTHCHECK waits for /health_generate.
+    """
+    from rig.image import build
+
+    if not base:
+        raise RigError("no base image: give --base (e.g. the output of scripts/base-image.sh) or set RIG_BASE_IMAGE")
+    result = build(stack_path, cache, base, patch_dir, ca_certs, no_cache)
+    emit(result if as_json else {"msg": result["msg"]}, as_json)
+
+
+@image.command("verify")
+@click.argument("tag")
+@json_option
+def image_verify(tag, as_json) -> None:
+    """Run rig doctor and rig patch status inside the image; exit 1 on a failed check."""
+    from rig.image import verify
+
+    result = verify(tag)
+    emit(result if as_json else {"msg": result["msg"]}, as_json)
+    sys.exit(0 if result["ok"] else 1)
 
 
 # ------------------------------------------------------------------ cuda

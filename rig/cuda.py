@@ -221,8 +221,8 @@ def _assemble_from_wheels(wheel_dir: Path, record: dict, staging: Path) -> None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with archive.open(info) as src, open(path, "wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
-                mode = (info.external_attr >> 16) & 0o777
-                os.chmod(path, mode or 0o644)
+                # as pip does: NVIDIA ships nvcc and ptxas 0744, which only root could run
+                os.chmod(path, 0o755 if (info.external_attr >> 16) & 0o100 else 0o644)
     _add_development_links(staging)
 
 

@@ -26,7 +26,9 @@ def read_marker(venv: str | Path) -> dict | None:
 
 
 def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: str | None = None,
-            check: bool = False) -> dict:
+            check: bool = False, find_links: str | None = None) -> dict:
+    """Install an exported wheelhouse; FIND_LINKS (a URL) serves its wheels when only its
+    requirements file and pip wheel are local (an image build, which should not copy 4 GB in)."""
     venv = Path(venv)
     here = ".".join(platform.python_version_tuple()[:2])
     if here != python_version:
@@ -44,16 +46,28 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
     pip_wheels = sorted(house.glob("pip-*.whl"))
     if not requirements.exists() or not pip_wheels:
         raise RigError(f"{house} is not an exported wheelhouse (needs {REQUIREMENTS} and a pip wheel)")
+    if find_links:  # only now: what is left is to fetch, and the hashes check every byte
+        progress(f"taking the wheels from {find_links}")
     if not (venv / "bin" / "python").exists():
         progress(f"creating {venv}")
         _run(["python3", "-m", "venv", "--without-pip", str(venv)], "create the venv")
     progress(f"installing {len(requirements.read_text().splitlines())} wheels into {venv} (offline, hash-checked)")
     _run([str(venv / "bin" / "python"), f"{pip_wheels[-1]}/pip", "install", "--no-index", "--require-hashes",
           "--no-deps", "--no-cache-dir", "--disable-pip-version-check", "--quiet",
-          "--find-links", str(house), "-r", str(requirements)], "install the wheelhouse")
+          "--find-links", find_links or str(house), "-r", str(requirements), *_trusted(find_links)],
+         "install the wheelhouse")
     pins = [line.split()[0] for line in requirements.read_text().splitlines() if line.strip()]
     (venv / MARKER).write_text(json.dumps({"lock_hash": lock_hash, "packages": pins}, indent=1) + "\n")
     return result
+
+
+def _trusted(find_links: str | None) -> list[str]:
+    """Plain HTTP is the build host's own wheelhouse; --require-hashes still checks every byte."""
+    from urllib.parse import urlparse
+
+    if find_links and find_links.startswith("http://"):
+        return ["--trusted-host", urlparse(find_links).hostname]
+    return []
 
 
 def verify(venv: str | Path) -> dict:

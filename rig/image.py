@@ -1,0 +1,232 @@
+"""`rig image build` and `rig image verify`: the stack's serving image from its lock.
+
+The build context holds the engine (without the patch set), the CUDA wheels, the
+lock's requirements file and pip's wheel, the patch set and the environment; the
+4 GB of locked wheels are served to the build over HTTP from the controller's
+wheelhouse instead, so they are never a layer. Extra CA certificates go to a
+throwaway stage only. Nothing secret is ever a build argument: build arguments
+are visible in `docker history`.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import json
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+from rig import RigError, progress
+from rig.cuda_releases import series
+
+DOCKERFILE = Path(__file__).resolve().parent.parent / "docker" / "Dockerfile"
+LABEL = "dev.rig"
+
+
+def _client():
+    import docker
+    from docker.errors import DockerException
+
+    try:
+        client = docker.from_env()
+        client.ping()
+        return client
+    except DockerException as exc:
+        raise RigError(f"cannot reach the Docker engine: {exc}. scripts/ensure-docker.sh starts one") from exc
+
+
+def tag_for(stack: dict, lock: dict) -> str:
+    return f"rig/{stack['name']}:{lock['lock_hash'][:12]}"
+
+
+def expected_patches(lock: dict, patch_dir: str | None) -> list[str]:
+    """The patches the lock's versions need: what `rig patch apply` will apply in the image."""
+    from rig.patches import _in, load
+
+    versions = {w["name"]: w["version"] for w in lock["wheels"]}
+    return sorted(p.id for p in load(patch_dir) if p.package in versions and _in(versions[p.package], p.needed))
+
+
+def labels(stack: dict, lock: dict, patch_ids: list[str]) -> dict:
+    versions = {w["name"]: w["version"] for w in lock["wheels"]}
+    pick = {k: versions.get(stack[k]["package"], "")
+            for k in ("sglang", "kernel", "flashinfer")}
+    return {
+        "org.opencontainers.image.title": stack["name"],
+        "org.opencontainers.image.description": stack["description"],
+        "org.opencontainers.image.version": lock["lock_hash"][:12],
+        f"{LABEL}.lock-hash": lock["lock_hash"],
+        f"{LABEL}.cuda": stack["cuda"]["version"],
+        f"{LABEL}.archs": " ".join(stack["archs"]),
+        f"{LABEL}.python": stack["python"],
+        f"{LABEL}.torch": versions.get("torch", ""),
+        **{f"{LABEL}.{k}": v for k, v in pick.items()},
+        f"{LABEL}.patches": ",".join(patch_ids),
+        f"{LABEL}.sbom": "/opt/rig/sbom.cdx.json",
+    }
+
+
+class _Wheelhouse:
+    """The lock's wheels over HTTP, on the bridge gateway the build's containers reach,
+    at a port derived from the lock hash so the build step's cache key stays the same."""
+
+    def __init__(self, directory: Path, host: str, lock_hash: str):
+        handler = functools.partial(_QuietHandler, directory=str(directory))
+        base = 20000 + int(lock_hash[:8], 16) % 20000
+        for port in range(base, base + 20):
+            try:
+                self.server = http.server.ThreadingHTTPServer((host, port), handler)
+                break
+            except OSError:
+                continue
+        else:
+            raise RigError(f"no free port near {base} on {host} to serve the wheelhouse to the build")
+        self.url = f"http://{host}:{self.server.server_address[1]}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *_):  # pip's requests are many; progress says what happens
+        pass
+
+
+def _context(root: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | None, ca_certs: list[str]) -> Path:
+    """Lay the build context out under ROOT; the wheels go to ROOT/served, outside it."""
+    from rig import bundle, cuda
+    from rig.runtime_env import environment
+    from rig.wheelhouse import export
+
+    ctx = root / "context"
+    (ctx / "engine").mkdir(parents=True)
+    built = bundle.build(cache / "engine" / "rig-image.pyz", with_patches=False)
+    shutil.copyfile(built["path"], ctx / "engine" / "rig.pyz")
+    fetched = cuda.fetch_wheels(stack["cuda"]["version"], stack["cuda"]["components"], cache, "x86_64")
+    shutil.copytree(fetched["dir"], ctx / "cuda")
+    served = root / "served"
+    export(lock, cache, served)
+    (ctx / "wheelhouse").mkdir()
+    shutil.copyfile(served / "requirements.txt", ctx / "wheelhouse" / "requirements.txt")
+    for pip_wheel in served.glob("pip-*.whl"):
+        shutil.copyfile(pip_wheel, ctx / "wheelhouse" / pip_wheel.name)
+    (ctx / "patches").mkdir()
+    from rig.patches import _patch_files
+
+    for path in _patch_files(patch_dir):
+        (ctx / "patches" / path.name).write_bytes(path.read_bytes())
+    (ctx / "env.json").write_text(json.dumps({**environment(stack), "stack": stack["name"]}, sort_keys=True))
+    (ctx / "ca").mkdir()
+    for cert in ca_certs:
+        text = Path(cert).read_text()
+        if "PRIVATE KEY" in text or "BEGIN CERTIFICATE" not in text:
+            raise RigError(f"{cert} is not a PEM certificate (or holds a private key): give only CA certificates")
+        (ctx / "ca" / (hashlib.sha256(text.encode()).hexdigest()[:16] + ".crt")).write_text(text)
+    shutil.copyfile(DOCKERFILE, ctx / "Dockerfile")
+    return ctx
+
+
+def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None = None, ca_certs: tuple = (),
+          no_cache: bool = False) -> dict:
+    from rig import lock as locking
+    from rig.stack import load
+
+    stack = load(stack_path)
+    lock_file = locking.lock_path(stack_path)
+    if not lock_file.exists():
+        raise RigError(f"{lock_file} is missing: run `rig lock {stack_path}` first")
+    lock = locking.read(lock_file)
+    if not lock.get("complete"):
+        raise RigError(f"{lock_file} is a partial lock; an image is built only from a complete one")
+    client = _client()
+    tag = tag_for(stack, lock)
+    patch_ids = expected_patches(lock, patch_dir)
+    gateway = client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    cache = Path(cache)
+    with tempfile.TemporaryDirectory(prefix="rig-image-") as tmp:
+        progress("fetching the lock's wheels and the CUDA wheels into the cache")
+        from rig.wheelhouse import fetch
+
+        fetch(lock, cache)
+        ctx = _context(Path(tmp), stack, lock, cache, patch_dir, list(ca_certs))
+        with _Wheelhouse(Path(tmp) / "served", gateway, lock["lock_hash"]) as house:
+            args = {"BASE": base, "CUDA_VERSION": stack["cuda"]["version"], "CUDA_SERIES": series(stack["cuda"]["version"]),
+                    "LOCK_HASH": lock["lock_hash"], "PYTHON_VERSION": stack["python"], "WHEELHOUSE_URL": house.url,
+                    "SERVER_PORT": str(stack["server"]["port"])}
+            steps = _stream_build(client, str(ctx), tag, args, labels(stack, lock, patch_ids), no_cache)
+    image = client.images.get(tag)
+    return {"changed": True, "tag": tag, "id": image.id, "size": image.attrs["Size"], "patches": patch_ids,
+            "steps": steps, "msg": f"built {tag} ({image.attrs['Size'] / 1e9:.2f} GB)"}
+
+
+def _stream_build(client, ctx: str, tag: str, args: dict, image_labels: dict, no_cache: bool) -> list[dict]:
+    """Run the build, relaying each step; returns the steps with whether each came from the cache."""
+    steps: list[dict] = []
+    tail: list[str] = []
+    for chunk in client.api.build(path=ctx, tag=tag, buildargs=args, labels=image_labels, rm=True, forcerm=True,
+                                  nocache=no_cache, decode=True, pull=False):
+        if "error" in chunk:
+            raise RigError(f"the image build failed: {chunk['error'].strip()}\n" + "".join(tail[-30:]))
+        line = chunk.get("stream", "")
+        if not line:
+            continue
+        tail.append(line)
+        if line.startswith("Step "):
+            progress(line.strip())
+            steps.append({"step": line.strip(), "cached": False})
+        elif "Using cache" in line and steps:
+            steps[-1]["cached"] = True
+    return steps
+
+
+def verify(tag: str) -> dict:
+    """rig doctor and rig patch status inside the image, against what its labels say."""
+    from docker.errors import ImageNotFound
+
+    client = _client()
+    try:
+        image = client.images.get(tag)
+    except ImageNotFound as exc:
+        raise RigError(f"no image {tag}; build it with `rig image build`") from exc
+    meta = image.labels
+    if f"{LABEL}.lock-hash" not in meta:
+        raise RigError(f"{tag} was not built by rig (no {LABEL}.lock-hash label)")
+    archs = meta[f"{LABEL}.archs"].split()
+
+    def inside(*args: str) -> dict:
+        """Run the image's engine (as the image's user) and read its JSON report, whatever its exit status."""
+        container = client.containers.run(tag, ["/opt/rig/rig.pyz", *args], entrypoint="python3", detach=True)
+        try:
+            code = container.wait()["StatusCode"]
+            out = container.logs(stdout=True, stderr=False).decode()
+            try:
+                return json.loads(out)
+            except ValueError as exc:
+                err = container.logs(stdout=False, stderr=True).decode()
+                raise RigError(f"`rig {' '.join(args[:2])}` in {tag} exited {code}: {(out + err)[-1500:]}") from exc
+        finally:
+            container.remove(force=True)
+
+    doctor = inside("doctor", "--json", "--cuda", meta[f"{LABEL}.cuda"], "--venv", "/opt/rig/venv",
+                    *[f"--arch={a}" for a in archs])
+    patches = inside("patch", "status", "--json", "--venv", "/opt/rig/venv", "--patches", "/opt/rig/patches")
+    applied = sorted(r["id"] for r in patches["patches"] if r["status"] == "applied")
+    pending = sorted(r["id"] for r in patches["patches"] if r["status"] in ("needed", "drifted"))
+    wanted = sorted(filter(None, meta[f"{LABEL}.patches"].split(",")))
+    problems = [f"doctor: {c['name']}: {c['detail']}" for c in doctor["checks"]
+                if c["status"] == "fail" and c["required"]]
+    if pending:
+        problems.append(f"patches not applied: {', '.join(pending)}")
+    if applied != wanted:
+        problems.append(f"applied patches {applied} differ from the label's {wanted}")
+    return {"ok": not problems, "tag": tag, "doctor": doctor, "patches": patches["patches"], "problems": problems,
+            "msg": f"{tag}: doctor passed, patches applied: {', '.join(applied) or 'none'}" if not problems
+                   else f"{tag}: FAILED: " + "; ".join(problems)}

@@ -1,0 +1,148 @@
+"""rig image build / verify: the default stack's image, built here from its lock with a real Docker engine."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import DEFAULT_LOCK, REPO, rig, run
+from rig.lock import read
+
+pytestmark = pytest.mark.box
+
+TOKEN = "tok-5bd1c0ffee-never-in-an-image"
+
+
+def build(*args: str, env: dict | None = None) -> dict:
+    done = rig("image", "build", "--json", *args, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return json.loads(done.stdout)
+
+
+def inside(tag: str, script: str) -> str:
+    done = run(["docker", "run", "--rm", "--entrypoint", "bash", tag, "-c", script])
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def installed(tag: str) -> dict:
+    """What the image holds: its SBOM's packages (name, version, wheel sha256) and the patched files' sha256."""
+    sbom = json.loads(inside(tag, "cat /opt/rig/sbom.cdx.json"))
+    packages = sorted((c["name"], c["version"], c["hashes"][0]["content"]) for c in sbom["components"])
+    status = json.loads(inside(tag, "python3 /opt/rig/rig.pyz patch status --json --venv /opt/rig/venv "
+                                    "--patches /opt/rig/patches"))
+    paths = sorted({r["path"] for r in status["patches"] if r["status"] == "applied"})
+    hashes = inside(tag, "sha256sum " + " ".join(paths))
+    return {"packages": packages, "patched": hashes, "applied": sorted(r["id"] for r in status["patches"]
+                                                                       if r["status"] == "applied")}
+
+
+@pytest.fixture(scope="module")
+def first(base_image) -> dict:
+    os.environ.setdefault("RIG_BASE_IMAGE", base_image)
+    result = build()
+    yield {**result, "content": installed(result["tag"])}
+    run(["docker", "rmi", "-f", result["tag"]])
+    run(["docker", "image", "prune", "-f"])
+
+
+def test_the_default_stack_image_builds_and_verifies(first):
+    lock = read(DEFAULT_LOCK)
+    assert first["tag"] == f"rig/sm120-sglang-0.5.23:{lock['lock_hash'][:12]}"
+    done = rig("image", "verify", first["tag"], "--json")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    report = json.loads(done.stdout)
+    checks = {c["name"]: c["status"] for c in report["doctor"]["checks"]}
+    for name in ("cuda-13.0", "libnvrtc.so.13", "compile-sm_120a", "venv", "sitecustomize", "triton-ptxas"):
+        assert checks[name] == "pass", report["doctor"]
+    attrs = json.loads(run(["docker", "image", "inspect", first["tag"]]).stdout)[0]["Config"]
+    versions = {w["name"]: w["version"] for w in lock["wheels"]}
+    assert attrs["Labels"]["dev.rig.lock-hash"] == lock["lock_hash"]
+    assert attrs["Labels"]["dev.rig.sglang"] == versions["sglang"] == "0.5.23"
+    assert attrs["Labels"]["dev.rig.torch"] == versions["torch"]
+    assert attrs["Labels"]["dev.rig.patches"].split(",") == first["content"]["applied"] == first["patches"]
+    assert attrs["User"] == "sglang" and inside(first["tag"], "id -u").strip() != "0"
+    assert "smoke --health-only" in " ".join(attrs["Healthcheck"]["Test"])
+    assert len(first["content"]["packages"]) == len(lock["wheels"])
+    assert {(n.lower(), v) for n, v, _ in first["content"]["packages"]} >= {("torch", versions["torch"])}
+
+
+def test_two_builds_of_one_lock_hold_the_same_packages_and_patched_files(first):
+    again = build("--no-cache")
+    assert not any(step["cached"] for step in again["steps"])
+    assert again["tag"] == first["tag"]
+    assert installed(again["tag"]) == first["content"]
+
+
+def test_no_ca_private_material_tokens_or_secrets_in_history_or_filesystem(first, tmp_path):
+    key, cert = make_ca(tmp_path)
+    refused = rig("image", "build", "--ca-cert", str(key))
+    assert refused.returncode == 2 and "not a PEM certificate (or holds a private key)" in refused.stderr
+    env = {**os.environ, "SGLANG_API_KEY": TOKEN, "RIG_TORCH_CU130_INDEX": f"https://ci:{TOKEN}@index.invalid/"}
+    result = build("--ca-cert", str(cert), env=env)
+    body = "".join(cert.read_text().splitlines()[1:-1])[:64]  # a stretch of the certificate's base64
+    needles = [TOKEN.encode(), b"PRIVATE KEY-----", body.encode()]
+    history = run(["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", result["tag"]]).stdout
+    assert history and not [n for n in needles if n.decode() in history]
+    assert not [n for n in needles if n.decode() in run(["docker", "image", "inspect", result["tag"]]).stdout]
+    found = scan_filesystem(result["tag"], needles)
+    assert found == set(), f"found in the image's files: {found}"
+
+
+def make_ca(tmp_path):
+    """A throwaway CA: its key (which must never reach an image) and its certificate."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rig test CA")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(private.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now)
+                   .not_valid_after(now + datetime.timedelta(days=2))
+                   .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                   .sign(private, hashes.SHA256()))
+    key, cert = tmp_path / "ca.key", tmp_path / "ca.crt"
+    key.write_bytes(private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    return key, cert
+
+
+def scan_filesystem(tag: str, needles: list[bytes]) -> set:
+    """Stream `docker export` of a container of TAG and look for each needle in every byte."""
+    container = run(["docker", "create", tag]).stdout.strip()
+    try:
+        export = subprocess.Popen(["docker", "export", container], stdout=subprocess.PIPE)
+        found, tail, keep = set(), b"", max(len(n) for n in needles)
+        while chunk := export.stdout.read(1 << 24):
+            window = tail + chunk
+            found |= {n for n in needles if n in window}
+            tail = window[-keep:]
+        assert export.wait() == 0
+        return found
+    finally:
+        run(["docker", "rm", "-f", container])
+
+
+def test_a_patch_only_change_rebuilds_only_the_last_layers(first, tmp_path):
+    patches = tmp_path / "patches"
+    shutil.copytree(REPO / "patches", patches)
+    (patches / "sglang-fusion-preflight-unicast.yml").unlink()
+    result = build("--patches", str(patches))
+    steps = {s["step"].split(" : ", 1)[1]: s["cached"] for s in result["steps"]}
+    heavy = [k for k in steps if "cuda install" in k or "venv install" in k or "env install" in k]
+    assert len(heavy) == 3 and all(steps[k] for k in heavy), steps
+    assert not steps["COPY patches/ /opt/rig/patches/"]
+    assert not next(v for k, v in steps.items() if "patch apply" in k)
+    assert "sglang-fusion-preflight-unicast" not in result["patches"] and len(result["patches"]) == 3
+    verified = json.loads(rig("image", "verify", result["tag"], "--json").stdout)
+    assert verified["ok"] and "sglang-fusion-preflight-unicast" not in {
+        r["id"] for r in verified["patches"] if r["status"] == "applied"}
