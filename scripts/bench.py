@@ -6,6 +6,8 @@
                                                      the venv on 1 box vs 3 boxes, warm wheelhouse
     python scripts/bench.py wheels [--rounds 3]      rig audit of sgl-kernel 0.3.21 (535 MB); rig wheels
                                                      build of the test extension: cold vs ccache
+    python scripts/bench.py image [--rounds 1]       rig image build: cold (--no-cache), then a patch-only
+                                                     rebuild; the runtime image's size
     python scripts/bench.py client [--rounds 3]      rig bench's client at C=250 against the SGLang API
                                                      stand-in: measured vs generated tok/s; tokens per
                                                      client CPU second
@@ -250,6 +252,46 @@ def audit_time(cmd: list[str], env: dict) -> tuple[float, int]:
     return time.monotonic() - start, 0
 
 
+def bench_image(rounds: int) -> None:
+    """Cold build, patch-only rebuild and size of the default stack's image, interleaved."""
+    env = {**os.environ}
+    if not env.get("RIG_BASE_IMAGE"):
+        env["RIG_BASE_IMAGE"] = subprocess.run(["bash", "scripts/base-image.sh"], cwd=REPO, check=True,
+                                               capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    work = Path(tempfile.mkdtemp(prefix="rig-bench-image-"))
+    variants = []
+    for drop in ("sglang-fusion-preflight-unicast", "sglang-symm-mem-multimem-sm120"):
+        shutil.copytree(REPO / "patches", work / drop)
+        (work / drop / f"{drop}.yml").unlink()
+        variants.append(work / drop)
+    rig = str(BIN / "rig")
+    results: dict[str, list] = {"cold build (--no-cache)": [], "patch-only rebuild": []}
+    size = 0
+    for i in range(rounds):
+        results["cold build (--no-cache)"].append(timed([rig, "image", "build", "--no-cache", "--json"], env))
+        subprocess.run(["docker", "image", "prune", "-f"], capture_output=True)
+        results["patch-only rebuild"].append(timed([rig, "image", "build", "--json", "--patches",
+                                                    str(variants[i % 2])], env))
+        listing = subprocess.run([rig, "image", "build", "--json"], cwd=REPO, env=env, check=True,
+                                 capture_output=True, text=True).stdout
+        size = json.loads(listing)["size"]
+    shutil.rmtree(work, ignore_errors=True)
+    write_section("image", f"""
+## `rig image build`
+
+Measured {datetime.now(timezone.utc):%Y-%m-%d} with `python scripts/bench.py image`, {rounds} round(s), on this
+2-core machine with the controller's caches warm (wheels and CUDA wheels already downloaded).
+**cold**: `rig image build --no-cache` of the default stack. **patch-only**: the same build with one
+patch file removed from the patch set (every layer before the patch set comes from the cache).
+
+{table(results)}
+
+- runtime image: **{size / 1e9:.2f} GB** (Docker's uncompressed size), against SGLang's published runtime
+  image (about 20 GB) and vLLM's (about 19.7 GB): {size / 20e9:.0%} and {size / 19.7e9:.0%} of them.
+  Goal: at most half their size, about 10 GB.
+""")
+
+
 def bench_client(rounds: int) -> None:
     """Is rig bench's client ever the limit? Client pinned to one core, the stand-in server to the other."""
     import asyncio
@@ -330,16 +372,19 @@ tokens, {concurrency} at a time, one token per chunk (no speculation: the most c
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["provision", "lock", "wheels", "client"])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("which", choices=["provision", "lock", "wheels", "client", "image"])
+    parser.add_argument("--rounds", type=int, help="default 3; 1 for image (a cold build takes minutes)")
     parser.add_argument("--box-rounds", type=int, default=1, help="rounds of the 1-vs-3-box venv runs")
     args = parser.parse_args()
+    args.rounds = args.rounds or (1 if args.which == "image" else 3)
     if args.which == "provision":
         bench_provision(args.rounds)
     elif args.which == "wheels":
         bench_wheels(args.rounds)
     elif args.which == "client":
         bench_client(args.rounds)
+    elif args.which == "image":
+        bench_image(args.rounds)
     else:
         bench_lock(args.rounds, args.box_rounds)
 
