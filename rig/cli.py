@@ -433,8 +433,7 @@ def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, as_json)
 
     if not base:
         raise RigError("no base image: give --base (e.g. the output of scripts/base-image.sh) or set RIG_BASE_IMAGE")
-    result = build(stack_path, cache, base, patch_dir, ca_certs, no_cache)
-    emit(result if as_json else {"msg": result["msg"]}, as_json)
+    emit(build(stack_path, cache, base, patch_dir, ca_certs, no_cache), as_json)
 
 
 @image.command("verify")
@@ -445,7 +444,7 @@ def image_verify(tag, as_json) -> None:
     from rig.image import verify
 
     result = verify(tag)
-    emit(result if as_json else {"msg": result["msg"]}, as_json)
+    emit(result, as_json)
     sys.exit(0 if result["ok"] else 1)
 
 

@@ -11,18 +11,27 @@ from rig.bundle import build
 INSIDE = "/tmp/rig-engine"
 
 
-def run_engine(container_name: str, args: list[str], bundle: str | Path) -> tuple[int, str, str]:
-    """Copy the engine bundle into the container, run `rig ARGS` there, remove it."""
+def client():
+    """The Docker engine, or an error that says how to start one."""
     import docker
-    from docker.errors import DockerException, NotFound
+    from docker.errors import DockerException
 
     try:
-        client = docker.from_env()
-        container = client.containers.get(container_name)
-    except NotFound as exc:
-        raise RigError(f"no container named {container_name!r}; `docker ps` lists the running ones") from exc
+        engine = docker.from_env()
+        engine.ping()
+        return engine
     except DockerException as exc:
         raise RigError(f"cannot reach the Docker engine: {exc}. scripts/ensure-docker.sh starts one") from exc
+
+
+def run_engine(container_name: str, args: list[str], bundle: str | Path) -> tuple[int, str, str]:
+    """Copy the engine bundle into the container, run `rig ARGS` there, remove it."""
+    from docker.errors import NotFound
+
+    try:
+        container = client().containers.get(container_name)
+    except NotFound as exc:
+        raise RigError(f"no container named {container_name!r}; `docker ps` lists the running ones") from exc
     if container.status != "running":
         raise RigError(f"container {container_name!r} is {container.status}, not running")
     path = Path(build(bundle)["path"])

@@ -19,22 +19,11 @@ import threading
 from pathlib import Path
 
 from rig import RigError, progress
+from rig.container import client as _client
 from rig.cuda_releases import series
 
 DOCKERFILE = Path(__file__).resolve().parent.parent / "docker" / "Dockerfile"
 LABEL = "dev.rig"
-
-
-def _client():
-    import docker
-    from docker.errors import DockerException
-
-    try:
-        client = docker.from_env()
-        client.ping()
-        return client
-    except DockerException as exc:
-        raise RigError(f"cannot reach the Docker engine: {exc}. scripts/ensure-docker.sh starts one") from exc
 
 
 def tag_for(stack: dict, lock: dict) -> str:
@@ -43,10 +32,10 @@ def tag_for(stack: dict, lock: dict) -> str:
 
 def expected_patches(lock: dict, patch_dir: str | None) -> list[str]:
     """The patches the lock's versions need: what `rig patch apply` will apply in the image."""
-    from rig.patches import _in, load
+    from rig.patches import load
 
     versions = {w["name"]: w["version"] for w in lock["wheels"]}
-    return sorted(p.id for p in load(patch_dir) if p.package in versions and _in(versions[p.package], p.needed))
+    return sorted(p.id for p in load(patch_dir) if p.package in versions and p.needs(versions[p.package]))
 
 
 def labels(stack: dict, lock: dict, patch_ids: list[str]) -> dict:
@@ -103,6 +92,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 def _context(root: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | None, ca_certs: list[str]) -> Path:
     """Lay the build context out under ROOT; the wheels go to ROOT/served, outside it."""
     from rig import bundle, cuda
+    from rig.patches import patch_files
     from rig.runtime_env import environment
     from rig.wheelhouse import export
 
@@ -119,9 +109,7 @@ def _context(root: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | 
     for pip_wheel in served.glob("pip-*.whl"):
         shutil.copyfile(pip_wheel, ctx / "wheelhouse" / pip_wheel.name)
     (ctx / "patches").mkdir()
-    from rig.patches import _patch_files
-
-    for path in _patch_files(patch_dir):
+    for path in patch_files(patch_dir):
         (ctx / "patches" / path.name).write_bytes(path.read_bytes())
     (ctx / "env.json").write_text(json.dumps({**environment(stack), "stack": stack["name"]}, sort_keys=True))
     (ctx / "ca").mkdir()

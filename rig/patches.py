@@ -71,8 +71,11 @@ class Patch:
     why: str
     provenance: dict
 
+    def needs(self, version: str) -> bool:
+        return _in(version, self.needed)
+
     def knows(self, version: str) -> bool:
-        return _in(version, self.needed) or bool(self.upstream and _in(version, self.upstream))
+        return self.needs(version) or bool(self.upstream and _in(version, self.upstream))
 
 
 def _in(version: str, spec: str) -> bool:
@@ -108,7 +111,7 @@ def _schema():
     }
 
 
-def _patch_files(source: str | Path | None):
+def patch_files(source: str | Path | None):
     """The patch files: SOURCE, else the repo's patches/, else those packed into the bundle."""
     if source:
         return sorted(Path(source).glob("*.yml"))
@@ -125,7 +128,7 @@ def load(source: str | Path | None = None) -> list[Patch]:
     from rig.stack import Field, _validate
 
     patches, seen = [], {}
-    for path in _patch_files(source):
+    for path in patch_files(source):
         try:
             data = yaml.safe_load(path.read_text())
         except yaml.YAMLError as exc:
@@ -213,7 +216,7 @@ def status(env: Env, patches: list[Patch]) -> list[dict]:
         if patch.upstream and _in(version, patch.upstream):
             rows.append({**row, "status": "upstream", "detail": f"{patch.package} {version} has it "
                          f"(fixed in {patch.provenance['fixed_in']})"})
-        elif not _in(version, patch.needed):
+        elif not patch.needs(version):
             rows.append({**row, "status": "not-applicable", "detail": f"{version} is outside {patch.needed}"})
         elif not path.is_file():
             rows.append({**row, "status": "drifted", "detail": f"{patch.file} is not in {patch.package} {version}"})
