@@ -57,6 +57,14 @@ def labels(stack: dict, lock: dict, patch_ids: list[str]) -> dict:
     }
 
 
+def bridge_gateway(ipam: dict) -> str:
+    """The host's address on the bridge. Docker leaves Gateway out of the config when it
+    chose the address itself: then it is the subnet's first host."""
+    import ipaddress
+
+    return ipam.get("Gateway") or str(next(ipaddress.ip_network(ipam["Subnet"]).hosts()))
+
+
 class _Wheelhouse:
     """The lock's wheels over HTTP, on the bridge gateway the build's containers reach,
     at a port derived from the lock hash so the build step's cache key stays the same."""
@@ -137,7 +145,7 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
     client = _client()
     tag = tag_for(stack, lock)
     patch_ids = expected_patches(lock, patch_dir)
-    gateway = client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    gateway = bridge_gateway(client.networks.get("bridge").attrs["IPAM"]["Config"][0])
     cache = Path(cache)
     with tempfile.TemporaryDirectory(prefix="rig-image-") as tmp:
         progress("fetching the lock's wheels and the CUDA wheels into the cache")
