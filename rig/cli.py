@@ -389,15 +389,16 @@ def bench(url, baseline_url, baseline_results, stack_path, concurrency, max_toke
 
 @cli.command()
 @click.option("--venv", "venv_path", required=True)
-@click.option("--requirements", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="The hash-pinned requirements the venv was installed from (the wheels' sha256).")
+@click.option("--requirements", required=True, multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="The hash-pinned requirements the venv was installed from (the wheels' sha256); "
+                   "repeat it for the wheels rig built.")
 @click.option("--name", default="", help="What the SBOM describes (default: the venv's name).")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
 def sbom(venv_path, requirements, name, out) -> None:
     """A CycloneDX 1.5 SBOM of the venv: every distribution, with its locked wheel's sha256."""
     from rig.sbom import cyclonedx
 
-    text = json.dumps(cyclonedx(venv_path, requirements, name), indent=1, sort_keys=True) + "\n"
+    text = json.dumps(cyclonedx(venv_path, list(requirements), name), indent=1, sort_keys=True) + "\n"
     if out:
         Path(out).write_text(text)
     else:
@@ -718,8 +719,9 @@ def wheels() -> None:
 
 @wheels.command("build")
 @click.argument("source", required=False)
-@click.option("--from-stack", "from_stack", type=click.Choice(["kernel", "flashinfer", "sglang"]),
-              help="Build this package from the stack's own source entry (git+ref or path, subdirectory).")
+@click.option("--from-stack", "from_stack", metavar="KEY",
+              help="Build from the stack's own source entry (git+ref or path, subdirectory): kernel, "
+                   "flashinfer, sglang, or the package name of one of its extensions.")
 @click.option("--venv", "venv_path", required=True, help="The venv whose torch the build links against.")
 @click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
               help="Target archs and CUDA major; its lock's hash keys the built wheel.")
@@ -784,20 +786,22 @@ def wheels_export(key, dest, cache, as_json) -> None:
     """Lay the wheels kept under CACHE/built/KEY out in DEST with a hash-pinned requirements file."""
     from rig.wheels import export
 
-    emit(export(Path(cache) / "built" / key, Path(dest)), as_json)
+    emit(export([Path(cache) / "built" / key], Path(dest)), as_json)
 
 
 @venv.command("add")
 @click.option("--venv", "venv_path", default="/opt/rig/venv", show_default=True)
 @click.option("--requirements-sha256", required=True, help="sha256 of the export's list (rig wheels export prints it).")
 @click.option("--wheelhouse", help="The exported dir holding the wheels (needed only when something changes).")
+@click.option("--find-links", help="Take the wheels from this URL; the wheelhouse dir then needs only its "
+                                   "requirements file (image builds).")
 @check_option
 @json_option
-def venv_add(venv_path, requirements_sha256, wheelhouse, check, as_json) -> None:
+def venv_add(venv_path, requirements_sha256, wheelhouse, find_links, check, as_json) -> None:
     """Install rig-built wheels into a stack venv, hash-checked; a no-op when already there."""
     from rig.venv import add
 
-    emit(add(venv_path, wheelhouse, requirements_sha256, check), as_json)
+    emit(add(venv_path, wheelhouse, requirements_sha256, check, find_links), as_json)
 
 @cli.command("tool")
 @click.argument("name", type=click.Choice(["cuobjdump"]))

@@ -13,7 +13,9 @@ import functools
 import hashlib
 import http.server
 import json
+import shlex
 import shutil
+import tarfile
 import tempfile
 import threading
 from pathlib import Path
@@ -53,6 +55,7 @@ def labels(stack: dict, lock: dict, patch_ids: list[str]) -> dict:
         f"{LABEL}.torch": versions.get("torch", ""),
         **{f"{LABEL}.{k}": v for k, v in pick.items()},
         f"{LABEL}.patches": ",".join(patch_ids),
+        f"{LABEL}.builds": ",".join(f"{b['name']}=={b['version']}" for b in lock["source_builds"]),
         f"{LABEL}.sbom": "/opt/rig/sbom.cdx.json",
     }
 
@@ -130,6 +133,88 @@ def _context(root: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | 
     return ctx
 
 
+BUILD_ROOT = "/opt/rig/build"  # the builder stage's scratch: sources, stack file, cuobjdump, its cache
+
+
+def source_builds(stack_path: str, stack: dict, lock: dict, cache: Path) -> list[dict]:
+    """The lock's source builds: each one's source, its key, and the wheel the cache keeps for it."""
+    from rig.wheels import plan, source_of
+
+    builds = []
+    for entry in lock["source_builds"]:
+        if not (entry.get("git") or entry.get("path")):
+            raise RigError(f"{entry['name']} {entry['version']} has no source (git or path) the image's builder "
+                           "can build; build it with `rig wheels build` on a build host first")
+        spec = source_of(entry, stack_path)
+        kept = plan(spec, stack["archs"], cache, lock["lock_hash"])
+        builds.append({"name": entry["name"], "version": entry["version"], "spec": spec, "key": kept["key"],
+                       "kept": kept["wheels"]})
+    return builds
+
+
+def _builder_context(ctx: Path, stack_path: str, lock: dict, missing: list[dict], cache: Path, cuda_home: str) -> None:
+    """build/: the sources of the builds the cache lacks, and build.sh, the `rig wheels build`
+    commands for them (a no-op when none is missing)."""
+    from rig.tools import fetch_tool
+    from rig.wheels import copy_source
+
+    build = ctx / "build"
+    build.mkdir()
+    lines = ["# written by rig image build: the lock's source builds the controller's cache lacks"]
+    if missing:
+        shutil.copyfile(stack_path, build / "stack.yml")  # the archs and CUDA major
+        shutil.copy(fetch_tool("cuobjdump", cache), build / "cuobjdump")
+        tools = "g++ python3-dev" + (" git" if any(b["spec"].startswith("git+") for b in missing) else "")
+        lines.append(f"dpkg -s {tools} >/dev/null 2>&1 || {{ apt-get update && "
+                     f"apt-get install -y --no-install-recommends {tools}; }}")
+    for b in missing:
+        source = Path(b["spec"])
+        if b["spec"].startswith("git+"):
+            where = b["spec"]
+        elif source.is_dir():  # as `rig wheels build` copies it: the same tree, so the same key
+            copy_source(source, build / "src" / b["name"])
+            where = f"{BUILD_ROOT}/src/{b['name']}"
+        else:
+            (build / "src").mkdir(exist_ok=True)
+            shutil.copyfile(source, build / "src" / source.name)
+            where = f"{BUILD_ROOT}/src/{source.name}"
+        lines.append(f"python3 /opt/rig/rig.pyz wheels build --venv /opt/rig/venv --stack {BUILD_ROOT}/stack.yml "
+                     f"--lock-hash {lock['lock_hash']} --cache {BUILD_ROOT}/cache --cuobjdump {BUILD_ROOT}/cuobjdump "
+                     f"--cuda-home {cuda_home} {shlex.quote(where)}")
+    (build / "build.sh").write_text("\n".join(lines) + "\n")
+
+
+def _take_back(client, image: str, cache: Path) -> None:
+    """Copy the builder's kept wheels and audits into the controller's cache (built/KEY/)."""
+    container = client.containers.create(image, entrypoint=["true"])  # never started: only read from
+    try:
+        stream, _ = container.get_archive(f"{BUILD_ROOT}/cache/built")
+        with tempfile.TemporaryFile() as spool:
+            for chunk in stream:
+                spool.write(chunk)
+            spool.seek(0)
+            with tarfile.open(fileobj=spool) as tar:
+                for member in tar.getmembers():
+                    parts = Path(member.name).parts  # built/KEY/FILE
+                    if member.isfile() and len(parts) == 3 and ".." not in parts:
+                        dest = cache / "built" / parts[1]
+                        dest.mkdir(parents=True, exist_ok=True)
+                        (dest / parts[2]).write_bytes(tar.extractfile(member).read())
+    finally:
+        container.remove(force=True)
+
+
+def _built_context(ctx: Path, served: Path, builds: list[dict], cache: Path) -> None:
+    """built/: the hash-pinned list of the wheels rig built (empty for none); the wheels are served."""
+    from rig.wheels import BUILT_REQUIREMENTS, export
+
+    (ctx / "built").mkdir()
+    if builds:
+        export([cache / "built" / b["key"] for b in builds], served, requirements_dir=ctx / "built")
+    else:
+        (ctx / "built" / BUILT_REQUIREMENTS).write_text("")
+
+
 def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None = None, ca_certs: tuple = (),
           no_cache: bool = False) -> dict:
     from rig import lock as locking
@@ -142,33 +227,56 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
     lock = locking.read(lock_file)
     if not lock.get("complete"):
         raise RigError(f"{lock_file} is a partial lock; an image is built only from a complete one")
+    cache = Path(cache)
+    builds = source_builds(stack_path, stack, lock, cache)
+    missing = [b for b in builds if not b["kept"]]
     client = _client()
     tag = tag_for(stack, lock)
+    builder_tag = f"{tag}-builder"
     patch_ids = expected_patches(lock, patch_dir)
     gateway = bridge_gateway(client.networks.get("bridge").attrs["IPAM"]["Config"][0])
-    cache = Path(cache)
+    cuda_series = series(stack["cuda"]["version"])
     with tempfile.TemporaryDirectory(prefix="rig-image-") as tmp:
         progress("fetching the lock's wheels and the CUDA wheels into the cache")
         from rig.wheelhouse import fetch
 
         fetch(lock, cache)
         ctx = _context(Path(tmp), stack, lock, cache, patch_dir, list(ca_certs))
+        _builder_context(ctx, stack_path, lock, missing, cache, f"/usr/local/cuda-{cuda_series}")
         with _Wheelhouse(Path(tmp) / "served", gateway, lock["lock_hash"]) as house:
-            args = {"BASE": base, "CUDA_VERSION": stack["cuda"]["version"], "CUDA_SERIES": series(stack["cuda"]["version"]),
+            args = {"BASE": base, "CUDA_VERSION": stack["cuda"]["version"], "CUDA_SERIES": cuda_series,
                     "LOCK_HASH": lock["lock_hash"], "PYTHON_VERSION": stack["python"], "WHEELHOUSE_URL": house.url,
                     "SERVER_PORT": str(stack["server"]["port"])}
-            steps = _stream_build(client, str(ctx), tag, args, labels(stack, lock, patch_ids), no_cache)
+            steps = []
+            if missing:  # compile first, and keep the wheels as the wheel_build role does
+                progress(f"compiling {', '.join(b['name'] for b in missing)} in the builder stage")
+                steps += _stream_build(client, str(ctx), builder_tag, args, {}, no_cache, "builder")
+                _take_back(client, builder_tag, cache)
+                builds = source_builds(stack_path, stack, lock, cache)
+                lost = [b["name"] for b in builds if not b["kept"]]
+                if lost:
+                    raise RigError(f"the builder stage built {', '.join(lost)} but no wheel came back under the "
+                                   "keys the controller expects; the source changed during the build?")
+            _built_context(ctx, Path(tmp) / "served", builds, cache)
+            try:
+                steps += _stream_build(client, str(ctx), tag, args, labels(stack, lock, patch_ids), no_cache,
+                                       "runtime")
+            finally:
+                if missing:  # its own layers go; those it shares with the runtime stay
+                    client.images.remove(builder_tag, force=True)
     image = client.images.get(tag)
     return {"changed": True, "tag": tag, "id": image.id, "size": image.attrs["Size"], "patches": patch_ids,
+            "compiled": [b["name"] for b in missing], "builds": [b["key"] for b in builds],
             "steps": steps, "msg": f"built {tag} ({image.attrs['Size'] / 1e9:.2f} GB)"}
 
 
-def _stream_build(client, ctx: str, tag: str, args: dict, image_labels: dict, no_cache: bool) -> list[dict]:
-    """Run the build, relaying each step; returns the steps with whether each came from the cache."""
+def _stream_build(client, ctx: str, tag: str, args: dict, image_labels: dict, no_cache: bool,
+                  target: str) -> list[dict]:
+    """Run the build up to TARGET, relaying each step; returns the steps with whether each came from the cache."""
     steps: list[dict] = []
     tail: list[str] = []
     for chunk in client.api.build(path=ctx, tag=tag, buildargs=args, labels=image_labels, rm=True, forcerm=True,
-                                  nocache=no_cache, decode=True, pull=False):
+                                  nocache=no_cache, decode=True, pull=False, target=target):
         if "error" in chunk:
             raise RigError(f"the image build failed: {chunk['error'].strip()}\n" + "".join(tail[-30:]))
         line = chunk.get("stream", "")

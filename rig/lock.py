@@ -173,6 +173,7 @@ def build_lock(stack: dict, source: str) -> dict:
     _check_cuda(tops, stack, source)
 
     builds = [e for e in entries if e.get("source")]
+    builds += [{"name": x["package"], "version": x["version"], "source": x["source"]} for x in stack["extensions"]]
     if stack["flashinfer"].get("jit_cache"):  # AOT-compiled for the stack's archs by `rig wheels build`
         builds.append({"name": "flashinfer-jit-cache", "version": stack["flashinfer"]["version"],
                        "source": {"archs": stack["archs"]}})
@@ -248,4 +249,6 @@ def read(path: str | Path) -> dict:
 def stack_digest(stack: dict) -> str:
     """What the lock was made from, so `rig lock --check` can tell a stale lock."""
     packages = {k: v for k, v in stack.items() if k not in RUNTIME_KEYS}
+    if not packages.get("extensions"):  # a later key: absent or empty, the locks made before it stay current
+        packages.pop("extensions", None)
     return hashlib.sha256(json.dumps(packages, sort_keys=True).encode()).hexdigest()

@@ -31,11 +31,12 @@ def locked_hashes(requirements: str | Path) -> dict:
     return pins
 
 
-def cyclonedx(venv: str | Path, requirements: str | Path, name: str = "") -> dict:
+def cyclonedx(venv: str | Path, requirements: list, name: str = "") -> dict:
+    """REQUIREMENTS: the lock's list and that of the wheels rig built for it."""
     done = subprocess.run([str(Path(venv) / "bin" / "python"), "-c", _LIST], capture_output=True, text=True)
     if done.returncode != 0:
         raise RigError(f"cannot list the distributions in {venv}: {done.stderr.strip()[-300:]}")
-    hashes = locked_hashes(requirements)
+    hashes = {k: v for path in requirements for k, v in locked_hashes(path).items()}
     components = []
     for dist, version in json.loads(done.stdout):
         key = _norm(dist)

@@ -66,6 +66,15 @@ def _source(value: dict) -> str | None:
     return None
 
 
+def _required_source(value: dict) -> str | None:
+    return _source(value) or (None if value.get("git") or value.get("path") else "give either git (with ref) or path")
+
+
+def _distribution(value: str) -> str | None:
+    return None if re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", value) else \
+        f"{value!r} is not a package name"
+
+
 def _positive(value: int) -> str | None:
     return None if value > 0 else "must be a positive number"
 
@@ -129,6 +138,16 @@ SCHEMA = {
         "jit_cache": Field(bool, default=False),
     }),
     "extra_packages": Field(list, default=[], item=Field()),
+    # torch extensions the site builds from source against the stack's torch (its own ops, a fork):
+    # source builds that need no index entry, compiled by `rig wheels build` or an image's builder
+    "extensions": Field(list, default=[], item=Field(dict, fields={
+        "package": Field(required=True, check=_distribution),
+        "version": Field(required=True, check=_version),
+        "source": Field(dict, required=True, check=_required_source, fields={
+            "git": Field(default=""), "ref": Field(default=""), "path": Field(default=""),
+            "subdirectory": Field(default=""),
+        }),
+    })),
     "cuda": Field(dict, required=True, fields={
         "version": Field(required=True, check=_cuda_version),
         "method": Field(default="wheels", choices=METHODS),
@@ -230,7 +249,7 @@ def load(path: str | Path) -> dict:
 
 
 def pins_packages(stack: dict) -> bool:
-    return bool(stack["extra_packages"] or stack["torch"].get("version") or
+    return bool(stack["extra_packages"] or stack["extensions"] or stack["torch"].get("version") or
                 any(stack[k].get("version") for k in ("sglang", "kernel", "flashinfer")))
 
 

@@ -95,7 +95,8 @@ def _run(cmd: list[str], what: str) -> None:
 BUILT_MARKER = ".rig-built.json"
 
 
-def add(venv: str | Path, wheelhouse: str | Path | None, requirements_sha256: str, check: bool = False) -> dict:
+def add(venv: str | Path, wheelhouse: str | Path | None, requirements_sha256: str, check: bool = False,
+        find_links: str | None = None) -> dict:
     """Install wheels built by rig (a `rig wheels export` dir) into a stack venv, hash-checked.
 
     REQUIREMENTS_SHA256 names the export's hash-pinned list, so a host can tell
@@ -123,6 +124,6 @@ def add(venv: str | Path, wheelhouse: str | Path | None, requirements_sha256: st
                        f"{requirements_sha256}")
     _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index", "--require-hashes", "--no-deps",
           "--force-reinstall", "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--find-links",
-          str(wheelhouse), "-r", str(requirements)], "install the built wheels")
+          find_links or str(wheelhouse), "-r", str(requirements), *_trusted(find_links)], "install the built wheels")
     (venv / BUILT_MARKER).write_bytes(requirements.read_bytes())
     return result

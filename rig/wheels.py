@@ -73,11 +73,22 @@ def source_spec(source: str) -> str:
 
 
 def stack_source(stack: dict, package: str, stack_path: str) -> str:
-    """The build source a stack's entry names: git+URL@REF[#subdirectory=...] or a local path."""
-    source = stack[package].get("source") or {}
+    """The build source a stack's entry names (kernel, flashinfer, sglang, or an extension's package)."""
+    if package in ("kernel", "flashinfer", "sglang"):
+        source = stack[package].get("source") or {}
+    else:
+        found = [x["source"] for x in stack["extensions"] if x["package"] == package]
+        if not found:
+            raise RigError(f"{stack_path}: no kernel, flashinfer, sglang or extension named {package!r}")
+        source = found[0]
     if not (source.get("git") or source.get("path")):
         raise RigError(f"{stack_path}: {package} has no source entry (source: {{git, ref}} or {{path}}); "
                        "it installs as a prebuilt wheel")
+    return source_of(source, stack_path)
+
+
+def source_of(source: dict, stack_path: str | Path) -> str:
+    """git+URL@REF[#subdirectory=...], or a local path taken relative to the stack file."""
     if source.get("path"):
         path = Path(source["path"])
         path = path if path.is_absolute() else Path(stack_path).resolve().parent / path
@@ -104,6 +115,11 @@ def _ignored(parts: tuple) -> bool:  # shared by the source digest and the clean
     return any(p in ("build", "dist", "__pycache__") or p.endswith(".egg-info") for p in parts)
 
 
+def copy_source(src: str | Path, dest: Path) -> Path:
+    """A clean copy of a source tree, without the build leftovers the source digest leaves out."""
+    return Path(shutil.copytree(src, dest, ignore=lambda d, names: [n for n in names if _ignored((n,))]))
+
+
 def wheelhouse_key(lock_hash: str, archs: list[str], source: str) -> str:
     """Where a build is kept: the stack lock it links against, the archs, and the source itself."""
     return hashlib.sha256(f"{lock_hash}|{';'.join(archs)}|{source_digest(source)}".encode()).hexdigest()[:16]
@@ -117,11 +133,13 @@ def plan(source: str, archs: list[str], cache: Path, lock_hash: str) -> dict:
             "msg": f"built/{key} holds {', '.join(w.name for w in kept)}" if kept else f"would build into built/{key}"}
 
 
-def export(built_dir: Path, dest: Path) -> dict:
-    """Lay kept wheels out with a hash-pinned requirements file, for `rig venv add`."""
-    wheels = sorted(built_dir.glob("*.whl"))
+def export(built_dirs: list[Path], dest: Path, requirements_dir: Path | None = None) -> dict:
+    """Lay kept wheels out with a hash-pinned requirements file, for `rig venv add`
+    (the list goes to REQUIREMENTS_DIR instead when the wheels are served from DEST)."""
+    wheels = sorted(w for d in built_dirs for w in Path(d).glob("*.whl"))
     if not wheels:
-        raise RigError(f"{built_dir} holds no built wheels; run the wheel_build role (or rig wheels build) first")
+        raise RigError(f"{', '.join(map(str, built_dirs))} holds no built wheels; run the wheel_build role "
+                       "(or rig wheels build) first")
     dest.mkdir(parents=True, exist_ok=True)
     lines = []
     for wheel in wheels:
@@ -129,7 +147,8 @@ def export(built_dir: Path, dest: Path) -> dict:
         name, version = wheel.name.split("-")[:2]
         lines.append(f"{name}=={version} --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}")
     text = "\n".join(lines) + "\n"
-    (dest / BUILT_REQUIREMENTS).write_text(text)
+    (requirements_dir or dest).mkdir(parents=True, exist_ok=True)
+    ((requirements_dir or dest) / BUILT_REQUIREMENTS).write_text(text)
     return {"changed": False, "dest": str(dest), "wheels": [w.name for w in wheels],
             "requirements_sha256": hashlib.sha256(text.encode()).hexdigest(), "msg": f"exported {len(wheels)} wheel(s)"}
 
@@ -154,8 +173,7 @@ def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home:
              f"with {nvcc} ({jobs} jobs{', ccache' if 'PYTORCH_NVCC' in env else ''})")
     with tempfile.TemporaryDirectory() as out:
         if Path(spec).is_dir():  # build a clean copy: no stale objects in, no build/ left in the source
-            spec = str(shutil.copytree(spec, Path(out) / "src", ignore=lambda d, names: [
-                n for n in names if _ignored((n,))]))
+            spec = str(copy_source(spec, Path(out) / "src"))
         if "PYTORCH_NVCC" in env:  # paths relative to the fresh copy, so ccache hits across builds
             env.update(CCACHE_BASEDIR=out, CCACHE_NOHASHDIR="true")
         done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "wheel", "--no-build-isolation",

@@ -37,6 +37,18 @@ def test_the_shipped_default_lock_is_current_and_complete():
     assert "file://" not in DEFAULT.with_suffix(".lock").read_text()  # nothing of this machine
 
 
+def test_an_extension_is_a_source_build_that_needs_no_index_entry():
+    """rig's test extension is on no index: the lock lists it to build, beside torch's closure."""
+    stack = REPO / "tests" / "data" / "stacks" / "torch-extension.yml"
+    done = rig("lock", str(stack), "--check", "--json")
+    assert done.returncode == 0, done.stderr
+    lock = read(stack.with_suffix(".lock"))
+    assert lock["complete"] and lock["source_builds"] == [
+        {"name": "rig-scale-ext", "version": "0.1.0", "git": "", "ref": "", "path": "../rig_scale_ext",
+         "subdirectory": ""}]
+    assert "torch" in {w["name"] for w in lock["wheels"]} and "rig-scale-ext" not in {w["name"] for w in lock["wheels"]}
+
+
 def test_a_stale_lock_is_detected(tmp_path):
     path = variant(tmp_path, {"description": "changed"})
     (tmp_path / "variant.lock").write_text(DEFAULT.with_suffix(".lock").read_text())

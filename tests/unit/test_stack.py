@@ -28,6 +28,14 @@ def test_the_default_stack_loads_with_defaults_filled_in():
     ({"cuda": {"version": "13.0.2", "make_default": "yes"}}, "cuda.make_default: expected bool"),
     ({"cuda": {"version": "13.0.2", "runfile": {"sha256": "abc"}}}, "cuda.runfile.sha256: must be 64"),
     ({"extra": True}, "unknown key 'extra'"),
+    ({"extensions": [{"package": "x", "version": "1.0"}]}, "extensions[0].source: is required"),
+    ({"extensions": [{"package": "x", "version": "1.0", "source": {}}]}, "extensions[0].source: give either git"),
+    ({"extensions": [{"package": "x", "version": "1.0", "source": {"git": "https://h/x.git"}}]},
+     "extensions[0].source: a git source needs a ref"),
+    ({"extensions": [{"package": "x y", "version": "1.0", "source": {"path": "."}}]},
+     "extensions[0].package: 'x y' is not a package name"),
+    ({"extensions": [{"package": "x", "version": "one", "source": {"path": "."}}]},
+     "extensions[0].version: 'one' is not a version"),
 ])
 def test_bad_values_are_errors_that_name_the_key(change, named):
     with pytest.raises(RigError, match="^s.yml: ") as err:
