@@ -215,6 +215,27 @@ def _built_context(ctx: Path, served: Path, builds: list[dict], cache: Path) -> 
         (ctx / "built" / BUILT_REQUIREMENTS).write_text("")
 
 
+def probe_base(client, base: str, python: str, cuda_series: str) -> dict:
+    """What the base brings, before anything builds: the python3 rig's steps run on (it must be
+    the lock's), and whether it has its own CUDA tree (NVIDIA's images), which the image keeps."""
+    from docker.errors import DockerException
+
+    script = ("python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' 2>/dev/null || echo none; "
+              f"test -e /usr/local/cuda-{cuda_series} && echo base || echo wheels")
+    try:
+        out = client.containers.run(base, ["sh", "-c", script], entrypoint=[], remove=True).decode().split()
+    except DockerException as exc:
+        raise RigError(f"cannot run the base image {base}: {exc}; build it (scripts/base-image.sh) or pull it") from exc
+    found = {"python": out[0], "toolkit": out[1]}
+    if found["python"] == "none":
+        raise RigError(f"the base image {base} has no python3, which rig's build steps run on; use a base "
+                       f"with Python {python} (for NVIDIA's CUDA images, one derived with python3 and python3-venv)")
+    if found["python"] != python:
+        raise RigError(f"the base image {base} has Python {found['python']}, the stack's lock is for Python {python}; "
+                       f"lock the stack for {found['python']} (python: in the stack) or use a base with {python}")
+    return found
+
+
 def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None = None, ca_certs: tuple = (),
           no_cache: bool = False) -> dict:
     from rig import lock as locking
@@ -236,6 +257,9 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
     patch_ids = expected_patches(lock, patch_dir)
     gateway = bridge_gateway(client.networks.get("bridge").attrs["IPAM"]["Config"][0])
     cuda_series = series(stack["cuda"]["version"])
+    found = probe_base(client, base, lock["python"], cuda_series)
+    if found["toolkit"] == "base":
+        progress(f"the base brings /usr/local/cuda-{cuda_series}; the image keeps it instead of rig's toolkit")
     with tempfile.TemporaryDirectory(prefix="rig-image-") as tmp:
         progress("fetching the lock's wheels and the CUDA wheels into the cache")
         from rig.wheelhouse import fetch
@@ -266,6 +290,7 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
                     client.images.remove(builder_tag, force=True)
     image = client.images.get(tag)
     return {"changed": True, "tag": tag, "id": image.id, "size": image.attrs["Size"], "patches": patch_ids,
+            "toolkit": found["toolkit"],
             "compiled": [b["name"] for b in missing], "builds": [b["key"] for b in builds],
             "steps": steps, "msg": f"built {tag} ({image.attrs['Size'] / 1e9:.2f} GB)"}
 

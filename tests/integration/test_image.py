@@ -52,6 +52,7 @@ def first(base_image) -> dict:
 def test_the_default_stack_image_builds_and_verifies(first):
     lock = read(DEFAULT_LOCK)
     assert first["tag"] == f"rig/sm120-sglang-0.5.23:{lock['lock_hash'][:12]}"
+    assert first["toolkit"] == "wheels" and first["compiled"] == []  # rig's toolkit; no source builds
     done = rig("image", "verify", first["tag"], "--json")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     report = json.loads(done.stdout)

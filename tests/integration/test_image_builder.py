@@ -1,6 +1,10 @@
-"""rig image build's builder stage: a lock's source build compiled against the stack venv's
-torch with the toolkit's nvcc, audited, kept in the controller's cache and installed into
-the runtime, which holds neither the source nor the build's scratch."""
+"""rig image build's builder stage and a base that brings its own CUDA.
+
+A lock's source build is compiled against the stack venv's torch with the toolkit's nvcc,
+audited, kept in the controller's cache and installed into the runtime, which holds
+neither the source nor the build's scratch. The base here carries a CUDA 13.0 tree that
+rig did not install, where NVIDIA's CUDA images carry theirs (no registry answers here to
+pull one); the image must keep that tree, not refuse it or copy a second one."""
 from __future__ import annotations
 
 import hashlib
@@ -11,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CACHE, REPO, rig, run
+from conftest import CACHE, REPO, ok, rig, run
 from rig.lock import read
 
 pytestmark = pytest.mark.box
@@ -20,8 +24,8 @@ STACK = REPO / "tests" / "data" / "stacks" / "torch-extension.yml"
 EXTENSION = REPO / "tests" / "data" / "rig_scale_ext"
 
 
-def build() -> dict:
-    done = rig("image", "build", "--json", "--stack", str(STACK), "--cache", CACHE)
+def build(base: str) -> dict:
+    done = rig("image", "build", "--json", "--stack", str(STACK), "--cache", CACHE, "--base", base)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     return json.loads(done.stdout)
 
@@ -32,14 +36,30 @@ def inside(tag: str, script: str) -> str:
     return done.stdout
 
 
+def derived_base(base_image: str, work: Path, tag: str, *lines: str) -> str:
+    (work / "Dockerfile").write_text("\n".join([f"FROM {base_image}", *lines]) + "\n")
+    ok(run(["docker", "build", "-q", "-t", tag, str(work)]))
+    return tag
+
+
 @pytest.fixture(scope="module")
-def built(base_image):
-    os.environ.setdefault("RIG_BASE_IMAGE", base_image)
+def cuda_base(base_image, tmp_path_factory):
+    """rig's base with a CUDA 13.0 tree at /usr/local/cuda-13.0 that rig did not install."""
+    work = tmp_path_factory.mktemp("cuda-base")
+    fetched = json.loads(ok(rig("cuda", "fetch", "--json", "--version", "13.0.2", "--cache", CACHE)).stdout)
+    ok(rig("cuda", "install", "--version", "13.0.2", "--source", fetched["dir"], "--prefix", str(work)))
+    (work / "cuda-13.0" / ".rig-toolkit.json").unlink()  # not rig's: the build must not touch it
+    yield derived_base(base_image, work, "rig-test/cuda-base:13.0", "COPY cuda-13.0 /usr/local/cuda-13.0")
+    run(["docker", "rmi", "-f", "rig-test/cuda-base:13.0"])
+
+
+@pytest.fixture(scope="module")
+def built(cuda_base):
     key = json.loads(rig("wheels", "plan", "--json", "--stack", str(STACK), "--cache", CACHE,
                          str(EXTENSION)).stdout)["key"]
     shutil.rmtree(Path(CACHE) / "built" / key, ignore_errors=True)  # so the builder has to compile it
-    result = build()
-    yield {**result, "key": key}
+    result = build(cuda_base)
+    yield {**result, "key": key, "base": cuda_base}
     run(["docker", "rmi", "-f", result["tag"]])
     run(["docker", "image", "prune", "-f"])
 
@@ -74,8 +94,34 @@ def test_the_runtime_holds_the_built_wheel_and_no_source_or_scratch(built):
         ["built", "env.json", "patches", "rig.pyz", "sbom.cdx.json", "venv", "wheelhouse", "built-requirements.txt"]
 
 
+def test_the_image_keeps_the_bases_cuda_tree_and_verifies(built):
+    assert built["toolkit"] == "base"
+    # the base's tree, untouched (no rig marker), and no second copy of it in a layer of the build
+    assert inside(built["tag"], "ls -A /usr/local/cuda-13.0").split() == \
+        inside(built["base"], "ls -A /usr/local/cuda-13.0").split()
+    assert ".rig-toolkit.json" not in inside(built["tag"], "ls -A /usr/local/cuda-13.0")
+    history = run(["docker", "history", "--no-trunc", "--human=false", "--format", "{{.Size}}|{{.CreatedBy}}",
+                   built["tag"]]).stdout.splitlines()
+    toolkit_layer = [int(line.split("|")[0]) for line in history if line.rstrip().endswith("in /")]
+    assert len(toolkit_layer) == 1 and toolkit_layer[0] < 100_000, history  # the ldconfig file alone
+    done = rig("image", "verify", built["tag"], "--json")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    checks = {c["name"]: c["status"] for c in json.loads(done.stdout)["doctor"]["checks"]}
+    assert checks["cuda-13.0"] == checks["libnvrtc.so.13"] == checks["compile-sm_120a"] == "pass", checks
+
+
+def test_a_base_without_python3_is_refused_before_anything_builds(base_image, tmp_path):
+    tag = derived_base(base_image, tmp_path, "rig-test/no-python:1", "RUN rm -f /usr/bin/python3*")
+    try:
+        done = rig("image", "build", "--stack", str(STACK), "--cache", CACHE, "--base", tag)
+        assert done.returncode == 2
+        assert "has no python3" in done.stderr and "Python 3.11" in done.stderr
+    finally:
+        run(["docker", "rmi", "-f", tag])
+
+
 def test_a_rebuild_takes_the_kept_wheel_instead_of_compiling(built):
-    again = build()
+    again = build(built["base"])
     assert again["tag"] == built["tag"] and again["compiled"] == []
     runtime = [s for s in again["steps"] if "venv add" in s["step"] or "venv install" in s["step"]]
     assert len(runtime) == 2 and all(s["cached"] for s in runtime)
