@@ -417,18 +417,20 @@ def image() -> None:
                    "bootstrapped base (scripts/base-image.sh prints it; default $RIG_BASE_IMAGE).")
 @click.option("--patches", "patch_dir", help="Build with this patch set instead of the repo's.")
 @click.option("--ca-cert", "ca_certs", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="An extra CA certificate for the builder stage only; repeat.")
+              help="An extra CA certificate for the builder stage only (its apt and git); repeat.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
-@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller cache (wheels, CUDA wheels).")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller cache (wheels, CUDA wheels, built wheels).")
 @json_option
 def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, as_json) -> None:
     """Build the stack's image, tagged rig/NAME:LOCKHASH, with OCI labels and an SBOM inside.
 
-    Stages: a throwaway one for extra CA certificates, a builder (the CUDA
-    toolkit from NVIDIA's wheels, its ldconfig file), and the runtime (the
-    locked wheels, served from the controller's wheelhouse and hash-checked;
-    the stack's environment; a CycloneDX SBOM; the patch set last). The server
-    runs as the non-root user sglang; the HEALTHCHECK waits for /health_generate.
+    Stages: the CUDA toolkit from NVIDIA's wheels and its ldconfig file (a base
+    that brings its own CUDA tree keeps it); the stack (the locked wheels, served
+    from the controller's wheelhouse and hash-checked); a builder that compiles
+    the lock's source builds missing from CACHE/built, whose audited wheels come
+    back to that cache; and the runtime (the built wheels, the stack's
+    environment, a CycloneDX SBOM, the patch set last). The server runs as the
+    non-root user sglang; the HEALTHCHECK waits for /health_generate.
     """
     from rig.image import build
 

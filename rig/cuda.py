@@ -154,6 +154,7 @@ def install(version: str, prefix: str | Path, method: str, components: list[str]
             raise RigError(f"runfile {source} has sha256 {actual}, expected {sha256}; refusing it.")
     _clean_leftovers(tree)
     staging = Path(tempfile.mkdtemp(prefix=f".{tree.name}.rig-staging-", dir=_mkdir(tree.parent)))
+    staging.chmod(0o755)  # mkdtemp's 0700 would become the tree's: only root could use the toolkit
     try:
         if method == "wheels":
             record = verify_manifest(source)

@@ -1,11 +1,12 @@
 """`rig image build` and `rig image verify`: the stack's serving image from its lock.
 
 The build context holds the engine (without the patch set), the CUDA wheels, the
-lock's requirements file and pip's wheel, the patch set and the environment; the
-4 GB of locked wheels are served to the build over HTTP from the controller's
-wheelhouse instead, so they are never a layer. Extra CA certificates go to a
-throwaway stage only. Nothing secret is ever a build argument: build arguments
-are visible in `docker history`.
+lock's requirements file and pip's wheel, the sources of the builds rig's cache
+lacks, the patch set and the environment; the 4 GB of locked wheels (and the built
+ones) are served to the build over HTTP from the controller's cache instead, so
+they are never a layer. Extra CA certificates go to the throwaway builder stage
+only. Nothing secret is ever a build argument: build arguments are visible in
+`docker history`.
 """
 from __future__ import annotations
 

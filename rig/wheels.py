@@ -92,7 +92,7 @@ def source_of(source: dict, stack_path: str | Path) -> str:
     if source.get("path"):
         path = Path(source["path"])
         path = path if path.is_absolute() else Path(stack_path).resolve().parent / path
-        return str(path / source["subdirectory"]) if source.get("subdirectory") else str(path)
+        return os.path.normpath(path / source["subdirectory"] if source.get("subdirectory") else path)
     sub = f"#subdirectory={source['subdirectory']}" if source.get("subdirectory") else ""
     return f"git+{source['git']}@{source['ref']}{sub}"
 

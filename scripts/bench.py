@@ -274,7 +274,9 @@ def bench_image(rounds: int) -> None:
                                                     str(variants[i % 2])], env))
         listing = subprocess.run([rig, "image", "build", "--json"], cwd=REPO, env=env, check=True,
                                  capture_output=True, text=True).stdout
-        size = json.loads(listing)["size"]
+        built = json.loads(listing)
+        size = built["size"]
+    parts = image_breakdown(built["tag"], env["RIG_BASE_IMAGE"])
     shutil.rmtree(work, ignore_errors=True)
     write_section("image", f"""
 ## `rig image build`
@@ -289,7 +291,34 @@ patch file removed from the patch set (every layer before the patch set comes fr
 - runtime image: **{size / 1e9:.2f} GB** (Docker's uncompressed size), against SGLang's published runtime
   image (about 20 GB) and vLLM's (about 19.7 GB): {size / 20e9:.0%} and {size / 19.7e9:.0%} of them.
   Goal: at most half their size, about 10 GB.
+
+Where the size is (`du` in the image, `docker image inspect` for the base):
+
+| part | GB | of SGLang's 20 GB |
+| --- | --- | --- |
+{chr(10).join(f"| {name} | {b / 1e9:.2f} | {b / 20e9:.1%} |" for name, b in parts)}
 """)
+
+
+def image_breakdown(tag: str, base: str) -> list[tuple[str, int]]:
+    """The base, the toolkit, the venv's package files and its .pyc files, and its largest packages."""
+    script = r"""
+site=/opt/rig/venv/lib/python3.*/site-packages
+echo "toolkit $(du -sb /usr/local/cuda-* | awk '{s+=$1} END {print s}')"
+echo "venv $(du -sb /opt/rig/venv | cut -f1)"
+echo "pyc $(find /opt/rig/venv -name '*.pyc' -printf '%s
+' | awk '{s+=$1} END {print s}')"
+du -sb $site/* | sort -nr | head -6 | while read b p; do echo "pkg:$(basename $p) $b"; done
+"""
+    out = subprocess.run(["docker", "run", "--rm", "--entrypoint", "bash", tag, "-c", script],
+                         capture_output=True, text=True, check=True).stdout.split()
+    sizes = dict(zip(out[::2], map(int, out[1::2])))
+    base_size = json.loads(subprocess.run(["docker", "image", "inspect", base], capture_output=True, text=True,
+                                          check=True).stdout)[0]["Size"]
+    return [("base image (Debian, python3, g++)", base_size), ("CUDA toolkit", sizes["toolkit"]),
+            ("venv: the locked packages' files", sizes["venv"] - sizes["pyc"]),
+            *[(f"&nbsp;&nbsp;of which {k[4:]}", v) for k, v in sizes.items() if k.startswith("pkg:")],
+            ("venv: .pyc files", sizes["pyc"])]
 
 
 def bench_client(rounds: int) -> None:

@@ -26,10 +26,11 @@ def test_cuda13_lands_beside_12_9_and_the_default_switches_only_when_asked(box):
 
     box.play("cuda.yml").expect_ok()
     assert "release 13.0" in box.sh("/usr/local/cuda-13.0/bin/nvcc --version").stdout
-    # a service's non-root user runs the compilers too (NVIDIA's wheels ship them 0744)
-    nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups"
+    # a service's non-root user runs the compilers too (NVIDIA's wheels ship them 0744, and a
+    # staging dir is made 0700); su, as setpriv here was let through the 0700 tree all the same
+    assert box.sh("stat -c %a /usr/local/cuda-13.0").stdout.strip() == "755"
     for tool in ("nvcc", "ptxas"):
-        assert "release 13.0" in box.sh(f"{nobody} /usr/local/cuda-13.0/bin/{tool} --version").stdout
+        assert "release 13.0" in box.sh(f"su -s /bin/sh nobody -c '/usr/local/cuda-13.0/bin/{tool} --version'").stdout
     assert box.tree_hashes("/usr/local/cuda-12.9") == before
     assert box.sh("readlink /usr/local/cuda").stdout.strip() == "cuda-12.9"
 

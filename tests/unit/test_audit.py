@@ -78,3 +78,7 @@ def test_a_stacks_source_entry_is_its_build_recipe(tmp_path):
     local = tmp_path / "local.yml"
     local.write_text("name: l\ncuda: {version: 13.0.2}\nkernel: {source: {path: src, subdirectory: sgl-kernel}}\n")
     assert stack_source(load(local), "kernel", str(local)) == str(tmp_path / "src" / "sgl-kernel")
+    extension = REPO / "tests" / "data" / "stacks" / "torch-extension.yml"
+    assert stack_source(load(extension), "rig-scale-ext", str(extension)) == str(REPO / "tests" / "data" / "rig_scale_ext")
+    with pytest.raises(RigError, match="no kernel, flashinfer, sglang or extension named 'deep-gemm'"):
+        stack_source(load(extension), "deep-gemm", str(extension))
