@@ -273,21 +273,21 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
                     "LOCK_HASH": lock["lock_hash"], "PYTHON_VERSION": stack["python"], "WHEELHOUSE_URL": house.url,
                     "SERVER_PORT": str(stack["server"]["port"])}
             steps = []
-            if missing:  # compile first, and keep the wheels as the wheel_build role does
-                progress(f"compiling {', '.join(b['name'] for b in missing)} in the builder stage")
-                steps += _stream_build(client, str(ctx), builder_tag, args, {}, no_cache, "builder")
-                _take_back(client, builder_tag, cache)
-                builds = source_builds(stack_path, stack, lock, cache)
-                lost = [b["name"] for b in builds if not b["kept"]]
-                if lost:
-                    raise RigError(f"the builder stage built {', '.join(lost)} but no wheel came back under the "
-                                   "keys the controller expects; the source changed during the build?")
-            _built_context(ctx, Path(tmp) / "served", builds, cache)
             try:
+                if missing:  # compile first, and keep the wheels as the wheel_build role does
+                    progress(f"compiling {', '.join(b['name'] for b in missing)} in the builder stage")
+                    steps += _stream_build(client, str(ctx), builder_tag, args, {}, no_cache, "builder")
+                    _take_back(client, builder_tag, cache)
+                    builds = source_builds(stack_path, stack, lock, cache)
+                    lost = [b["name"] for b in builds if not b["kept"]]
+                    if lost:
+                        raise RigError(f"the builder stage built {', '.join(lost)} but no wheel came back under "
+                                       "the keys the controller expects; did the source change during the build?")
+                _built_context(ctx, Path(tmp) / "served", builds, cache)
                 steps += _stream_build(client, str(ctx), tag, args, labels(stack, lock, patch_ids), no_cache,
                                        "runtime")
             finally:
-                if missing:  # its own layers go; those it shares with the runtime stay
+                if missing and client.images.list(name=builder_tag):  # its own layers go; shared ones stay
                     client.images.remove(builder_tag, force=True)
     image = client.images.get(tag)
     return {"changed": True, "tag": tag, "id": image.id, "size": image.attrs["Size"], "patches": patch_ids,
