@@ -144,8 +144,9 @@ def source_builds(stack_path: str, stack: dict, lock: dict, cache: Path) -> list
     builds = []
     for entry in lock["source_builds"]:
         if not (entry.get("git") or entry.get("path")):
-            raise RigError(f"{entry['name']} {entry['version']} has no source (git or path) the image's builder "
-                           "can build; build it with `rig wheels build` on a build host first")
+            raise RigError(f"{entry['name']} {entry['version']} is a source build without a git or path source "
+                           "(flashinfer's jit_cache), which images do not build yet; set jit_cache: false in the "
+                           "stack to build the image")
         spec = source_of(entry, stack_path)
         kept = plan(spec, stack["archs"], cache, lock["lock_hash"])
         builds.append({"name": entry["name"], "version": entry["version"], "spec": spec, "key": kept["key"],
