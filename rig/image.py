@@ -270,7 +270,8 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
         ctx = _context(Path(tmp), stack, lock, cache, patch_dir, list(ca_certs))
         _builder_context(ctx, stack_path, lock, missing, cache, f"/usr/local/cuda-{cuda_series}")
         with _Wheelhouse(Path(tmp) / "served", gateway, lock["lock_hash"]) as house:
-            args = {"BASE": base, "CUDA_VERSION": stack["cuda"]["version"], "CUDA_SERIES": cuda_series,
+            args = {"BASE": base, "CUDA_VERSION": stack["cuda"]["version"],
+                    "TOOLKIT": found["toolkit"],
                     "LOCK_HASH": lock["lock_hash"], "PYTHON_VERSION": stack["python"], "WHEELHOUSE_URL": house.url,
                     "SERVER_PORT": str(stack["server"]["port"])}
             steps = []

@@ -42,6 +42,11 @@ def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return done
 
 
+def in_image(tag: str, script: str) -> str:
+    """SCRIPT's output in a throwaway container of TAG, as the image's own user."""
+    return ok(run(["docker", "run", "--rm", "--entrypoint", "bash", tag, "-c", script])).stdout
+
+
 @dataclass
 class Box:
     name: str

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import DEFAULT_LOCK, REPO, rig, run
+from conftest import DEFAULT_LOCK, REPO, in_image, rig, run
 from rig.lock import read
 
 pytestmark = pytest.mark.box
@@ -22,20 +22,14 @@ def build(*args: str, env: dict | None = None) -> dict:
     return json.loads(done.stdout)
 
 
-def inside(tag: str, script: str) -> str:
-    done = run(["docker", "run", "--rm", "--entrypoint", "bash", tag, "-c", script])
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 def installed(tag: str) -> dict:
     """What the image holds: its SBOM's packages (name, version, wheel sha256) and the patched files' sha256."""
-    sbom = json.loads(inside(tag, "cat /opt/rig/sbom.cdx.json"))
+    sbom = json.loads(in_image(tag, "cat /opt/rig/sbom.cdx.json"))
     packages = sorted((c["name"], c["version"], c["hashes"][0]["content"]) for c in sbom["components"])
-    status = json.loads(inside(tag, "python3 /opt/rig/rig.pyz patch status --json --venv /opt/rig/venv "
+    status = json.loads(in_image(tag, "python3 /opt/rig/rig.pyz patch status --json --venv /opt/rig/venv "
                                     "--patches /opt/rig/patches"))
     paths = sorted({r["path"] for r in status["patches"] if r["status"] == "applied"})
-    hashes = inside(tag, "sha256sum " + " ".join(paths))
+    hashes = in_image(tag, "sha256sum " + " ".join(paths))
     return {"packages": packages, "patched": hashes, "applied": sorted(r["id"] for r in status["patches"]
                                                                        if r["status"] == "applied")}
 
@@ -65,7 +59,7 @@ def test_the_default_stack_image_builds_and_verifies(first):
     assert attrs["Labels"]["dev.rig.sglang"] == versions["sglang"] == "0.5.23"
     assert attrs["Labels"]["dev.rig.torch"] == versions["torch"]
     assert attrs["Labels"]["dev.rig.patches"].split(",") == first["content"]["applied"] == first["patches"]
-    assert attrs["User"] == "sglang" and inside(first["tag"], "id -u").strip() != "0"
+    assert attrs["User"] == "sglang" and in_image(first["tag"], "id -u").strip() != "0"
     assert "smoke --health-only" in " ".join(attrs["Healthcheck"]["Test"])
     assert len(first["content"]["packages"]) == len(lock["wheels"])
     assert {(n.lower(), v) for n, v, _ in first["content"]["packages"]} >= {("torch", versions["torch"])}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CACHE, REPO, ok, rig, run
+from conftest import CACHE, REPO, in_image, ok, rig, run
 from rig.lock import read
 
 pytestmark = pytest.mark.box
@@ -28,12 +28,6 @@ def build(base: str) -> dict:
     done = rig("image", "build", "--json", "--stack", str(STACK), "--cache", CACHE, "--base", base)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     return json.loads(done.stdout)
-
-
-def inside(tag: str, script: str) -> str:
-    done = run(["docker", "run", "--rm", "--entrypoint", "bash", tag, "-c", script])
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
 
 
 def derived_base(base_image: str, work: Path, tag: str, *lines: str) -> str:
@@ -81,25 +75,25 @@ def test_the_runtime_holds_the_built_wheel_and_no_source_or_scratch(built):
     labels = json.loads(run(["docker", "image", "inspect", built["tag"]]).stdout)[0]["Config"]["Labels"]
     assert labels["dev.rig.builds"] == "rig-scale-ext==0.1.0"
     # the sglang user imports it next to the venv's torch, without a GPU
-    out = inside(built["tag"], "cd /tmp && /opt/rig/venv/bin/python -c 'import torch, rig_scale_ext; "
+    out = in_image(built["tag"], "cd /tmp && /opt/rig/venv/bin/python -c 'import torch, rig_scale_ext; "
                                "print(torch.__version__, rig_scale_ext.__file__)'")
     assert out.startswith("2.14.1") and "/opt/rig/venv/" in out
-    assert inside(built["tag"], "id -un").strip() == "sglang"
+    assert in_image(built["tag"], "id -un").strip() == "sglang"
     wheel = next((Path(CACHE) / "built" / built["key"]).glob("*.whl"))
-    sbom = json.loads(inside(built["tag"], "cat /opt/rig/sbom.cdx.json"))
+    sbom = json.loads(in_image(built["tag"], "cat /opt/rig/sbom.cdx.json"))
     ext = [c for c in sbom["components"] if c["name"] == "rig-scale-ext"]
     assert ext and ext[0]["hashes"][0]["content"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert len(sbom["components"]) == len(read(STACK.with_suffix(".lock"))["wheels"]) + 1
-    assert inside(built["tag"], "ls /opt/rig; ls /opt/rig/built").split() == \
+    assert in_image(built["tag"], "ls /opt/rig; ls /opt/rig/built").split() == \
         ["built", "env.json", "patches", "rig.pyz", "sbom.cdx.json", "venv", "wheelhouse", "built-requirements.txt"]
 
 
 def test_the_image_keeps_the_bases_cuda_tree_and_verifies(built):
     assert built["toolkit"] == "base"
     # the base's tree, untouched (no rig marker), and no second copy of it in a layer of the build
-    assert inside(built["tag"], "ls -A /usr/local/cuda-13.0").split() == \
-        inside(built["base"], "ls -A /usr/local/cuda-13.0").split()
-    assert ".rig-toolkit.json" not in inside(built["tag"], "ls -A /usr/local/cuda-13.0")
+    assert in_image(built["tag"], "ls -A /usr/local/cuda-13.0").split() == \
+        in_image(built["base"], "ls -A /usr/local/cuda-13.0").split()
+    assert ".rig-toolkit.json" not in in_image(built["tag"], "ls -A /usr/local/cuda-13.0")
     history = run(["docker", "history", "--no-trunc", "--human=false", "--format", "{{.Size}}|{{.CreatedBy}}",
                    built["tag"]]).stdout.splitlines()
     toolkit_layer = [int(line.split("|")[0]) for line in history if line.rstrip().endswith("in /")]
