@@ -71,22 +71,38 @@ class _Parser:
         self.proc.wait()
 
 
+TESTMODEL = "testmodel"
+
+
+def models(server: dict) -> tuple[str, str]:
+    """(target, draft) paths; `testmodel` names the generated pair under server.testmodel_dir."""
+    if not server["model"]:
+        raise RigError("the stack has no server.model: set it to the model's local path or id, "
+                       "or to 'testmodel' to prove the box with a generated one (rig testmodel)")
+    if server["draft_model"] == TESTMODEL and server["model"] != TESTMODEL:
+        raise RigError("server.draft_model 'testmodel' drafts for the generated target only: "
+                       "set server.model to 'testmodel' too, or give the draft's path")
+    if server["model"] != TESTMODEL:
+        return server["model"], server["draft_model"]
+    root = server["testmodel_dir"]
+    return f"{root}/target", f"{root}/draft" if server["draft_model"] in (TESTMODEL, "") else server["draft_model"]
+
+
 def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
     """(what, value) pairs in argv order; a None value is a bare switch."""
     server, bench = stack["server"], stack["bench"]
-    if not server["model"]:
-        raise RigError("the stack has no server.model: set it to the model's local path or id")
+    target, draft = models(server)
     largest = max(bench["concurrency"])
     graph_bs = server["cuda_graph_max_bs"] or largest
     if graph_bs < largest:
         raise RigError(f"server.cuda_graph_max_bs {graph_bs} is below the largest bench concurrency {largest}: "
                        "batches above it would run without CUDA graphs; raise it or leave it 0")
-    pairs = [("--model-path", server["model"])]
+    pairs = [("--model-path", target)]
     if not baseline:
-        if not server["draft_model"]:
+        if not draft:
             raise RigError("the stack has no server.draft_model for EAGLE-3: set it, or use --baseline")
         pairs += [("--speculative-algorithm", "EAGLE3"),
-                  ("--speculative-draft-model-path", server["draft_model"]),
+                  ("--speculative-draft-model-path", draft),
                   ("--speculative-num-steps", str(server["speculative_num_steps"])),
                   ("--speculative-eagle-topk", str(server["speculative_eagle_topk"])),
                   ("--speculative-num-draft-tokens", str(server["speculative_num_draft_tokens"]))]

@@ -87,6 +87,10 @@ def _fraction(value: float) -> str | None:
     return None if 0 <= value < 1 else "must be a fraction below 1 (0 leaves sglang's default)"
 
 
+def _absolute(value: str) -> str | None:
+    return None if value.startswith("/") and "\n" not in value and "\0" not in value else "must be an absolute path"
+
+
 def _port(value: int) -> str | None:
     return None if 0 < value < 65536 else "must be a TCP port (1-65535)"
 
@@ -170,8 +174,10 @@ SCHEMA = {
         "vars": Field(dict, default={}, check=_env_vars),
     }),
     "server": Field(dict, default={}, fields={
+        # "testmodel": the generated tiny target and draft under testmodel_dir (rig testmodel)
         "model": Field(default=""),
         "draft_model": Field(default=""),            # EAGLE-3 draft; "" serves without speculation
+        "testmodel_dir": Field(default="/var/lib/rig/testmodel", check=_absolute),
         "speculative_num_steps": Field(int, default=2, check=_positive),
         "speculative_eagle_topk": Field(int, default=4, check=_positive),
         "speculative_num_draft_tokens": Field(int, default=8, check=_positive),

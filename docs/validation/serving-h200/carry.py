@@ -1,0 +1,74 @@
+"""Fetch, from the H200 stack's lock, the wheels the lent GPU machine lacks, hash-checked by rig's wheelhouse,
+and cut them into pieces under the device tool's 64 MiB transfer limit (run here, from the repo root).
+
+The GPU machine already has torch 2.11.0+cu130, transformers' dependencies, numpy, triton and the like; the names
+below are what sglang 0.5.17 needs on top (as seen there). Every file comes from the lock, so the versions are
+the lock's. Usage: python docs/validation/serving-h200/carry.py OUTDIR
+"""
+import json
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+from rig.lock import read
+from rig.wheelhouse import cached_path, fetch
+
+LOCK = Path("stacks/h200-sglang-0.5.17.lock")
+MISSING = """sglang sglang-kernel flashinfer-python sgl-deep-gemm xgrammar apache-tvm-ffi transformers tokenizers
+huggingface-hub fastapi starlette uvicorn pydantic pydantic-core annotated-types typing-inspection python-multipart
+orjson msgspec pyzmq pybase64 openai jiter distro sniffio partial-json-parser gguf compressed-tensors setproctitle
+loguru dill soundfile cffi pycparser zstandard cuda-python jsonschema jsonschema-specifications referencing rpds-py
+opentelemetry-api ipython jedi parso traitlets prompt-toolkit wcwidth pexpect ptyprocess stack-data executing
+asttokens pure-eval matplotlib-inline ipython-pygments-lexers""".split()
+PIECE = 60 * 1000 * 1000
+
+
+
+def strip_wheel(wheel: Path, prefixes: tuple) -> list[str]:
+    """Rewrite WHEEL without the members under PREFIXES (and their RECORD lines)."""
+    kept = wheel.with_suffix(".tmp")
+    dropped = []
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(kept, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            if info.filename.startswith(prefixes):
+                dropped.append(info.filename)
+                continue
+            data = src.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                data = b"".join(line for line in data.splitlines(keepends=True) if not line.startswith(tuple(x.encode() for x in prefixes)))
+            dst.writestr(info, data)
+    kept.replace(wheel)
+    return dropped
+
+
+out = Path(sys.argv[1])
+lock = read(LOCK)
+wanted = [w for w in lock["wheels"] if w["name"] in MISSING]
+absent = sorted(set(MISSING) - {w["name"] for w in wanted})
+if absent:
+    sys.exit(f"not in the lock: {absent}")
+cache = Path.home() / ".cache" / "rig"
+print(fetch({**lock, "wheels": wanted}, cache)["msg"])
+stage = out / "all"
+shutil.rmtree(out, ignore_errors=True)
+stage.mkdir(parents=True)
+for w in wanted:
+    shutil.copyfile(cached_path(cache, w), stage / w["filename"])
+(out / "wheels.json").write_text(json.dumps(wanted, indent=1))
+# sglang-kernel is 383 MB, 340 of them flash_ops.abi3.so (FlashAttention 3, unused by the triton attention
+# backend the validation runs); the sm100 ops do not load on SM90. Both stay behind, for transport only: the
+# repacked wheel's sha256 differs from the lock's, and stripped.json says what was left out.
+kernel = next(stage.glob("sglang_kernel-*.whl"))
+dropped = strip_wheel(kernel, ("sgl_kernel/flash_ops.abi3.so", "sgl_kernel/sm100/"))
+(out / "stripped.json").write_text(json.dumps({"wheel": kernel.name, "dropped": dropped}, indent=1))
+bins: list[list[Path]] = []
+for f in sorted(stage.iterdir(), key=lambda p: -p.stat().st_size):
+    fit = next((b for b in bins if sum(x.stat().st_size for x in b) + f.stat().st_size < PIECE), None)
+    fit.append(f) if fit is not None else bins.append([f])
+for i, group in enumerate(bins, 1):
+    (out / f"p{i}").mkdir()
+    for f in group:
+        f.rename(out / f"p{i}" / f.name)
+    print(f"p{i}: {len(group)} wheels, {sum((out / f'p{i}' / f.name).stat().st_size for f in group) / 1e6:.1f} MB")
+stage.rmdir()

@@ -1,0 +1,82 @@
+"""`rig testmodel`: a tiny Llama target and an EAGLE-3 draft whose outcome is known in advance.
+
+They prove a box's whole serving path (EAGLE-3, CUDA graphs, tensor parallelism,
+NCCL) in minutes, before hundreds of GB of weights arrive. The weights are made by
+testmodel_build.py in the stack venv's own Python (its torch, safetensors and
+tokenizers), offline and deterministically: the same options give the same bytes,
+so a second run changes nothing.
+"""
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from rig import RigError, progress
+from rig.proc import run
+
+DRAFTS = ("agree", "random")
+MARKER = "testmodel.json"
+HEADS = 8  # divisible by every TP size up to 8; larger TP sizes get one head per rank
+
+
+def _check(out: Path, python: Path, tp: int, draft: str, context: int) -> None:
+    if draft not in DRAFTS:
+        raise RigError(f"--draft {draft!r}: choose one of {', '.join(DRAFTS)}")
+    if tp < 1 or tp > 64 or tp & (tp - 1):
+        raise RigError(f"--tp {tp}: give a power of two from 1 to 64 (the GPUs the server splits the model over)")
+    if not 256 <= context <= 1 << 20:
+        raise RigError(f"--context {context}: give a context length from 256 to 1048576 tokens")
+    if out.exists() and not out.is_dir():
+        raise RigError(f"--out {out} is a file; give a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+        raise RigError(f"--out {out} holds files that are not a rig test model; give an empty or new directory")
+    if not python.exists():
+        raise RigError(f"{python} does not exist; install the stack's venv first (python_stack role) or give --python")
+
+
+def _same_tree(a: Path, b: Path) -> bool:
+    if not b.is_dir():
+        return False
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*"))
+    files_b = sorted(p.relative_to(b) for p in b.rglob("*"))
+    return files_a == files_b and all(filecmp.cmp(a / f, b / f, shallow=False) for f in files_a if (a / f).is_file())
+
+
+def _readable(root: Path) -> None:
+    """The server runs as its own user: directories 0755, files 0644 (safetensors writes 0600)."""
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree", context: int = 8192,
+          seed: int = 0, check: bool = False) -> dict:
+    out, python = Path(out).absolute(), Path(python)
+    _check(out, python, tp, draft, context)
+    spec = {"draft": draft, "seed": seed, "heads": max(HEADS, tp), "context": context, "vocab": 1024}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        progress(f"writing the test model with {python}")
+        script = resources.files("rig").joinpath("testmodel_build.py").read_text()
+        done = run([str(python), "-c", script, json.dumps({**spec, "out": str(staging / "model")})],
+                   "rig testmodel", timeout=600, env={**os.environ, "PYTHONHASHSEED": "0"})
+        info = json.loads(done.stdout.strip().splitlines()[-1])
+        made = staging / "model"
+        (made / MARKER).write_text(json.dumps({"spec": spec, **info}, indent=2, sort_keys=True) + "\n")
+        _readable(made)
+        changed = not _same_tree(made, out)
+        if changed and not check:
+            if out.exists():
+                out.rename(staging / "old")
+            made.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    verb = ("would write" if check else "wrote") if changed else "unchanged:"
+    return {"changed": changed, "target": str(out / "target"), "draft": str(out / "draft"), "kind": draft, **info,
+            "msg": f"{verb} {out}/target (greedy token {info['greedy_text']!r}) and {out}/draft "
+                   f"({draft}: the draft proposes {'that token' if draft == 'agree' else 'another token'})"}
