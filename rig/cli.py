@@ -307,9 +307,13 @@ api_key_env_option = click.option("--api-key-env", default="SGLANG_API_KEY", sho
 @click.option("--speculation/--no-speculation", default=None,
               help="Require (or not) speculative decoding; default: as /server_info says the server runs.")
 @click.option("--health-only", is_flag=True, help="Only wait for /health_generate (a service's start gate).")
+@click.option("--pid", type=int, help="The server's process (systemd: $MAINPID): stop waiting once it has exited.")
+@click.option("--request-timeout", type=float, default=300, show_default=True,
+              help="Seconds to wait for one test completion.")
 @api_key_env_option
 @json_option
-def smoke(url, timeout, max_tokens, log_path, speculation, health_only, api_key_env, as_json) -> None:
+def smoke(url, timeout, max_tokens, log_path, speculation, health_only, pid, request_timeout, api_key_env,
+          as_json) -> None:
     """Wait for the server, send a few prompts, check the completions and the accept length.
 
     Each completion must be non-empty with completion_tokens matching its
@@ -321,11 +325,11 @@ def smoke(url, timeout, max_tokens, log_path, speculation, health_only, api_key_
     from rig import smoke as smoking
 
     if health_only:
-        waited = smoking.wait_healthy(url, timeout, log_path, api_key_env)
+        waited = smoking.wait_healthy(url, timeout, log_path, api_key_env, pid=pid)
         emit({"ok": True, "url": url, "health_wait_s": round(waited, 1), "msg": f"{url} healthy after {waited:.0f} s"},
              as_json)
         return
-    result = smoking.run(url, timeout, max_tokens, log_path, speculation, api_key_env)
+    result = smoking.run(url, timeout, max_tokens, log_path, speculation, api_key_env, pid, request_timeout)
     emit(result, as_json)
     sys.exit(0 if result["ok"] else 1)
 
@@ -340,6 +344,7 @@ def smoke(url, timeout, max_tokens, log_path, speculation, health_only, api_key_
 @click.option("--max-tokens", type=int, help="Output tokens per sweep request (default: the stack's).")
 @click.option("--serial-runs", type=int, help="Serial runs (default: the stack's).")
 @click.option("--serial-tokens", type=int, help="Tokens per serial run (default: the stack's).")
+@click.option("--rounds", type=int, help="Rounds per level, the two servers interleaved (default: the stack's).")
 @click.option("--min-requests", type=int, default=30, show_default=True, help="Requests per level: max(this, 2C).")
 @click.option("--read-timeout", type=float, default=300, show_default=True,
               help="Seconds without a byte before a request counts as failed.")
@@ -348,29 +353,39 @@ def smoke(url, timeout, max_tokens, log_path, speculation, health_only, api_key_
 @api_key_env_option
 @json_option
 def bench(url, baseline_url, baseline_results, stack_path, concurrency, max_tokens, serial_runs, serial_tokens,
-          min_requests, read_timeout, out_dir, api_key_env, as_json) -> None:
+          rounds, min_requests, read_timeout, out_dir, api_key_env, as_json) -> None:
     """Benchmark EAGLE-3 against a baseline: serial runs, then a concurrency sweep.
 
     Reports total and per-request tokens/s, TTFT, TPOT and latency at
     p50/p90/p99 and the accept length per level, and, with a baseline, the
-    highest concurrency at which EAGLE-3 still wins. Failed requests are
-    recorded, not retried; when a server stops answering, what was measured
-    is still written. Exit 1 when any request failed or a run stopped early.
+    highest concurrency at which EAGLE-3 still wins. Each level runs in
+    rounds with the two servers interleaved; a level is won or lost only when
+    every round agrees, else it is "within noise". A plan that cannot fit the
+    server's context length is refused before anything is measured. Refused
+    and failed requests are recorded with their reason, not retried; when a
+    server stops answering, what was measured is still written. Exit 1 when
+    any request failed or a run stopped early.
     """
     from rig import serve_bench
     from rig.stack import load
 
     if baseline_url and baseline_results:
         raise RigError("give --baseline-url or --baseline-results, not both")
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise RigError(f"--out {out_dir} is a file; give a directory for results.json, report.md and the plots")
     wanted = load(stack_path)["bench"]
     try:
-        levels = [int(c) for c in concurrency.split(",")] if concurrency else wanted["concurrency"]
+        levels = [int(c) for c in concurrency.split(",")] if concurrency is not None else wanted["concurrency"]
     except ValueError as exc:
         raise RigError(f"--concurrency {concurrency!r}: give comma-separated whole numbers, e.g. 1,2,5") from exc
-    plan = serve_bench.Plan(concurrency=levels, max_tokens=max_tokens or wanted["max_tokens"],
-                            serial_runs=serial_runs or wanted["serial_runs"],
-                            serial_tokens=serial_tokens or wanted["serial_tokens"], min_requests=min_requests,
-                            read_timeout=read_timeout)
+
+    def given(value, key):  # an option given as 0 is a bad value, not "use the stack's"
+        return wanted[key] if value is None else value
+
+    plan = serve_bench.Plan(concurrency=levels, max_tokens=given(max_tokens, "max_tokens"),
+                            serial_runs=given(serial_runs, "serial_runs"),
+                            serial_tokens=given(serial_tokens, "serial_tokens"), rounds=given(rounds, "rounds"),
+                            min_requests=min_requests, read_timeout=read_timeout)
     result = serve_bench.run(url, plan, baseline_url, baseline_results, api_key_env)
     files = serve_bench.write(result, out_dir)["files"]
     failed = sum(lv["failed"] for run in result["runs"] for lv in run["levels"]) + \

@@ -7,8 +7,17 @@ Two measurements, as the seeds made them by hand:
   SGLang's acceptance counters). Per level: total output tokens/s, per-request
   tokens/s, TTFT, TPOT and end-to-end latency at p50/p90/p99, accept length.
 
-A failed request is recorded with its reason, never retried; when the server
-stops answering, the run stops and what was measured so far is still written.
+Noise must not decide the crossover: each level runs in several rounds, the two
+servers interleaved round by round (their order alternating), and a level counts
+as won or lost only when the EAGLE-3/baseline ratio of every round is on the same
+side of 1; otherwise it is "within noise".
+
+Before anything is measured, each server's context length (from /server_info)
+is held against the plan: a plan that cannot fit is refused, naming both numbers.
+A request the server refuses (HTTP 4xx, or an error chunk inside a 200 stream, as
+SGLang answers a streamed request it rejects) is a failed request with the
+server's reason, and the run goes on; only a server that stops answering ends it,
+and what was measured so far is still written.
 The client parses only the first and the last chunk of a stream in full:
 SGLang's chunks carry the cumulative output, so parsing each would make the
 client, not the server, the limit at high concurrency.
@@ -23,7 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rig import RigError, progress
-from rig.sglang_api import accept_length, call, generate_body, headers, server_accept_length, server_info
+from rig.sglang_api import (accept_length, call, context_length, generate_body, headers, server_accept_length,
+                             server_info)
 
 PERCENTILES = (50, 90, 99)
 
@@ -34,9 +44,21 @@ class Plan:
     max_tokens: int = 512
     serial_runs: int = 10
     serial_tokens: int = 2048
+    rounds: int = 3
     min_requests: int = 30
     warmup: int = 2
     read_timeout: float = 300.0  # seconds without a byte before a request counts as failed
+
+    def __post_init__(self) -> None:
+        counts = {"serial_runs": self.serial_runs, "serial_tokens": self.serial_tokens, "max_tokens": self.max_tokens,
+                  "rounds": self.rounds, "min_requests": self.min_requests}
+        bad = [f"{k} {v}" for k, v in counts.items() if v < 1] + [f"concurrency {c}" for c in self.concurrency if c < 1]
+        if not self.concurrency:
+            bad.append("concurrency (no level)")
+        if self.read_timeout <= 0:
+            bad.append(f"read_timeout {self.read_timeout}")
+        if bad:
+            raise RigError(f"bench plan: {', '.join(bad)}: each must be a positive number")
 
     def requests_at(self, c: int) -> int:
         return max(self.min_requests, 2 * c)
@@ -66,6 +88,24 @@ def prompt(i: int) -> str:
     return f"Request {i}: write a long, detailed story about a lighthouse keeper number {i * 7919 % 10007}."
 
 
+# Byte-level and byte-fallback tokenizers make at most one token per byte; a few more for BOS and templates.
+PROMPT_TOKENS_MAX = max(len(prompt(i).encode()) for i in (-9, 10_000_000)) + 8
+
+
+def check_fits(plan: Plan, label: str, info: dict) -> str | None:
+    """Refuse a plan whose longest request cannot fit the server's context; a note when it cannot be told."""
+    context = context_length(info)
+    if context is None:
+        return f"{label}: /server_info gives no context length; requests that do not fit will be refused"
+    longest = max(plan.serial_tokens, plan.max_tokens)
+    if longest + PROMPT_TOKENS_MAX > context:
+        which = "serial_tokens" if plan.serial_tokens >= plan.max_tokens else "max_tokens"
+        raise RigError(f"{label}: the plan asks for {longest} output tokens ({which}) plus up to {PROMPT_TOKENS_MAX} "
+                       f"prompt tokens, but the server's context length is {context} tokens: lower bench.{which} "
+                       f"(or --{which.replace('_', '-')}) to at most {context - PROMPT_TOKENS_MAX}")
+    return None
+
+
 async def _events(response):
     """SSE events (the bytes after "data:"), however the chunks are cut; no line-length limit."""
     buffer = b""
@@ -87,7 +127,7 @@ async def _stream(session, url: str, body: dict) -> dict:
     try:
         async with session.post(url + "/generate", json=body) as response:
             if response.status != 200:
-                return {"ok": False, "error": f"HTTP {response.status}: {(await response.text())[:200]}"}
+                return _refused(response.status, await response.read())
             async for payload in _events(response):
                 if payload == b"[DONE]":
                     done = True
@@ -103,15 +143,15 @@ async def _stream(session, url: str, body: dict) -> dict:
     except asyncio.TimeoutError:
         return {"ok": False, "error": "no data within the read timeout"}
     except (aiohttp.ClientError, ConnectionError) as exc:
-        return {"ok": False, "error": f"connection lost: {exc.__class__.__name__}: {exc}"}
+        return {"ok": False, "lost": True, "error": f"connection lost: {exc.__class__.__name__}: {exc}"}
     end = time.perf_counter()
     if not done or last is None:
-        return {"ok": False, "error": "the stream ended before [DONE] (the server closed it)"}
+        return {"ok": False, "lost": True, "error": "the stream ended before [DONE] (the server closed it)"}
     try:
         json.loads(first)
         final = json.loads(last)
-        if "error" in final:
-            return {"ok": False, "error": f"server error: {final['error']}"}
+        if "error" in final:  # SGLang refuses a streamed request inside the stream: HTTP 200, one error chunk
+            return _refused(200, last)
         meta = final["meta_info"]
         tokens = int(meta["completion_tokens"])
     except (ValueError, KeyError, TypeError) as exc:
@@ -120,6 +160,18 @@ async def _stream(session, url: str, body: dict) -> dict:
     return {"ok": True, "tokens": tokens, "start": start, "end": end, "ttft": ttft, "e2e": e2e,
             "tpot": (e2e - ttft) / (tokens - 1) if tokens > 1 else None,
             "speed": tokens / e2e if e2e > 0 else None, "accept_length": accept_length(meta)}
+
+
+def _refused(status: int, body: bytes) -> dict:
+    """A request the server answered but would not serve; its reason as SGLang gives it ({"error": {"message"}})."""
+    reason = body[:300].decode(errors="replace")
+    try:
+        error = json.loads(body)["error"]
+        reason = str(error.get("message", error) if isinstance(error, dict) else error)[:300]
+    except (ValueError, KeyError, TypeError):
+        pass
+    kind = "refused" if 400 <= status < 500 or status == 200 else "server error"
+    return {"ok": False, "refused": kind == "refused", "error": f"{kind} (HTTP {status}): {reason}"}
 
 
 def _session(plan: Plan, api_key_env: str, limit: int):
@@ -189,71 +241,149 @@ def _flush(url: str, api_key_env: str, wait: float = 60.0) -> None:
         time.sleep(0.5)
 
 
-def run_server(url: str, plan: Plan, api_key_env: str = "SGLANG_API_KEY", label: str = "") -> dict:
-    """The serial runs and the sweep against one server; a dead server ends it with what was measured."""
-    url = url.rstrip("/")
-    info = server_info(url, api_key_env)
-    result = {"url": url, "label": label, "speculative_algorithm": info.get("speculative_algorithm"),
-              "serial": None, "levels": [], "stopped": None}
-    try:
-        progress(f"{label or url}: warm-up ({plan.warmup} requests)")
-        asyncio.run(_run_requests(url, plan, api_key_env,
-                                  [generate_body(prompt(-i), 16, True) for i in range(plan.warmup)], 1))
-        _flush(url, api_key_env)
-        progress(f"{label or url}: serial, {plan.serial_runs} x {plan.serial_tokens} tokens")
-        runs = asyncio.run(_run_requests(url, plan, api_key_env, [generate_body(prompt(10_000 + i), plan.serial_tokens, True)
-                                                                   for i in range(plan.serial_runs)], 1))
-        speeds = [r["speed"] for r in runs if r["ok"]]
-        result["serial"] = {"runs": len(runs), "ok": len(speeds), "tok_s": speeds,
-                            "median": statistics.median(speeds) if speeds else None,
-                            "min": min(speeds, default=None), "max": max(speeds, default=None),
-                            "errors": sorted({r["error"] for r in runs if not r["ok"]})[:5]}
-        _down_if_all_failed(runs)
-        for c in plan.concurrency:
-            _flush(url, api_key_env)
-            n = plan.requests_at(c)
-            progress(f"{label or url}: concurrency {c}, {n} requests of {plan.max_tokens} tokens")
-            bodies = [generate_body(prompt(c * 100_000 + i), plan.max_tokens, True) for i in range(n)]
-            results = asyncio.run(_run_requests(url, plan, api_key_env, bodies, c))
-            level = summarize(results, c)
-            if level.get("output_tokens") and level["accept_length"] is None and result["speculative_algorithm"]:
-                level["accept_length"] = server_accept_length(server_info(url, api_key_env))
-            result["levels"].append(level)
-            _down_if_all_failed(results)
-    except ServerDown as exc:
-        result["stopped"] = f"the server stopped answering: {exc}"
-        progress(f"{label or url}: {result['stopped']}; keeping what was measured")
-    return result
+def _fail_count(runs: list[dict]) -> dict:
+    return {"errors": sorted({r["error"] for r in runs if not r["ok"]})[:5]}
 
 
-def _down_if_all_failed(results: list[dict]) -> None:
-    if results and not any(r["ok"] for r in results):
+def _down_if_lost(results: list[dict]) -> None:
+    """Every request lost its connection: nothing answers any more. Refusals are answers."""
+    if results and all(r.get("lost") for r in results):
         raise ServerDown(results[-1]["error"])
 
 
-def crossover(eagle: dict, baseline: dict) -> dict:
-    """The highest concurrency up to which EAGLE-3 out-generates the baseline at every level.
+class Server:
+    """One server under test and what was measured against it."""
 
-    Levels are compared by total output tokens/s; a win above the first loss is
-    reported apart, as it is more likely noise than a second regime.
+    def __init__(self, url: str, label: str, plan: Plan, api_key_env: str):
+        self.url, self.plan, self.key = url.rstrip("/"), plan, api_key_env
+        self.info = server_info(self.url, api_key_env)
+        self.run = {"url": self.url, "label": label, "speculative_algorithm": self.info.get("speculative_algorithm"),
+                    "context_length": context_length(self.info), "serial": None, "levels": [], "stopped": None}
+
+    @property
+    def label(self) -> str:
+        return self.run["label"]
+
+    def _requests(self, bodies: list[dict], concurrency: int) -> list[dict]:
+        return asyncio.run(_run_requests(self.url, self.plan, self.key, bodies, concurrency))
+
+    def serial(self) -> None:
+        plan = self.plan
+        progress(f"{self.label}: warm-up ({plan.warmup} requests)")
+        self._requests([generate_body(prompt(-i), 16, True) for i in range(plan.warmup)], 1)
+        _flush(self.url, self.key)
+        progress(f"{self.label}: serial, {plan.serial_runs} x {plan.serial_tokens} tokens")
+        runs = self._requests([generate_body(prompt(10_000 + i), plan.serial_tokens, True)
+                               for i in range(plan.serial_runs)], 1)
+        speeds = [r["speed"] for r in runs if r["ok"]]
+        self.run["serial"] = {"runs": len(runs), "ok": len(speeds), "tok_s": speeds,
+                              "median": statistics.median(speeds) if speeds else None,
+                              "min": min(speeds, default=None), "max": max(speeds, default=None), **_fail_count(runs)}
+        _down_if_lost(runs)
+
+    def level(self, c: int, round_no: int) -> list[dict]:
+        _flush(self.url, self.key)
+        n = self.plan.requests_at(c)
+        progress(f"{self.label}: concurrency {c}, round {round_no + 1}/{self.plan.rounds}, {n} requests "
+                 f"of {self.plan.max_tokens} tokens")
+        bodies = [generate_body(prompt(c * 100_000 + round_no * 10_000 + i), self.plan.max_tokens, True)
+                  for i in range(n)]
+        results = self._requests(bodies, c)
+        _down_if_lost(results)
+        return results
+
+    def stop(self, exc: Exception) -> None:
+        self.run["stopped"] = f"the server stopped answering: {exc}"
+        progress(f"{self.label}: {self.run['stopped']}; keeping what was measured")
+
+
+def _aggregate(rounds: list[list[dict]], c: int, server: Server) -> dict:
+    """One level over its rounds: latencies over all requests, throughput per round and its median."""
+    level = summarize([r for results in rounds for r in results], c)
+    per_round = [summarize(results, c).get("throughput") for results in rounds]
+    level["round_throughput"] = per_round
+    done = [t for t in per_round if t]
+    level["throughput"] = statistics.median(done) if done else None
+    if level.get("output_tokens") and level["accept_length"] is None and server.run["speculative_algorithm"]:
+        level["accept_length"] = server_accept_length(server_info(server.url, server.key))
+    return level
+
+
+def measure(servers: list[Server]) -> None:
+    """Serial runs, then the sweep: level by level, round by round, the servers interleaved."""
+    for server in servers:
+        try:
+            server.serial()
+        except ServerDown as exc:
+            server.stop(exc)
+    plan = servers[0].plan
+    for c in plan.concurrency:
+        rounds: dict[str, list[list[dict]]] = {s.label: [] for s in servers}
+        for round_no in range(plan.rounds):
+            order = servers if round_no % 2 == 0 else servers[::-1]  # neither always goes first
+            for server in order:
+                if server.run["stopped"]:
+                    continue
+                try:
+                    rounds[server.label].append(server.level(c, round_no))
+                except ServerDown as exc:
+                    server.stop(exc)
+        for server in servers:
+            if rounds[server.label]:
+                server.run["levels"].append(_aggregate(rounds[server.label], c, server))
+        if all(s.run["stopped"] for s in servers):
+            break
+
+
+def within_range(ratios: list[float]) -> str:
+    """won / lost only when every round agrees; otherwise the difference is within noise."""
+    if min(ratios) > 1:
+        return "won"
+    if max(ratios) < 1:
+        return "lost"
+    return "within noise"
+
+
+def crossover(eagle: dict, baseline: dict) -> dict:
+    """Where EAGLE-3 stops paying, by per-round throughput ratios.
+
+    A level is won (lost) only when every round's EAGLE-3/baseline ratio is above
+    (below) 1. The crossover is the highest concurrency up to which every level is
+    won; a win above the first level that is not is reported apart.
     """
-    base = {lv["concurrency"]: lv.get("throughput") for lv in baseline["levels"]}
-    rows = [{"concurrency": lv["concurrency"], "eagle3": lv["throughput"], "baseline": base[lv["concurrency"]],
-             "ratio": lv["throughput"] / base[lv["concurrency"]], "eagle3_wins": lv["throughput"] > base[lv["concurrency"]]}
-            for lv in eagle["levels"] if lv.get("throughput") and base.get(lv["concurrency"])]
-    first_loss = next((i for i, r in enumerate(rows) if not r["eagle3_wins"]), len(rows))
-    highest = rows[first_loss - 1]["concurrency"] if first_loss else None
+    base = {lv["concurrency"]: lv for lv in baseline["levels"]}
+    rows = []
+    for lv in eagle["levels"]:
+        other = base.get(lv["concurrency"])
+        pairs = list(zip(lv.get("round_throughput") or [lv.get("throughput")],
+                         (other or {}).get("round_throughput") or [(other or {}).get("throughput")]))
+        ratios = [e / b for e, b in pairs if e and b]
+        if not ratios:
+            continue
+        rows.append({"concurrency": lv["concurrency"], "eagle3": lv["throughput"], "baseline": other["throughput"],
+                     "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+                     "rounds": len(ratios), "verdict": within_range(ratios)})
+    first_other = next((i for i, r in enumerate(rows) if r["verdict"] != "won"), len(rows))
+    highest = rows[first_other - 1]["concurrency"] if first_other else None
+    noisy = [r["concurrency"] for r in rows if r["verdict"] == "within noise"]
+    lost = [r["concurrency"] for r in rows if r["verdict"] == "lost"]
+    tail = (f"; within noise at C={', '.join(map(str, noisy))}" if noisy else "") + \
+           (f"; it loses at C={', '.join(map(str, lost))}" if lost else "")
     if not rows:
         advice = "no level has results from both servers; nothing to compare"
+    elif highest is None and not noisy:
+        advice = "EAGLE-3 loses at every measured concurrency: serve without speculation"
     elif highest is None:
-        advice = "EAGLE-3 does not pay at any measured concurrency: serve without speculation"
-    elif first_loss == len(rows):
-        advice = f"EAGLE-3 pays at every measured concurrency (up to {highest}): serve with it"
+        advice = "EAGLE-3 wins clearly at no measured concurrency" + tail + \
+                 ": serve without speculation, or measure with more rounds"
+    elif first_other == len(rows):
+        advice = f"EAGLE-3 wins at every measured concurrency (up to {highest}), in every round: serve with it"
     else:
-        advice = (f"EAGLE-3 pays up to concurrency {highest}: serve with it where load stays at or below "
-                  f"{highest} requests in flight, without it above")
+        advice = (f"EAGLE-3 wins in every round up to concurrency {highest}{tail}: serve with it where load "
+                  f"stays at or below {highest} requests in flight, without it above")
     return {"highest_winning_concurrency": highest, "levels": rows, "recommendation": advice,
-            "wins_after_a_loss": [r["concurrency"] for r in rows[first_loss:] if r["eagle3_wins"]]}
+            "within_noise": noisy, "wins_after_a_loss": [r["concurrency"] for r in rows[first_other:]
+                                                          if r["verdict"] == "won"]}
 
 
 def _num(value: float | None, digits: int) -> str:
@@ -284,9 +414,11 @@ def report_markdown(result: dict) -> str:
         lines.append("")
     if result.get("crossover"):
         x = result["crossover"]
-        lines += ["## Crossover", "", "| C | EAGLE-3 tok/s | baseline tok/s | ratio |", "|---|---|---|---|"]
-        lines += [f"| {r['concurrency']} | {r['eagle3']:.1f} | {r['baseline']:.1f} | {r['ratio']:.2f} |"
-                  for r in x["levels"]]
+        lines += ["## Crossover", "", "Median over rounds; the ratio's range is over the rounds, each measured "
+                  "with the two servers interleaved. A level is won or lost only when the whole range is on one side of 1.",
+                  "", "| C | EAGLE-3 tok/s | baseline tok/s | ratio (range) | verdict |", "|---|---|---|---|---|"]
+        lines += [f"| {r['concurrency']} | {r['eagle3']:.1f} | {r['baseline']:.1f} | {r['ratio']:.2f} "
+                  f"({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['verdict']} |" for r in x["levels"]]
         lines += ["", f"Highest concurrency where EAGLE-3 still wins: {x['highest_winning_concurrency']}",
                   "", f"**Recommendation:** {x['recommendation']}", ""]
     return "\n".join(lines) + "\n"
@@ -330,13 +462,33 @@ def write(result: dict, out: str | Path) -> dict:
     return {"files": files}
 
 
+def _earlier(path: str) -> dict:
+    """The first run of an earlier results.json, checked for the fields the comparison reads."""
+    try:
+        earlier = json.loads(Path(path).read_text())
+        run = earlier["runs"][0]
+        levels = run["levels"]
+        if not isinstance(levels, list) or not all(isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)
+                                                   for lv in levels):
+            raise TypeError("levels")
+        return {**run, "label": "baseline"}
+    except OSError as exc:
+        raise RigError(f"--baseline-results {path}: {exc.strerror or exc}") from exc
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise RigError(f"--baseline-results {path}: not a results.json of rig bench ({exc.__class__.__name__}: {exc}); "
+                       "give the results.json an earlier `rig bench` wrote") from exc
+
+
 def run(url: str, plan: Plan, baseline_url: str | None = None, baseline_results: str | None = None,
         api_key_env: str = "SGLANG_API_KEY") -> dict:
-    runs = [run_server(url, plan, api_key_env, "EAGLE-3")]
+    earlier = _earlier(baseline_results) if baseline_results else None
+    servers = [Server(url, "EAGLE-3", plan, api_key_env)]
     if baseline_url:
-        runs.append(run_server(baseline_url, plan, api_key_env, "baseline"))
-    elif baseline_results:
-        earlier = json.loads(Path(baseline_results).read_text())
-        runs.append({**earlier["runs"][0], "label": "baseline"})
-    result = {"plan": asdict(plan), "runs": runs, "crossover": crossover(runs[0], runs[1]) if len(runs) > 1 else None}
-    return result
+        servers.append(Server(baseline_url, "baseline", plan, api_key_env))
+    notes = [n for s in servers if (n := check_fits(plan, s.label, s.info))]
+    for note in notes:
+        progress(note)
+    measure(servers)
+    runs = [s.run for s in servers] + ([earlier] if earlier else [])
+    return {"plan": asdict(plan), "notes": notes, "runs": runs,
+            "crossover": crossover(runs[0], runs[1]) if len(runs) > 1 else None}

@@ -62,6 +62,17 @@ def server_info(url: str, api_key_env: str = KEY_ENV) -> dict:
     return {}
 
 
+def context_length(info: dict) -> int | None:
+    """The longest request the server takes (prompt + output), from /server_info; None when it does not say."""
+    value = info.get("context_length")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    longest_input = info.get("max_req_input_len")  # the scheduler's: context length - 1
+    if isinstance(longest_input, int) and not isinstance(longest_input, bool) and longest_input > 0:
+        return longest_input + 1
+    return None
+
+
 def server_accept_length(info: dict) -> float | None:
     values = [s.get("avg_spec_accept_length") for s in info.get("internal_states") or []]
     values = [v for v in values if v]

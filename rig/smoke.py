@@ -1,11 +1,12 @@
 """`rig smoke`: is the server up, does it generate, and does speculation happen?"""
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 from rig import RigError, progress
-from rig.sglang_api import accept_length, call, expect_json, generate_body, server_accept_length, server_info
+from rig.sglang_api import accept_length, call, context_length, expect_json, generate_body, server_accept_length, server_info
 
 PROMPTS = ("The capital of France is", "Write a haiku about GPUs.", "List three prime numbers:")
 
@@ -17,15 +18,38 @@ def log_tail(log: str | None, lines: int = 20) -> str:
     return f"\nlast {len(tail)} lines of {log}:\n" + "\n".join(tail)
 
 
+def alive(pid: int) -> bool:
+    """Whether process PID still runs (a zombie has exited: its parent has not reaped it yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
 def wait_healthy(url: str, timeout: float, log: str | None = None, api_key_env: str = "SGLANG_API_KEY",
-                 every: float = 10.0) -> float:
-    """Poll /health_generate until 200; SGLang answers 503 while it loads (minutes for big models)."""
+                 every: float = 10.0, pid: int | None = None) -> float:
+    """Poll /health_generate until 200; SGLang answers 503 while it loads (minutes for big models).
+
+    With PID (the server's process; systemd's $MAINPID), stop waiting as soon as it has exited."""
+    if timeout <= 0:
+        raise RigError(f"--timeout {timeout}: give a positive number of seconds")
     start = last_said = time.monotonic()
     status, body = 0, b""
     while (waited := time.monotonic() - start) < timeout:
-        status, body = call(url, "/health_generate", timeout=min(30.0, timeout), api_key_env=api_key_env)
+        status, body = call(url, "/health_generate", timeout=max(0.5, min(30.0, timeout - waited)),
+                            api_key_env=api_key_env)
         if status == 200:
             return waited
+        if pid is not None and not alive(pid):
+            raise RigError(f"the server (process {pid}) exited after {waited:.0f} s, before {url} was healthy; "
+                           "its log says why" + log_tail(log))
         if time.monotonic() - last_said >= every:
             last_said = time.monotonic()
             answer = f"HTTP {status}" if status else body.decode(errors="replace")
@@ -36,8 +60,8 @@ def wait_healthy(url: str, timeout: float, log: str | None = None, api_key_env: 
                    f"10 minutes to load, so raise --timeout or read the server's log" + log_tail(log))
 
 
-def _one(url: str, prompt: str, max_tokens: int, api_key_env: str) -> dict:
-    status, body = call(url, "/generate", generate_body(prompt, max_tokens, stream=False), timeout=600,
+def _one(url: str, prompt: str, max_tokens: int, api_key_env: str, timeout: float) -> dict:
+    status, body = call(url, "/generate", generate_body(prompt, max_tokens, stream=False), timeout=timeout,
                         api_key_env=api_key_env)
     out = expect_json(status, body, f"POST {url}/generate")
     meta = out.get("meta_info") or {}
@@ -56,14 +80,17 @@ def _one(url: str, prompt: str, max_tokens: int, api_key_env: str) -> dict:
 
 
 def run(url: str, timeout: float = 900.0, max_tokens: int = 64, log: str | None = None,
-        speculation: bool | None = None, api_key_env: str = "SGLANG_API_KEY") -> dict:
+        speculation: bool | None = None, api_key_env: str = "SGLANG_API_KEY", pid: int | None = None,
+        request_timeout: float = 300.0) -> dict:
     """Wait for health, generate, check; speculation=None reads whether it is configured from /server_info."""
-    waited = wait_healthy(url, timeout, log, api_key_env)
+    if not 0 < max_tokens <= 1 << 20:
+        raise RigError(f"--max-tokens {max_tokens}: give a positive number of tokens")
+    waited = wait_healthy(url, timeout, log, api_key_env, pid=pid)
     info = server_info(url, api_key_env)
     if speculation is None:
         speculation = bool(info.get("speculative_algorithm"))
     try:
-        results = [_one(url, prompt, max_tokens, api_key_env) for prompt in PROMPTS]
+        results = [_one(url, prompt, max_tokens, api_key_env, request_timeout) for prompt in PROMPTS]
     except RigError as exc:
         raise RigError(f"{exc}{log_tail(log)}") from exc
     problems = [f"{r['prompt']!r}: {p}" for r in results for p in r["problems"]]
@@ -86,4 +113,5 @@ def run(url: str, timeout: float = 900.0, max_tokens: int = 64, log: str | None 
                   if spec and spec["accept_length"] else "")
                + ("" if ok else "; FAILED: " + "; ".join(problems)))
     return {"ok": ok, "url": url, "health_wait_s": round(waited, 1), "speculation": spec,
+            "speculative_algorithm": info.get("speculative_algorithm"), "context_length": context_length(info),
             "requests": results, "problems": problems, "msg": summary}

@@ -196,6 +196,7 @@ SCHEMA = {
         "max_tokens": Field(int, default=512, check=_positive),
         "serial_runs": Field(int, default=10, check=_positive),
         "serial_tokens": Field(int, default=2048, check=_positive),
+        "rounds": Field(int, default=3, check=_positive),  # each level's rounds, the servers interleaved
     }),
 }
 # Sections that shape processes, not packages: editing them leaves the lock current.

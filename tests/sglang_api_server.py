@@ -16,6 +16,12 @@ managers/tokenizer_manager.py, 0.5.9 and 0.5.23):
 - GET /server_info (and the older /get_server_info): the server's arguments
   (speculative_algorithm ...) and internal_states[i].avg_spec_accept_length.
 - POST /flush_cache: 400 while requests run; otherwise resets the acceptance counters.
+- /server_info carries context_length and the scheduler's max_req_input_len (context - 1).
+  A request whose prompt and max_new_tokens exceed the context length is refused as
+  tokenizer_manager.py words it; without streaming as HTTP 400 {"error": {"message"}},
+  with streaming as HTTP 200 and one chunk {"error": {"message", "type":
+  "invalid_request_error", "code": 400, "retryable": false}} then [DONE]
+  (http_server.py, _create_error_response, as SGLang 0.5.17 does).
 - With an API key, requests without `Authorization: Bearer KEY` get 401.
 
 What is simulated, and configurable: the single-stream token rate, a total
@@ -77,6 +83,8 @@ async def server_info(request: web.Request) -> web.Response:
     return web.json_response({
         "model_path": "test-stand-in", "tp_size": 1, "version": "stand-in",
         "speculative_algorithm": "EAGLE3" if spec else None,
+        **({} if sim.args.hide_context else {"context_length": sim.args.context_length,
+                                                "max_req_input_len": sim.args.context_length - 1}),
         "internal_states": [{"avg_spec_accept_length": average}] if spec else [{}],
     })
 
@@ -125,6 +133,18 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if body.get("stream"):
         stream = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await stream.prepare(request)
+    if prompt_tokens + max_tokens > sim.args.context_length:
+        message = (f"Requested token count exceeds the model's maximum context length of {sim.args.context_length} "
+                   f"tokens. You requested a total of {prompt_tokens + max_tokens} tokens: {prompt_tokens} tokens "
+                   f"from the input messages and {max_tokens} tokens for the completion. Please reduce the number "
+                   "of tokens in the input messages or the completion to fit within the limit.")
+        if stream is None:
+            return web.json_response({"error": {"message": message}}, status=400)
+        error = {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}
+        await stream.write(b"data: " + json.dumps({"error": error}).encode() + b"\n\n")
+        await stream.write(b"data: [DONE]\n\n")
+        await stream.write_eof()
+        return stream
     sim.active += 1
     due = time.monotonic()
     try:
@@ -190,6 +210,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--die-after", type=int, default=0, help="exit mid-stream in request N")
     p.add_argument("--malformed-every", type=int, default=0, help="a malformed chunk in every Kth request")
     p.add_argument("--api-key", default="")
+    p.add_argument("--context-length", type=int, default=32768, help="prompt + output tokens a request may ask for")
+    p.add_argument("--hide-context", action="store_true", help="leave the context length out of /server_info")
     return p.parse_args(argv)
 
 

@@ -141,7 +141,9 @@ def test_bench_finds_the_crossover_where_it_is(serve, tmp_path):
     data = results(out)
     mine, theirs = data["runs"]
     assert [lv["concurrency"] for lv in mine["levels"]] == [1, 2, 3, 5, 10]
-    assert [lv["requests"] for lv in mine["levels"]] == [30, 30, 30, 30, 30]
+    assert [lv["requests"] for lv in mine["levels"]] == [90] * 5  # 3 rounds of 30
+    assert all(len(lv["round_throughput"]) == 3 for lv in mine["levels"] + theirs["levels"])
+    assert [r["verdict"] for r in summary["crossover"]["levels"]] == ["won", "won", "won", "lost", "lost"]
     for level in mine["levels"] + theirs["levels"]:
         assert level["failed"] == 0 and level["output_tokens"] == level["requests"] * 24
         for metric in ("ttft_s", "tpot_s", "e2e_s", "per_request_speed"):
@@ -181,7 +183,7 @@ def test_bench_records_malformed_chunks_as_failed_requests(serve, tmp_path):
 
 def test_bench_stops_when_the_server_dies_and_keeps_what_it_measured(serve, tmp_path):
     url = serve(*BASELINE, "--die-after", "50")  # dies in the second level
-    done = bench("--url", url, "--concurrency", "1,4,8", *QUICK, "--out", str(tmp_path))
+    done = bench("--url", url, "--concurrency", "1,4,8", *QUICK, "--rounds", "1", "--out", str(tmp_path))
     assert done.returncode == 1
     run = results(tmp_path)["runs"][0]
     assert "stopped answering" in run["stopped"]
@@ -190,7 +192,68 @@ def test_bench_stops_when_the_server_dies_and_keeps_what_it_measured(serve, tmp_
     assert (tmp_path / "report.md").read_text().count("Stopped early") == 1
 
 
+def test_bench_goes_on_when_the_server_refuses_by_context_length(serve, tmp_path):
+    """A build whose /server_info does not say its context length: the serial runs are refused, as SGLang
+    refuses them inside a 200 stream, and the sweep still runs."""
+    url = serve(*BASELINE, "--context-length", "200", "--hide-context")
+    done = bench("--url", url, "--concurrency", "1,2", "--max-tokens", "24", "--serial-runs", "2",
+                 "--serial-tokens", "400", "--rounds", "1", "--out", str(tmp_path))
+    assert done.returncode == 1, done.stderr
+    run = results(tmp_path)["runs"][0]
+    assert run["stopped"] is None and run["serial"]["ok"] == 0
+    assert run["serial"]["errors"][0].startswith("refused (HTTP 200): Requested token count exceeds the model's "
+                                                 "maximum context length of 200 tokens")
+    assert [lv["failed"] for lv in run["levels"]] == [0, 0] and run["levels"][1]["throughput"] > 0
+    assert "gives no context length" in results(tmp_path)["notes"][0]
+
+
+def test_bench_refuses_a_plan_that_cannot_fit_the_context(serve, tmp_path):
+    url = serve(*BASELINE, "--context-length", "300")
+    done = bench("--url", url, "--concurrency", "1", "--max-tokens", "24", "--serial-tokens", "290", "--out", str(tmp_path))
+    assert done.returncode == 2
+    assert "the plan asks for 290 output tokens (serial_tokens)" in done.stderr
+    assert "context length is 300 tokens: lower bench.serial_tokens (or --serial-tokens) to at most" in done.stderr
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_smoke_reports_a_refused_request_with_sglangs_reason(serve):
+    url = serve(*BASELINE, "--context-length", "50")
+    done = rig("smoke", "--url", url, "--max-tokens", "64", "--timeout", "10")
+    assert done.returncode == 2
+    assert "HTTP 400" in done.stderr and "maximum context length of 50 tokens" in done.stderr
+
+
+def test_smoke_stops_waiting_when_the_server_process_exits(tmp_path):
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, str(STAND_IN), "--port", str(port), "--start-delay", "600"])
+    log = tmp_path / "server.log"
+    log.write_text("RuntimeError: Loaded weights leave no GPU memory for the KV cache\n")
+    killer = subprocess.Popen(["bash", "-c", f"sleep 3; kill {server.pid}"])
+    try:
+        started = time.monotonic()
+        done = rig("smoke", "--url", f"http://127.0.0.1:{port}", "--timeout", "120", "--pid", str(server.pid),
+                   "--log", str(log), timeout=100)
+        took = time.monotonic() - started
+    finally:
+        server.kill()
+        server.wait()
+        killer.wait()
+    assert done.returncode == 2
+    assert f"the server (process {server.pid}) exited" in done.stderr and "no GPU memory" in done.stderr
+    assert took < 60  # not the 120 s timeout
+
+
 def test_bench_refuses_bad_input(tmp_path):
     bad = rig("bench", "--url", "http://127.0.0.1:9", "--concurrency", "1,two", "--out", str(tmp_path))
     assert bad.returncode == 2 and "--concurrency '1,two'" in bad.stderr
+    for option, value, says in (("--concurrency", "0", "concurrency 0"), ("--concurrency", "", "--concurrency ''"),
+                                ("--rounds", "0", "rounds 0"), ("--serial-tokens", "-5", "serial_tokens -5")):
+        bad = rig("bench", "--url", "http://127.0.0.1:9", option, value, "--out", str(tmp_path))
+        assert bad.returncode == 2 and says in bad.stderr, (option, value, bad.stderr)
+    a_file = tmp_path / "taken"
+    a_file.write_text("x")
+    bad = rig("bench", "--url", "http://127.0.0.1:9", "--out", str(a_file))
+    assert bad.returncode == 2 and "is a file" in bad.stderr
+    bad = rig("bench", "--url", "http://127.0.0.1:9", "--baseline-results", str(a_file), "--out", str(tmp_path))
+    assert bad.returncode == 2 and "not a results.json of rig bench" in bad.stderr
     assert not (tmp_path / "results.json").exists()
