@@ -427,6 +427,37 @@ def testmodel(out_dir, venv_path, python, tp, draft, context, check, as_json) ->
     emit(build(out_dir, python or Path(venv_path) / "bin" / "python", tp, draft, context, check=check), as_json)
 
 
+@cli.command()
+@click.option("--venv", "venv_path", default="/opt/rig/venv", show_default=True,
+              help="The stack's venv: its torch and NCCL run the all-reduce.")
+@click.option("--python", "python", help="Use this interpreter instead of the venv's.")
+@click.option("--gpus", type=int, help="GPUs to all-reduce across (default: every GPU nvidia-smi lists).")
+@click.option("--out", "out_dir", default="probe-results", show_default=True,
+              help="Where probe.json, probe.md and probe.png go.")
+@json_option
+def probe(venv_path, python, gpus, out_dir, as_json) -> None:
+    """Measure the GPUs' all-reduce (8 KB to 256 MB) and say what it means for the stack.
+
+    One process per GPU through torch.distributed and NCCL in the stack's venv:
+    latency of small messages, bus bandwidth (nccl-tests' busbw) of large ones,
+    the link class they imply (NVLink or PCIe) and advice for the stack.
+    """
+    from rig import gpu_health
+    from rig import probe as probing
+
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise RigError(f"--out {out_dir} is a file; give a directory")
+    count = gpus or len(gpu_health.gpus(gpu_health.collect()))
+    if not count:
+        raise RigError("nvidia-smi lists no GPUs here: nothing to probe (install the driver, or give --gpus)")
+    result = probing.analyse(probing.measure(Path(python or Path(venv_path) / "bin" / "python"), count))
+    files = probing.write(result, out_dir)
+    emit({**result, "files": files, "msg": f"{result['world_size']} GPU(s), {result['link_class']}: peak busbw "
+          f"{result['peak_busbw_gbps']:.1f} GB/s, small-message latency {result['small_message_latency_us'] or 0:.1f} us"
+          f"; wrote {', '.join(files)}\n" + "\n".join(f"advice: {a}" for a in result["advice"])}, as_json)
+    sys.exit(0 if result["correct"] else 1)
+
+
 # ------------------------------------------------------------------ sbom, image
 
 @cli.command()
@@ -606,23 +637,35 @@ def ldconfig_conf(version, prefix, conf_dir, as_json) -> None:
               "when it pins packages).")
 @prefix_option
 @click.option("--container", help="Run the checks inside this running container instead of here.")
+@click.option("--expect-gpus", type=click.IntRange(1), help="GPUs this box must have (default, where a driver is: "
+              "the stack's server.tp).")
 @json_option
-def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, as_json) -> None:
-    """Check driver, GPUs, toolkits, ldconfig, an NVRTC compile and the venv, layer by layer."""
+def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect_gpus, as_json) -> None:
+    """Check the machine, driver, GPUs, toolkits, ldconfig, an NVRTC compile and the venv, layer by layer.
+
+    The machine layer: the loaded kernel module against the userspace driver
+    (reboot required?), persistence, the fabric manager where NVSwitch is, the
+    GPU count, one compute capability, PCIe links at their maximum, ECC errors
+    and row remaps, the container runtime and the GPUs' topology. Each failed
+    check names its fix.
+    """
     from rig import doctor as checks
 
-    if not cuda_version or not archs:
+    default_gpus = pcie_only = None
+    if not cuda_version or not archs or stack_path:
         from rig.stack import load, pins_packages
 
         data = load(stack_path or DEFAULT_STACK)
         cuda_version = cuda_version or data["cuda"]["version"]
         archs = archs or data["archs"]
         venv_path = venv_path or (data["venv"] if pins_packages(data) else None)
+        default_gpus, pcie_only = data["server"]["tp"], data["environment"]["nccl_pcie_only"]
     if container:
         from rig.container import run_engine
 
         args = ["doctor", "--json", "--cuda", cuda_version, "--prefix", prefix]
         args += [f"--arch={a}" for a in archs] + (["--venv", venv_path] if venv_path else [])
+        args += ["--expect-gpus", str(expect_gpus)] if expect_gpus else []
         code, out, err = run_engine(container, args, DEFAULT_BUNDLE)
         try:
             report = json.loads(out)
@@ -630,7 +673,7 @@ def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, as_jso
             raise RigError(f"doctor in {container} printed no report ({code}): {out}{err}") from exc
         result = [checks.Check(**c) for c in report["checks"]]
     else:
-        result = checks.run(cuda_version, list(archs), prefix, venv_path)
+        result = checks.run(cuda_version, list(archs), prefix, venv_path, expect_gpus, default_gpus, pcie_only)
     click.echo(json.dumps(checks.as_json(result), indent=2) if as_json else checks.render(result))
     sys.exit(1 if checks.failed(result) else 0)
 

@@ -1,4 +1,4 @@
-"""Layered health checks, run in order: driver -> toolkit -> libraries -> nvrtc -> python
+"""Layered health checks, run in order: machine (rig.gpu_health) -> driver -> toolkit -> libraries -> nvrtc -> python
 (the venv, its sitecustomize environment and Triton's ptxas, then `rig audit` of its
 compiled kernel packages).
 
@@ -14,25 +14,16 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from rig.cuda import toolkits
+from rig.doctor_check import Check
 from rig.cuda_releases import major, series
 from rig.ldconfig import cache
 from rig.nvrtc import sm_name
 
 LDCONFIG_FIX = "run the cuda_ldconfig role (one /etc/ld.so.conf.d file per toolkit, then ldconfig)"
-
-
-@dataclass
-class Check:
-    layer: str
-    name: str
-    status: str  # pass | fail | skip
-    detail: str
-    fix: str = ""
-    required: bool = True
 
 
 def _gpus() -> tuple[list[dict], Check]:
@@ -198,9 +189,21 @@ def _kernels(venv: str, cuda_version: str, archs: list[str], prefix: str) -> lis
     return checks
 
 
-def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: str | None = None) -> list[Check]:
+def _machine(expect_gpus: int | None, default_gpus: int | None, pcie_only_env: bool | None) -> list[Check]:
+    """The layer under the driver's API: module, persistence, fabric, links, memory, runtime, topology."""
+    from rig import gpu_health
+
+    raw = gpu_health.collect()
+    if raw["module"] is None and raw["query"]["rc"] is None and not expect_gpus:
+        return [Check("machine", "driver-module", "skip", "no NVIDIA driver here", required=False)]
+    return gpu_health.checks(raw, expect_gpus or default_gpus, pcie_only_env=pcie_only_env)
+
+
+def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: str | None = None,
+        expect_gpus: int | None = None, default_gpus: int | None = None,
+        pcie_only_env: bool | None = None) -> list[Check]:
     gpus, smi = _gpus()
-    checks = [smi]
+    checks = _machine(expect_gpus, default_gpus, pcie_only_env) + [smi]
     if gpus:
         checks.append(_driver_cuda(major(cuda_version)))
     checks.append(_compute_capability(gpus, archs))
@@ -224,11 +227,11 @@ def as_json(checks: list[Check]) -> dict:
 
 
 def render(checks: list[Check]) -> str:
-    marks = {"pass": "PASS", "fail": "FAIL", "skip": "skip"}
+    marks = {"pass": "PASS", "fail": "FAIL", "skip": "skip", "warn": "WARN"}
     lines = []
     for c in checks:
         lines.append(f"{marks[c.status]:4}  {c.layer:9} {c.name:26} {c.detail}")
-        if c.status == "fail" and c.fix:
+        if c.status in ("fail", "warn") and c.fix:
             lines.append(f"{'':16}{'':26} fix: {c.fix}")
     lines.append("doctor: " + ("FAILED" if failed(checks) else "all required checks passed"))
     return "\n".join(lines)
