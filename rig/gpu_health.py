@@ -113,7 +113,7 @@ def gpu_checks(raw: dict, expect_gpus: int | None) -> list[Check]:
                             f"{len(found)} GPU(s), {expect_gpus} expected",
                             "" if ok else "find the missing GPUs (nvidia-smi, dmesg: fallen off the bus?) or set "
                             "--expect-gpus / server.tp to the GPUs this box has"))
-    ccs = sorted({g["compute_cap"] for g in found})
+    ccs = sorted({g["compute_cap"] for g in found}, key=lambda cc: tuple(int(x) for x in re.findall(r"\d+", cc)))
     checks.append(Check("machine", "one-capability", "pass" if len(ccs) == 1 else "fail",
                         f"compute capability {', '.join(ccs)} across {len(found)} GPU(s)",
                         "" if len(ccs) == 1 else "serve from GPUs of one kind: mixed capabilities split one "
@@ -173,24 +173,29 @@ def memory_checks(raw: dict) -> list[Check]:
     return checks
 
 
-def _fabric_state(details: str) -> str | None:
-    match = re.search(r"Fabric\s*\n\s*State\s*:\s*([^\n]+)", details)
-    return match.group(1).strip() if match else None
+def _fabric(details: str) -> tuple[str | None, str | None]:
+    """(State, Status) of the first GPU's Fabric section in `nvidia-smi -q`; N/A without NVSwitch."""
+    match = re.search(r"\n\s*Fabric\s*\n\s*State\s*:\s*([^\n]+)\n\s*Status\s*:\s*([^\n]+)", details)
+    return (match.group(1).strip(), match.group(2).strip()) if match else (None, None)
 
 
 def fabric_checks(raw: dict, nvswitch: bool | None = None) -> list[Check]:
-    """NVSwitch boards (HGX) start CUDA only with a fabric manager of the driver's exact version running."""
-    state = _fabric_state((raw.get("details") or {}).get("out", ""))
-    present = nvswitch if nvswitch is not None else bool(raw.get("nvswitch_devices")) or \
-        (state is not None and state.upper() != "N/A")
+    """NVSwitch boards (HGX) start CUDA only once the fabric is up: a fabric manager of the driver's exact
+    version runs on the host, or, in a VM of a shared NVSwitch system, outside it."""
+    state, status = _fabric((raw.get("details") or {}).get("out", ""))
+    local_switches = bool(raw.get("nvswitch_devices"))
+    present = nvswitch if nvswitch is not None else local_switches or (state not in (None, "N/A"))
     if not present:
-        return [Check("machine", "fabric-manager", "skip", "no NVSwitch: no fabric manager needed", required=False)]
+        return [Check("machine", "fabric-manager", "skip", "no NVSwitch fabric: no fabric manager needed",
+                      required=False)]
     active = ((raw.get("fabricmanager") or {}).get("out") or "").strip() == "active"
-    ready = state is not None and state.lower() == "completed"
-    ok = active and ready
+    ready = (state or "").lower() == "completed" and (status or "").lower() == "success"
+    ok = ready and (active or not local_switches)
+    where = "nvidia-fabricmanager active here" if active else \
+        ("nvidia-fabricmanager not active" if local_switches else "no NVSwitch device here: the fabric is managed "
+         "outside this host")
     return [Check("machine", "fabric-manager", "pass" if ok else "fail",
-                  f"NVSwitch present; nvidia-fabricmanager {'active' if active else 'not active'}, fabric state "
-                  f"{state or 'unknown'}",
+                  f"NVLink fabric state {state or 'unknown'}, status {status or 'unknown'}; {where}",
                   "" if ok else "install nvidia-fabricmanager of exactly the driver's version and start it "
                   "(the nvidia_driver role does where NVSwitch is present)")]
 
@@ -218,6 +223,7 @@ PCIE_HOPS = ("PIX", "PXB", "PHB", "NODE", "SYS")  # from nearest to farthest
 
 def topology(text: str) -> dict:
     """The GPU-to-GPU link classes from `nvidia-smi topo -m`: NVLink (NV#) or PCIe (PIX..SYS)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # nvidia-smi underlines the header on a terminal
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         return {"gpus": 0, "links": []}

@@ -367,8 +367,10 @@ def crossover(eagle: dict, baseline: dict) -> dict:
     highest = rows[first_other - 1]["concurrency"] if first_other else None
     noisy = [r["concurrency"] for r in rows if r["verdict"] == "within noise"]
     lost = [r["concurrency"] for r in rows if r["verdict"] == "lost"]
+    again = [r["concurrency"] for r in rows[first_other:] if r["verdict"] == "won"]
     tail = (f"; within noise at C={', '.join(map(str, noisy))}" if noisy else "") + \
-           (f"; it loses at C={', '.join(map(str, lost))}" if lost else "")
+           (f"; it loses at C={', '.join(map(str, lost))}" if lost else "") + \
+           (f"; it wins again at C={', '.join(map(str, again))}, above a level it did not win" if again else "")
     if not rows:
         advice = "no level has results from both servers; nothing to compare"
     elif highest is None and not noisy:
@@ -380,10 +382,9 @@ def crossover(eagle: dict, baseline: dict) -> dict:
         advice = f"EAGLE-3 wins at every measured concurrency (up to {highest}), in every round: serve with it"
     else:
         advice = (f"EAGLE-3 wins in every round up to concurrency {highest}{tail}: serve with it where load "
-                  f"stays at or below {highest} requests in flight, without it above")
+                  f"stays at or below {highest} request{'s' if highest > 1 else ''} in flight, without it above")
     return {"highest_winning_concurrency": highest, "levels": rows, "recommendation": advice,
-            "within_noise": noisy, "wins_after_a_loss": [r["concurrency"] for r in rows[first_other:]
-                                                          if r["verdict"] == "won"]}
+            "within_noise": noisy, "wins_after_a_loss": again}
 
 
 def _num(value: float | None, digits: int) -> str:

@@ -99,6 +99,14 @@ def test_smoke_fails_when_no_speculation_happened(serve):
     assert "no request was speculative" in json.loads(required.stdout)["msg"]
 
 
+def test_smoke_fails_a_draft_the_target_almost_never_accepts(serve):
+    """As the H200 showed with rig testmodel's random draft: accept length 1.02."""
+    done = rig("smoke", "--url", serve(*BASELINE, "--accept-length", "1.02"), "--json")
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    assert "(below 1.1): the target accepted almost no draft token" in report["msg"]
+
+
 def test_smoke_times_out_with_the_log_tail(serve, tmp_path):
     url = serve("--start-delay", "600")
     log = tmp_path / "server.log"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU evidence for issues 13 and 16, run on the lent 2-GPU H200 from the repo root, one phase per call:
 #   stage N     move the carried wheel piece .whl/pN to /root/stage (carry.py cut them)
-#   setup       a venv (system site: the machine's torch 2.11.0+cu130) with the locked wheels it lacks,
+#   setup       a venv over the machine's torch 2.11.0+cu130 with the locked wheels it lacks,
 #               the test models, doctor's machine layer and rig probe on one GPU and on two
 #   serve NAME GRAPHS TP      EAGLE-3 (agree draft) and the baseline, smoke, rig bench interleaved
 #   random      EAGLE-3 with the random draft: rig smoke must fail on its accept length
@@ -51,7 +51,10 @@ stage)
   mkdir -p /root/stage && mv ".whl/p$2"/*.whl /root/stage/ && ls /root/stage | wc -l
   nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader ;;
 setup)
-  python3 -m venv --system-site-packages "$VENV"
+  python3 -m venv "$VENV"
+  # the machine's python3 is itself a venv (/opt/torch/.venv): chain its site-packages after this venv's own,
+  # so the locked transformers 5.12.1 here shadows the machine's 5.17
+  python3 -c 'import site; print(site.getsitepackages()[0])' > "$VENV/lib/python3.12/site-packages/zz-machine.pth"
   "$VENV/bin/python" -m pip install -q --no-index --no-deps --no-compile /root/stage/*.whl
   "$VENV/bin/python" -c 'import importlib.metadata as m, torch
 for p in ("sglang", "sglang-kernel", "flashinfer-python", "transformers", "tokenizers", "sgl-deep-gemm", "torch"):
