@@ -458,6 +458,23 @@ def probe(venv_path, python, gpus, out_dir, as_json) -> None:
     sys.exit(0 if result["correct"] else 1)
 
 
+@cli.group()
+def machine() -> None:
+    """Facts about the machine under the stack (roles read them before a driver exists)."""
+
+
+@machine.command("facts")
+@click.option("--pci-root", default="/sys/bus/pci/devices", show_default=True, help="sysfs PCI devices.")
+@click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True,
+              help="Where the loaded nvidia kernel module tells its version.")
+def machine_facts(pci_root, module_version_path) -> None:
+    """NVIDIA GPUs and NVSwitches on the PCI bus, and the loaded driver module's version, as JSON."""
+    from rig import gpu_health
+
+    click.echo(json.dumps({**gpu_health.pci_devices(pci_root),
+                           "module_version": gpu_health.module_version(module_version_path)}))
+
+
 # ------------------------------------------------------------------ sbom, image
 
 @cli.command()

@@ -27,6 +27,35 @@ CDI_SPECS = ("/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml", "/etc/cdi/nvidi
 DRIVER_FIX = "install the NVIDIA driver (the nvidia_driver role: 580 branch, open kernel modules for Blackwell)"
 
 
+PCI_ROOT = "/sys/bus/pci/devices"
+NVIDIA_VENDOR = "0x10de"
+
+
+def pci_devices(root: str = PCI_ROOT) -> dict:
+    """NVIDIA's PCI functions by kind, from sysfs: read before any driver is installed (lspci's source).
+    GPUs are display (0x0300) or 3D (0x0302) controllers; NVSwitches are 'other bridges' (0x0680)."""
+    found = {"gpus": 0, "nvswitches": 0}
+    for dev in sorted(Path(root).glob("*")) if Path(root).is_dir() else []:
+        try:
+            vendor, kind = (dev / "vendor").read_text().strip(), (dev / "class").read_text().strip()
+        except OSError:
+            continue
+        if vendor != NVIDIA_VENDOR:
+            continue
+        if kind.startswith(("0x0300", "0x0302")):
+            found["gpus"] += 1
+        elif kind.startswith("0x0680"):
+            found["nvswitches"] += 1
+    return found
+
+
+def module_version(path: str = MODULE_VERSION) -> str | None:
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
+
+
 def _out(argv: list[str]) -> dict:
     """{"rc", "out"} of a command; rc None when it is not installed."""
     if not shutil.which(argv[0]):
@@ -38,13 +67,10 @@ def _out(argv: list[str]) -> dict:
     return {"rc": done.returncode, "out": done.stdout + done.stderr}
 
 
-def collect(module_version: str = MODULE_VERSION) -> dict:
+def collect(module_path: str = MODULE_VERSION) -> dict:
     """Everything the checks read, as text: one JSON-able record of the machine."""
     smi = "nvidia-smi"
-    try:
-        module = Path(module_version).read_text().strip()
-    except OSError:
-        module = None
+    module = module_version(module_path)
     return {
         "query": _out([smi, f"--query-gpu={','.join(QUERY)}", "--format=csv,noheader,nounits"]),
         "ecc": _out([smi, f"--query-gpu={','.join(ECC_QUERY)}", "--format=csv,noheader,nounits"]),
