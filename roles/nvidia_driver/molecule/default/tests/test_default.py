@@ -27,10 +27,10 @@ def test_nouveau_is_blacklisted(host):
 
 
 def test_the_source_is_signed_by_its_own_key(host):
-    source = host.file("/etc/apt/sources.list.d/nvidia-driver.list").content_string
-    assert "deb [signed-by=/usr/share/keyrings/nvidia-driver-keyring.gpg] file:///srv/nvidia/repo /" in source
+    source = host.file("/etc/apt/sources.list.d/nvidia.list").content_string
+    assert "deb [signed-by=/usr/share/keyrings/nvidia-archive-keyring.gpg] file:///srv/nvidia/repo /" in source
     assert "trusted=yes" not in source
-    assert host.file("/usr/share/keyrings/nvidia-driver-keyring.gpg").exists
+    assert host.file("/usr/share/keyrings/nvidia-archive-keyring.gpg").exists
 
 
 def test_dkms_and_the_running_kernels_headers(host):
