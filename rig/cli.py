@@ -89,31 +89,42 @@ def _yaml_dump(data: dict) -> str:
 @click.option("--check", is_flag=True, help="Fail if STACK.lock is missing or stale; write nothing.")
 @json_option
 def lock_cmd(stack_path, check, as_json) -> None:
-    """Resolve a stack into STACK.lock: every wheel with version, file and sha256."""
+    """Resolve a stack into STACK.lock: every wheel with version, file and sha256.
+
+    A stack whose hosts have other Pythons lists them under `pythons`; each gets a
+    lock of its own, STACK.pyXY.lock, and hosts install the one of their python3.
+    """
     from rig import lock as locking
     from rig.stack import load
 
     stack = load(stack_path)
-    path = locking.lock_path(stack_path)
     if check:
-        current = locking.read(path) if path.exists() else None
-        if current is None or current.get("stack_digest") != locking.stack_digest(stack):
-            raise RigError(f"{path} is {'missing' if current is None else 'stale'}: the stack changed "
-                           f"since it was locked. Run `rig lock {stack_path}`")
-        emit({"changed": False, "lock": str(path), "lock_hash": current["lock_hash"],
-              "msg": f"{path} is up to date"}, as_json)
+        done = []
+        for _, variant, path in locking.variants(stack, stack_path):
+            current = locking.read(path) if path.exists() else None
+            if current is None or current.get("stack_digest") != locking.stack_digest(variant):
+                raise RigError(f"{path} is {'missing' if current is None else 'stale'}: the stack changed "
+                               f"since it was locked. Run `rig lock {stack_path}`")
+            done.append(current)
+        emit({"changed": False, "lock": str(locking.lock_path(stack_path)), "lock_hash": done[0]["lock_hash"],
+              "locks": len(done), "msg": f"{len(done)} lock(s) of {stack_path} up to date"}, as_json)
         return
-    click.echo(f"rig: resolving {stack['name']} for Python {stack['python']}", err=True)
-    result = locking.build_lock(stack, stack_path)
-    old = path.read_text() if path.exists() else None
-    locking.write(result, path)
-    summary = {"changed": old != path.read_text(), "lock": str(path), "lock_hash": result["lock_hash"],
-               "complete": result["complete"], "wheels": len(result["wheels"]),
-               "unresolved": [u["reason"] for u in result["unresolved"]]}
-    summary["msg"] = (f"locked {len(result['wheels'])} wheels into {path}" if result["complete"] else
-                      f"PARTIAL lock written to {path}: " + "; ".join(summary["unresolved"]))
-    emit(summary, as_json)
-    if not result["complete"]:
+    summaries = []
+    for python, variant, path in locking.variants(stack, stack_path):
+        click.echo(f"rig: resolving {stack['name']} for Python {python}", err=True)
+        result = locking.build_lock(variant, stack_path)
+        old = path.read_text() if path.exists() else None
+        locking.write(result, path)
+        summary = {"changed": old != path.read_text(), "lock": str(path), "lock_hash": result["lock_hash"],
+                   "python": python, "complete": result["complete"], "wheels": len(result["wheels"]),
+                   "unresolved": [u["reason"] for u in result["unresolved"]]}
+        summary["msg"] = (f"locked {len(result['wheels'])} wheels into {path}" if result["complete"] else
+                          f"PARTIAL lock written to {path}: " + "; ".join(summary["unresolved"]))
+        summaries.append(summary)
+    first = summaries[0]
+    emit({**first, "locks": summaries, "changed": any(x["changed"] for x in summaries),
+          "complete": all(x["complete"] for x in summaries), "msg": "\n".join(x["msg"] for x in summaries)}, as_json)
+    if not all(x["complete"] for x in summaries):
         sys.exit(3)
 
 

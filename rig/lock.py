@@ -224,9 +224,20 @@ def lock_hash(lock: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def lock_path(stack_path: str | Path) -> Path:
-    """STACK.lock beside the stack file (beside its target, when the stack is a link)."""
-    return Path(stack_path).resolve().with_suffix(".lock")
+def lock_path(stack_path: str | Path, python: str | None = None) -> Path:
+    """STACK.lock beside the stack file (beside its target, when the stack is a link); a lock for one of
+    the stack's extra Pythons is STACK.pyXY.lock."""
+    suffix = f".py{python.replace('.', '')}.lock" if python else ".lock"
+    return Path(stack_path).resolve().with_suffix(suffix)
+
+
+def variants(stack: dict, stack_path: str | Path) -> list[tuple[str, dict, Path]]:
+    """(Python, the stack as locked for it, its lock file): the stack's own Python, then each of `pythons`."""
+    out = [(stack["python"], stack, lock_path(stack_path))]
+    for python in stack["pythons"]:
+        if python != stack["python"]:
+            out.append((python, {**stack, "python": python}, lock_path(stack_path, python)))
+    return out
 
 
 def write(lock: dict, path: Path) -> None:
@@ -249,6 +260,7 @@ def read(path: str | Path) -> dict:
 def stack_digest(stack: dict) -> str:
     """What the lock was made from, so `rig lock --check` can tell a stale lock."""
     packages = {k: v for k, v in stack.items() if k not in RUNTIME_KEYS}
-    if not packages.get("extensions"):  # a later key: absent or empty, the locks made before it stay current
-        packages.pop("extensions", None)
+    for later in ("extensions", "pythons"):  # later keys: absent or empty, the locks made before them stay current
+        if not packages.get(later):
+            packages.pop(later, None)
     return hashlib.sha256(json.dumps(packages, sort_keys=True).encode()).hexdigest()

@@ -126,6 +126,9 @@ SCHEMA = {
     "description": Field(default=""),
     # the target's interpreter and C library: which wheels can run there
     "python": Field(default="3.12", check=_python),
+    # more Pythons the stack's hosts have (Ubuntu 22.04: 3.10, 24.04: 3.12): one more lock each, picked
+    # by the host's python3 (rig lock writes STACK.pyXY.lock)
+    "pythons": Field(list, default=[], item=Field(check=_python)),
     "glibc": Field(default="2.35", check=lambda v: None if re.fullmatch(r"2\.\d+", v) else "like 2.35"),
     "venv": Field(default="/opt/rig/venv"),
     # index_url "" means the installer's configured default index (PyPI unless set);
@@ -267,7 +270,10 @@ def ansible_vars(stack: dict, path: str | Path | None = None) -> dict:
 
     python = {}
     if path is not None and pins_packages(stack):
+        from rig.lock import variants
+
         python = {"python_stack_lock": str(Path(path).resolve().with_suffix(".lock")),
+                  "python_stack_locks": {py: str(lock) for py, _, lock in variants(stack, path)},
                   "python_stack_venv": stack["venv"],
                   "python_stack_environment": {**environment(stack), "stack": stack["name"]}}
     return {**python,

@@ -10,6 +10,7 @@ import json
 import platform
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 from rig import RigError, progress
@@ -33,7 +34,7 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
     here = ".".join(platform.python_version_tuple()[:2])
     if here != python_version:
         raise RigError(f"this host's python3 is {here}, the stack's lock is for Python {python_version}; "
-                       "install that Python, or lock the stack for this one (python: in the stack)")
+                       "install that Python, or lock the stack for this one too (pythons: in the stack)")
     marker = read_marker(venv)
     if marker and marker.get("lock_hash") == lock_hash:
         return {"changed": False, "venv": str(venv), "msg": f"{venv} already has lock {lock_hash[:12]}"}
@@ -50,7 +51,8 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
         progress(f"taking the wheels from {find_links}")
     if not (venv / "bin" / "python").exists():
         progress(f"creating {venv}")
-        _run(["python3", "-m", "venv", "--without-pip", str(venv)], "create the venv")
+        # the interpreter running the engine is the one whose version was checked above
+        _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], "create the venv")
     progress(f"installing {len(requirements.read_text().splitlines())} wheels into {venv} (offline, hash-checked)")
     _run([str(venv / "bin" / "python"), f"{pip_wheels[-1]}/pip", "install", "--no-index", "--require-hashes",
           "--no-deps", "--no-cache-dir", "--disable-pip-version-check", "--quiet",
