@@ -10,6 +10,7 @@ systemd expands, so its value is never in the argv rig prints or logs.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -151,9 +152,34 @@ def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: b
         if flag not in options:
             raise RigError(f"sglang {version} takes {flag} only as an abbreviation of a longer flag; "
                            "spell the flag out in server.extra_args")
-    return {"sglang": version, "baseline": baseline, "python": str(python),
-            "argv": [str(python), "-m", "sglang.launch_server", *argv],
+    full = [str(python), "-m", "sglang.launch_server", *argv]
+    return {"sglang": version, "baseline": baseline, "python": str(python), "argv": full,
+            "exec_start": systemd_exec(full, "${%s}" % key_env if api_key else None),
             "api_key_env": key_env if api_key else None}
+
+
+SYSTEMD_BARE = re.compile(r"[-A-Za-z0-9_@+=:,./]+")
+
+
+def systemd_exec(argv: list[str], secret: str | None = None) -> str:
+    """ARGV as one systemd Exec line, serialized by systemd's own rules: `%` is a specifier (%%), `$` expands
+    ($$) except in SECRET, the ${NAME} reference the unit's EnvironmentFile fills; words with anything but
+    plain characters are double-quoted with \\ and \" escaped. A newline would end the line and start a
+    directive of its own, so a word holding a control character is refused, never written."""
+    words = []
+    for arg in argv:
+        if any(ord(c) < 32 or ord(c) == 127 for c in arg):
+            raise RigError(f"the server command line holds a control character (newline?) in {arg!r}; "
+                           "it would split the systemd unit: fix server.model, host, extra_args or the paths")
+        if arg == secret:
+            words.append(arg)
+            continue
+        if SYSTEMD_BARE.fullmatch(arg):  # no %, $, quote, backslash or space: as it is
+            words.append(arg)
+            continue
+        escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+        words.append(f'"{escaped}"')
+    return " ".join(words)
 
 
 def shell_line(argv: list[str], api_key_env: str | None) -> str:

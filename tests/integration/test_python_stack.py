@@ -190,3 +190,15 @@ def check_server_role(box, tmp_path) -> None:
     assert "--api-key ${SGLANG_API_KEY}" in unit and "sk-test-5150" not in unit
     box.play("server.yml", **install, sglang_server_baseline=True).expect_ok()
     assert "--speculative" not in box.sh(f"cat {unit_path}").stdout
+    assert "smoke --health-only --pid $MAINPID" in unit  # the gate stops waiting once the server has exited
+    # server.model testmodel: the role writes the test model with the venv's torch, once
+    stack["server"].update(model="testmodel", draft_model="testmodel")
+    served.write_text(yaml.safe_dump(stack))
+    box.play("server.yml", **install).expect_ok()
+    unit = box.sh(f"cat {unit_path}").stdout
+    assert "--model-path /var/lib/rig/testmodel/target" in unit
+    assert "--speculative-draft-model-path /var/lib/rig/testmodel/draft" in unit
+    made = json.loads(box.sh("cat /var/lib/rig/testmodel/testmodel.json").stdout)
+    assert made["heads"] == 8 and made["spec"]["draft"] == "agree"  # tp 8 splits its heads
+    assert box.sh("stat -c '%a' /var/lib/rig/testmodel/target/model.safetensors").stdout.strip() == "644"
+    assert box.play("server.yml", **install).expect_ok().recap("changed") == 0

@@ -1,11 +1,14 @@
 """What the stack asks of the server, before any sglang is asked how to spell it."""
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import pytest
 
 from conftest import REPO, rig
 from rig import RigError
-from rig.server import shell_line, wants
+from rig.server import models, shell_line, systemd_exec, wants
 from rig.stack import load
 
 
@@ -44,3 +47,34 @@ def test_cli_errors_without_a_venv(tmp_path):
     assert done.returncode == 2 and "no server.model" in done.stderr
     bad = rig("server", "args", "--stack-json", "{not json")
     assert bad.returncode == 2 and "--stack-json is not JSON" in bad.stderr
+
+
+HOSTILE = ["/models/100%Zfoo", "a b\"c\\d", "$HOME", "${PATH}", "100%", "x;y", "--flag=it's"]
+
+
+def test_the_unit_line_is_serialized_by_systemds_rules(tmp_path):
+    line = systemd_exec(["/bin/echo", "--model-path", *HOSTILE, "--api-key", "${SGLANG_API_KEY}"], "${SGLANG_API_KEY}")
+    assert "%Z" not in line.replace("%%", "") and "$HOME" not in line.replace("$$", "")
+    assert line.endswith("--api-key ${SGLANG_API_KEY}")  # the one reference systemd must expand
+    assert '"a b\\"c\\\\d"' in line
+    if shutil.which("systemd-analyze"):  # systemd's own parser: an unescaped %Z is an unknown specifier
+        unit = tmp_path / "rig-test.service"
+        unit.write_text(f"[Service]\nType=exec\nExecStart={line}\n")
+        done = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        unit.write_text("[Service]\nType=exec\nExecStart=/bin/echo /models/100%Zfoo\n")
+        bad = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True)
+        assert bad.returncode != 0  # the same path unescaped is refused: the escaping is what makes it valid
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1\n--api-key x", "m\rExecStartPre=+/bin/sh -c id", "a\0b"])
+def test_a_control_character_never_reaches_the_unit(value):
+    with pytest.raises(RigError, match="control character"):
+        systemd_exec(["/bin/echo", "--host", value])
+
+
+def test_testmodel_names_the_generated_pair():
+    assert models(stack(model="testmodel", draft_model="testmodel")["server"]) == (
+        "/var/lib/rig/testmodel/target", "/var/lib/rig/testmodel/draft")
+    with pytest.raises(RigError, match="drafts for the generated target only"):
+        models(stack(model="/models/real", draft_model="testmodel")["server"])
