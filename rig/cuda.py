@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rig import RigError, progress
 from rig.cuda_releases import COMPONENTS, RELEASES, major, series
+from rig.fs import confined
 from rig.pip import download, target_args
 
 MARKER = ".rig-toolkit.json"
@@ -218,7 +219,7 @@ def _assemble_from_wheels(wheel_dir: Path, record: dict, staging: Path) -> None:
                 target = _wheel_target(info.filename)
                 if target is None:
                     continue
-                path = staging / target
+                path = confined(staging, target, f"{name}: member {info.filename}")
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with archive.open(info) as src, open(path, "wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)

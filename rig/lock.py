@@ -251,10 +251,29 @@ def read(path: str | Path) -> dict:
         lock = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise RigError(f"cannot read lock {path}: {exc}; run `rig lock` on its stack") from exc
+    if not isinstance(lock, dict) or not isinstance(lock.get("wheels"), list):
+        raise RigError(f"{path}: not a rig lock (no wheels list); run `rig lock` on its stack")
     if lock.get("lock_hash") != lock_hash(lock):
         raise RigError(f"{path}: lock_hash does not match its content; the lock was edited by hand. "
                        "Run `rig lock` again")
+    for i, wheel in enumerate(lock["wheels"]):  # the hash anyone can recompute: every field stays input
+        problem = _wheel_problem(wheel)
+        if problem:
+            raise RigError(f"{path}: wheels[{i}]: {problem}; run `rig lock` on its stack")
     return lock
+
+
+WHEEL_FIELDS = ("name", "version", "filename", "sha256", "index")
+
+
+def _wheel_problem(wheel) -> str | None:
+    if not isinstance(wheel, dict) or not all(isinstance(wheel.get(k), str) for k in WHEEL_FIELDS):
+        return f"needs the string fields {', '.join(WHEEL_FIELDS)}"
+    if not re.fullmatch(r"[0-9a-f]{64}", wheel["sha256"]):
+        return f"sha256 {wheel['sha256'][:80]!r} is not 64 hex digits"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl", wheel["filename"]) or ".." in wheel["filename"]:
+        return f"filename {wheel['filename'][:80]!r} is not a wheel's file name"
+    return None
 
 
 def stack_digest(stack: dict) -> str:

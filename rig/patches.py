@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rig import RigError
+from rig.fs import confined
 
 STATE = ".rig-patches.json"
 BACKUPS = ".rig-patches"
@@ -211,7 +212,7 @@ def status(env: Env, patches: list[Patch]) -> list[dict]:
         if not installed:
             rows.append({**row, "version": None, "status": "not-applicable", "detail": "not installed"})
             continue
-        version, path = installed["version"], Path(installed["root"]) / patch.file
+        version, path = installed["version"], confined(installed["root"], patch.file, f"patch {patch.id}: file")
         row.update(version=version, path=str(path))
         if patch.upstream and _in(version, patch.upstream):
             rows.append({**row, "status": "upstream", "detail": f"{patch.package} {version} has it "

@@ -122,7 +122,7 @@ def _package(name_choices: tuple, default_name: str) -> Field:
 
 
 SCHEMA = {
-    "name": Field(required=True),
+    "name": Field(required=True, check=_distribution),  # it names files, units and images: a plain name
     "description": Field(default=""),
     # the target's interpreter and C library: which wheels can run there
     "python": Field(default="3.12", check=_python),

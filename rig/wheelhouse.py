@@ -15,13 +15,15 @@ from pathlib import Path
 
 from rig import RigError, progress
 from rig.cuda import sha256_of
+from rig.fs import confined
 from rig.pip import download, index_args, target_args
 
 REQUIREMENTS = "requirements.txt"
 
 
 def cached_path(cache: str | Path, wheel: dict) -> Path:
-    return Path(cache) / "wheels" / wheel["sha256"] / wheel["filename"]
+    """CACHE/wheels/SHA256/FILENAME; the lock's fields are input (its hash anyone can recompute)."""
+    return confined(Path(cache) / "wheels", f"{wheel['sha256']}/{wheel['filename']}", f"lock entry {wheel['name']}")
 
 
 def _intact(path: Path, sha256: str) -> bool:
@@ -87,7 +89,7 @@ def export(lock: dict, cache: str | Path, dest: str | Path) -> dict:
         if not _intact(src, wheel["sha256"]):
             raise RigError(f"{wheel['filename']} is missing from the wheelhouse or altered; "
                            "run `rig wheelhouse fetch` first")
-        target = dest / wheel["filename"]
+        target = confined(dest, wheel["filename"], f"lock entry {wheel['name']}")
         if not target.exists() or sha256_of(target) != wheel["sha256"]:
             target.unlink(missing_ok=True)
             try:
