@@ -35,6 +35,14 @@ def test_the_recorded_h200_passes_every_layer():
     assert "managed outside this host" in checks["fabric-manager"].detail
 
 
+def test_the_recorded_single_h200_passes_with_nothing_to_link():
+    raw = json.loads((Path(__file__).parent.parent / "data" / "gpu-health" / "h200x1-vm.json").read_text())
+    checks = judged(raw, expect_gpus=1)
+    assert [n for n, c in checks.items() if c.status == "fail"] == []
+    assert checks["topology"].detail == "1 GPU(s), single GPU" and checks["fabric-manager"].status == "skip"
+    assert judged(raw, expect_gpus=8)["gpu-count"].status == "fail"  # an 8-GPU stack on this box
+
+
 def test_a_module_that_differs_from_userspace_means_reboot():
     mismatch = {"rc": 18, "out": "Failed to initialize NVML: Driver/library version mismatch\n"
                                  "NVML library version: 580.159.04\n"}
