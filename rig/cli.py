@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from rig import RigError, __version__
+from rig.fs import output_dir
 from rig.testmodel import DRAFTS as _TESTMODEL_DRAFTS
 
 DEFAULT_STACK = "stacks/default.yml"
@@ -382,8 +383,7 @@ def bench(url, baseline_url, baseline_results, stack_path, concurrency, max_toke
 
     if baseline_url and baseline_results:
         raise RigError("give --baseline-url or --baseline-results, not both")
-    if Path(out_dir).exists() and not Path(out_dir).is_dir():
-        raise RigError(f"--out {out_dir} is a file; give a directory for results.json, report.md and the plots")
+    output_dir(out_dir, "--out")
     wanted = load(stack_path)["bench"]
     try:
         levels = [int(c) for c in concurrency.split(",")] if concurrency is not None else wanted["concurrency"]
@@ -456,8 +456,7 @@ def probe(venv_path, python, gpus, out_dir, as_json) -> None:
     from rig import gpu_health
     from rig import probe as probing
 
-    if Path(out_dir).exists() and not Path(out_dir).is_dir():
-        raise RigError(f"--out {out_dir} is a file; give a directory")
+    output_dir(out_dir, "--out")
     count = gpus or len(gpu_health.gpus(gpu_health.collect()))
     if not count:
         raise RigError("nvidia-smi lists no GPUs here: nothing to probe (install the driver, or give --gpus)")

@@ -196,7 +196,9 @@ def _machine(expect_gpus: int | None, default_gpus: int | None, pcie_only_env: b
     raw = gpu_health.collect()
     if raw["module"] is None and raw["query"]["rc"] is None and not expect_gpus:
         return [Check("machine", "driver-module", "skip", "no NVIDIA driver here", required=False)]
-    return gpu_health.checks(raw, expect_gpus or default_gpus, pcie_only_env=pcie_only_env)
+    # an explicit --expect-gpus is exact; the stack's tp only says how many the server needs at least
+    return gpu_health.checks(raw, expect_gpus or default_gpus, pcie_only_env=pcie_only_env,
+                             at_least=not expect_gpus)
 
 
 def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: str | None = None,

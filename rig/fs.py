@@ -16,3 +16,9 @@ def confined(root: str | Path, relative: str, what: str) -> Path:
     if target != base and base not in target.parents:
         raise RigError(f"{what}: {relative!r} leads outside {base}; refusing it (path traversal)")
     return target
+
+
+def output_dir(path: str | Path, option: str) -> None:
+    """An output directory given on the command line may be new or a directory, never a file."""
+    if Path(path).exists() and not Path(path).is_dir():
+        raise RigError(f"{option} {path} is a file; give a directory")

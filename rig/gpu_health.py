@@ -127,16 +127,17 @@ def driver_checks(raw: dict) -> list[Check]:
     return [Check("machine", "driver-module", "pass", f"kernel module {module} = userspace {userspace}")]
 
 
-def gpu_checks(raw: dict, expect_gpus: int | None) -> list[Check]:
+def gpu_checks(raw: dict, expect_gpus: int | None, at_least: bool = False) -> list[Check]:
+    """EXPECT_GPUS exactly, or at least that many (the stack's tp: a box may have more GPUs than one server uses)."""
     found = gpus(raw)
     if not found:
         return [Check("machine", "gpus", "fail" if expect_gpus else "skip", "nvidia-smi lists no GPUs",
                       DRIVER_FIX if expect_gpus else "", required=bool(expect_gpus))]
     checks = []
     if expect_gpus:
-        ok = len(found) == expect_gpus
+        ok = len(found) >= expect_gpus if at_least else len(found) == expect_gpus
         checks.append(Check("machine", "gpu-count", "pass" if ok else "fail",
-                            f"{len(found)} GPU(s), {expect_gpus} expected",
+                            f"{len(found)} GPU(s), {'at least ' if at_least else ''}{expect_gpus} expected",
                             "" if ok else "find the missing GPUs (nvidia-smi, dmesg: fallen off the bus?) or set "
                             "--expect-gpus / server.tp to the GPUs this box has"))
     ccs = sorted({g["compute_cap"] for g in found}, key=lambda cc: tuple(int(x) for x in re.findall(r"\d+", cc)))
@@ -296,6 +297,6 @@ def topology_check(raw: dict, pcie_only_env: bool | None = None) -> list[Check]:
 
 
 def checks(raw: dict, expect_gpus: int | None = None, nvswitch: bool | None = None,
-           pcie_only_env: bool | None = None) -> list[Check]:
-    return (driver_checks(raw) + gpu_checks(raw, expect_gpus) + memory_checks(raw) + fabric_checks(raw, nvswitch)
+           pcie_only_env: bool | None = None, at_least: bool = False) -> list[Check]:
+    return (driver_checks(raw) + gpu_checks(raw, expect_gpus, at_least) + memory_checks(raw) + fabric_checks(raw, nvswitch)
             + runtime_checks(raw) + topology_check(raw, pcie_only_env))

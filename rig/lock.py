@@ -269,6 +269,10 @@ WHEEL_FIELDS = ("name", "version", "filename", "sha256", "index")
 def _wheel_problem(wheel) -> str | None:
     if not isinstance(wheel, dict) or not all(isinstance(wheel.get(k), str) for k in WHEEL_FIELDS):
         return f"needs the string fields {', '.join(WHEEL_FIELDS)}"
+    if not re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", wheel["name"]):
+        return f"name {wheel['name'][:80]!r} is not a package name"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*", wheel["version"]):
+        return f"version {wheel['version'][:80]!r} is not a version"
     if not re.fullmatch(r"[0-9a-f]{64}", wheel["sha256"]):
         return f"sha256 {wheel['sha256'][:80]!r} is not 64 hex digits"
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl", wheel["filename"]) or ".." in wheel["filename"]:

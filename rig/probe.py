@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from rig import RigError, progress
+from rig.proc import interpreter, last_json
 
 SIZES = [8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20, 256 << 20]
 # bus bandwidth at 256 MB: PCIe gen5 x16 moves at most ~50 GB/s each way, NVLink 4 several hundred
@@ -32,8 +33,7 @@ def _free_port() -> int:
 
 
 def measure(python: Path, gpus: int, sizes: list[int] = SIZES, timeout: float = 600) -> dict:
-    if not python.exists():
-        raise RigError(f"{python} does not exist; install the stack's venv first (python_stack role) or give --python")
+    interpreter(python)
     if gpus < 1:
         raise RigError(f"--gpus {gpus}: give the number of GPUs to all-reduce across (1 or more)")
     script = resources.files("rig").joinpath("probe_worker.py").read_text()
@@ -46,9 +46,12 @@ def measure(python: Path, gpus: int, sizes: list[int] = SIZES, timeout: float = 
             procs.append((subprocess.Popen([str(python), "-c", script, json.dumps({"sizes": sizes})],
                                            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
                                            stdout=subprocess.PIPE if rank == 0 else log, stderr=log, text=True), log))
+        codes: list[int | None] = [None] * gpus
         try:
             out, _ = procs[0][0].communicate(timeout=timeout)
-            codes = [p.wait(timeout=60) for p, _ in procs]
+            codes[0] = procs[0][0].returncode
+            if codes[0] == 0:  # rank 0 done: the others finish with it; a failed rank 0 leaves them waiting
+                codes = [p.wait(timeout=60) for p, _ in procs]
         except subprocess.TimeoutExpired as exc:
             raise RigError(f"the all-reduce probe did not finish within {timeout:.0f} s (a hung NCCL "
                            "communicator: check the GPUs' links and NCCL_DEBUG=INFO)") from exc
@@ -64,7 +67,7 @@ def measure(python: Path, gpus: int, sizes: list[int] = SIZES, timeout: float = 
     if any(codes):
         bad = next(i for i, c in enumerate(codes) if c)
         raise RigError(f"the all-reduce probe failed on rank {bad} (exit {codes[bad]}): {logs[bad].strip()[-800:]}")
-    return json.loads(out.strip().splitlines()[-1])
+    return last_json(out, "the all-reduce probe")
 
 
 def analyse(raw: dict) -> dict:

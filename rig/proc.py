@@ -1,7 +1,9 @@
 """Child processes: one way to run them, so every failure reads the same."""
 from __future__ import annotations
 
+import json
 import subprocess
+from pathlib import Path
 
 from rig import RigError
 
@@ -20,3 +22,23 @@ def run(argv: list[str], what: str, timeout: float | None = None, **kwargs) -> s
         err = (done.stderr or "").strip().splitlines()[-5:] if kwargs.get("text") else []
         raise RigError(f"{what}: {argv[0]} exited {done.returncode}" + (": " + " | ".join(err) if err else ""))
     return done
+
+
+def interpreter(python: str | Path) -> Path:
+    """A venv's (or a given) Python that rig runs its scripts with; missing is the user's to fix."""
+    python = Path(python)
+    if not python.exists():
+        raise RigError(f"{python} does not exist; install the stack's venv first (python_stack role) or give --python")
+    return python
+
+
+def last_json(out: str, what: str) -> dict:
+    """The JSON object a child printed on its last line."""
+    lines = (out or "").strip().splitlines()
+    try:
+        value = json.loads(lines[-1])
+    except (IndexError, ValueError) as exc:
+        raise RigError(f"{what}: expected one JSON line at the end of its output, got {(out or '')[-300:]!r}") from exc
+    if not isinstance(value, dict):
+        raise RigError(f"{what}: expected a JSON object, got {lines[-1][:200]!r}")
+    return value

@@ -140,8 +140,8 @@ async def _stream(session, url: str, body: dict) -> dict:
                 last = payload
     except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
         raise ServerDown(str(exc)) from exc
-    except asyncio.TimeoutError:
-        return {"ok": False, "error": "no data within the read timeout"}
+    except asyncio.TimeoutError:  # a server that accepts and never answers is as good as gone
+        return {"ok": False, "lost": True, "error": "no data within the read timeout"}
     except (aiohttp.ClientError, ConnectionError) as exc:
         return {"ok": False, "lost": True, "error": f"connection lost: {exc.__class__.__name__}: {exc}"}
     end = time.perf_counter()
@@ -246,7 +246,7 @@ def _fail_count(runs: list[dict]) -> dict:
 
 
 def _down_if_lost(results: list[dict]) -> None:
-    """Every request lost its connection: nothing answers any more. Refusals are answers."""
+    """Every request lost its connection or timed out: nothing answers any more. Refusals are answers."""
     if results and all(r.get("lost") for r in results):
         raise ServerDown(results[-1]["error"])
 
@@ -355,8 +355,13 @@ def crossover(eagle: dict, baseline: dict) -> dict:
     rows = []
     for lv in eagle["levels"]:
         other = base.get(lv["concurrency"])
-        pairs = list(zip(lv.get("round_throughput") or [lv.get("throughput")],
-                         (other or {}).get("round_throughput") or [(other or {}).get("throughput")]))
+        mine = lv.get("round_throughput") or [lv.get("throughput")]
+        theirs = (other or {}).get("round_throughput") or [(other or {}).get("throughput")]
+        if len(theirs) == 1:  # an earlier run of one value: hold every round against it
+            theirs = theirs * len(mine)
+        elif len(mine) == 1:
+            mine = mine * len(theirs)
+        pairs = list(zip(mine, theirs))
         ratios = [e / b for e, b in pairs if e and b]
         if not ratios:
             continue

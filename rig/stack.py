@@ -91,6 +91,10 @@ def _absolute(value: str) -> str | None:
     return None if value.startswith("/") and "\n" not in value and "\0" not in value else "must be an absolute path"
 
 
+def _host(value: str) -> str | None:
+    return None if re.fullmatch(r"[A-Za-z0-9.:_-]{1,253}", value) else f"{value!r} is not a host name or address"
+
+
 def _port(value: int) -> str | None:
     return None if 0 < value < 65536 else "must be a TCP port (1-65535)"
 
@@ -189,7 +193,7 @@ SCHEMA = {
         "cuda_graph_max_bs": Field(int, default=0, check=_non_negative),  # 0: the largest bench concurrency
         "flashinfer_allreduce_fusion": Field(bool, default=False),
         "torch_symm_mem": Field(bool, default=False),
-        "host": Field(default="127.0.0.1"),
+        "host": Field(default="127.0.0.1", check=_host),
         "port": Field(int, default=30000, check=_port),
         "api_key_env": Field(default="SGLANG_API_KEY", check=_env_name),
         "extra_args": Field(list, default=[], item=Field()),

@@ -17,7 +17,8 @@ from importlib import resources
 from pathlib import Path
 
 from rig import RigError, progress
-from rig.proc import run
+from rig.fs import output_dir
+from rig.proc import interpreter, last_json, run
 
 DRAFTS = ("agree", "random")
 MARKER = "testmodel.json"
@@ -31,12 +32,10 @@ def _check(out: Path, python: Path, tp: int, draft: str, context: int) -> None:
         raise RigError(f"--tp {tp}: give a power of two from 1 to 64 (the GPUs the server splits the model over)")
     if not 256 <= context <= 1 << 20:
         raise RigError(f"--context {context}: give a context length from 256 to 1048576 tokens")
-    if out.exists() and not out.is_dir():
-        raise RigError(f"--out {out} is a file; give a directory")
+    output_dir(out, "--out")
     if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
         raise RigError(f"--out {out} holds files that are not a rig test model; give an empty or new directory")
-    if not python.exists():
-        raise RigError(f"{python} does not exist; install the stack's venv first (python_stack role) or give --python")
+    interpreter(python)
 
 
 def _same_tree(a: Path, b: Path) -> bool:
@@ -58,14 +57,15 @@ def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree"
     out, python = Path(out).absolute(), Path(python)
     _check(out, python, tp, draft, context)
     spec = {"draft": draft, "seed": seed, "heads": max(HEADS, tp), "context": context, "vocab": 1024}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    if not check:  # staged beside --out, so the finished tree is renamed into place
+        out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=None if check else out.parent))
     try:
         progress(f"writing the test model with {python}")
         script = resources.files("rig").joinpath("testmodel_build.py").read_text()
         done = run([str(python), "-c", script, json.dumps({**spec, "out": str(staging / "model")})],
                    "rig testmodel", timeout=600, env={**os.environ, "PYTHONHASHSEED": "0"})
-        info = json.loads(done.stdout.strip().splitlines()[-1])
+        info = last_json(done.stdout, "rig testmodel")
         made = staging / "model"
         (made / MARKER).write_text(json.dumps({"spec": spec, **info}, indent=2, sort_keys=True) + "\n")
         _readable(made)

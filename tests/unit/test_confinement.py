@@ -43,6 +43,20 @@ def test_a_lock_whose_filename_climbs_out_of_the_cache_is_refused(tmp_path):
     assert victim.read_text() == "keep me"
 
 
+@pytest.mark.parametrize("field, value, says", [
+    ("name", "click\n--find-links /tmp/evil", "is not a package name"),
+    ("version", "8.1.7 --hash=sha256:0", "is not a version"),
+    ("sha256", "../../x", "is not 64 hex digits")])
+def test_every_lock_field_that_reaches_a_file_or_pip_is_checked(tmp_path, field, value, says):
+    lock = json.loads((REPO / "roles" / "python_stack" / "molecule" / "default" / "tiny.lock").read_text())
+    lock["wheels"][0][field] = value
+    lock["lock_hash"] = lock_hash(lock)
+    bad = tmp_path / "bad.lock"
+    bad.write_text(json.dumps(lock))
+    with pytest.raises(RigError, match=says):
+        read(bad)
+
+
 def test_a_cuda_wheel_member_that_climbs_out_is_refused(tmp_path):
     from rig.cuda import _assemble_from_wheels
 

@@ -35,6 +35,9 @@ def test_a_noisy_first_level_is_no_win():
     assert x["recommendation"].startswith("EAGLE-3 wins clearly at no measured concurrency; within noise at C=1")
 
 
-def test_an_earlier_single_round_run_still_compares():
-    x = crossover(run({1: [150, 151, 149]}), {"levels": [{"concurrency": 1, "throughput": 100}]})
-    assert x["levels"][0]["rounds"] == 1 and x["levels"][0]["verdict"] == "won"
+def test_an_earlier_single_round_run_is_held_against_every_round():
+    earlier = {"levels": [{"concurrency": 1, "throughput": 100}]}
+    x = crossover(run({1: [130, 90, 110]}), earlier)
+    assert x["levels"][0]["rounds"] == 3 and x["levels"][0]["verdict"] == "within noise"
+    assert (x["levels"][0]["ratio_min"], x["levels"][0]["ratio_max"]) == (0.9, 1.3)
+    assert crossover(run({1: [150, 151, 149]}), earlier)["levels"][0]["verdict"] == "won"

@@ -41,6 +41,9 @@ def test_the_recorded_single_h200_passes_with_nothing_to_link():
     assert [n for n, c in checks.items() if c.status == "fail"] == []
     assert checks["topology"].detail == "1 GPU(s), single GPU" and checks["fabric-manager"].status == "skip"
     assert judged(raw, expect_gpus=8)["gpu-count"].status == "fail"  # an 8-GPU stack on this box
+    # the stack's tp is a floor (a box may hold more GPUs than one server uses); --expect-gpus is exact
+    assert judged(H200, expect_gpus=1, at_least=True)["gpu-count"].status == "pass"
+    assert judged(H200, expect_gpus=1)["gpu-count"].status == "fail"
 
 
 def test_a_module_that_differs_from_userspace_means_reboot():
