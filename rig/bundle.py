@@ -23,6 +23,7 @@ import packaging
 import yaml
 
 import rig
+from rig.fs import atomic_write
 
 FIXED_MTIME = 1_577_836_800  # 2020-01-01: zip entries carry mtimes, which would differ per checkout
 PATCHES = Path(rig.__file__).resolve().parent.parent / "patches"
@@ -63,5 +64,5 @@ def build(out: str | Path, with_patches: bool = True) -> dict:
         partial = out.with_suffix(".partial")
         zipapp.create_archive(tmp, partial, interpreter="/usr/bin/env python3", main="rig.cli:main")
         partial.replace(out)
-    stamp.write_text(digest.hexdigest())
+    atomic_write(stamp, digest.hexdigest())
     return {"changed": True, "path": str(out), "sha256": digest.hexdigest()}

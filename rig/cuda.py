@@ -8,7 +8,6 @@ the leftovers and completes it. A tree rig did not install is never modified.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -21,20 +20,12 @@ from pathlib import Path
 
 from rig import RigError, progress
 from rig.cuda_releases import COMPONENTS, RELEASES, major, series
-from rig.fs import confined
+from rig.fs import atomic_write, confined, sha256_file
 from rig.pip import download, target_args
 
 MARKER = ".rig-toolkit.json"
 MANIFEST = "manifest.json"
 DEFAULT_STATE_DIR = "/var/lib/rig"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def check_release(version: str) -> None:
@@ -83,7 +74,7 @@ def _fetch_wheels_locked(version: str, components: list[str], dest: Path, platfo
     try:
         requirement = f"cuda-toolkit[{','.join(components)}]=={RELEASES[version]}"
         download([requirement], staging, target_args(None, platform), [], no_deps=False)
-        wheels = {p.name: sha256_of(p) for p in sorted(staging.glob("*.whl"))}
+        wheels = {p.name: sha256_file(p) for p in sorted(staging.glob("*.whl"))}
         record = {"version": version, "components": sorted(components), "wheels": wheels}
         (staging / MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
         if dest.exists():
@@ -101,14 +92,14 @@ def fetch_runfile(url: str, sha256: str, cache: str | Path) -> dict:
     if not url or not sha256:
         raise RigError("the runfile method needs both cuda.runfile.url and cuda.runfile.sha256")
     dest = Path(cache) / "runfile" / f"{sha256}.run"
-    if dest.exists() and sha256_of(dest) == sha256:
+    if dest.exists() and sha256_file(dest) == sha256:
         return {"changed": False, "path": str(dest), "sha256": sha256}
     tmp = Path(tempfile.mkstemp(prefix=".download-", dir=_mkdir(dest.parent))[1])
     try:
         progress(f"downloading {url}")
         with urllib.request.urlopen(url) as response, open(tmp, "wb") as out:
             shutil.copyfileobj(response, out, 1 << 20)
-        actual = sha256_of(tmp)
+        actual = sha256_file(tmp)
         if actual != sha256:
             raise RigError(f"runfile {url} has sha256 {actual}, expected {sha256}; "
                            "refusing it. Fix cuda.runfile.sha256 or the URL.")
@@ -126,7 +117,7 @@ def verify_manifest(wheel_dir: str | Path) -> dict:
         raise RigError(f"{wheel_dir}: no readable {MANIFEST} ({exc}); fetch the wheels again") from exc
     for name, expected in record["wheels"].items():
         path = wheel_dir / name
-        if not path.exists() or sha256_of(path) != expected:
+        if not path.exists() or sha256_file(path) != expected:
             raise RigError(f"{path}: missing or sha256 differs from {MANIFEST}")
     return record
 
@@ -150,7 +141,7 @@ def install(version: str, prefix: str | Path, method: str, components: list[str]
     if check:
         return result
     if method == "runfile":  # verify before anything on the host changes
-        actual = sha256_of(Path(source))
+        actual = sha256_file(Path(source))
         if actual != sha256:
             raise RigError(f"runfile {source} has sha256 {actual}, expected {sha256}; refusing it.")
     _clean_leftovers(tree)
@@ -305,7 +296,7 @@ def set_default(version: str, prefix: str | Path, state_dir: str | Path = DEFAUL
         return {"changed": False, "link": str(link), "target": previous}
     if not check:
         _mkdir(Path(state_dir))
-        _state_file(state_dir).write_text(json.dumps({"previous": previous, "current": tree.name}) + "\n")
+        atomic_write(_state_file(state_dir), json.dumps({"previous": previous, "current": tree.name}) + "\n")
         _atomic_symlink(tree.name, link)
     return {"changed": True, "link": str(link), "target": tree.name, "previous": previous}
 

@@ -1,6 +1,14 @@
-"""Paths that come from input (archive members, lock filenames, patch targets) stay under their root."""
+"""Files rig writes and paths that come from input: one way to write, hash and confine them.
+
+Every file rig writes goes through atomic_write, so a crash, a kill or a full
+disk leaves the old file or the new one, never a torn one. Paths that come from
+input (archive members, lock filenames, patch targets) stay under their root.
+"""
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 from pathlib import Path
 
 from rig import RigError
@@ -22,3 +30,38 @@ def output_dir(path: str | Path, option: str) -> None:
     """An output directory given on the command line may be new or a directory, never a file."""
     if Path(path).exists() and not Path(path).is_dir():
         raise RigError(f"{option} {path} is a file; give a directory")
+
+
+def atomic_write(path: str | Path, data: str | bytes, mode: int | None = None) -> Path:
+    """Replace PATH with DATA in one rename: readers see the old file or the new one.
+
+    MODE defaults to the old file's mode, else 0644. The temporary file sits beside
+    PATH (same filesystem) and is removed if anything fails, ENOSPC included."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if mode is None:
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.rig-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode() if isinstance(data, str) else data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_data(data: str | bytes) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()

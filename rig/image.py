@@ -11,7 +11,6 @@ only. Nothing secret is ever a build argument: build arguments are visible in
 from __future__ import annotations
 
 import functools
-import hashlib
 import http.server
 import json
 import shlex
@@ -24,6 +23,7 @@ from pathlib import Path
 from rig import RigError, progress
 from rig.container import client as _client
 from rig.cuda_releases import series
+from rig.fs import sha256_data
 
 DOCKERFILE = Path(__file__).resolve().parent.parent / "docker" / "Dockerfile"
 LABEL = "dev.rig"
@@ -129,7 +129,7 @@ def _context(root: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | 
         text = Path(cert).read_text()
         if "PRIVATE KEY" in text or "BEGIN CERTIFICATE" not in text:
             raise RigError(f"{cert} is not a PEM certificate (or holds a private key): give only CA certificates")
-        (ctx / "ca" / (hashlib.sha256(text.encode()).hexdigest()[:16] + ".crt")).write_text(text)
+        (ctx / "ca" / (sha256_data(text)[:16] + ".crt")).write_text(text)
     shutil.copyfile(DOCKERFILE, ctx / "Dockerfile")
     return ctx
 

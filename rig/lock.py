@@ -8,7 +8,6 @@ that does not answer) gets a partial lock that says exactly what is missing.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -20,6 +19,7 @@ from packaging.version import Version
 
 from rig import RigError
 from rig.cuda_releases import major
+from rig.fs import atomic_write, sha256_data
 from rig.pip import PipError, index_args, platform_tags, resolve, target_args
 from rig.stack import RUNTIME_KEYS
 
@@ -221,7 +221,7 @@ def _index_of(item: dict, entries: list[dict]) -> str:
 
 def lock_hash(lock: dict) -> str:
     body = {k: v for k, v in lock.items() if k != "lock_hash"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    return sha256_data(json.dumps(body, sort_keys=True))
 
 
 def lock_path(stack_path: str | Path, python: str | None = None) -> Path:
@@ -241,9 +241,7 @@ def variants(stack: dict, stack_path: str | Path) -> list[tuple[str, dict, Path]
 
 
 def write(lock: dict, path: Path) -> None:
-    tmp = path.with_suffix(".lock.partial")
-    tmp.write_text(json.dumps(lock, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    atomic_write(path, json.dumps(lock, indent=1, sort_keys=True) + "\n")
 
 
 def read(path: str | Path) -> dict:
@@ -286,4 +284,4 @@ def stack_digest(stack: dict) -> str:
     for later in ("extensions", "pythons"):  # later keys: absent or empty, the locks made before them stay current
         if not packages.get(later):
             packages.pop(later, None)
-    return hashlib.sha256(json.dumps(packages, sort_keys=True).encode()).hexdigest()
+    return sha256_data(json.dumps(packages, sort_keys=True))

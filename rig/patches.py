@@ -11,17 +11,14 @@ Python, or the run's files are put back.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import importlib.resources
 import json
-import os
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from rig import RigError
-from rig.fs import confined
+from rig.fs import atomic_write, confined, sha256_data
 
 STATE = ".rig-patches.json"
 BACKUPS = ".rig-patches"
@@ -183,8 +180,6 @@ def probe(python: str, packages: list[str]) -> Env:
     return Env(python=info["python"], prefix=Path(info["prefix"]), packages=info["packages"])
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 # ------------------------------------------------------------------ status
@@ -241,19 +236,6 @@ def _refuse_unknown_versions(env: Env, patches: list[Patch]) -> None:
 
 # ------------------------------------------------------------------ apply / revert
 
-def _write(path: Path, data: bytes) -> None:
-    """Replace PATH atomically, keeping its mode."""
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.rig-")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
 
 def _verify(env: Env, sources: dict[str, str], checks: list[dict]) -> dict:
     done = subprocess.run([env.python, "-I", "-c", _VERIFY], input=json.dumps(
@@ -303,18 +285,18 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
     backups.mkdir(exist_ok=True)
     for path, text in results.items():
         entry = state["files"].get(str(path))
-        if not entry or entry.get("patched_sha256") != sha256(originals[path]):
-            entry = {"original_sha256": sha256(originals[path]), "patches": []}
+        if not entry or entry.get("patched_sha256") != sha256_data(originals[path]):
+            entry = {"original_sha256": sha256_data(originals[path]), "patches": []}
             new_backups.append(backups / entry["original_sha256"])
-            _write(new_backups[-1], originals[path])
+            atomic_write(new_backups[-1], originals[path])
         entry["patches"] = sorted(set(entry["patches"]) | {p.id for p in todo[path]})
-        entry["patched_sha256"] = sha256(text.encode())
+        entry["patched_sha256"] = sha256_data(text.encode())
         state["files"][str(path)] = entry
     # the state goes first: a run cut short still leaves what revert needs
-    _write(env.state_path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write(env.state_path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode())
     try:
         for path, text in results.items():
-            _write(path, text.encode())
+            atomic_write(path, text.encode())
         errors = _verify(env, {}, [{"id": r["id"], "file": r["path"], "code": by_id[r["id"]].check}
                                    for r in rows if r["id"] in applied_ids])
         if errors:
@@ -322,11 +304,11 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
                            + "; ".join(f"{k}: {v}" for k, v in errors.items()))
     except BaseException:
         for path in results:
-            _write(path, originals[path])
+            atomic_write(path, originals[path])
         if before is None:
             env.state_path.unlink()
         else:
-            _write(env.state_path, before)
+            atomic_write(env.state_path, before)
         for backup in new_backups:
             backup.unlink(missing_ok=True)
         if not any(backups.iterdir()):
@@ -342,7 +324,7 @@ def revert(env: Env, check: bool = False, force: bool = False) -> dict:
     restored, problems = [], []
     for name, entry in sorted(state["files"].items()):
         path = Path(name)
-        current = sha256(path.read_bytes()) if path.is_file() else None
+        current = sha256_data(path.read_bytes()) if path.is_file() else None
         if current == entry["original_sha256"]:
             continue  # already the original (e.g. the package was reinstalled)
         if current != entry["patched_sha256"] and not force:
@@ -350,7 +332,7 @@ def revert(env: Env, check: bool = False, force: bool = False) -> dict:
                             "reinstall the package, or pass --force to restore rig's backup over it")
             continue
         backup = env.prefix / BACKUPS / entry["original_sha256"]
-        if not backup.is_file() or sha256(backup.read_bytes()) != entry["original_sha256"]:
+        if not backup.is_file() or sha256_data(backup.read_bytes()) != entry["original_sha256"]:
             problems.append(f"the backup of {path} is missing or altered; reinstall the package to restore it")
             continue
         restored.append((path, backup))
@@ -362,7 +344,7 @@ def revert(env: Env, check: bool = False, force: bool = False) -> dict:
     if check or not state["files"]:
         return result
     for path, backup in restored:
-        _write(path, backup.read_bytes())
+        atomic_write(path, backup.read_bytes())
     for name, entry in state["files"].items():
         (env.prefix / BACKUPS / entry["original_sha256"]).unlink(missing_ok=True)
     env.state_path.unlink()

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import importlib.resources
 import json
-import os
 import subprocess
 from pathlib import Path
 
 from rig import RigError
 from rig.cuda_releases import series
+from rig.fs import atomic_write
 
 MODULE = "rig_sitecustomize"
 PTH = f"{MODULE}.pth"
@@ -72,9 +72,7 @@ def install(venv: str | Path, env: dict, stack_name: str, check: bool = False) -
     diff = "".join(_diff(path, wanted[path]) for path in stale)
     if not check:
         for path in stale:
-            partial = path.with_suffix(".rig-partial")
-            partial.write_text(wanted[path])
-            partial.replace(path)  # a crash never leaves a half-written module for every start to import
+            atomic_write(path, wanted[path])  # never a half-written module for every start to import
     verb = "would write" if check else "wrote"
     return {"changed": bool(stale), "files": [str(p) for p in stale], "diff": diff,
             "msg": f"{verb} {', '.join(p.name for p in stale)} in {site}" if stale else

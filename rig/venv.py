@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from rig import RigError, progress
+from rig.fs import atomic_write, sha256_file
 from rig.wheelhouse import REQUIREMENTS
 
 MARKER = ".rig-stack.json"
@@ -59,7 +60,7 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
           "--find-links", find_links or str(house), "-r", str(requirements), *_trusted(find_links)],
          "install the wheelhouse")
     pins = [line.split()[0] for line in requirements.read_text().splitlines() if line.strip()]
-    (venv / MARKER).write_text(json.dumps({"lock_hash": lock_hash, "packages": pins}, indent=1) + "\n")
+    atomic_write(venv / MARKER, json.dumps({"lock_hash": lock_hash, "packages": pins}, indent=1) + "\n")
     return result
 
 
@@ -103,13 +104,11 @@ def add(venv: str | Path, wheelhouse: str | Path | None, requirements_sha256: st
 
     REQUIREMENTS_SHA256 names the export's hash-pinned list, so a host can tell
     whether it already holds those wheels without anything being copied to it."""
-    import hashlib
-
     from rig.wheels import BUILT_REQUIREMENTS
 
     venv = Path(venv)
     try:
-        current = hashlib.sha256((venv / BUILT_MARKER).read_bytes()).hexdigest()
+        current = sha256_file(venv / BUILT_MARKER)
     except FileNotFoundError:
         current = None
     if current == requirements_sha256:
@@ -121,11 +120,11 @@ def add(venv: str | Path, wheelhouse: str | Path | None, requirements_sha256: st
     if not (venv / "bin" / "python").exists():
         raise RigError(f"{venv} is not a virtualenv; install the stack first (python_stack role)")
     requirements = Path(wheelhouse or "") / BUILT_REQUIREMENTS
-    if not requirements.is_file() or hashlib.sha256(requirements.read_bytes()).hexdigest() != requirements_sha256:
+    if not requirements.is_file() or sha256_file(requirements) != requirements_sha256:
         raise RigError(f"{wheelhouse} is not the `rig wheels export` dir whose {BUILT_REQUIREMENTS} has sha256 "
                        f"{requirements_sha256}")
     _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index", "--require-hashes", "--no-deps",
           "--force-reinstall", "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--find-links",
           find_links or str(wheelhouse), "-r", str(requirements), *_trusted(find_links)], "install the built wheels")
-    (venv / BUILT_MARKER).write_bytes(requirements.read_bytes())
+    atomic_write(venv / BUILT_MARKER, requirements.read_bytes())
     return result

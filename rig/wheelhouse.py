@@ -14,8 +14,7 @@ import tempfile
 from pathlib import Path
 
 from rig import RigError, progress
-from rig.cuda import sha256_of
-from rig.fs import confined
+from rig.fs import atomic_write, confined, sha256_file
 from rig.pip import download, index_args, target_args
 
 REQUIREMENTS = "requirements.txt"
@@ -27,7 +26,7 @@ def cached_path(cache: str | Path, wheel: dict) -> Path:
 
 
 def _intact(path: Path, sha256: str) -> bool:
-    return path.exists() and sha256_of(path) == sha256
+    return path.exists() and sha256_file(path) == sha256
 
 
 def fetch(lock: dict, cache: str | Path) -> dict:
@@ -68,7 +67,7 @@ def _download(wheels: list[dict], lock: dict, cache: Path) -> int:
                 if not got.exists():
                     raise RigError(f"the index served no {wheel['filename']} for {wheel['name']}=={wheel['version']}; "
                                    "the lock no longer matches the index: run `rig lock` again")
-                actual = sha256_of(got)
+                actual = sha256_file(got)
                 if actual != wheel["sha256"]:
                     raise RigError(f"{wheel['filename']} from the index has sha256 {actual}, the lock says "
                                    f"{wheel['sha256']}; refusing it")
@@ -90,12 +89,12 @@ def export(lock: dict, cache: str | Path, dest: str | Path) -> dict:
             raise RigError(f"{wheel['filename']} is missing from the wheelhouse or altered; "
                            "run `rig wheelhouse fetch` first")
         target = confined(dest, wheel["filename"], f"lock entry {wheel['name']}")
-        if not target.exists() or sha256_of(target) != wheel["sha256"]:
+        if not target.exists() or sha256_file(target) != wheel["sha256"]:
             target.unlink(missing_ok=True)
             try:
                 os.link(src, target)
             except OSError:
                 shutil.copyfile(src, target)
         lines.append(f"{wheel['name']}=={wheel['version']} --hash=sha256:{wheel['sha256']}")
-    (dest / REQUIREMENTS).write_text("\n".join(sorted(lines)) + "\n")
+    atomic_write(dest / REQUIREMENTS, "\n".join(sorted(lines)) + "\n")
     return {"changed": True, "dir": str(dest), "wheels": len(lines), "lock_hash": lock["lock_hash"]}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rig import RigError, progress
 from rig.audit import audit_wheel, venv_context
+from rig.fs import atomic_write, sha256_data, sha256_file
 from rig.runtime_env import arch_env
 
 GIB = 1 << 30
@@ -122,7 +123,7 @@ def copy_source(src: str | Path, dest: Path) -> Path:
 
 def wheelhouse_key(lock_hash: str, archs: list[str], source: str) -> str:
     """Where a build is kept: the stack lock it links against, the archs, and the source itself."""
-    return hashlib.sha256(f"{lock_hash}|{';'.join(archs)}|{source_digest(source)}".encode()).hexdigest()[:16]
+    return sha256_data(f"{lock_hash}|{';'.join(archs)}|{source_digest(source)}")[:16]
 
 
 def plan(source: str, archs: list[str], cache: Path, lock_hash: str) -> dict:
@@ -145,12 +146,12 @@ def export(built_dirs: list[Path], dest: Path, requirements_dir: Path | None = N
     for wheel in wheels:
         shutil.copyfile(wheel, dest / wheel.name)
         name, version = wheel.name.split("-")[:2]
-        lines.append(f"{name}=={version} --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}")
+        lines.append(f"{name}=={version} --hash=sha256:{sha256_file(wheel)}")
     text = "\n".join(lines) + "\n"
     (requirements_dir or dest).mkdir(parents=True, exist_ok=True)
-    ((requirements_dir or dest) / BUILT_REQUIREMENTS).write_text(text)
+    atomic_write((requirements_dir or dest) / BUILT_REQUIREMENTS, text)
     return {"changed": False, "dest": str(dest), "wheels": [w.name for w in wheels],
-            "requirements_sha256": hashlib.sha256(text.encode()).hexdigest(), "msg": f"exported {len(wheels)} wheel(s)"}
+            "requirements_sha256": sha256_data(text), "msg": f"exported {len(wheels)} wheel(s)"}
 
 
 BUILT_REQUIREMENTS = "built-requirements.txt"
@@ -189,6 +190,6 @@ def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home:
         dest = cache / "built" / key
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(built, dest / built.name)
-    (dest / f"{built.name}.audit.json").write_text(json.dumps(report, indent=2) + "\n")
+    atomic_write(dest / f"{built.name}.audit.json", json.dumps(report, indent=2) + "\n")
     return {"changed": True, "wheel": str(dest / built.name), "key": key, "audit": report, "jobs": jobs,
             "msg": f"built and audited {dest / built.name}"}

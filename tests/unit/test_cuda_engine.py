@@ -6,6 +6,7 @@ import pytest
 
 from rig import RigError, cuda
 from rig.cuda import _wheel_target
+from rig.fs import sha256_file
 
 
 @pytest.mark.parametrize("member, target", [
@@ -86,14 +87,14 @@ def test_a_runfile_with_the_wrong_hash_is_refused_and_not_kept(tmp_path):
     with pytest.raises(RigError, match=f"expected {'1' * 64}"):
         cuda.fetch_runfile(f"file://{runfile}", "1" * 64, cache)
     assert list((cache / "runfile").iterdir()) == []
-    good = cuda.sha256_of(runfile)
+    good = sha256_file(runfile)
     assert cuda.fetch_runfile(f"file://{runfile}", good, cache)["changed"] is True
     assert cuda.fetch_runfile(f"file://{runfile}", good, cache)["changed"] is False
 
 
 def test_a_tampered_wheel_fails_the_manifest(tmp_path):
     (tmp_path / "a.whl").write_bytes(b"real")
-    (tmp_path / cuda.MANIFEST).write_text(json.dumps({"wheels": {"a.whl": cuda.sha256_of(tmp_path / "a.whl")}}))
+    (tmp_path / cuda.MANIFEST).write_text(json.dumps({"wheels": {"a.whl": sha256_file(tmp_path / "a.whl")}}))
     cuda.verify_manifest(tmp_path)
     (tmp_path / "a.whl").write_bytes(b"evil")
     with pytest.raises(RigError, match="sha256 differs"):
