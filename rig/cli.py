@@ -602,12 +602,14 @@ def cuda_install(version, method, components, source, sha256, prefix, check, as_
 @prefix_option
 @click.option("--state-dir", default="/var/lib/rig", show_default=True, help="Where rollback state is kept.")
 @check_option
+@click.option("--installing", is_flag=True,
+              help="With --check: this run installs the toolkit first, so it need not exist yet.")
 @json_option
-def cuda_default(version, prefix, state_dir, check, as_json) -> None:
+def cuda_default(version, prefix, state_dir, check, installing, as_json) -> None:
     """Point PREFIX/cuda at cuda-X.Y atomically, remembering the old target."""
     from rig import cuda as engine
 
-    emit(engine.set_default(version, prefix, state_dir, check), as_json)
+    emit(engine.set_default(version, prefix, state_dir, check, installing), as_json)
 
 
 @cuda.command("rollback")

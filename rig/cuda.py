@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rig import RigError, progress
 from rig.cuda_releases import COMPONENTS, RELEASES, major, series
-from rig.fs import atomic_write, confined, sha256_file
+from rig.fs import atomic_write, confined, sha256_data, sha256_file
 from rig.pip import download, target_args
 
 MARKER = ".rig-toolkit.json"
@@ -34,6 +34,12 @@ def check_release(version: str) -> None:
                        "Fix the cuda.version key of the stack.")
 
 
+def check_components(components: list[str]) -> None:
+    unknown = sorted(set(components) - set(COMPONENTS))
+    if unknown:
+        raise RigError(f"unknown CUDA component {unknown[0]!r}; known: {', '.join(COMPONENTS)}")
+
+
 def tree_of(prefix: str | Path, version: str) -> Path:
     return Path(prefix) / f"cuda-{series(version)}"
 
@@ -44,9 +50,7 @@ def fetch_wheels(version: str, components: list[str], cache: str | Path,
                  platform: str = "x86_64") -> dict:
     """Download the release's component wheels once into the controller cache."""
     check_release(version)
-    unknown = sorted(set(components) - set(COMPONENTS))
-    if unknown:
-        raise RigError(f"unknown CUDA component {unknown[0]!r}; known: {', '.join(COMPONENTS)}")
+    check_components(components)
     dest = Path(cache) / "cuda" / f"{version}-{platform}-{'-'.join(sorted(components))}"
     with _locked(dest.parent / f".{dest.name}.lock"):
         return _fetch_wheels_locked(version, components, dest, platform)
@@ -54,11 +58,20 @@ def fetch_wheels(version: str, components: list[str], cache: str | Path,
 
 @contextmanager
 def _locked(path: Path):
-    """Serialise controller-side downloads: many hosts, one download."""
+    """Serialise runs that share a place: many hosts, one download; two installs into one prefix,
+    one after the other (each would otherwise clean the other's staging as leftovers)."""
     _mkdir(path.parent)
     with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"waiting for another rig run that holds {path}")
+            fcntl.flock(handle, fcntl.LOCK_EX)
         yield
+
+
+def _prefix_lock(prefix: str | Path) -> Path:
+    return Path(prefix) / ".rig-cuda.lock"
 
 
 def _fetch_wheels_locked(version: str, components: list[str], dest: Path, platform: str) -> dict:
@@ -128,6 +141,17 @@ def install(version: str, prefix: str | Path, method: str, components: list[str]
             source: str | None = None, sha256: str = "", check: bool = False) -> dict:
     """Install one toolkit into PREFIX/cuda-X.Y; a no-op when it is already there."""
     check_release(version)
+    check_components(components)
+    if method not in ("wheels", "runfile"):
+        raise RigError(f"method {method!r} is installed by its package manager, not by rig")
+    if check:
+        return _install(version, prefix, method, components, source, sha256, check)
+    with _locked(_prefix_lock(prefix)):
+        return _install(version, prefix, method, components, source, sha256, check)
+
+
+def _install(version: str, prefix: str | Path, method: str, components: list[str],
+             source: str | None, sha256: str, check: bool) -> dict:
     tree = tree_of(prefix, version)
     wanted = {"version": version, "method": method, "components": sorted(components)}
     current = read_marker(tree)
@@ -152,11 +176,9 @@ def install(version: str, prefix: str | Path, method: str, components: list[str]
             record = verify_manifest(source)
             _assemble_from_wheels(Path(source), record, staging)
             artifacts = record["wheels"]
-        elif method == "runfile":
+        else:
             _run_runfile(Path(source), staging, tree.parent / "cuda")
             artifacts = {Path(source).name: sha256}
-        else:
-            raise RigError(f"method {method!r} is installed by its package manager, not by rig")
         _verify_tree(staging, version, components)
         (staging / MARKER).write_text(json.dumps({**wanted, "artifacts": artifacts}, indent=2) + "\n")
         _promote(staging, tree)
@@ -278,47 +300,84 @@ def _atomic_symlink(target: str, link: Path) -> None:
     os.replace(tmp, link)  # rename(2) over the old link: readers never see it missing
 
 
-def _state_file(state_dir: str | Path) -> Path:
-    return Path(state_dir) / "cuda-default.json"
+def _state_file(state_dir: str | Path, prefix: str | Path) -> Path:
+    """One record per prefix: a rollback of PREFIX B never reads what PREFIX A remembered."""
+    return Path(state_dir) / f"cuda-default-{sha256_data(str(Path(prefix).resolve()))[:16]}.json"
+
+
+def _link_target(prefix: Path, value, what: str) -> str | None:
+    """A link target rig may write: None (no link), cuda-X.Y, or PREFIX/cuda-X.Y; anything else is refused."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not re.fullmatch(r"cuda-\d+\.\d+", Path(value).name) or \
+            (Path(value).is_absolute() and Path(value).parent != prefix) or \
+            (not Path(value).is_absolute() and value != Path(value).name):
+        raise RigError(f"{what}: {value!r} is not a cuda-X.Y tree of {prefix}; remove the file if it is not rig's")
+    return value
+
+
+def _read_state(state_dir: str | Path, prefix: Path) -> dict | None:
+    path = _state_file(state_dir, prefix)
+    if not path.exists():
+        return None
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RigError(f"{path}: unreadable rollback record ({exc}); remove it to start afresh") from exc
+    if not isinstance(state, dict) or state.get("prefix") != str(prefix.resolve()) or "previous" not in state:
+        raise RigError(f"{path}: not rig's rollback record for {prefix}; remove it to start afresh")
+    return {**state, "previous": _link_target(prefix, state["previous"], f"{path}: previous")}
 
 
 def set_default(version: str, prefix: str | Path, state_dir: str | Path = DEFAULT_STATE_DIR,
-                check: bool = False) -> dict:
-    """Point PREFIX/cuda at cuda-X.Y, remembering the previous target for rollback."""
+                check: bool = False, installing: bool = False) -> dict:
+    """Point PREFIX/cuda at cuda-X.Y, remembering the previous target for rollback.
+
+    INSTALLING (check mode only): the same run installs the tree first, so a dry run
+    may not find it yet; without it a dry run refuses what the real run would refuse."""
+    prefix = Path(prefix)
     tree = tree_of(prefix, version)
-    link = Path(prefix) / "cuda"
+    link = prefix / "cuda"
     if link.exists() and not link.is_symlink():
         raise RigError(f"{link} is a real directory, not a link; rig will not replace it")
-    if not tree.is_dir() and not check:
+    if not tree.is_dir() and not (check and installing):
         raise RigError(f"{tree} does not exist; install CUDA {version} before making it the default")
     previous = os.readlink(link) if link.is_symlink() else None
     if previous == tree.name or previous == str(tree):
         return {"changed": False, "link": str(link), "target": previous}
     if not check:
-        _mkdir(Path(state_dir))
-        atomic_write(_state_file(state_dir), json.dumps({"previous": previous, "current": tree.name}) + "\n")
-        _atomic_symlink(tree.name, link)
+        with _locked(_prefix_lock(prefix)):
+            record = {"prefix": str(prefix.resolve()), "previous": previous, "current": tree.name}
+            atomic_write(_state_file(state_dir, prefix), json.dumps(record) + "\n")
+            _atomic_symlink(tree.name, link)
     return {"changed": True, "link": str(link), "target": tree.name, "previous": previous}
 
 
 def rollback_default(prefix: str | Path, state_dir: str | Path = DEFAULT_STATE_DIR,
                      check: bool = False) -> dict:
     """Restore PREFIX/cuda to the target it had before the last set_default."""
-    link = Path(prefix) / "cuda"
-    try:
-        state = json.loads(_state_file(state_dir).read_text())
-    except (OSError, ValueError):
-        return {"changed": False, "link": str(link), "msg": "nothing to roll back"}
+    prefix = Path(prefix)
+    link = prefix / "cuda"
+    state = _read_state(state_dir, prefix)
+    if state is None:
+        return {"changed": False, "link": str(link), "msg": f"nothing to roll back in {prefix}"}
+    previous = state["previous"]
     current = os.readlink(link) if link.is_symlink() else None
-    if current == state["previous"]:
+    if current == previous:
         return {"changed": False, "link": str(link), "target": current}
+    if link.exists() and not link.is_symlink():
+        raise RigError(f"{link} is a real directory, not a link; rig will not replace it")
+    if previous is not None and not (prefix / previous).is_dir():
+        raise RigError(f"{prefix / previous} no longer exists; rolling back would leave {link} dangling. "
+                       f"Choose a toolkit with `rig cuda default --version X.Y --prefix {prefix}`")
     if not check:
-        if state["previous"] is None:
-            link.unlink(missing_ok=True)
-        else:
-            _atomic_symlink(state["previous"], link)
-        _state_file(state_dir).unlink()
-    return {"changed": True, "link": str(link), "target": state["previous"], "previous": current}
+        with _locked(_prefix_lock(prefix)):
+            if previous is None:
+                link.unlink(missing_ok=True)
+            else:
+                _atomic_symlink(previous, link)
+            _state_file(state_dir, prefix).unlink()
+    return {"changed": True, "link": str(link), "target": previous, "previous": current}
 
 
 def toolkits(prefix: str | Path = "/usr/local") -> list[dict]:
