@@ -36,11 +36,13 @@ def emit(result: dict, as_json: bool) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rig")
-def cli() -> None:
+@click.option("--debug", is_flag=True, help="On failure, print the traceback too (anywhere on the line; or RIG_DEBUG=1).")
+def cli(debug: bool) -> None:
     """Provision, build and prove an SGLang + EAGLE-3 stack on CUDA 13.
 
     Versions come from a stack file (stacks/NAME.yml). Ansible roles and the
-    Dockerfile call these same subcommands.
+    Dockerfile call these same subcommands. Every failure is one `rig: error:`
+    line and exit 2 (bad input, or a host problem to fix).
     """
 
 
@@ -940,14 +942,63 @@ def bundle(out, as_json) -> None:
     emit(build(out), as_json)
 
 
-def main() -> None:
+class Terminated(BaseException):
+    """SIGTERM/SIGHUP as an exception, so `finally` blocks remove scratch and subprocess.run kills its child."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated(signum)
+
+
+def _explain(exc: BaseException) -> str | None:
+    """One line for an error that input or the host caused; None for a defect of rig's own."""
+    import tarfile
+    import zipfile
+
+    if isinstance(exc, RigError):
+        return str(exc)
+    if isinstance(exc, UnicodeError):
+        return f"an input is not UTF-8 text: {exc}"
+    if isinstance(exc, OSError):
+        where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+        return f"{where or 'system'}: {exc.strerror or exc}"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not valid JSON: {exc}"
+    if isinstance(exc, (zipfile.BadZipFile, tarfile.TarError)):
+        return f"not a readable archive: {exc}"
+    if type(exc).__module__.split(".")[0] in ("yaml", "elftools", "requests", "urllib3", "http", "aiohttp"):
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The one error boundary: every failure is one `rig: error:` line and exit 2 (bad input or host),
+    70 for a defect of rig's own; --debug (or RIG_DEBUG=1) adds the traceback."""
+    import signal
+    import traceback
+
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv or os.environ.get("RIG_DEBUG") == "1"
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _terminate)
     try:
-        cli(standalone_mode=False)
-    except click.exceptions.Abort:
+        cli(args=[a for a in argv if a != "--debug"], prog_name="rig", standalone_mode=False)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("rig: interrupted", err=True)
         sys.exit(130)
+    except Terminated as exc:
+        click.echo("rig: terminated", err=True)
+        sys.exit(128 + exc.args[0])
     except click.exceptions.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except RigError as exc:
-        click.echo(f"rig: error: {exc}", err=True)
+    except Exception as exc:  # noqa: BLE001 - this is the boundary
+        if debug:
+            traceback.print_exc()
+        line = _explain(exc)
+        if line is None:
+            click.echo(f"rig: error: internal error: {type(exc).__name__}: {exc} "
+                       "(a defect of rig's: rerun with --debug and report the traceback)", err=True)
+            sys.exit(70)
+        click.echo(f"rig: error: {line}", err=True)
         sys.exit(2)

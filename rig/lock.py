@@ -20,6 +20,7 @@ from packaging.version import Version
 from rig import RigError
 from rig.cuda_releases import major
 from rig.fs import atomic_write, sha256_data
+from rig.schema import Field, distribution, sha256, validate
 from rig.pip import PipError, index_args, platform_tags, resolve, target_args
 from rig.stack import RUNTIME_KEYS
 
@@ -245,37 +246,42 @@ def write(lock: dict, path: Path) -> None:
 
 
 def read(path: str | Path) -> dict:
+    from rig.documents import load_json
+
     try:
-        lock = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise RigError(f"cannot read lock {path}: {exc}; run `rig lock` on its stack") from exc
-    if not isinstance(lock, dict) or not isinstance(lock.get("wheels"), list):
-        raise RigError(f"{path}: not a rig lock (no wheels list); run `rig lock` on its stack")
-    if lock.get("lock_hash") != lock_hash(lock):
+        raw = load_json(path, "lock")
+        lock = validate(raw, LOCK_SPEC, str(path))
+    except RigError as exc:
+        raise RigError(f"{exc}; run `rig lock` on its stack") from exc
+    if lock["lock_hash"] != lock_hash(raw):  # over what the file says, before defaults are filled in
         raise RigError(f"{path}: lock_hash does not match its content; the lock was edited by hand. "
                        "Run `rig lock` again")
-    for i, wheel in enumerate(lock["wheels"]):  # the hash anyone can recompute: every field stays input
-        problem = _wheel_problem(wheel)
-        if problem:
-            raise RigError(f"{path}: wheels[{i}]: {problem}; run `rig lock` on its stack")
     return lock
 
 
-WHEEL_FIELDS = ("name", "version", "filename", "sha256", "index")
+def _wheel_file(value: str) -> str | None:
+    return None if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl", value) and ".." not in value else \
+        f"{value[:80]!r} is not a wheel's file name"
 
 
-def _wheel_problem(wheel) -> str | None:
-    if not isinstance(wheel, dict) or not all(isinstance(wheel.get(k), str) for k in WHEEL_FIELDS):
-        return f"needs the string fields {', '.join(WHEEL_FIELDS)}"
-    if not re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", wheel["name"]):
-        return f"name {wheel['name'][:80]!r} is not a package name"
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*", wheel["version"]):
-        return f"version {wheel['version'][:80]!r} is not a version"
-    if not re.fullmatch(r"[0-9a-f]{64}", wheel["sha256"]):
-        return f"sha256 {wheel['sha256'][:80]!r} is not 64 hex digits"
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl", wheel["filename"]) or ".." in wheel["filename"]:
-        return f"filename {wheel['filename'][:80]!r} is not a wheel's file name"
-    return None
+def _wheel_version(value: str) -> str | None:
+    return None if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*", value) else f"{value[:80]!r} is not a version"
+
+
+# The hash anyone can recompute: every field that reaches a file name or pip's command line stays input.
+LOCK_SPEC = Field(dict, open=True, fields={
+    "lock_hash": Field(required=True, check=sha256),
+    "python": Field(required=True, check=lambda v: None if re.fullmatch(r"3\.\d+", v) else f"{v!r} is not 3.X"),
+    "glibc": Field(required=True, check=lambda v: None if re.fullmatch(r"2\.\d+", v) else f"{v!r} is not 2.X"),
+    "complete": Field(bool, required=True),
+    "stack_digest": Field(default=""),
+    "wheels": Field(list, required=True, item=Field(dict, open=True, fields={
+        "name": Field(required=True, check=distribution), "version": Field(required=True, check=_wheel_version),
+        "filename": Field(required=True, check=_wheel_file), "sha256": Field(required=True, check=sha256),
+        "index": Field(required=True)})),
+    "source_builds": Field(list, default=[], item=Field(dict, open=True, fields={
+        "name": Field(required=True, check=distribution), "version": Field(required=True, check=_wheel_version)})),
+})
 
 
 def stack_digest(stack: dict) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rig import RigError
 from rig.fs import atomic_write, confined, sha256_data
+from rig.schema import Field, distribution, sha256, validate
 
 STATE = ".rig-patches.json"
 BACKUPS = ".rig-patches"
@@ -86,7 +87,7 @@ def _in(version: str, spec: str) -> bool:
 # ------------------------------------------------------------------ loading
 
 def _schema():
-    from rig.stack import Field
+    text = Field(required=True, multiline=True)  # prose and code; names and paths stay one line
 
     def spec(value: str) -> str | None:
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -97,15 +98,14 @@ def _schema():
         return None if value else "must not be empty"
 
     return {
-        "id": Field(required=True), "summary": Field(required=True), "package": Field(required=True),
+        "id": Field(required=True, check=distribution), "summary": text, "package": Field(required=True, check=distribution),
         "needed": Field(required=True, check=spec),
         "upstream": Field(default="", check=lambda v: v and spec(v)),
-        "file": Field(required=True), "why": Field(required=True), "check": Field(required=True),
+        "file": Field(required=True), "why": text, "check": text,
         "hunks": Field(list, required=True, check=lambda v: None if v else "needs at least one hunk",
-                       item=Field(dict, fields={"find": Field(required=True), "replace": Field(required=True)})),
+                       item=Field(dict, fields={"find": text, "replace": text})),
         "provenance": Field(dict, required=True, fields={
-            "mirrors": Field(required=True), "fixed_in": Field(required=True),
-            "checked": Field(required=True), "drop_when": Field(required=True)}),
+            "mirrors": text, "fixed_in": text, "checked": text, "drop_when": text}),
     }
 
 
@@ -121,19 +121,14 @@ def patch_files(source: str | Path | None):
 
 
 def load(source: str | Path | None = None) -> list[Patch]:
-    import yaml
-
-    from rig.stack import Field, _validate
+    from rig.documents import parse_yaml, read_text
 
     patches, seen = [], {}
     for path in patch_files(source):
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise RigError(f"{path.name}: not valid YAML: {exc}") from exc
+        data = parse_yaml(read_text(path, "patch file"), path.name)
         if not isinstance(data, dict):
             raise RigError(f"{path.name}: a patch file must be a mapping of keys")
-        data = _validate(data, Field(dict, fields=_schema()), "", path.name)
+        data = validate(data, Field(dict, fields=_schema()), path.name)
         if data["id"] in seen:
             raise RigError(f"{path.name}: patch id {data['id']!r} is also used by {seen[data['id']]}")
         if data["id"] + ".yml" != path.name:
@@ -148,6 +143,11 @@ def load(source: str | Path | None = None) -> list[Patch]:
 
 # ------------------------------------------------------------------ the environment
 
+STATE_SPEC = Field(dict, fields={"files": Field(dict, default={}, values=Field(dict, fields={
+    "original_sha256": Field(required=True, check=sha256), "patched_sha256": Field(required=True, check=sha256),
+    "patches": Field(list, default=[], item=Field(check=distribution))}))})
+
+
 @dataclass
 class Env:
     python: str
@@ -159,13 +159,20 @@ class Env:
         return self.prefix / STATE
 
     def read_state(self) -> dict:
-        try:
-            return json.loads(self.state_path.read_text())
-        except FileNotFoundError:
+        """What rig patched here; a record of the wrong shape, or one naming a file outside this
+        environment, is refused before anything is read or restored through it."""
+        from rig.documents import load_json
+
+        if not self.state_path.exists():
             return {"files": {}}
-        except ValueError as exc:
-            raise RigError(f"{self.state_path} is not valid JSON ({exc}); restore it or remove it "
-                           "after reinstalling the patched packages") from exc
+        try:
+            state = load_json(self.state_path, "patch record", STATE_SPEC)
+            for name in state["files"]:
+                confined(self.prefix, str(Path(name).relative_to(self.prefix)), f"{self.state_path}: file")
+        except (RigError, ValueError) as exc:
+            raise RigError(f"{exc}; restore {self.state_path} or remove it after reinstalling the patched "
+                           "packages") from exc
+        return state
 
 
 def probe(python: str, packages: list[str]) -> Env:

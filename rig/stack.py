@@ -1,33 +1,18 @@
-"""Stack files: the single source of truth for versions, validated on load.
-
-The validator is a small typed spec rather than a schema library so that the
-engine bundle shipped to targets stays dependency-free, and so that every error
-names the file, the key path and what is allowed.
-"""
+"""Stack files: the single source of truth for versions, validated on load (rig.schema's
+typed fields, read by rig.documents' strict YAML loader)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rig import RigError
+from rig.schema import Field, between, distribution, sha256, version
+from rig.schema import validate as validate_document
 from rig.cuda_releases import RELEASES, COMPONENTS
 
 METHODS = ("wheels", "apt", "runfile")
 ARCHS = ("12.0a", "12.0", "10.0a", "10.0", "9.0a", "9.0")
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
-@dataclass(frozen=True)
-class Field:
-    kind: type | tuple = str
-    required: bool = False
-    default: Any = None
-    choices: tuple = ()
-    item: "Field | None" = None           # for lists
-    fields: dict = field(default_factory=dict)  # for nested mappings
-    check: Callable[[Any], str | None] | None = None  # returns an error or None
 
 
 def _cuda_version(value: str) -> str | None:
@@ -37,17 +22,7 @@ def _cuda_version(value: str) -> str | None:
 
 
 def _sha256(value: str) -> str | None:
-    return None if not value or SHA256.match(value) else "must be 64 lowercase hex digits"
-
-
-def _version(value: str) -> str | None:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        Version(value)
-    except InvalidVersion:
-        return f"{value!r} is not a version (PEP 440)"
-    return None
+    return None if not value or not sha256(value) else "must be 64 lowercase hex digits"
 
 
 def _python(value: str) -> str | None:
@@ -68,19 +43,6 @@ def _source(value: dict) -> str | None:
 
 def _required_source(value: dict) -> str | None:
     return _source(value) or (None if value.get("git") or value.get("path") else "give either git (with ref) or path")
-
-
-def _distribution(value: str) -> str | None:
-    return None if re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", value) else \
-        f"{value!r} is not a package name"
-
-
-def _positive(value: int) -> str | None:
-    return None if value > 0 else "must be a positive number"
-
-
-def _non_negative(value: int) -> str | None:
-    return None if value >= 0 else "must be 0 or more"
 
 
 def _fraction(value: float) -> str | None:
@@ -116,7 +78,7 @@ def _package(name_choices: tuple, default_name: str) -> Field:
     """A pinned package: a prebuilt wheel of `version`, or a source build of it."""
     return Field(dict, default={}, fields={
         "package": Field(default=default_name, choices=name_choices),
-        "version": Field(default="", check=lambda v: v and _version(v)),
+        "version": Field(default="", check=lambda v: v and version(v)),
         "extras": Field(list, default=[], item=Field()),
         "source": Field(dict, default={}, check=_source, fields={
             "git": Field(default=""), "ref": Field(default=""), "path": Field(default=""),
@@ -126,7 +88,7 @@ def _package(name_choices: tuple, default_name: str) -> Field:
 
 
 SCHEMA = {
-    "name": Field(required=True, check=_distribution),  # it names files, units and images: a plain name
+    "name": Field(required=True, check=distribution),  # it names files, units and images: a plain name
     "description": Field(default=""),
     # the target's interpreter and C library: which wheels can run there
     "python": Field(default="3.12", check=_python),
@@ -138,7 +100,7 @@ SCHEMA = {
     # index_url "" means the installer's configured default index (PyPI unless set);
     # ${VAR} is taken from the environment, for indexes and mirrors named per site.
     "torch": Field(dict, default={}, fields={
-        "version": Field(default="", check=lambda v: v and _version(v)),
+        "version": Field(default="", check=lambda v: v and version(v)),
         "index_url": Field(default=""),
     }),
     "sglang": _package(("sglang",), "sglang"),
@@ -152,8 +114,8 @@ SCHEMA = {
     # torch extensions the site builds from source against the stack's torch (its own ops, a fork):
     # source builds that need no index entry, compiled by `rig wheels build` or an image's builder
     "extensions": Field(list, default=[], item=Field(dict, fields={
-        "package": Field(required=True, check=_distribution),
-        "version": Field(required=True, check=_version),
+        "package": Field(required=True, check=distribution),
+        "version": Field(required=True, check=version),
         "source": Field(dict, required=True, check=_required_source, fields={
             "git": Field(default=""), "ref": Field(default=""), "path": Field(default=""),
             "subdirectory": Field(default=""),
@@ -185,12 +147,12 @@ SCHEMA = {
         "model": Field(default=""),
         "draft_model": Field(default=""),            # EAGLE-3 draft; "" serves without speculation
         "testmodel_dir": Field(default="/var/lib/rig/testmodel", check=_absolute),
-        "speculative_num_steps": Field(int, default=2, check=_positive),
-        "speculative_eagle_topk": Field(int, default=4, check=_positive),
-        "speculative_num_draft_tokens": Field(int, default=8, check=_positive),
-        "tp": Field(int, default=1, check=_positive),
+        "speculative_num_steps": Field(int, default=2, check=between(1, 32)),
+        "speculative_eagle_topk": Field(int, default=4, check=between(1, 64)),
+        "speculative_num_draft_tokens": Field(int, default=8, check=between(1, 1024)),
+        "tp": Field(int, default=1, check=between(1, 64)),
         "mem_fraction_static": Field((int, float), default=0, check=_fraction),  # 0: sglang's default
-        "cuda_graph_max_bs": Field(int, default=0, check=_non_negative),  # 0: the largest bench concurrency
+        "cuda_graph_max_bs": Field(int, default=0, check=between(0, 4096)),  # 0: the largest bench concurrency
         "flashinfer_allreduce_fusion": Field(bool, default=False),
         "torch_symm_mem": Field(bool, default=False),
         "host": Field(default="127.0.0.1", check=_host),
@@ -199,67 +161,28 @@ SCHEMA = {
         "extra_args": Field(list, default=[], item=Field()),
     }),
     "bench": Field(dict, default={}, fields={
-        "concurrency": Field(list, default=[1, 2, 5, 10, 30, 70, 100, 250], item=Field(int, check=_positive)),
-        "max_tokens": Field(int, default=512, check=_positive),
-        "serial_runs": Field(int, default=10, check=_positive),
-        "serial_tokens": Field(int, default=2048, check=_positive),
-        "rounds": Field(int, default=3, check=_positive),  # each level's rounds, the servers interleaved
+        "concurrency": Field(list, default=[1, 2, 5, 10, 30, 70, 100, 250], item=Field(int, check=between(1, 100_000))),
+        "max_tokens": Field(int, default=512, check=between(1, 1_000_000)),
+        "serial_runs": Field(int, default=10, check=between(1, 10_000)),
+        "serial_tokens": Field(int, default=2048, check=between(1, 1_000_000)),
+        "rounds": Field(int, default=3, check=between(1, 100)),  # each level's rounds, the servers interleaved
     }),
 }
 # Sections that shape processes, not packages: editing them leaves the lock current.
 RUNTIME_KEYS = ("environment", "server", "bench")
 
 
-def _validate(value: Any, spec: Field, where: str, source: str) -> Any:
-    def fail(msg: str) -> RigError:
-        return RigError(f"{source}: {where}: {msg}")
-
-    if value is None:
-        if spec.required:
-            raise fail("is required")
-        value = spec.default
-        if isinstance(value, (dict, list)):
-            value = type(value)(value)
-    if isinstance(spec.kind, type) and spec.kind is not bool and isinstance(value, bool):
-        raise fail(f"expected {spec.kind.__name__}, got a boolean")
-    if not isinstance(value, spec.kind):
-        names = spec.kind.__name__ if isinstance(spec.kind, type) else "/".join(k.__name__ for k in spec.kind)
-        raise fail(f"expected {names}, got {type(value).__name__} {value!r}")
-    if spec.choices and value not in spec.choices:
-        raise fail(f"{value!r} is not allowed; choose one of: {', '.join(map(str, spec.choices))}")
-    if spec.check and (msg := spec.check(value)):
-        raise fail(msg)
-    if spec.kind is list and spec.item:
-        return [_validate(v, spec.item, f"{where}[{i}]", source) for i, v in enumerate(value)]
-    if spec.kind is dict and spec.fields:
-        unknown = sorted(set(value) - set(spec.fields))
-        if unknown:
-            raise fail(f"unknown key {unknown[0]!r}; allowed: {', '.join(spec.fields)}")
-        return {k: _validate(value.get(k), f, f"{where}.{k}" if where else k, source)
-                for k, f in spec.fields.items()}
-    return value
-
-
 def validate(data: Any, source: str = "<stack>") -> dict:
     """Return the stack with defaults filled in, or raise RigError naming the key."""
     if not isinstance(data, dict):
         raise RigError(f"{source}: a stack file must be a mapping of keys, got {type(data).__name__}")
-    return _validate(data, Field(dict, fields=SCHEMA), "", source)
+    return validate_document(data, Field(dict, fields=SCHEMA), source)
 
 
 def load(path: str | Path) -> dict:
-    import yaml  # controller-only dependency; targets never read stack files
+    from rig.documents import load_yaml
 
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise RigError(f"cannot read stack file {path}: {exc.strerror}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise RigError(f"{path}: not valid YAML: {exc}") from exc
-    return validate(data, str(path))
+    return validate(load_yaml(path, "stack file"), str(path))
 
 
 def pins_packages(stack: dict) -> bool:
