@@ -20,7 +20,9 @@ from pathlib import Path
 
 from rig import RigError, progress
 from rig.cuda_releases import COMPONENTS, RELEASES, major, series
+from rig.documents import load_json
 from rig.fs import atomic_write, confined, sha256_data, sha256_file
+from rig.schema import Field, sha256
 from rig.pip import download, target_args
 
 MARKER = ".rig-toolkit.json"
@@ -78,8 +80,7 @@ def _fetch_wheels_locked(version: str, components: list[str], dest: Path, platfo
     manifest = dest / MANIFEST
     if manifest.exists():
         try:
-            verify_manifest(dest)
-            return {"changed": False, "dir": str(dest), **json.loads(manifest.read_text())}
+            return {"changed": False, "dir": str(dest), **verify_manifest(dest)}
         except RigError as exc:
             progress(f"{exc}; fetching again")
     progress(f"downloading CUDA {version} wheels ({', '.join(components)}) into {dest}")
@@ -122,12 +123,19 @@ def fetch_runfile(url: str, sha256: str, cache: str | Path) -> dict:
     return {"changed": True, "path": str(dest), "sha256": sha256}
 
 
+MANIFEST_SPEC = Field(dict, open=True, fields={"wheels": Field(dict, required=True, values=Field(check=sha256))})
+MARKER_SPEC = Field(dict, open=True, fields={"version": Field(required=True), "method": Field(required=True),
+                                             "components": Field(list, required=True, item=Field())})
+
+
 def verify_manifest(wheel_dir: str | Path) -> dict:
     wheel_dir = Path(wheel_dir)
     try:
-        record = json.loads((wheel_dir / MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
-        raise RigError(f"{wheel_dir}: no readable {MANIFEST} ({exc}); fetch the wheels again") from exc
+        record = load_json(wheel_dir / MANIFEST, "CUDA wheel manifest", MANIFEST_SPEC)
+    except RigError as exc:
+        raise RigError(f"{exc}; fetch the wheels again (rig cuda fetch)") from exc
+    for name in record["wheels"]:
+        confined(wheel_dir, name, f"{wheel_dir / MANIFEST}: wheel")
     for name, expected in record["wheels"].items():
         path = wheel_dir / name
         if not path.exists() or sha256_file(path) != expected:
@@ -188,9 +196,13 @@ def _install(version: str, prefix: str | Path, method: str, components: list[str
 
 
 def read_marker(tree: Path) -> dict | None:
+    """What rig installed in TREE; None where rig did not (no marker, or one that is not rig's)."""
+    if not (tree / MARKER).is_file():
+        return None
     try:
-        return json.loads((tree / MARKER).read_text())
-    except (OSError, ValueError):
+        return load_json(tree / MARKER, "toolkit marker", MARKER_SPEC)
+    except RigError as exc:
+        progress(f"{exc}: treating {tree} as not installed by rig")
         return None
 
 
@@ -321,9 +333,9 @@ def _read_state(state_dir: str | Path, prefix: Path) -> dict | None:
     if not path.exists():
         return None
     try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise RigError(f"{path}: unreadable rollback record ({exc}); remove it to start afresh") from exc
+        state = load_json(path, "rollback record")
+    except RigError as exc:
+        raise RigError(f"{exc}; remove it to start afresh") from exc
     if not isinstance(state, dict) or state.get("prefix") != str(prefix.resolve()) or "previous" not in state:
         raise RigError(f"{path}: not rig's rollback record for {prefix}; remove it to start afresh")
     return {**state, "previous": _link_target(prefix, state["previous"], f"{path}: previous")}

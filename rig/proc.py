@@ -19,7 +19,7 @@ def run(argv: list[str], what: str, timeout: float | None = None, **kwargs) -> s
     except subprocess.TimeoutExpired as exc:
         raise RigError(f"{what}: {argv[0]} did not finish within {timeout:.0f} s") from exc
     if done.returncode != 0:
-        err = (done.stderr or "").strip().splitlines()[-5:] if kwargs.get("text") else []
+        err = (done.stderr or "").strip().splitlines()[-8:] if kwargs.get("text") else []
         raise RigError(f"{what}: {argv[0]} exited {done.returncode}" + (": " + " | ".join(err) if err else ""))
     return done
 

@@ -9,22 +9,32 @@ from __future__ import annotations
 import json
 import platform
 import re
-import subprocess
+import shutil
 import sys
 from pathlib import Path
 
 from rig import RigError, progress
+from rig.documents import load_json
 from rig.fs import atomic_write, sha256_file
+from rig.proc import last_json, run
+from rig.schema import Field, sha256
 from rig.wheelhouse import REQUIREMENTS
 
 MARKER = ".rig-stack.json"
 
 
+MARKER_SPEC = Field(dict, open=True, fields={
+    "lock_hash": Field(required=True, check=sha256),
+    "packages": Field(list, required=True, item=Field(check=lambda pin: None if pin.count("==") == 1 else
+                                                     f"{pin!r} is not NAME==VERSION"))})
+
+
 def read_marker(venv: str | Path) -> dict | None:
-    try:
-        return json.loads((Path(venv) / MARKER).read_text())
-    except (OSError, ValueError):
+    """The lock rig installed into VENV; None where there is none. A marker rig did not write is an error:
+    installing over it or verifying against it would trust what it says."""
+    if not (Path(venv) / MARKER).is_file():
         return None
+    return load_json(Path(venv) / MARKER, "venv marker", MARKER_SPEC)
 
 
 def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: str | None = None,
@@ -50,15 +60,23 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
         raise RigError(f"{house} is not an exported wheelhouse (needs {REQUIREMENTS} and a pip wheel)")
     if find_links:  # only now: what is left is to fetch, and the hashes check every byte
         progress(f"taking the wheels from {find_links}")
+    created = not venv.exists()
     if not (venv / "bin" / "python").exists():
         progress(f"creating {venv}")
-        # the interpreter running the engine is the one whose version was checked above
-        _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], "create the venv")
-    progress(f"installing {len(requirements.read_text().splitlines())} wheels into {venv} (offline, hash-checked)")
-    _run([str(venv / "bin" / "python"), f"{pip_wheels[-1]}/pip", "install", "--no-index", "--require-hashes",
-          "--no-deps", "--no-cache-dir", "--disable-pip-version-check", "--quiet",
-          "--find-links", find_links or str(house), "-r", str(requirements), *_trusted(find_links)],
-         "install the wheelhouse")
+    try:
+        if not (venv / "bin" / "python").exists():
+            # the interpreter running the engine is the one whose version was checked above
+            run([sys.executable, "-m", "venv", "--without-pip", str(venv)], f"could not create the venv {venv}")
+        progress(f"installing {len(requirements.read_text().splitlines())} wheels into {venv} "
+                 "(offline, hash-checked)")
+        run([str(venv / "bin" / "python"), f"{pip_wheels[-1]}/pip", "install", "--no-index", "--require-hashes",
+              "--no-deps", "--no-cache-dir", "--disable-pip-version-check", "--quiet",
+              "--find-links", find_links or str(house), "-r", str(requirements), *_trusted(find_links)],
+             f"could not install the wheelhouse into {venv}")
+    except BaseException:
+        if created:  # a refused or interrupted first install leaves no half-made venv behind
+            shutil.rmtree(venv, ignore_errors=True)
+        raise
     pins = [line.split()[0] for line in requirements.read_text().splitlines() if line.strip()]
     atomic_write(venv / MARKER, json.dumps({"lock_hash": lock_hash, "packages": pins}, indent=1) + "\n")
     return result
@@ -78,21 +96,16 @@ def verify(venv: str | Path) -> dict:
     marker = read_marker(venv)
     if marker is None:
         raise RigError(f"{venv} was not installed by rig (no {MARKER})")
-    listing = subprocess.run([str(Path(venv) / "bin" / "python"), "-c",
-                              "import importlib.metadata as m, json;"
-                              "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"],
-                             capture_output=True, text=True)
-    installed = {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in json.loads(listing.stdout or "{}").items()}
+    listing = run([str(Path(venv) / "bin" / "python"), "-c",
+                   "import importlib.metadata as m, json;"
+                   "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"],
+                  f"list what {venv} holds (its Python must start)")
+    names = last_json(listing.stdout, f"{venv}/bin/python listing its packages")
+    installed = {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in names.items()}
     wanted = dict(pin.split("==") for pin in marker["packages"])
     wrong = {n: (v, installed.get(n)) for n, v in wanted.items() if installed.get(n) != v}
     return {"ok": not wrong, "lock_hash": marker["lock_hash"], "packages": len(wanted),
             "mismatched": {n: {"locked": v, "installed": i} for n, (v, i) in wrong.items()}}
-
-
-def _run(cmd: list[str], what: str) -> None:
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RigError(f"could not {what}: {(done.stdout + done.stderr).strip()[-3000:]}")
 
 
 BUILT_MARKER = ".rig-built.json"
@@ -123,8 +136,9 @@ def add(venv: str | Path, wheelhouse: str | Path | None, requirements_sha256: st
     if not requirements.is_file() or sha256_file(requirements) != requirements_sha256:
         raise RigError(f"{wheelhouse} is not the `rig wheels export` dir whose {BUILT_REQUIREMENTS} has sha256 "
                        f"{requirements_sha256}")
-    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index", "--require-hashes", "--no-deps",
+    run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index", "--require-hashes", "--no-deps",
           "--force-reinstall", "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--find-links",
-          find_links or str(wheelhouse), "-r", str(requirements), *_trusted(find_links)], "install the built wheels")
+          find_links or str(wheelhouse), "-r", str(requirements), *_trusted(find_links)],
+        f"could not install the built wheels into {venv}")
     atomic_write(venv / BUILT_MARKER, requirements.read_bytes())
     return result

@@ -1,0 +1,82 @@
+"""Nothing half-done is left behind: a killed fetch, a refused first install, a broken venv."""
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import time
+import zipfile
+from pathlib import Path
+
+from conftest import BIN, REPO, rig
+
+from rig.lock import lock_hash
+
+
+def _silent_index():
+    """A listening socket that accepts and never answers: pip waits on it as on a stalled mirror."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    return server
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_killed_fetch_leaves_no_pip_running_and_no_scratch(tmp_path):
+    server = _silent_index()
+    lock = json.loads((REPO / "roles" / "python_stack" / "molecule" / "default" / "tiny.lock").read_text())
+    lock["wheels"] = [{**lock["wheels"][0], "index": f"http://127.0.0.1:{server.getsockname()[1]}/simple"}]
+    lock["lock_hash"] = lock_hash(lock)
+    (tmp_path / "l.lock").write_text(json.dumps(lock))
+    cache = tmp_path / "cache"
+    fetch = subprocess.Popen([str(BIN / "rig"), "wheelhouse", "fetch", str(tmp_path / "l.lock"), "--cache", str(cache)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server.settimeout(60)
+    connection, _ = server.accept()  # pip is asking the index now
+    pips = _children_of(fetch.pid)
+    assert pips and list((cache / "wheels").glob(".fetch-*"))
+    fetch.send_signal(signal.SIGTERM)
+    _, err = fetch.communicate(timeout=30)
+    connection.close()
+    assert fetch.returncode == 128 + signal.SIGTERM and "rig: terminated" in err
+    deadline = time.time() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in pips) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in pips if Path(f"/proc/{pid}").exists()]
+    assert not list((cache / "wheels").glob(".fetch-*"))
+
+
+def test_a_refused_first_install_leaves_no_venv(tmp_path):
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "requirements.txt").write_text(f"click==8.1.7 --hash=sha256:{'0' * 64}\n")
+    with zipfile.ZipFile(house / "pip-0-py3-none-any.whl", "w") as broken:
+        broken.writestr("pip/__init__.py", "")  # no __main__: this pip cannot run
+    venv = tmp_path / "venv"
+    done = rig("venv", "install", "--venv", str(venv), "--lock-hash", "a" * 64, "--python-version",
+               ".".join(platform.python_version_tuple()[:2]), "--wheelhouse", str(house))
+    assert done.returncode == 2 and "could not install the wheelhouse" in done.stderr, done.stderr
+    assert not venv.exists()
+
+
+def test_verify_on_a_venv_whose_python_cannot_start_says_so(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\necho 'broken interpreter' >&2\nexit 1\n")
+    os.chmod(venv / "bin" / "python", 0o755)
+    (venv / ".rig-stack.json").write_text(json.dumps({"lock_hash": "a" * 64, "packages": ["click==8.1.7"]}))
+    done = rig("venv", "verify", "--venv", str(venv))
+    assert done.returncode == 2 and "its Python must start" in done.stderr and "broken interpreter" in done.stderr
+    assert "differs" not in done.stdout + done.stderr
