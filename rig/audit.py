@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rig import RigError, progress
+from rig.ldconfig import cache as linker_cache
 
 # toolkit libraries whose soname major is the CUDA major (the driver's libcuda.so.1 is not one)
 CUDA_SONAME = re.compile(r"^lib(cudart|nvrtc|nvrtc-builtins|cublas|cublasLt|cufft|curand|cusolver|cusparse|"
@@ -152,11 +153,6 @@ def _resolvable(soname: str, search: list[Path], loader_cache: set[str]) -> bool
     return bool(SYSTEM_LIBS.match(soname)) or soname in loader_cache or any((d / soname).exists() for d in search)
 
 
-def loader_cache() -> set[str]:
-    done = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True)
-    return {line.split()[0] for line in done.stdout.splitlines()[1:] if line.strip()}
-
-
 def shared_objects(root: Path) -> list[tuple[Path, str]]:
     return [(p, str(p.relative_to(root))) for p in sorted(root.rglob("*.so*"))
             if p.is_file() and not p.is_symlink() and re.search(r"\.so(\.\d+)*$", p.name)]
@@ -173,7 +169,7 @@ def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None,
     at hand) archs are not read.
     """
     errors, objects = [], []
-    cache = loader_cache()
+    cache = set(linker_cache())
     union_cubins, union_ptx = set(), set()
     if not files:
         errors.append(f"{label} holds no shared objects")

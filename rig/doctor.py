@@ -17,6 +17,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from rig import RigError
 from rig.cuda import toolkits
 from rig.doctor_check import Check
 from rig.cuda_releases import major, series
@@ -85,7 +86,10 @@ def _toolkit(cuda_series: str, prefix: str) -> list[Check]:
 
 
 def _libraries(cuda_version: str) -> list[Check]:
-    known = cache()
+    try:
+        known = cache()
+    except RigError as exc:  # a check that fails, not a doctor that crashes
+        return [Check("libraries", "ldconfig", "fail", str(exc), LDCONFIG_FIX)]
     checks = []
     for soname in (f"libcudart.so.{major(cuda_version)}", f"libnvrtc.so.{major(cuda_version)}",
                    f"libnvrtc-builtins.so.{series(cuda_version)}"):

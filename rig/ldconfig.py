@@ -4,12 +4,15 @@ included) without LD_LIBRARY_PATH."""
 from __future__ import annotations
 
 import re
-import subprocess
+import shutil
 from pathlib import Path
 
-from rig.cuda import tree_of
+from rig import RigError
+from rig.cuda import check_release, tree_of
+from rig.proc import run
 
 CONF_DIR = "/etc/ld.so.conf.d"
+SBIN = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
 
 
 # Never on the loader's path: stubs are for linking only; compat holds a
@@ -32,21 +35,34 @@ def library_dirs(tree: Path) -> list[str]:
     return list(dirs)
 
 
-def conf_for(version: str, prefix: str = "/usr/local", conf_dir: str = CONF_DIR) -> dict:
-    """The path and content of the ld.so.conf.d file for one toolkit version."""
-    tree = tree_of(prefix, version)
-    dirs = library_dirs(tree) if tree.is_dir() else []
+def conf_for(version: str, prefix: str = "/usr/local", conf_dir: str = CONF_DIR, root: str = "/") -> dict:
+    """The path and content of the ld.so.conf.d file for one toolkit version.
+
+    ROOT is where the tree is seen now (an image's staging dir): its directories are
+    found under ROOT and written as the running system will see them, from /."""
+    check_release(version)
+    tree = tree_of(Path(prefix).absolute(), version)
+    seen = Path(root).resolve() / tree.relative_to(tree.anchor)
+    dirs = ["/" + str(Path(d).relative_to(Path(root).resolve())) for d in library_dirs(seen)] if seen.is_dir() else []
     if not dirs:  # not installed yet (e.g. under --check): the conventional layout
         dirs = [str(tree / "lib64")]
     name = tree.name.replace(".", "-")
     content = f"# Managed by rig: shared libraries of {tree}\n" + "".join(f"{d}\n" for d in dirs)
     return {"path": f"{conf_dir}/rig-{name}.conf", "content": content, "dirs": dirs,
-            "installed": tree.is_dir()}
+            "installed": seen.is_dir()}
+
+
+def ldconfig() -> str:
+    """The ldconfig binary: often off a non-root user's PATH (Debian keeps it in /sbin)."""
+    found = shutil.which("ldconfig") or next((p for p in SBIN if Path(p).is_file()), None)
+    if not found:
+        raise RigError("ldconfig not found (PATH, /sbin, /usr/sbin); install libc-bin")
+    return found
 
 
 def cache() -> dict[str, str]:
     """soname -> path for the x86-64/aarch64 entries of `ldconfig -p`."""
-    done = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True)
+    done = run([ldconfig(), "-p"], "read the dynamic linker cache")
     found: dict[str, str] = {}
     for line in done.stdout.splitlines()[1:]:
         name, _, path = line.strip().partition(" => ")

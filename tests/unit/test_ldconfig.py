@@ -1,5 +1,14 @@
 """ld.so.conf.d content: every directory of a tree that holds a shared object."""
-from rig.ldconfig import conf_for
+import json
+import os
+import sys
+from pathlib import Path
+
+from conftest import REPO, rig, run
+
+from rig import ldconfig
+from rig.doctor import _libraries
+from rig.ldconfig import SBIN, conf_for
 
 
 def test_conf_lists_every_library_directory_once(tmp_path):
@@ -31,3 +40,40 @@ def test_driver_compat_libraries_and_tool_private_dirs_are_left_out(tmp_path):
     (tree / "lib64").symlink_to("targets/x86_64-linux/lib")
     assert conf_for("13.0.2", str(tmp_path))["dirs"] == [
         str(tree / "nvvm" / "lib64"), str(tree / "targets" / "x86_64-linux" / "lib")]
+
+
+def test_an_image_staging_tree_is_scanned_where_it_is_and_written_as_seen_from_root(tmp_path):
+    """The image's toolkit stage assembles the tree under /out; the file must name /usr/local paths."""
+    staging = tmp_path / "out"
+    tree = staging / "usr" / "local" / "cuda-13.0"
+    for rel in ("lib64/libcudart.so.13", "nvvm/lib64/libnvvm.so.4"):
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_bytes(b"\x7fELF")
+    done = rig("ldconfig-conf", "--version", "13.0.2", "--prefix", "/usr/local", "--root", str(staging),
+               "--write-under", str(staging), "--json")
+    assert done.returncode == 0, done.stderr
+    written = staging / "etc" / "ld.so.conf.d" / "rig-cuda-13-0.conf"
+    assert written.read_text().splitlines()[1:] == ["/usr/local/cuda-13.0/lib64", "/usr/local/cuda-13.0/nvvm/lib64"]
+
+
+def test_ldconfig_conf_refuses_an_unknown_release(tmp_path):
+    done = rig("ldconfig-conf", "--version", "99.1", "--write-under", str(tmp_path))
+    assert done.returncode == 2 and "unknown CUDA version '99.1'" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_doctor_finds_ldconfig_off_a_users_path(tmp_path):
+    """A non-root user on Debian has no /sbin on PATH; the linker cache is still read."""
+    assert any(Path(p).is_file() for p in SBIN)
+    done = run([sys.executable, "-c", "from rig.doctor import _libraries; import json; "
+                "print(json.dumps([c.name for c in _libraries('13.0.2')]))"],
+               env={**os.environ, "PATH": str(tmp_path)}, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["libcudart.so.13", "libnvrtc.so.13", "libnvrtc-builtins.so.13.0"]
+
+
+def test_doctor_without_any_ldconfig_reports_a_failed_check(monkeypatch):
+    monkeypatch.setattr(ldconfig.shutil, "which", lambda name: None)
+    monkeypatch.setattr(ldconfig, "SBIN", ())
+    [check] = _libraries("13.0.2")
+    assert check.status == "fail" and "ldconfig not found" in check.detail and check.fix
