@@ -27,6 +27,29 @@ prefix_option = click.option("--prefix", default="/usr/local", show_default=True
                              help="Where the cuda-X.Y trees live.")
 
 
+class Url(click.ParamType):
+    """A URL checked when the command line is read: scheme, host and port, so nothing fails later."""
+    name = "url"
+
+    def __init__(self, schemes: tuple[str, ...] = ("http", "https")):
+        self.schemes = schemes
+
+    def convert(self, value, param, ctx):
+        from urllib.parse import urlsplit
+
+        if not value:
+            return value
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises on a port out of range
+        except ValueError as exc:
+            self.fail(f"{value!r} is not a URL: {exc}", param, ctx)
+        if parts.scheme not in self.schemes or (parts.scheme != "file" and not parts.hostname) or \
+                any(c.isspace() or not c.isprintable() for c in value):
+            self.fail(f"{value!r} is not a {'/'.join(self.schemes)} URL, e.g. http://127.0.0.1:30000", param, ctx)
+        return value
+
+
 def emit(result: dict, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result, indent=2, sort_keys=True))
@@ -313,7 +336,7 @@ api_key_env_option = click.option("--api-key-env", default="SGLANG_API_KEY", sho
 
 
 @cli.command()
-@click.option("--url", default="http://127.0.0.1:30000", show_default=True, help="The SGLang server.")
+@click.option("--url", type=Url(), default="http://127.0.0.1:30000", show_default=True, help="The SGLang server.")
 @click.option("--timeout", type=float, default=900, show_default=True,
               help="Seconds to wait for /health_generate (a big model loads in about 10 minutes).")
 @click.option("--max-tokens", type=int, default=64, show_default=True, help="Tokens per test completion.")
@@ -349,8 +372,8 @@ def smoke(url, timeout, max_tokens, log_path, speculation, health_only, pid, req
 
 
 @cli.command()
-@click.option("--url", required=True, help="The server under test (EAGLE-3).")
-@click.option("--baseline-url", help="A server without speculation, measured with the same plan.")
+@click.option("--url", type=Url(), required=True, help="The server under test (EAGLE-3).")
+@click.option("--baseline-url", type=Url(), help="A server without speculation, measured with the same plan.")
 @click.option("--baseline-results", type=click.Path(exists=True, dir_okay=False),
               help="results.json of an earlier run against the baseline (when both cannot run at once).")
 @click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True, help="Plan defaults: its bench section.")
@@ -564,7 +587,7 @@ def cuda() -> None:
 @click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
 @click.option("--component", "components", multiple=True, help="cuda-toolkit extra; repeat. Default: all rig needs.")
 @click.option("--method", type=click.Choice(["wheels", "runfile"]), default="wheels", show_default=True)
-@click.option("--url", default="", help="Runfile URL (runfile method).")
+@click.option("--url", type=Url(("https", "http", "file")), default="", help="Runfile URL (runfile method).")
 @click.option("--sha256", default="", help="Expected runfile sha256 (runfile method).")
 @click.option("--platform", default="x86_64", show_default=True, help="Target machine (uname -m).")
 @click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller-side download cache.")
@@ -997,7 +1020,9 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("rig: terminated", err=True)
         sys.exit(128 + exc.args[0])
     except click.exceptions.ClickException as exc:
-        exc.show()
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        click.echo(f"rig: error: {exc.format_message()}{hint}", err=True)
         sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - this is the boundary
         if debug:

@@ -154,6 +154,8 @@ async def _stream(session, url: str, body: dict) -> dict:
             return _refused(200, last)
         meta = final["meta_info"]
         tokens = int(meta["completion_tokens"])
+        if tokens <= 0:
+            raise ValueError(f"completion_tokens {tokens}")
     except (ValueError, KeyError, TypeError) as exc:
         return {"ok": False, "error": f"malformed chunk: {exc.__class__.__name__}: {exc}"}
     e2e = end - start

@@ -14,7 +14,7 @@ import os
 import urllib.error
 import urllib.request
 
-from rig import RigError
+from rig import RigError, progress
 
 KEY_ENV = "SGLANG_API_KEY"
 
@@ -30,12 +30,20 @@ def generate_body(prompt: str, max_tokens: int, stream: bool) -> dict:
             "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}}
 
 
+def number(value) -> float | None:
+    """A positive number from a server's answer, or None: answers are input, never trusted to be well formed."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+    return float(value) if ok else None
+
+
 def accept_length(meta: dict) -> float | None:
     """Tokens per verify step of one finished request, or None when it was not speculative."""
-    if meta.get("spec_accept_length") is not None:
-        return float(meta["spec_accept_length"])
-    verify = meta.get("spec_verify_ct")
-    return meta["completion_tokens"] / verify if verify else None
+    if not isinstance(meta, dict):
+        return None
+    if (direct := number(meta.get("spec_accept_length"))) is not None:
+        return direct
+    verify, tokens = number(meta.get("spec_verify_ct")), number(meta.get("completion_tokens"))
+    return tokens / verify if verify and tokens else None
 
 
 def call(url: str, path: str, body: dict | None = None, timeout: float = 30.0,
@@ -58,23 +66,31 @@ def server_info(url: str, api_key_env: str = KEY_ENV) -> dict:
     for path in ("/server_info", "/get_server_info"):
         status, body = call(url, path, api_key_env=api_key_env)
         if status == 200:
-            return json.loads(body)
+            try:
+                info = json.loads(body)
+            except ValueError:
+                info = None
+            if isinstance(info, dict):
+                return info
+            progress(f"{url}{path} answered something other than a JSON object: {body[:80]!r}; ignoring it")
     return {}
 
 
 def context_length(info: dict) -> int | None:
     """The longest request the server takes (prompt + output), from /server_info; None when it does not say."""
     value = info.get("context_length")
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+    if isinstance(value, int) and number(value):
         return value
     longest_input = info.get("max_req_input_len")  # the scheduler's: context length - 1
-    if isinstance(longest_input, int) and not isinstance(longest_input, bool) and longest_input > 0:
+    if isinstance(longest_input, int) and number(longest_input):
         return longest_input + 1
     return None
 
 
 def server_accept_length(info: dict) -> float | None:
-    values = [s.get("avg_spec_accept_length") for s in info.get("internal_states") or []]
+    states = info.get("internal_states")
+    values = [number(s.get("avg_spec_accept_length")) for s in states if isinstance(s, dict)] \
+        if isinstance(states, list) else []
     values = [v for v in values if v]
     return sum(values) / len(values) if values else None
 
@@ -83,6 +99,9 @@ def expect_json(status: int, body: bytes, what: str) -> dict:
     if status != 200:
         raise RigError(f"{what}: HTTP {status or 'no answer'}: {body[:300].decode(errors='replace')}")
     try:
-        return json.loads(body)
+        value = json.loads(body)
     except ValueError as exc:
         raise RigError(f"{what}: the answer is not JSON: {body[:200]!r}") from exc
+    if not isinstance(value, dict):
+        raise RigError(f"{what}: the answer is not a JSON object: {body[:200]!r}")
+    return value

@@ -6,7 +6,8 @@ import time
 from pathlib import Path
 
 from rig import RigError, progress
-from rig.sglang_api import accept_length, call, context_length, expect_json, generate_body, server_accept_length, server_info
+from rig.sglang_api import (accept_length, call, context_length, expect_json, generate_body, number,
+                            server_accept_length, server_info)
 
 # Below this a draft costs more than it saves: seen as 1.02 with a draft that proposes the wrong token
 # (rig testmodel --draft random on an H200, docs/validation/serving-h200/).
@@ -67,17 +68,17 @@ def _one(url: str, prompt: str, max_tokens: int, api_key_env: str, timeout: floa
     status, body = call(url, "/generate", generate_body(prompt, max_tokens, stream=False), timeout=timeout,
                         api_key_env=api_key_env)
     out = expect_json(status, body, f"POST {url}/generate")
-    meta = out.get("meta_info") or {}
+    meta = out.get("meta_info") if isinstance(out.get("meta_info"), dict) else {}
     problems = []
     if not str(out.get("text") or "").strip():
         problems.append("empty completion")
     tokens = meta.get("completion_tokens")
     if not isinstance(tokens, int) or not 0 < tokens <= max_tokens:
         problems.append(f"completion_tokens {tokens!r} is not within 1..{max_tokens}")
-    elif "output_ids" in out and len(out["output_ids"]) != tokens:
+    elif isinstance(out.get("output_ids"), list) and len(out["output_ids"]) != tokens:
         problems.append(f"completion_tokens {tokens} disagrees with {len(out['output_ids'])} output_ids")
     return {"prompt": prompt, "ok": not problems, "problems": problems, "completion_tokens": tokens,
-            "prompt_tokens": meta.get("prompt_tokens"), "e2e_latency": meta.get("e2e_latency"),
+            "prompt_tokens": meta.get("prompt_tokens"), "e2e_latency": number(meta.get("e2e_latency")),
             "accept_length": accept_length(meta) if isinstance(tokens, int) else None,
             "text": str(out.get("text") or "")[:200]}
 
