@@ -49,7 +49,7 @@ lint: venv  ## Syntax-check the playbooks
 	for p in playbooks/*.yml; do ansible-playbook -i inventory/local --syntax-check $$p; done
 
 # BENCH=provision or BENCH=lock runs one of them.
-BENCH ?= provision lock wheels client image
+BENCH ?= provision lock wheels client image hostile
 bench: venv docker  ## Run the benchmarks and update docs/BENCHMARKS.md (see scripts/bench.py)
 	for b in $(BENCH); do python scripts/bench.py $$b; done
 

@@ -50,6 +50,22 @@ class Url(click.ParamType):
         return value
 
 
+class Seconds(click.ParamType):
+    """A wait: finite, above 0 and at most a week (nan or inf would wait forever)."""
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or not 0 < seconds <= 7 * 86400:
+            self.fail(f"{value!r}: give seconds above 0 and at most a week (604800)", param, ctx)
+        return seconds
+
+
 def emit(result: dict, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result, indent=2, sort_keys=True))
@@ -337,7 +353,7 @@ api_key_env_option = click.option("--api-key-env", default="SGLANG_API_KEY", sho
 
 @cli.command()
 @click.option("--url", type=Url(), default="http://127.0.0.1:30000", show_default=True, help="The SGLang server.")
-@click.option("--timeout", type=float, default=900, show_default=True,
+@click.option("--timeout", type=Seconds(), default=900, show_default=True,
               help="Seconds to wait for /health_generate (a big model loads in about 10 minutes).")
 @click.option("--max-tokens", type=int, default=64, show_default=True, help="Tokens per test completion.")
 @click.option("--log", "log_path", help="The server's log file: its tail is shown when the server fails.")
@@ -345,7 +361,7 @@ api_key_env_option = click.option("--api-key-env", default="SGLANG_API_KEY", sho
               help="Require (or not) speculative decoding; default: as /server_info says the server runs.")
 @click.option("--health-only", is_flag=True, help="Only wait for /health_generate (a service's start gate).")
 @click.option("--pid", type=int, help="The server's process (systemd: $MAINPID): stop waiting once it has exited.")
-@click.option("--request-timeout", type=float, default=300, show_default=True,
+@click.option("--request-timeout", type=Seconds(), default=300, show_default=True,
               help="Seconds to wait for one test completion.")
 @api_key_env_option
 @json_option
@@ -383,7 +399,7 @@ def smoke(url, timeout, max_tokens, log_path, speculation, health_only, pid, req
 @click.option("--serial-tokens", type=int, help="Tokens per serial run (default: the stack's).")
 @click.option("--rounds", type=int, help="Rounds per level, the two servers interleaved (default: the stack's).")
 @click.option("--min-requests", type=int, default=30, show_default=True, help="Requests per level: max(this, 2C).")
-@click.option("--read-timeout", type=float, default=300, show_default=True,
+@click.option("--read-timeout", type=Seconds(), default=300, show_default=True,
               help="Seconds without a byte before a request counts as failed.")
 @click.option("--out", "out_dir", default="bench-results", show_default=True,
               help="Where results.json, report.md and the plots go.")

@@ -11,6 +11,8 @@
     python scripts/bench.py client [--rounds 3]      rig bench's client at C=250 against the SGLang API
                                                      stand-in: measured vs generated tok/s; tokens per
                                                      client CPU second
+    python scripts/bench.py hostile [--examples 200] how many hostile inputs the tests try and how many
+                                                     hold (reliability, not speed)
 
 Kinds are interleaved round by round so that machine noise hits them alike;
 medians and ranges are reported. Bytes are those the host received on its
@@ -404,15 +406,54 @@ tokens, {concurrency} at a time, one token per chunk (no speculation: the most c
 """)
 
 
+HOSTILE = ["tests/unit/test_hostile_fuzz.py", "tests/unit/test_confinement.py", "tests/unit/test_cuda_state.py",
+           "tests/unit/test_leftovers.py", "tests/unit/test_server.py"]
+
+
+def bench_hostile(examples: int) -> None:
+    """Reliability, not speed: how many hostile inputs the suite tries and how many hold."""
+    import xml.etree.ElementTree as ET
+
+    with tempfile.TemporaryDirectory() as tmp:
+        report, junit = Path(tmp) / "fuzz.json", Path(tmp) / "junit.xml"
+        env = {**os.environ, "RIG_FUZZ_EXAMPLES": str(examples), "RIG_FUZZ_REPORT": str(report)}
+        subprocess.run([str(BIN / "pytest"), "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *HOSTILE],
+                       cwd=REPO, env=env)
+        fuzz = json.loads(report.read_text())
+        totals = {k: sum(int(s.get(k, 0)) for s in ET.parse(junit).getroot().iter("testsuite"))
+                  for k in ("tests", "failures", "errors")}
+    fuzz_tests = sum(1 for line in (REPO / HOSTILE[0]).read_text().splitlines() if line.startswith("def test_"))
+    explicit = totals["tests"] - fuzz_tests
+    held_explicit = explicit - totals["failures"] - totals["errors"]
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    write_section("hostile", f"""
+## Reliability: hostile input ({when})
+
+Method: `python scripts/bench.py hostile` runs the hostile-input tests once: {fuzz_tests} generated
+properties in `tests/unit/test_hostile_fuzz.py` ({examples} examples each, derandomized, so every run tries
+the same cases) and the written cases of {', '.join(Path(h).name for h in HOSTILE[1:])}. A case holds when
+rig exits 0 or with exactly one `rig: error:` line and exit 2 (never a traceback, never 70), and an audit
+hook saw no write outside the case's scratch directory.
+
+| kind | tried | held |
+|---|---:|---:|
+| generated (stack, lock, patch, state records, URLs, numbers, server answers) | {fuzz['cases']} | {fuzz['held']} |
+| written cases (one test each, parametrized) | {explicit} | {held_explicit} |
+""")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["provision", "lock", "wheels", "client", "image"])
+    parser.add_argument("which", choices=["provision", "lock", "wheels", "client", "image", "hostile"])
+    parser.add_argument("--examples", type=int, default=200, help="hostile: examples per generated property")
     parser.add_argument("--rounds", type=int, help="default 3; 1 for image (a cold build takes minutes)")
     parser.add_argument("--box-rounds", type=int, default=1, help="rounds of the 1-vs-3-box venv runs")
     args = parser.parse_args()
     args.rounds = args.rounds or (1 if args.which == "image" else 3)
     if args.which == "provision":
         bench_provision(args.rounds)
+    elif args.which == "hostile":
+        bench_hostile(args.examples)
     elif args.which == "wheels":
         bench_wheels(args.rounds)
     elif args.which == "client":

@@ -80,3 +80,53 @@ def test_verify_on_a_venv_whose_python_cannot_start_says_so(tmp_path):
     done = rig("venv", "verify", "--venv", str(venv))
     assert done.returncode == 2 and "its Python must start" in done.stderr and "broken interpreter" in done.stderr
     assert "differs" not in done.stdout + done.stderr
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    """A full disk mid-write (ENOSPC at fsync) must not leave a 0-byte state file behind."""
+    import errno
+
+    from rig.fs import atomic_write
+
+    state = atomic_write(tmp_path / "state.json", '{"previous": "cuda-12.9"}\n')
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    try:
+        atomic_write(state, '{"previous": "cuda-13.0"}\n')
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    else:
+        raise AssertionError("the failed write was not reported")
+    assert state.read_text() == '{"previous": "cuda-12.9"}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_smoke_gives_up_on_a_server_that_never_answers_a_request(tmp_path):
+    """Healthy, then silent on /generate: smoke must stop after --request-timeout, not hang."""
+    import http.server
+    import threading
+
+    class Silent(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def do_POST(self):
+            time.sleep(120)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Silent)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        done = subprocess.run([str(BIN / "rig"), "smoke", "--url", f"http://127.0.0.1:{server.server_address[1]}",
+                               "--timeout", "5", "--request-timeout", "2", "--no-speculation"],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert done.returncode == 2 and "rig: error:" in done.stderr and "no answer" in done.stderr, done.stderr
