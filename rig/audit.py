@@ -8,7 +8,6 @@ cubin/PTX archs against the stack's targets, and the C++ string ABI.
 from __future__ import annotations
 
 import email.parser
-import json
 import re
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rig import RigError, progress
+from rig.proc import ask
 from rig.ldconfig import cache as linker_cache
 
 # toolkit libraries whose soname major is the CUDA major (the driver's libcuda.so.1 is not one)
@@ -268,10 +268,7 @@ def venv_probe(venv: Path, names: list[str]) -> dict:
     python = venv / "bin" / "python"
     if not python.exists():
         raise RigError(f"{venv} is not a virtualenv (no bin/python)")
-    done = subprocess.run([str(python), "-I", "-c", _VENV_PROBE, *names], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RigError(f"{python} could not describe its packages: {done.stderr.strip()[-400:]}")
-    return json.loads(done.stdout)
+    return ask(python, _VENV_PROBE, names, "describe its packages")
 
 
 def venv_context(venv: Path, names: list[str]) -> tuple[Torch | None, list[Path], dict]:

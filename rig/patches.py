@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rig import RigError
+from rig.proc import ask
 from rig.fs import atomic_write, confined, sha256_data
 from rig.schema import Field, distribution, sha256, validate
 
@@ -176,15 +177,11 @@ class Env:
 
 
 def probe(python: str, packages: list[str]) -> Env:
+    info = ask(python, _PROBE, [json.dumps(sorted(set(packages)))], "report its packages")
     try:
-        done = subprocess.run([python, "-I", "-c", _PROBE, json.dumps(sorted(set(packages)))],
-                              capture_output=True, text=True)
-    except OSError as exc:
-        raise RigError(f"cannot run {python}: {exc.strerror}; give the environment with --venv DIR or --python PATH") from exc
-    if done.returncode != 0:
-        raise RigError(f"{python} could not report its packages: {done.stderr.strip()[-500:]}")
-    info = json.loads(done.stdout)
-    return Env(python=info["python"], prefix=Path(info["prefix"]), packages=info["packages"])
+        return Env(python=info["python"], prefix=Path(info["prefix"]), packages=dict(info["packages"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RigError(f"{python} reported its packages in a shape rig did not write ({exc}); is it a Python?") from exc
 
 
 

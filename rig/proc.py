@@ -32,13 +32,20 @@ def interpreter(python: str | Path) -> Path:
     return python
 
 
-def last_json(out: str, what: str) -> dict:
-    """The JSON object a child printed on its last line."""
+def last_json(out: str, what: str, kind: type = dict):
+    """The JSON value (a KIND) a child printed on its last line."""
     lines = (out or "").strip().splitlines()
     try:
         value = json.loads(lines[-1])
     except (IndexError, ValueError) as exc:
         raise RigError(f"{what}: expected one JSON line at the end of its output, got {(out or '')[-300:]!r}") from exc
-    if not isinstance(value, dict):
-        raise RigError(f"{what}: expected a JSON object, got {lines[-1][:200]!r}")
+    if not isinstance(value, kind):
+        raise RigError(f"{what}: expected a JSON {kind.__name__}, got {lines[-1][:200]!r}")
     return value
+
+
+def ask(python: str | Path, code: str, args: list[str], what: str, kind: type = dict, **kwargs):
+    """What an environment's own Python says about itself: CODE run there (isolated from the caller's
+    PYTHONPATH and user site), its last line read as JSON. One way for every probe of a venv."""
+    done = run([str(python), "-I", "-c", code, *args], f"{python} could not {what}", **kwargs)
+    return last_json(done.stdout, f"{python} asked to {what}", kind)

@@ -11,11 +11,10 @@ Only that venv's interpreter reads its site-packages, so no other one sees it.
 from __future__ import annotations
 
 import importlib.resources
-import json
-import subprocess
 from pathlib import Path
 
 from rig import RigError
+from rig.proc import ask
 from rig.cuda_releases import series
 from rig.fs import atomic_write
 
@@ -98,10 +97,7 @@ def seen_by(python: str | Path) -> dict:
     code = ("import json, os, sys; m = sys.modules.get(%r); "
             "print(json.dumps({'loaded': m is not None, 'declared': {**m.PINNED, **m.DEFAULTS} if m else {}, "
             "'environ': dict(os.environ)}))" % MODULE)
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env={})
-    if done.returncode != 0:
-        raise RigError(f"{python} failed to start: {(done.stderr or done.stdout).strip()[-400:]}")
-    return json.loads(done.stdout)
+    return ask(python, code, [], "start and report its environment", env={})
 
 
 def _diff(path: Path, text: str) -> str:

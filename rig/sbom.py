@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import uuid
 from pathlib import Path
 
-from rig import RigError
+from rig.proc import ask
 
 _LIST = ("import importlib.metadata as m, json; print(json.dumps(sorted("
          "[d.metadata['Name'], d.version] for d in m.distributions())))")
@@ -33,12 +32,10 @@ def locked_hashes(requirements: str | Path) -> dict:
 
 def cyclonedx(venv: str | Path, requirements: list, name: str = "") -> dict:
     """REQUIREMENTS: the lock's list and that of the wheels rig built for it."""
-    done = subprocess.run([str(Path(venv) / "bin" / "python"), "-c", _LIST], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RigError(f"cannot list the distributions in {venv}: {done.stderr.strip()[-300:]}")
+    listed = ask(Path(venv) / "bin" / "python", _LIST, [], "list its distributions", kind=list)
     hashes = {k: v for path in requirements for k, v in locked_hashes(path).items()}
     components = []
-    for dist, version in json.loads(done.stdout):
+    for dist, version in listed:
         key = _norm(dist)
         component = {"type": "library", "bom-ref": f"pkg:pypi/{key}@{version}", "name": dist, "version": version,
                      "purl": f"pkg:pypi/{key}@{version}"}

@@ -16,7 +16,7 @@ from pathlib import Path
 from rig import RigError, progress
 from rig.documents import load_json
 from rig.fs import atomic_write, sha256_file
-from rig.proc import last_json, run
+from rig.proc import ask, run
 from rig.schema import Field, sha256
 from rig.wheelhouse import REQUIREMENTS
 
@@ -96,11 +96,9 @@ def verify(venv: str | Path) -> dict:
     marker = read_marker(venv)
     if marker is None:
         raise RigError(f"{venv} was not installed by rig (no {MARKER})")
-    listing = run([str(Path(venv) / "bin" / "python"), "-c",
-                   "import importlib.metadata as m, json;"
-                   "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"],
-                  f"list what {venv} holds (its Python must start)")
-    names = last_json(listing.stdout, f"{venv}/bin/python listing its packages")
+    names = ask(Path(venv) / "bin" / "python", "import importlib.metadata as m, json;"
+                "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))", [],
+                "list what it holds (its Python must start)")
     installed = {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in names.items()}
     wanted = dict(pin.split("==") for pin in marker["packages"])
     wrong = {n: (v, installed.get(n)) for n, v in wanted.items() if installed.get(n) != v}
