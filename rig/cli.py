@@ -320,8 +320,14 @@ def server() -> None:
 @click.option("--baseline", is_flag=True, help="Drop speculation, keep everything else (the benchmark's baseline).")
 @click.option("--api-key/--no-api-key", default=None,
               help="Add --api-key ${NAME} (default: when server.api_key_env is set here).")
+@click.option("--gate-engine", help="The engine on the server's host: add the unit's health gate (JSON).")
+@click.option("--gate-python", default="/usr/bin/python3", show_default=True, help="The Python that runs it.")
+@click.option("--log", default="/var/log/rig/sglang-server.log", show_default=True, help="The server's log.")
+@click.option("--start-timeout", type=click.IntRange(1), default=1200, show_default=True,
+              help="Seconds systemd waits for the health gate.")
 @json_option
-def server_args(stack_path, stack_json, venv_path, baseline, api_key, as_json) -> None:
+def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engine, gate_python, log, start_timeout,
+                as_json) -> None:
     """Print the server command line the stack asks for, in the installed sglang's spelling.
 
     The flags are parsed by that sglang version's own argument parser; a flag it
@@ -329,7 +335,7 @@ def server_args(stack_path, stack_json, venv_path, baseline, api_key, as_json) -
     named by server.api_key_env is set, --api-key refers to it as ${NAME}: its
     value is never printed.
     """
-    from rig.server import render, shell_line
+    from rig.server import health_gate, render, shell_line
     from rig.stack import load, validate
 
     if stack_json:
@@ -342,6 +348,8 @@ def server_args(stack_path, stack_json, venv_path, baseline, api_key, as_json) -
     if api_key is None:
         api_key = bool(os.environ.get(stack["server"]["api_key_env"]))
     result = render(stack, venv_path or stack["venv"], baseline, api_key)
+    if gate_engine:
+        result.update(health_gate(stack, gate_engine, gate_python, log, start_timeout))
     click.echo(json.dumps(result, indent=2) if as_json else shell_line(result["argv"], result["api_key_env"]))
 
 

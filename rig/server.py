@@ -154,24 +154,25 @@ def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: b
                            "spell the flag out in server.extra_args")
     full = [str(python), "-m", "sglang.launch_server", *argv]
     return {"sglang": version, "baseline": baseline, "python": str(python), "argv": full,
-            "exec_start": systemd_exec(full, "${%s}" % key_env if api_key else None),
+            "exec_start": systemd_exec(full, {"${%s}" % key_env} if api_key else ()),
             "api_key_env": key_env if api_key else None}
 
 
 SYSTEMD_BARE = re.compile(r"[-A-Za-z0-9_@+=:,./]+")
 
 
-def systemd_exec(argv: list[str], secret: str | None = None) -> str:
+def systemd_exec(argv: list[str], verbatim=()) -> str:
     """ARGV as one systemd Exec line, serialized by systemd's own rules: `%` is a specifier (%%), `$` expands
-    ($$) except in SECRET, the ${NAME} reference the unit's EnvironmentFile fills; words with anything but
-    plain characters are double-quoted with \\ and \" escaped. A newline would end the line and start a
-    directive of its own, so a word holding a control character is refused, never written."""
+    ($$) except in the VERBATIM words systemd itself must expand (the ${NAME} the unit's EnvironmentFile
+    fills, $MAINPID); words with anything but plain characters are double-quoted with \\ and \" escaped.
+    A newline would end the line and start a directive of its own, so a word holding a control character
+    is refused, never written."""
     words = []
     for arg in argv:
         if any(ord(c) < 32 or ord(c) == 127 for c in arg):
             raise RigError(f"the server command line holds a control character (newline?) in {arg!r}; "
                            "it would split the systemd unit: fix server.model, host, extra_args or the paths")
-        if arg == secret:
+        if arg in verbatim:
             words.append(arg)
             continue
         if SYSTEMD_BARE.fullmatch(arg):  # no %, $, quote, backslash or space: as it is
@@ -180,6 +181,27 @@ def systemd_exec(argv: list[str], secret: str | None = None) -> str:
         escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
         words.append(f'"{escaped}"')
     return " ".join(words)
+
+
+def health_url(stack: dict) -> str:
+    """Where the server answers on its own host: a wildcard bind is reached on loopback."""
+    host = stack["server"]["host"]
+    host = "127.0.0.1" if host in ("0.0.0.0", "::") else f"[{host}]" if ":" in host else host
+    return f"http://{host}:{stack['server']['port']}"
+
+
+def health_gate(stack: dict, engine: str, python: str, log: str, start_timeout: int) -> dict:
+    """The unit's start gate and log, serialized like ExecStart: systemd calls the service started only
+    once `rig smoke --health-only` has seen /health_generate answer (or the server exit)."""
+    for what, path in (("--gate-engine", engine), ("--gate-python", python), ("--log", log)):
+        if not path.startswith("/") or any(c.isspace() for c in path):
+            raise RigError(f"{what} {path!r}: give an absolute path without spaces (systemd takes it as it is)")
+    if start_timeout <= 60:
+        raise RigError(f"--start-timeout {start_timeout}: give more than 60 s (the gate waits 30 s less)")
+    argv = [python, engine, "smoke", "--health-only", "--url", health_url(stack), "--pid", "$MAINPID",
+            "--timeout", str(start_timeout - 30), "--log", log, "--api-key-env", stack["server"]["api_key_env"]]
+    return {"exec_start_post": systemd_exec(argv, {"$MAINPID"}), "standard_output": "append:" +
+            log.replace("%", "%%"), "timeout_start_sec": start_timeout, "health_url": health_url(stack)}
 
 
 def shell_line(argv: list[str], api_key_env: str | None) -> str:

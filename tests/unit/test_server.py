@@ -8,7 +8,7 @@ import pytest
 
 from conftest import REPO, rig
 from rig import RigError
-from rig.server import models, shell_line, systemd_exec, wants
+from rig.server import health_gate, models, shell_line, systemd_exec, wants
 from rig.stack import load
 
 
@@ -53,7 +53,7 @@ HOSTILE = ["/models/100%Zfoo", "a b\"c\\d", "$HOME", "${PATH}", "100%", "x;y", "
 
 
 def test_the_unit_line_is_serialized_by_systemds_rules(tmp_path):
-    line = systemd_exec(["/bin/echo", "--model-path", *HOSTILE, "--api-key", "${SGLANG_API_KEY}"], "${SGLANG_API_KEY}")
+    line = systemd_exec(["/bin/echo", "--model-path", *HOSTILE, "--api-key", "${SGLANG_API_KEY}"], {"${SGLANG_API_KEY}"})
     assert "%Z" not in line.replace("%%", "") and "$HOME" not in line.replace("$$", "")
     assert line.endswith("--api-key ${SGLANG_API_KEY}")  # the one reference systemd must expand
     assert '"a b\\"c\\\\d"' in line
@@ -78,3 +78,25 @@ def test_testmodel_names_the_generated_pair():
         "/var/lib/rig/testmodel/target", "/var/lib/rig/testmodel/draft")
     with pytest.raises(RigError, match="drafts for the generated target only"):
         models(stack(model="/models/real", draft_model="testmodel")["server"])
+
+
+def test_the_health_gate_is_serialized_like_the_command_line(tmp_path):
+    gate = health_gate(stack(host="::", port=30001), "/opt/rig/rig.pyz", "/usr/bin/python3", "/var/log/100%Z.log", 1200)
+    assert gate["exec_start_post"] == ("/usr/bin/python3 /opt/rig/rig.pyz smoke --health-only --url "
+                                       "http://127.0.0.1:30001 --pid $MAINPID --timeout 1170 --log "
+                                       '"/var/log/100%%Z.log" --api-key-env SGLANG_API_KEY')
+    assert gate["standard_output"] == "append:/var/log/100%%Z.log"
+    assert health_gate(stack(host="fd00::1"), "/e", "/p", "/l", 100)["health_url"] == "http://[fd00::1]:30000"
+    if shutil.which("systemd-analyze"):
+        unit = tmp_path / "rig-gate.service"
+        unit.write_text(f"[Service]\nType=exec\nExecStart=/bin/true\nExecStartPost={gate['exec_start_post']}\n"
+                        f"StandardOutput={gate['standard_output']}\n")
+        done = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True)
+        assert "Unknown specifier" not in done.stderr and "%Z" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("log, says", [("logs/x.log", "absolute path"), ("/var/log/a b.log", "without spaces"),
+                                       ("/var/log/x\nExecStartPre=+/bin/id", "without spaces")])
+def test_a_gate_path_systemd_would_misread_is_refused(log, says):
+    with pytest.raises(RigError, match=says):
+        health_gate(stack(), "/opt/rig/rig.pyz", "/usr/bin/python3", log, 1200)
