@@ -724,17 +724,27 @@ def ldconfig_conf(version, prefix, conf_dir, root, write_under, as_json) -> None
 @click.option("--container", help="Run the checks inside this running container instead of here.")
 @click.option("--expect-gpus", type=click.IntRange(1), help="GPUs this box must have (default, where a driver is: "
               "the stack's server.tp).")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False),
+              help="Instead: read a server or build log and name each known failure, its cause and fix.")
 @json_option
-def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect_gpus, as_json) -> None:
+def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect_gpus, log_path, as_json) -> None:
     """Check the machine, driver, GPUs, toolkits, ldconfig, an NVRTC compile and the venv, layer by layer.
 
     The machine layer: the loaded kernel module against the userspace driver
     (reboot required?), persistence, the fabric manager where NVSwitch is, the
     GPU count, one compute capability, PCIe links at their maximum, ECC errors
     and row remaps, the container runtime and the GPUs' topology. Each failed
-    check names its fix.
+    check names its fix. With --log, the log's known failures instead (rules in
+    rig/log_rules.yml); exit 1 when one is found.
     """
     from rig import doctor as checks
+
+    if log_path:
+        from rig.log_doctor import diagnose
+
+        found = diagnose(log_path)
+        emit(found, as_json)
+        sys.exit(1 if found["findings"] else 0)
 
     default_gpus = pcie_only = None
     if not cuda_version or not archs or stack_path:

@@ -90,8 +90,9 @@ def _explain(exc: PipError, entry: dict, stack: dict, source: str) -> RigError:
     return RigError(f"{source}: {entry['key']}: {exc}")
 
 
-def _check_pins(items: dict[str, dict], entries: list[dict], stack: dict, source: str) -> None:
-    """A package's own Requires-Dist must admit the versions the stack pins."""
+def pin_conflicts(items: dict[str, dict], entries: list[dict], stack: dict, source: str) -> list[str]:
+    """Every place a package's own Requires-Dist does not admit a version the stack pins."""
+    found = []
     stack_pins = {canonicalize_name(e["name"]): e for e in entries}
     kernel_names = {"sgl-kernel", "sglang-kernel"}
     env = _target_env(stack)
@@ -105,13 +106,14 @@ def _check_pins(items: dict[str, dict], entries: list[dict], stack: dict, source
             name = canonicalize_name(req.name)
             other = stack_pins.get(name)
             if other and not req.specifier.contains(other["version"], prereleases=True):
-                raise RigError(f"{source}: {entry['name']} {entry['version']} requires {req.name}{req.specifier}"
-                               f" but the stack pins {other['name']} {other['version']} ({other['key']}.version);"
-                               " change one of them")
+                found.append(f"{source}: {entry['name']} {entry['version']} requires {req.name}{req.specifier}"
+                             f" but the stack pins {other['name']} {other['version']} ({other['key']}.version);"
+                             " change one of them")
             if name in kernel_names and stack["kernel"].get("version") and \
                     name != canonicalize_name(stack["kernel"]["package"]):
-                raise RigError(f"{source}: {entry['name']} {entry['version']} requires {req}, but the stack's "
-                               f"kernel.package is {stack['kernel']['package']}; set kernel.package: {req.name}")
+                found.append(f"{source}: {entry['name']} {entry['version']} requires {req}, but the stack's "
+                             f"kernel.package is {stack['kernel']['package']}; set kernel.package: {req.name}")
+    return found
 
 
 def torch_cuda_major(meta: dict) -> int | None:
@@ -129,18 +131,28 @@ def torch_cuda_major(meta: dict) -> int | None:
     return None  # a CPU build
 
 
-def _check_cuda(items: dict, stack: dict, source: str) -> None:
+def cuda_conflicts(items: dict, stack: dict, source: str) -> list[str]:
     """torch, pinned or pulled in by another package, must be built for the stack's CUDA major."""
     if "torch" not in items:
-        return
+        return []
     meta = items["torch"]["metadata"]
     found = torch_cuda_major(meta)
     wanted = major(stack["cuda"]["version"])
-    if found != wanted:
-        built = f"CUDA {found}" if found else "no CUDA (a CPU build)"
-        raise RigError(f"{source}: torch {meta['version']} is built for {built}, but the stack's CUDA toolkit "
-                       f"is {stack['cuda']['version']} (cuda.version); pick a torch build for CUDA {wanted} "
-                       "(torch.version / torch.index_url) or change the toolkit")
+    if found == wanted:
+        return []
+    built = f"CUDA {found}" if found else "no CUDA (a CPU build)"
+    return [f"{source}: torch {meta['version']} is built for {built}, but the stack's CUDA toolkit "
+            f"is {stack['cuda']['version']} (cuda.version); pick a torch build for CUDA {wanted} "
+            "(torch.version / torch.index_url) or change the toolkit"]
+
+
+def refuse(problems: list[str]) -> None:
+    """All of a stack's conflicts in one answer: one round trip, not one per conflict."""
+    if len(problems) == 1:
+        raise RigError(problems[0])
+    if problems:
+        raise RigError(f"{len(problems)} conflicts; fix them all, then lock again:\n" +
+                       "\n".join(f"  - {p}" for p in problems))
 
 
 def _artifact(item: dict, index_url: str) -> dict:
@@ -156,7 +168,7 @@ def build_lock(stack: dict, source: str) -> dict:
     """Resolve STACK for its target; raise RigError naming the problem before anything is written."""
     entries = pinned(stack)
     target = target_args(stack["python"], "x86_64", stack["glibc"])
-    tops, unresolved = {}, []
+    tops, unresolved, problems = {}, [], []
     for entry in entries:  # each pinned package alone first: its own metadata, cheaply
         try:
             url = expand(entry["index_url"], f"{source}: {entry['key']}.index_url")
@@ -164,14 +176,16 @@ def build_lock(stack: dict, source: str) -> dict:
         except PipError as exc:
             err = _explain(exc, {**entry, "index_url": url}, stack, source)
             if not isinstance(err, Unreachable):
-                raise err from None
+                problems.append(str(err))
+                continue
             unresolved.append({"name": entry["name"], "version": entry["version"],
                                "index": entry["index_url"], "reason": str(err)})
         except RigError as exc:  # an index named through a variable this machine does not set
             unresolved.append({"name": entry["name"], "version": entry["version"],
                                "index": entry["index_url"], "reason": str(exc)})
-    _check_pins(tops, [e for e in entries if e["name"] in tops], stack, source)
-    _check_cuda(tops, stack, source)
+    problems += pin_conflicts(tops, [e for e in entries if e["name"] in tops], stack, source)
+    problems += cuda_conflicts(tops, stack, source)
+    refuse(problems)
 
     builds = [e for e in entries if e.get("source")]
     builds += [{"name": x["package"], "version": x["version"], "source": x["source"]} for x in stack["extensions"]]
@@ -187,7 +201,7 @@ def build_lock(stack: dict, source: str) -> dict:
         # pip itself rides along: targets install from the wheelhouse with no pip of their own
         reqs = [requirement(e) for e in entries] + list(stack["extra_packages"]) + ["pip"]
         items = resolve(reqs, target, index_args("", extra))
-        _check_cuda({canonicalize_name(i["metadata"]["name"]): i for i in items}, stack, source)
+        refuse(cuda_conflicts({canonicalize_name(i["metadata"]["name"]): i for i in items}, stack, source))
         built_names = {canonicalize_name(e["name"]) for e in builds}
         for item in items:
             art = _artifact(item, _index_of(item, entries))

@@ -134,3 +134,15 @@ def test_flashinfer_jit_cache_is_recorded_as_a_source_build(tmp_path):
                                                             "kernel": {"version": ""}}))))
     lock = build_lock(stack, "variant.yml")
     assert {"name": "flashinfer-jit-cache", "version": "0.6.3", "archs": ["12.0a", "9.0a"]} in lock["source_builds"]
+
+
+def test_every_pin_conflict_is_named_in_one_run(tmp_path):
+    """sglang 0.5.8 beside the default pins conflicts three ways; one answer names all of them."""
+    path = variant(tmp_path, {"sglang": {"version": "0.5.8"}})
+    done = rig("lock", path)
+    assert done.returncode == 2 and "3 conflicts; fix them all" in done.stderr, done.stderr
+    for says in ("requires flashinfer_python==0.6.1 but the stack pins flashinfer-python 0.7.2 (flashinfer.version)",
+                 "requires torch==2.9.1 but the stack pins torch 2.14.1 (torch.version)",
+                 "requires sgl-kernel==0.3.21, but the stack's kernel.package is sglang-kernel"):
+        assert says in done.stderr
+    assert done.stderr.count("rig: error:") == 1 and not (tmp_path / "variant.lock").exists()
