@@ -169,7 +169,7 @@ def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None,
     at hand) archs are not read.
     """
     errors, objects = [], []
-    cache = set(linker_cache())
+    cache = set(linker_cache()) if resolve else set()
     union_cubins, union_ptx = set(), set()
     if not files:
         errors.append(f"{label} holds no shared objects")

@@ -141,13 +141,8 @@ def lock_cmd(stack_path, check, as_json) -> None:
 
     stack = load(stack_path)
     if check:
-        done = []
-        for _, variant, path in locking.variants(stack, stack_path):
-            current = locking.read(path) if path.exists() else None
-            if current is None or current.get("stack_digest") != locking.stack_digest(variant):
-                raise RigError(f"{path} is {'missing' if current is None else 'stale'}: the stack changed "
-                               f"since it was locked. Run `rig lock {stack_path}`")
-            done.append(current)
+        done, problems = locking.stale(stack, stack_path)
+        locking.refuse(problems)
         emit({"changed": False, "lock": str(locking.lock_path(stack_path)), "lock_hash": done[0]["lock_hash"],
               "locks": len(done), "msg": f"{len(done)} lock(s) of {stack_path} up to date"}, as_json)
         return
@@ -890,6 +885,33 @@ def audit(paths, stack_path, venv_path, torch_path, cache, as_json) -> None:
     reports = [audits.audit_path(p, installed or {}, common) for p in paths]
     click.echo(json.dumps(reports, indent=2) if as_json else audits.render(reports))
     sys.exit(0 if all(r["ok"] for r in reports) else 1)
+
+
+@cli.command("validate")
+@click.argument("stack_path", metavar="STACK", default=DEFAULT_STACK)
+@click.option("--junit", type=click.Path(dir_okay=False), help="Also write the checks as a JUnit XML file.")
+@click.option("--venv", "venv_path", help="A venv of the stack (its image's): its sglang parses the server line.")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="The wheelhouse (missing wheels are fetched).")
+@click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's patches/).")
+@json_option
+def validate_cmd(stack_path, junit, venv_path, cache, patch_dir, as_json) -> None:
+    """Gate a stack in CI, with no GPU: every check, every problem, in one run.
+
+    The schema; the locks current and complete; every pin conflict; the locked
+    kernel wheels audited against the locked torch, the CUDA major and the archs;
+    the patch plan read from the locked sglang and flashinfer wheels; the server
+    command line (with --venv); the environment module. Exit 1 when a check fails,
+    2 on bad input.
+    """
+    from rig.fs import atomic_write
+    from rig.validate import junit as to_junit
+    from rig.validate import run
+
+    result = run(stack_path, cache, venv_path, patch_dir)
+    if junit:
+        atomic_write(junit, to_junit(result))
+    emit(result, as_json)
+    sys.exit(0 if result["ok"] else 1)
 
 
 # ------------------------------------------------------------------ wheels

@@ -164,8 +164,8 @@ def _artifact(item: dict, index_url: str) -> dict:
             "index": index_url or "default"}
 
 
-def build_lock(stack: dict, source: str) -> dict:
-    """Resolve STACK for its target; raise RigError naming the problem before anything is written."""
+def pin_check(stack: dict, source: str) -> tuple[dict, list[dict], list[str]]:
+    """Each pinned package alone, its metadata only (cheap): (resolved, unresolved, every problem)."""
     entries = pinned(stack)
     target = target_args(stack["python"], "x86_64", stack["glibc"])
     tops, unresolved, problems = {}, [], []
@@ -185,6 +185,14 @@ def build_lock(stack: dict, source: str) -> dict:
                                "index": entry["index_url"], "reason": str(exc)})
     problems += pin_conflicts(tops, [e for e in entries if e["name"] in tops], stack, source)
     problems += cuda_conflicts(tops, stack, source)
+    return tops, unresolved, problems
+
+
+def build_lock(stack: dict, source: str) -> dict:
+    """Resolve STACK for its target; raise RigError naming every problem before anything is written."""
+    entries = pinned(stack)
+    target = target_args(stack["python"], "x86_64", stack["glibc"])
+    tops, unresolved, problems = pin_check(stack, source)
     refuse(problems)
 
     builds = [e for e in entries if e.get("source")]
@@ -253,6 +261,25 @@ def variants(stack: dict, stack_path: str | Path) -> list[tuple[str, dict, Path]
         if python != stack["python"]:
             out.append((python, {**stack, "python": python}, lock_path(stack_path, python)))
     return out
+
+
+def stale(stack: dict, stack_path: str | Path) -> tuple[list[dict], list[str]]:
+    """(the locks that are current, why each other one is not): missing, unreadable or made from another stack."""
+    current, problems = [], []
+    for python, variant, path in variants(stack, stack_path):
+        if not path.exists():
+            problems.append(f"{path} is missing: run `rig lock {stack_path}`")
+            continue
+        try:
+            lock = read(path)
+        except RigError as exc:
+            problems.append(str(exc))
+            continue
+        if lock["stack_digest"] != stack_digest(variant):
+            problems.append(f"{path} is stale: the stack changed since it was locked. Run `rig lock {stack_path}`")
+        else:
+            current.append(lock)
+    return current, problems
 
 
 def write(lock: dict, path: Path) -> None:
