@@ -45,8 +45,11 @@ test: venv docker  ## Run the whole test suite: unit, role scenarios, end to end
 unit: venv  ## Run only the tests that need no Docker engine
 	pytest -ra -m 'not box and not venv' tests
 
-lint: venv  ## Syntax-check the playbooks
+lint: venv  ## Syntax-check the playbooks, lint the Python, check the example CI workflows
 	for p in playbooks/*.yml; do ansible-playbook -i inventory/local --syntax-check $$p; done
+	ruff check rig tests scripts
+	check-jsonschema --builtin-schema vendor.github-workflows docs/ci/github-actions.yml
+	check-jsonschema --builtin-schema vendor.gitlab-ci docs/ci/gitlab-ci.yml
 
 # BENCH=provision or BENCH=lock runs one of them.
 BENCH ?= provision lock wheels client image hostile

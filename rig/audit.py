@@ -74,7 +74,7 @@ def cuda_archs(path: Path, cuobjdump: Path) -> tuple[list[str], list[str]]:
     """(cubin archs, PTX archs) embedded in PATH."""
     found = []
     for flag in ("--list-elf", "--list-ptx"):
-        done = subprocess.run([str(cuobjdump), flag, str(path)], capture_output=True, text=True)
+        done = subprocess.run([str(cuobjdump), flag, str(path)], capture_output=True, text=True, check=False)
         if done.returncode != 0 and "does not contain" not in done.stderr:
             raise RigError(f"cuobjdump cannot read {path}: {done.stderr.strip()}")
         found.append(sorted(set(re.findall(r"\b(?:sm|compute)_(\d+[a-z]?)\b", done.stdout))))
@@ -145,7 +145,7 @@ def demangle(names: list[str]) -> list[str]:
     tool = shutil.which("c++filt")
     if not tool or not names:
         return names
-    done = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True)
+    done = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, check=False)
     return done.stdout.splitlines() if done.returncode == 0 else names
 
 

@@ -38,7 +38,8 @@ def _sources(with_patches: bool = True) -> list[tuple[Path, Path]]:
             if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed", ".j2", ".yml"):
                 files.append((path, Path(package.name) / path.relative_to(package)))
     # read by rig.patches on targets, where the repo's patches/ is not
-    files += [] if not with_patches else [(path, Path("rig") / "patchset" / path.name) for path in sorted(PATCHES.glob("*.yml"))]
+    if with_patches:
+        files += [(path, Path("rig") / "patchset" / path.name) for path in sorted(PATCHES.glob("*.yml"))]
     return files
 
 

@@ -563,7 +563,8 @@ def image() -> None:
 @click.option("--ca-cert", "ca_certs", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="An extra CA certificate for the builder stage only (its apt and git); repeat.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
-@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller cache (wheels, CUDA wheels, built wheels).")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True,
+              help="Controller cache (wheels, CUDA wheels, built wheels).")
 @json_option
 def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, as_json) -> None:
     """Build the stack's image, tagged rig/NAME:LOCKHASH, with OCI labels and an SBOM inside.
@@ -783,7 +784,8 @@ def patch() -> None:
 
 def _patch_target(func):
     func = click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's patches/).")(func)
-    func = click.option("--stack", "stack_path", help="Use this stack's venv when neither --venv nor --python is given.")(func)
+    func = click.option("--stack", "stack_path",
+                        help="Use this stack's venv when neither --venv nor --python is given.")(func)
     func = click.option("--python", "python", help="The environment's Python interpreter.")(func)
     func = click.option("--venv", "venv_path", help="The environment: a virtualenv directory.")(func)
     return json_option(func)

@@ -42,6 +42,16 @@ def check_components(components: list[str]) -> None:
         raise RigError(f"unknown CUDA component {unknown[0]!r}; known: {', '.join(COMPONENTS)}")
 
 
+def tool_release(tool: str | Path) -> str | None:
+    """The CUDA release (X.Y) a toolkit program (nvcc, ptxas) reports, or None when it cannot say."""
+    try:
+        out = subprocess.run([str(tool), "--version"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return None
+    match = re.search(r"release (\d+\.\d+)", out)
+    return match.group(1) if match else None
+
+
 def tree_of(prefix: str | Path, version: str) -> Path:
     return Path(prefix) / f"cuda-{series(version)}"
 
@@ -267,7 +277,7 @@ def _run_runfile(runfile: Path, staging: Path, link: Path) -> None:
     progress(f"running {runfile.name} into {staging}")
     cmd = ["sh", str(runfile), "--silent", "--toolkit", f"--toolkitpath={staging}",
            "--no-man-page", "--override"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     # The installer may repoint the default link; only make_default may do that.
     if before is not None and os.readlink(link) != before:
         _atomic_symlink(before, link)
@@ -287,9 +297,8 @@ def _verify_tree(tree: Path, version: str, components: list[str]) -> None:
                            "the wheels do not match the release")
     nvcc = tree / "bin" / "nvcc"
     if nvcc.exists():  # CUDA 12 wheels ship ptxas but no nvcc driver
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
-        if f"release {series(version)}" not in out:
-            raise RigError(f"{nvcc} does not report release {series(version)}: {out.strip()}")
+        if tool_release(nvcc) != series(version):
+            raise RigError(f"{nvcc} does not report release {series(version)} (it says {tool_release(nvcc)})")
 
 
 def _promote(staging: Path, tree: Path) -> None:
@@ -399,11 +408,7 @@ def toolkits(prefix: str | Path = "/usr/local") -> list[dict]:
         if not tree.is_dir() or tree.name.startswith("."):
             continue
         nvcc = tree / "bin" / "nvcc"
-        release = None
-        if nvcc.exists():
-            out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
-            match = re.search(r"release (\d+\.\d+)", out)
-            release = match.group(1) if match else None
+        release = tool_release(nvcc) if nvcc.exists() else None
         marker = read_marker(tree)
         found.append({"tree": str(tree), "nvcc": release,
                       "installed_by_rig": marker is not None,

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rig import RigError
-from rig.cuda import toolkits
+from rig.cuda import tool_release, toolkits
 from rig.doctor_check import Check
 from rig.cuda_releases import major, series
 from rig.ldconfig import cache
@@ -31,11 +31,11 @@ def _gpus() -> tuple[list[dict], Check]:
     if not shutil.which("nvidia-smi"):
         return [], Check("driver", "nvidia-smi", "skip", "no NVIDIA driver here (nvidia-smi not found)")
     done = subprocess.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version",
-                           "--format=csv,noheader"], capture_output=True, text=True)
+                           "--format=csv,noheader"], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return [], Check("driver", "nvidia-smi", "fail", (done.stdout + done.stderr).strip()[:300],
                          "check the NVIDIA driver install: nvidia-smi fails")
-    gpus = [dict(zip(("index", "name", "cc", "driver"), (f.strip() for f in line.split(","))))
+    gpus = [dict(zip(("index", "name", "cc", "driver"), (f.strip() for f in line.split(",")), strict=False))
             for line in done.stdout.strip().splitlines() if line.strip()]
     if not gpus:
         return [], Check("driver", "nvidia-smi", "skip", "driver present, no GPUs visible")
@@ -45,7 +45,7 @@ def _gpus() -> tuple[list[dict], Check]:
 
 
 def _driver_cuda(cuda_major: int) -> Check:
-    out = subprocess.run(["nvidia-smi"], capture_output=True, text=True).stdout
+    out = subprocess.run(["nvidia-smi"], capture_output=True, text=True, check=False).stdout
     match = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", out)
     if not match:
         return Check("driver", "driver-cuda", "skip", "nvidia-smi does not report a CUDA version",
@@ -106,7 +106,7 @@ def _nvrtc(cuda_version: str, archs: list[str]) -> list[Check]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # a dir, or the rig.pyz
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": root}
     done = subprocess.run([sys.executable, "-m", "rig.nvrtc", soname, *archs],
-                          capture_output=True, text=True, env=env)
+                          capture_output=True, text=True, env=env, check=False)
     try:
         report = json.loads(done.stdout)
     except ValueError:
@@ -152,11 +152,11 @@ def _environment(venv: str, cuda_version: str, archs: list[str], prefix: str) ->
                     "; ".join(wrong) if wrong else f"a fresh interpreter has {len(wanted)} variables set, "
                     f"CUDA_HOME={wanted['CUDA_HOME']}", fix if wrong else "")]
     ptxas = seen["environ"].get("TRITON_PTXAS_PATH", "")
-    done = subprocess.run([ptxas, "--version"], capture_output=True, text=True) if os.access(ptxas, os.X_OK) else None
-    release = re.search(r"release (\d+\.\d+)", done.stdout) if done else None
-    good = bool(release) and release.group(1) == series(cuda_version)
+    runs = os.access(ptxas, os.X_OK)
+    release = tool_release(ptxas) if runs else None
+    good = release == series(cuda_version)
     checks.append(Check("python", "triton-ptxas", "pass" if good else "fail",
-                        f"{ptxas}: CUDA {release.group(1) if release else 'unknown'} ptxas" if done else
+                        f"{ptxas}: CUDA {release or 'unknown'} ptxas" if runs else
                         f"TRITON_PTXAS_PATH {ptxas!r} is not an executable",
                         "" if good else f"install CUDA {series(cuda_version)} with ptxas (cuda_toolkit role)"))
     return checks

@@ -90,7 +90,7 @@ def _rows(text: str, names: tuple) -> list[dict]:
     rows = []
     for row in csv.reader(io.StringIO(text.strip())):
         if len(row) == len(names):
-            rows.append({n: v.strip() for n, v in zip(names, row)})
+            rows.append({n: v.strip() for n, v in zip(names, row, strict=False)})
     return rows
 
 

@@ -266,7 +266,7 @@ def variants(stack: dict, stack_path: str | Path) -> list[tuple[str, dict, Path]
 def stale(stack: dict, stack_path: str | Path) -> tuple[list[dict], list[str]]:
     """(the locks that are current, why each other one is not): missing, unreadable or made from another stack."""
     current, problems = [], []
-    for python, variant, path in variants(stack, stack_path):
+    for _python, variant, path in variants(stack, stack_path):
         if not path.exists():
             problems.append(f"{path} is missing: run `rig lock {stack_path}`")
             continue

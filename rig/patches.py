@@ -51,7 +51,8 @@ for path, text in job["sources"].items():
         errors["compile " + path] = f"{exc.msg} (line {exc.lineno})"
 for check in job["checks"]:
     try:
-        exec(compile(check["code"], check["id"] + " check", "exec"), {"__name__": "__rig_check__", "PATCHED_FILE": check["file"]})
+        exec(compile(check["code"], check["id"] + " check", "exec"),
+             {"__name__": "__rig_check__", "PATCHED_FILE": check["file"]})
     except BaseException:
         errors[check["id"]] = traceback.format_exc(limit=-3).strip()
 print(json.dumps(errors))
@@ -243,7 +244,7 @@ def _refuse_unknown_versions(env: Env, patches: list[Patch]) -> None:
 
 def _verify(env: Env, sources: dict[str, str], checks: list[dict]) -> dict:
     done = subprocess.run([env.python, "-I", "-c", _VERIFY], input=json.dumps(
-        {"sources": sources, "checks": checks}), capture_output=True, text=True, cwd="/")
+        {"sources": sources, "checks": checks}), capture_output=True, text=True, cwd="/", check=False)
     if done.returncode != 0 or not done.stdout.strip():
         return {"checks": done.stderr.strip()[-2000:] or f"exit {done.returncode}"}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -349,7 +350,7 @@ def revert(env: Env, check: bool = False, force: bool = False) -> dict:
         return result
     for path, backup in restored:
         atomic_write(path, backup.read_bytes())
-    for name, entry in state["files"].items():
+    for entry in state["files"].values():
         (env.prefix / BACKUPS / entry["original_sha256"]).unlink(missing_ok=True)
     env.state_path.unlink()
     if (env.prefix / BACKUPS).is_dir() and not any((env.prefix / BACKUPS).iterdir()):

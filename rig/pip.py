@@ -46,7 +46,7 @@ def index_args(index_url: str = "", extra_index_urls: tuple[str, ...] = ()) -> l
 
 def run_pip(args: list[str], what: str) -> subprocess.CompletedProcess:
     done = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise PipError(what, done.stderr)
     return done

@@ -39,7 +39,8 @@ def main(spec: dict) -> None:
         rows.append({"bytes": size, "iters": iters, "seconds": t.item(), "correct": ok})
         del x
     if rank == 0:
-        print(json.dumps({"world_size": world, "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        print(json.dumps({"world_size": world, "torch": torch.__version__, "nccl": nccl,
                           "device": torch.cuda.get_device_name(0), "rows": rows}), flush=True)
     dist.destroy_process_group()
 

@@ -363,7 +363,7 @@ def crossover(eagle: dict, baseline: dict) -> dict:
             theirs = theirs * len(mine)
         elif len(mine) == 1:
             mine = mine * len(theirs)
-        pairs = list(zip(mine, theirs))
+        pairs = list(zip(mine, theirs, strict=False))
         ratios = [e / b for e, b in pairs if e and b]
         if not ratios:
             continue
@@ -446,7 +446,7 @@ def plot(result: dict, out: Path) -> list[str]:
         for run in result["runs"]:
             points = [(lv["concurrency"], value(lv)) for lv in run["levels"] if value(lv)]
             if points:
-                ax.plot(*zip(*points), marker="o", label=run["label"])
+                ax.plot(*zip(*points, strict=True), marker="o", label=run["label"])
         ax.set_xscale("log")
         ax.set_xlabel("concurrency (requests in flight)")
         ax.set_ylabel(title)

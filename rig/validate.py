@@ -53,7 +53,7 @@ def run(stack_path: str, cache: str | Path, venv: str | None = None, patch_dir: 
         if not pins_packages(_need(state, "stack")):
             raise Skip("the stack pins no packages (CUDA only): there is no lock to check")
         current, problems = locking.stale(state["stack"], stack_path)
-        problems += [f"{Path(stack_path).with_suffix('.lock')}: partial: " + "; ".join(u["reason"] for u in lock["unresolved"])
+        problems += [f"the lock of {stack_path} is partial: " + "; ".join(u["reason"] for u in lock["unresolved"])
                      for lock in current if not lock["complete"]]
         if current and not problems:
             state["lock"] = current[0]

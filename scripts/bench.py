@@ -51,7 +51,7 @@ def received_bytes() -> int:
 
 def timed(cmd: list[str], env: dict) -> tuple[float, int]:
     before, start = received_bytes(), time.monotonic()
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     elapsed = time.monotonic() - start
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
@@ -92,15 +92,15 @@ def bench_provision(rounds: int) -> None:
     for round_ in range(1, rounds + 1):
         cache, env = fresh_caches()
         images = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "rig-base"],
-                                capture_output=True, text=True).stdout.split()
+                                capture_output=True, text=True, check=False).stdout.split()
         for tag in images:
-            subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+            subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
         for kind, fresh in (("cold", 1), ("warm", 1), ("no-op", 0)):
             results[kind].append(timed(["make", "provision", f"FRESH={fresh}", "BOX=rig-bench-box",
                                         "STACK=stacks/cuda-13.0.yml"], env))
             print(f"round {round_}: {kind} {results[kind][-1]}", flush=True)
         shutil.rmtree(cache, ignore_errors=True)
-    subprocess.run(["docker", "rm", "-f", "rig-bench-box"], capture_output=True)
+    subprocess.run(["docker", "rm", "-f", "rig-bench-box"], capture_output=True, check=False)
     write_section("provision", f"""
 ## `make provision`: cold, warm, no-op
 
@@ -173,7 +173,7 @@ receives and installs about 4 GB of wheels, so rounds are costly):
 
 def provision_boxes(rounds: int, lock: Path) -> dict:
     image = subprocess.run(["bash", "scripts/base-image.sh"], cwd=REPO, capture_output=True,
-                           text=True).stdout.split()[-1]
+                           text=True, check=False).stdout.split()[-1]
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
     subprocess.run([str(BIN / "rig"), "wheelhouse", "fetch", str(lock)], cwd=REPO, env=env, check=True)
     results: dict[str, list] = {"1 box": [], "3 boxes": []}
@@ -181,7 +181,7 @@ def provision_boxes(rounds: int, lock: Path) -> dict:
         for kind, count in (("1 box", 1), ("3 boxes", 3)):
             names = [f"rig-bench-{i}" for i in range(count)]
             for name in names:
-                subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+                subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
                 subprocess.run(["docker", "run", "-d", "--name", name, image, "sleep", "infinity"],
                                check=True, capture_output=True)
             inventory = Path(tempfile.mkstemp(suffix=".yml")[1])
@@ -189,7 +189,7 @@ def provision_boxes(rounds: int, lock: Path) -> dict:
                 f"        {n}:\n          ansible_connection: community.docker.docker_api\n" for n in names))
             results[kind].append(timed([str(BIN / "ansible-playbook"), "-i", str(inventory), "playbooks/python.yml",
                                         "-e", f"python_stack_lock={lock}"], env))
-            subprocess.run(["docker", "rm", "-f", *names], capture_output=True)
+            subprocess.run(["docker", "rm", "-f", *names], capture_output=True, check=False)
             inventory.unlink()
     return results
 
@@ -248,7 +248,7 @@ build again with that ccache warm. The build includes the audit of the wheel it 
 def audit_time(cmd: list[str], env: dict) -> tuple[float, int]:
     """Like timed(), but the audit's verdict (exit 1: the wheel fails) is not an error."""
     start = time.monotonic()
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     if done.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
     return time.monotonic() - start, 0
@@ -271,7 +271,7 @@ def bench_image(rounds: int) -> None:
     size = 0
     for i in range(rounds):
         results["cold build (--no-cache)"].append(timed([rig, "image", "build", "--no-cache", "--json"], env))
-        subprocess.run(["docker", "image", "prune", "-f"], capture_output=True)
+        subprocess.run(["docker", "image", "prune", "-f"], capture_output=True, check=False)
         results["patch-only rebuild"].append(timed([rig, "image", "build", "--json", "--patches",
                                                     str(variants[i % 2])], env))
         listing = subprocess.run([rig, "image", "build", "--json"], cwd=REPO, env=env, check=True,
@@ -319,7 +319,7 @@ du -sb $site/* | sort -nr | head -6 | while read b p; do echo "pkg:$(basename $p
 """
     out = subprocess.run(["docker", "run", "--rm", "--entrypoint", "bash", tag, "-c", script],
                          capture_output=True, text=True, check=True).stdout.split()
-    sizes = dict(zip(out[::2], map(int, out[1::2])))
+    sizes = dict(zip(out[::2], map(int, out[1::2]), strict=True))
     base_size = json.loads(subprocess.run(["docker", "image", "inspect", base], capture_output=True, text=True,
                                           check=True).stdout)[0]["Size"]
     return [("base image (Debian, python3, g++)", base_size), ("CUDA toolkit", sizes["toolkit"]),
@@ -418,7 +418,7 @@ def bench_hostile(examples: int) -> None:
         report, junit = Path(tmp) / "fuzz.json", Path(tmp) / "junit.xml"
         env = {**os.environ, "RIG_FUZZ_EXAMPLES": str(examples), "RIG_FUZZ_REPORT": str(report)}
         subprocess.run([str(BIN / "pytest"), "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *HOSTILE],
-                       cwd=REPO, env=env)
+                       cwd=REPO, env=env, check=False)
         fuzz = json.loads(report.read_text())
         totals = {k: sum(int(s.get(k, 0)) for s in ET.parse(junit).getroot().iter("testsuite"))
                   for k in ("tests", "failures", "errors")}

@@ -27,10 +27,10 @@ LOCK_059 = REPO / "stacks" / "sm120-sglang-0.5.9.lock"
 BIN = Path(sys.executable).parent
 
 
-def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+def run(cmd: list[str], check: bool = False, **kwargs) -> subprocess.CompletedProcess:
     kwargs.setdefault("capture_output", True)
     kwargs.setdefault("text", True)
-    return subprocess.run(cmd, **kwargs)
+    return subprocess.run(cmd, check=check, **kwargs)
 
 
 def rig(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -192,10 +192,10 @@ def lab(tmp_path_factory) -> dict:
     ok(rig("venv", "install", "--venv", str(v23), "--lock-hash", read(DEFAULT_LOCK)["lock_hash"],
            "--python-version", "3.11", "--wheelhouse", str(root / "house")))
     shutil.rmtree(root / "house")
-    ok(subprocess.run(["python3", "-m", "venv", "--without-pip", str(v9)], capture_output=True, text=True))
+    ok(subprocess.run(["python3", "-m", "venv", "--without-pip", str(v9)], capture_output=True, text=True, check=False))
     wheels = [str(cached_path(CACHE, w)) for w in read(LOCK_059)["wheels"]]
     ok(subprocess.run([str(v23 / "bin" / "python"), "-m", "pip", "--python", str(v9 / "bin" / "python"), "install",
-                       "-q", "--no-deps", "--no-index", *wheels], capture_output=True, text=True))
+                       "-q", "--no-deps", "--no-index", *wheels], capture_output=True, text=True, check=False))
     site = "lib/python3.11/site-packages"
     (v9 / site / "zz-rig-lab-base.pth").write_text(str(v23 / site) + "\n")
     return {"v9": v9, "v23": v23}

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from conftest import CUDA_STACK, REPO, ansible_env, playbook_cmd, rig
-from rig.tools import fetch_tool, list_elf_archs
+from rig.audit import cuda_archs
+from rig.tools import fetch_tool
 from rig.cli import DEFAULT_CACHE
 
 pytestmark = pytest.mark.box
@@ -54,7 +55,7 @@ def test_nvcc_13_compiles_for_sm120a_and_sm90a(provisioned_box):
     local = REPO / "build" / "k.o"
     local.parent.mkdir(exist_ok=True)
     subprocess.run(["docker", "cp", f"{box.name}:/tmp/k/k.o", str(local)], check=True)
-    assert list_elf_archs(local, fetch_tool("cuobjdump", DEFAULT_CACHE)) == ["sm_120a", "sm_90a"]
+    assert cuda_archs(local, fetch_tool("cuobjdump", DEFAULT_CACHE))[0] == ["120a", "90a"]
 
 
 def test_fresh_shell_resolves_sonames_and_nvrtc_compiles_by_soname(provisioned_box):

@@ -46,7 +46,8 @@ print(json.dumps({
 
 
 def inspect(venv, root) -> dict:
-    done = ok(subprocess.run([str(venv / "bin" / "python"), "-c", CHECK, str(root)], capture_output=True, text=True))
+    done = ok(subprocess.run([str(venv / "bin" / "python"), "-c", CHECK, str(root)], capture_output=True, text=True,
+                             check=False))
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -24,6 +24,6 @@ def test_the_engine_bundle_runs_with_python_alone(tmp_path):
     assert '"changed": true' in rig("bundle", "--json", "--out", str(out)).stdout
     assert '"changed": false' in rig("bundle", "--json", "--out", str(out)).stdout
     done = subprocess.run([sys.executable, "-I", "-S", str(out), "ldconfig-conf", "--version", "13.0.2",
-                           "--prefix", str(tmp_path)], capture_output=True, text=True)
+                           "--prefix", str(tmp_path)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert str(tmp_path / "cuda-13.0" / "lib64") in done.stdout

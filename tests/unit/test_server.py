@@ -12,6 +12,10 @@ from rig.server import health_gate, models, shell_line, systemd_exec, wants
 from rig.stack import load
 
 
+def verify(unit) -> subprocess.CompletedProcess:
+    return subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True, check=False)
+
+
 def stack(**server) -> dict:
     data = load(REPO / "stacks" / "default.yml")
     data["server"].update({"model": "/m", "draft_model": "/d", **server})
@@ -60,10 +64,10 @@ def test_the_unit_line_is_serialized_by_systemds_rules(tmp_path):
     if shutil.which("systemd-analyze"):  # systemd's own parser: an unescaped %Z is an unknown specifier
         unit = tmp_path / "rig-test.service"
         unit.write_text(f"[Service]\nType=exec\nExecStart={line}\n")
-        done = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True)
+        done = verify(unit)
         assert done.returncode == 0, done.stderr
         unit.write_text("[Service]\nType=exec\nExecStart=/bin/echo /models/100%Zfoo\n")
-        bad = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True)
+        bad = verify(unit)
         assert bad.returncode != 0  # the same path unescaped is refused: the escaping is what makes it valid
 
 
@@ -91,7 +95,7 @@ def test_the_health_gate_is_serialized_like_the_command_line(tmp_path):
         unit = tmp_path / "rig-gate.service"
         unit.write_text(f"[Service]\nType=exec\nExecStart=/bin/true\nExecStartPost={gate['exec_start_post']}\n"
                         f"StandardOutput={gate['standard_output']}\n")
-        done = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True)
+        done = verify(unit)
         assert "Unknown specifier" not in done.stderr and "%Z" not in done.stderr, done.stderr
 
 
