@@ -38,7 +38,7 @@ provision: venv docker  ## Provision a throwaway local box with STACK, then run 
 	ansible-playbook -i inventory/local playbooks/site.yml -e rig_stack=$(STACK) -e rig_box_name=$(BOX)
 	rig doctor --container $(BOX) --stack $(STACK)
 
-test: venv docker  ## Run the whole test suite: unit, role scenarios, end to end
+test: venv docker lint  ## Run the lint gates, then the whole test suite: unit, role scenarios, end to end
 	export RIG_BASE_IMAGE=$$(bash scripts/base-image.sh) && \
 	  pytest -ra tests
 
