@@ -251,11 +251,17 @@ def _env_source(func):
 def _environment(stack_path: str, env_json: str | None, prefix: str) -> tuple[dict, str]:
     """(environment, stack name) from a stack file, or from the JSON a role passes."""
     if env_json:
+        from rig.documents import parse_json
+        from rig.schema import Field, distribution
+
+        spec = Field(dict, fields={"pinned": Field(dict, required=True, values=Field()),
+                                   "defaults": Field(dict, required=True, values=Field()),
+                                   "stack": Field(required=True, check=distribution)})
         try:
-            data = json.loads(env_json)
-            return {"pinned": data["pinned"], "defaults": data["defaults"]}, data["stack"]
-        except (ValueError, KeyError, TypeError) as exc:
+            data = parse_json(env_json, "--env-json", spec)
+        except RigError as exc:
             raise RigError(f"--env-json is not what `rig env show --json` prints: {exc}") from exc
+        return {"pinned": data["pinned"], "defaults": data["defaults"]}, data["stack"]
     from rig.runtime_env import environment
     from rig.stack import load
 

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rig import RigError, progress
+from rig.schema import Field, between
 from rig.sglang_api import (accept_length, call, context_length, generate_body, headers, server_accept_length,
                              server_info)
 
@@ -405,7 +406,7 @@ def report_markdown(result: dict) -> str:
         serial = run["serial"]
         if serial and serial["median"]:
             lines += [f"Serial, {serial['runs']} runs: median {serial['median']:.1f} tok/s "
-                      f"(range {serial['min']:.1f}-{serial['max']:.1f})", ""]
+                      f"(range {_num(serial['min'], 1)}-{_num(serial['max'], 1)})", ""]
         lines += ["| C | requests | failed | output tok/s | per-request tok/s p50 | TTFT p50/p90/p99 (s) "
                   "| TPOT p50 (ms) | e2e p50/p90/p99 (s) | accept length |",
                   "|---|---|---|---|---|---|---|---|---|"]
@@ -452,7 +453,8 @@ def plot(result: dict, out: Path) -> list[str]:
         ax.set_ylabel(title)
         ax.set_title(title + " vs concurrency")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:  # a run that measured nothing has no line to name
+            ax.legend()
         fig.tight_layout()
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
@@ -470,21 +472,32 @@ def write(result: dict, out: str | Path) -> dict:
     return {"files": files}
 
 
+_NUMBER = Field((int, float, type(None)))
+_STATS = Field((dict, type(None)), values=_NUMBER)
+# what the report and the comparison read of an earlier run; the rest is kept as it is
+RESULTS_SPEC = Field(dict, open=True, fields={"runs": Field(list, required=True, check=lambda v: None if v else "no runs",
+                                                            item=Field(dict, open=True, fields={
+    "serial": Field((dict, type(None)), open=True, fields={
+        "runs": Field(int, required=True), "tok_s": Field(list, required=True, item=Field((int, float))),
+        "median": _NUMBER, "min": _NUMBER, "max": _NUMBER}),
+    "stopped": Field((str, type(None))), "url": Field(required=True), "speculative_algorithm": Field((str, type(None))),
+    "levels": Field(list, required=True, item=Field(dict, open=True, fields={
+        "concurrency": Field(int, required=True, check=between(1, 100_000)), "throughput": _NUMBER,
+        "round_throughput": Field(list, default=[], item=Field((int, float))), "requests": Field(int, default=0),
+        "failed": Field(int, default=0), "accept_length": _NUMBER, "ttft_s": _STATS, "e2e_s": _STATS,
+        "tpot_s": _STATS, "per_request_speed": _STATS}))}))})
+
+
 def _earlier(path: str) -> dict:
-    """The first run of an earlier results.json, checked for the fields the comparison reads."""
+    """The first run of an earlier results.json, checked for every field the comparison and report read."""
+    from rig.documents import load_json
+
     try:
-        earlier = json.loads(Path(path).read_text())
-        run = earlier["runs"][0]
-        levels = run["levels"]
-        if not isinstance(levels, list) or not all(isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)
-                                                   for lv in levels):
-            raise TypeError("levels")
-        return {**run, "label": "baseline"}
-    except OSError as exc:
-        raise RigError(f"--baseline-results {path}: {exc.strerror or exc}") from exc
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise RigError(f"--baseline-results {path}: not a results.json of rig bench ({exc.__class__.__name__}: {exc}); "
-                       "give the results.json an earlier `rig bench` wrote") from exc
+        earlier = load_json(path, "results.json", RESULTS_SPEC)
+    except RigError as exc:
+        raise RigError(f"--baseline-results: {exc}: not a results.json of rig bench; give the results.json an "
+                       "earlier `rig bench` wrote") from exc
+    return {**earlier["runs"][0], "label": "baseline"}
 
 
 def run(url: str, plan: Plan, baseline_url: str | None = None, baseline_results: str | None = None,
