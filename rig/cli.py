@@ -882,7 +882,8 @@ def audit(paths, stack_path, venv_path, torch_path, cache, as_json) -> None:
     from rig.tools import fetch_tool
 
     stack = load(stack_path)
-    torch, extra_dirs, installed = None, [], None
+    torch, installed = None, None
+    extra_dirs: list[Path] = []
     if venv_path:
         torch, extra_dirs, installed = audits.venv_context(Path(venv_path), list(paths))
     if torch_path:

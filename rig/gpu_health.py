@@ -159,7 +159,7 @@ def _pcie(found: list[dict]) -> Check:
     for g in found:
         gen, gen_max = _number(g["pcie.link.gen.current"]), _number(g["pcie.link.gen.max"])
         width, width_max = _number(g["pcie.link.width.current"]), _number(g["pcie.link.width.max"])
-        if None in (gen, gen_max, width, width_max):
+        if gen is None or gen_max is None or width is None or width_max is None:
             unread.append(g["index"])
         elif width < width_max or gen < gen_max:
             degraded.append(f"GPU {g['index']} gen {gen} x{width} of gen {gen_max} x{width_max}")

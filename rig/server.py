@@ -54,21 +54,24 @@ class _Parser:
     def __init__(self, python: Path):
         if not python.exists():
             raise RigError(f"{python} does not exist; install the stack's venv first (python_stack role)")
+        self.python = python
         self.proc = subprocess.Popen([str(python), "-c", _PARSER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdin and self.proc.stdout and self.proc.stderr  # all three are pipes
+        self.stdin, self.stdout, self.stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
 
     def ask(self, request: dict) -> dict:
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        self.stdin.write(json.dumps(request) + "\n")
+        self.stdin.flush()
+        line = self.stdout.readline()
         if not line:
             self.proc.kill()
-            err = self.proc.stderr.read().strip().splitlines()
-            raise RigError(f"sglang's argument parser did not load in {self.proc.args[0]}: {err[-1:] or 'no output'}")
+            err = self.stderr.read().strip().splitlines()
+            raise RigError(f"sglang's argument parser did not load in {self.python}: {err[-1:] or 'no output'}")
         return json.loads(line)
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        self.stdin.close()
         self.proc.wait()
 
 
@@ -98,7 +101,7 @@ def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
     if graph_bs < largest:
         raise RigError(f"server.cuda_graph_max_bs {graph_bs} is below the largest bench concurrency {largest}: "
                        "batches above it would run without CUDA graphs; raise it or leave it 0")
-    pairs = [("--model-path", target)]
+    pairs: list[tuple[str, str | None]] = [("--model-path", target)]
     if not baseline:
         if not draft:
             raise RigError("the stack has no server.draft_model for EAGLE-3: set it, or use --baseline")

@@ -89,9 +89,9 @@ def context_length(info: dict) -> int | None:
 
 def server_accept_length(info: dict) -> float | None:
     states = info.get("internal_states")
-    values = [number(s.get("avg_spec_accept_length")) for s in states if isinstance(s, dict)] \
+    found = [number(s.get("avg_spec_accept_length")) for s in states if isinstance(s, dict)] \
         if isinstance(states, list) else []
-    values = [v for v in values if v]
+    values = [v for v in found if v is not None]
     return sum(values) / len(values) if values else None
 
 
