@@ -66,6 +66,15 @@ class Seconds(click.ParamType):
         return seconds
 
 
+def to_file_or_stdout(text: str, out: str | None) -> None:
+    if out:
+        from rig.fs import atomic_write
+
+        atomic_write(out, text)
+    else:
+        click.echo(text, nl=False)
+
+
 def emit(result: dict, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result, indent=2, sort_keys=True))
@@ -110,12 +119,7 @@ def stack_vars(path: str, out: str | None) -> None:
     """Print the Ansible role variables a stack implies (JSON)."""
     from rig.stack import ansible_vars, load
 
-    text = json.dumps(ansible_vars(load(path), path), indent=2) + "\n"
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(text)
-    else:
-        click.echo(text, nl=False)
+    to_file_or_stdout(json.dumps(ansible_vars(load(path), path), indent=2) + "\n", out)
 
 
 def _yaml_dump(data: dict) -> str:
@@ -324,7 +328,7 @@ def server() -> None:
 @click.option("--gate-engine", help="The engine on the server's host: add the unit's health gate (JSON).")
 @click.option("--gate-python", default="/usr/bin/python3", show_default=True, help="The Python that runs it.")
 @click.option("--log", default="/var/log/rig/sglang-server.log", show_default=True, help="The server's log.")
-@click.option("--start-timeout", type=click.IntRange(1), default=1200, show_default=True,
+@click.option("--start-timeout", type=click.IntRange(61, 7 * 86400 + 30), default=1200, show_default=True,
               help="Seconds systemd waits for the health gate.")
 @json_option
 def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engine, gate_python, log, start_timeout,
@@ -340,10 +344,12 @@ def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engin
     from rig.stack import load, validate
 
     if stack_json:
+        from rig.documents import parse_json
+
         try:
-            stack = validate(json.loads(stack_json), "--stack-json")
-        except ValueError as exc:
-            raise RigError(f"--stack-json is not JSON: {exc}") from exc
+            stack = validate(parse_json(stack_json, "--stack-json"), "--stack-json")
+        except RigError as exc:
+            raise RigError(f"--stack-json is not JSON of a stack: {exc}") from exc
     else:
         stack = load(stack_path)
     if api_key is None:
@@ -548,11 +554,7 @@ def sbom(venv_path, requirements, name, out) -> None:
     """A CycloneDX 1.5 SBOM of the venv: every distribution, with its locked wheel's sha256."""
     from rig.sbom import cyclonedx
 
-    text = json.dumps(cyclonedx(venv_path, list(requirements), name), indent=1, sort_keys=True) + "\n"
-    if out:
-        Path(out).write_text(text)
-    else:
-        click.echo(text, nl=False)
+    to_file_or_stdout(json.dumps(cyclonedx(venv_path, list(requirements), name), indent=1, sort_keys=True) + "\n", out)
 
 
 @cli.group()

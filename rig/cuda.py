@@ -297,8 +297,9 @@ def _verify_tree(tree: Path, version: str, components: list[str]) -> None:
                            "the wheels do not match the release")
     nvcc = tree / "bin" / "nvcc"
     if nvcc.exists():  # CUDA 12 wheels ship ptxas but no nvcc driver
-        if tool_release(nvcc) != series(version):
-            raise RigError(f"{nvcc} does not report release {series(version)} (it says {tool_release(nvcc)})")
+        release = tool_release(nvcc)
+        if release != series(version):
+            raise RigError(f"{nvcc} does not report release {series(version)} (it says {release})")
 
 
 def _promote(staging: Path, tree: Path) -> None:
@@ -327,13 +328,18 @@ def _state_file(state_dir: str | Path, prefix: str | Path) -> Path:
 
 
 def _link_target(prefix: Path, value, what: str) -> str | None:
-    """A link target rig may write: None (no link), cuda-X.Y, or PREFIX/cuda-X.Y; anything else is refused."""
+    """A link target rig may write back: None (there was no link), or a path that leads to a CUDA toolkit
+    (a cuda-X.Y tree, or /etc/alternatives/cuda as NVIDIA's packages set it up); anything else is refused.
+    A target that is gone is left to the rollback, which refuses to leave a dangling link."""
     if value is None:
         return None
-    if not isinstance(value, str) or not re.fullmatch(r"cuda-\d+\.\d+", Path(value).name) or \
-            (Path(value).is_absolute() and Path(value).parent != prefix) or \
-            (not Path(value).is_absolute() and value != Path(value).name):
-        raise RigError(f"{what}: {value!r} is not a cuda-X.Y tree of {prefix}; remove the file if it is not rig's")
+    if not isinstance(value, str) or not value or any(ord(c) < 32 for c in value):
+        raise RigError(f"{what}: {value!r} is not a link target; remove the file if it is not rig's")
+    tree = (prefix / value).resolve()  # a relative target is relative to the link's directory
+    markers = ("bin/nvcc", "bin/ptxas", "lib64", "version.json", MARKER)
+    if tree.exists() and not any((tree / marker).exists() for marker in markers):
+        raise RigError(f"{what}: {value!r} does not lead to a CUDA toolkit (no bin/nvcc, lib64 or version.json "
+                       f"under {tree}); remove the file if it is not rig's")
     return value
 
 
@@ -347,7 +353,7 @@ def _read_state(state_dir: str | Path, prefix: Path) -> dict | None:
         raise RigError(f"{exc}; remove it to start afresh") from exc
     if not isinstance(state, dict) or state.get("prefix") != str(prefix.resolve()) or "previous" not in state:
         raise RigError(f"{path}: not rig's rollback record for {prefix}; remove it to start afresh")
-    return {**state, "previous": _link_target(prefix, state["previous"], f"{path}: previous")}
+    return {**state, "previous": _link_target(prefix.resolve(), state["previous"], f"{path}: previous")}
 
 
 def set_default(version: str, prefix: str | Path, state_dir: str | Path = DEFAULT_STATE_DIR,
@@ -368,6 +374,7 @@ def set_default(version: str, prefix: str | Path, state_dir: str | Path = DEFAUL
         return {"changed": False, "link": str(link), "target": previous}
     if not check:
         with _locked(_prefix_lock(prefix)):
+            previous = os.readlink(link) if link.is_symlink() else None  # again, now that no other run moves it
             record = {"prefix": str(prefix.resolve()), "previous": previous, "current": tree.name}
             atomic_write(_state_file(state_dir, prefix), json.dumps(record) + "\n")
             _atomic_symlink(tree.name, link)
@@ -388,7 +395,7 @@ def rollback_default(prefix: str | Path, state_dir: str | Path = DEFAULT_STATE_D
         return {"changed": False, "link": str(link), "target": current}
     if link.exists() and not link.is_symlink():
         raise RigError(f"{link} is a real directory, not a link; rig will not replace it")
-    if previous is not None and not (prefix / previous).is_dir():
+    if previous is not None and not (prefix.resolve() / previous).is_dir():
         raise RigError(f"{prefix / previous} no longer exists; rolling back would leave {link} dangling. "
                        f"Choose a toolkit with `rig cuda default --version X.Y --prefix {prefix}`")
     if not check:

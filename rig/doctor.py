@@ -123,10 +123,13 @@ def _nvrtc(cuda_version: str, archs: list[str]) -> list[Check]:
 def _venv(venv: str) -> Check:
     from rig.venv import read_marker, verify
 
-    if read_marker(venv) is None:
-        return Check("python", "venv", "fail", f"{venv} holds no rig-installed stack",
-                     "run the python_stack role (installs the stack's lock offline)")
-    result = verify(venv)
+    try:
+        if read_marker(venv) is None:
+            return Check("python", "venv", "fail", f"{venv} holds no rig-installed stack",
+                         "run the python_stack role (installs the stack's lock offline)")
+        result = verify(venv)
+    except RigError as exc:  # a marker rig did not write, or a Python that cannot start: a failed check
+        return Check("python", "venv", "fail", str(exc), "run the python_stack role again")
     if not result["ok"]:
         return Check("python", "venv", "fail", f"{venv} differs from lock {result['lock_hash'][:12]}: "
                      f"{result['mismatched']}", "run the python_stack role again")

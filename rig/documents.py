@@ -21,9 +21,14 @@ MAX_BYTES = 16 << 20
 def read_text(path: str | Path, what: str) -> str:
     path = Path(path)
     try:
-        if path.stat().st_size > MAX_BYTES:
+        if not path.is_file():
+            raise RigError(f"{what} {path} is not a regular file" if path.exists() else
+                           f"cannot read {what} {path}: No such file or directory")
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:
             raise RigError(f"{what} {path} is larger than {MAX_BYTES >> 20} MiB; it is not a {what}")
-        return path.read_bytes().decode("utf-8")
+        return data.decode("utf-8")
     except OSError as exc:
         raise RigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
@@ -60,7 +65,7 @@ def parse_yaml(text: str, source: str) -> Any:
             seen = set()
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=True)
-                if isinstance(key, (dict, list)):
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
                     raise RigError(f"{source}: line {key_node.start_mark.line + 1}: a key must be text")
                 if key in seen:
                     raise RigError(f"{source}: line {key_node.start_mark.line + 1}: key {key!r} is given twice; "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -53,6 +54,22 @@ def atomic_write(path: str | Path, data: str | bytes, mode: int | None = None) -
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_copy(src: str | Path, dest: str | Path) -> Path:
+    """atomic_write for a file too big to hold in memory (a wheel): copied beside DEST, then renamed."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.rig-")
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
 
 
 def sha256_file(path: str | Path) -> str:

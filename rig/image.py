@@ -23,7 +23,7 @@ from pathlib import Path
 from rig import RigError, progress
 from rig.container import client as _client
 from rig.cuda_releases import series
-from rig.fs import sha256_data
+from rig.fs import atomic_write, sha256_data
 
 DOCKERFILE = Path(__file__).resolve().parent.parent / "docker" / "Dockerfile"
 LABEL = "dev.rig"
@@ -199,9 +199,9 @@ def _take_back(client, image: str, cache: Path) -> None:
                 for member in tar.getmembers():
                     parts = Path(member.name).parts  # built/KEY/FILE
                     if member.isfile() and len(parts) == 3 and ".." not in parts:
-                        dest = cache / "built" / parts[1]
-                        dest.mkdir(parents=True, exist_ok=True)
-                        (dest / parts[2]).write_bytes(tar.extractfile(member).read())
+                        source = tar.extractfile(member)
+                        if source is not None:  # a killed build leaves no torn wheel that plan() would trust
+                            atomic_write(cache / "built" / parts[1] / parts[2], source.read())
     finally:
         container.remove(force=True)
 

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from rig import RigError
-from rig.cuda import check_release, tree_of
+from rig.cuda import tree_of
 from rig.proc import run
 
 CONF_DIR = "/etc/ld.so.conf.d"
@@ -40,7 +40,8 @@ def conf_for(version: str, prefix: str = "/usr/local", conf_dir: str = CONF_DIR,
 
     ROOT is where the tree is seen now (an image's staging dir): its directories are
     found under ROOT and written as the running system will see them, from /."""
-    check_release(version)
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):  # a toolkit rig did not install may be any release
+        raise RigError(f"--version {version!r}: give a CUDA release like 13.0 or 12.8.1")
     tree = tree_of(Path(prefix).absolute(), version)
     seen = Path(root).resolve() / tree.relative_to(tree.anchor)
     dirs = ["/" + str(Path(d).relative_to(Path(root).resolve())) for d in library_dirs(seen)] if seen.is_dir() else []

@@ -320,6 +320,8 @@ LOCK_SPEC = Field(dict, open=True, fields={
         "name": Field(required=True, check=distribution), "version": Field(required=True, check=_wheel_version),
         "filename": Field(required=True, check=_wheel_file), "sha256": Field(required=True, check=sha256),
         "index": Field(required=True)})),
+    "unresolved": Field(list, default=[], item=Field(dict, open=True, fields={
+        "reason": Field(required=True, multiline=True)})),
     "source_builds": Field(list, default=[], item=Field(dict, open=True, fields={
         "name": Field(required=True, check=distribution), "version": Field(required=True, check=_wheel_version)})),
 })

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import importlib.resources
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,8 +170,9 @@ class Env:
             return {"files": {}}
         try:
             state = load_json(self.state_path, "patch record", STATE_SPEC)
-            for name in state["files"]:
-                confined(self.prefix, str(Path(name).relative_to(self.prefix)), f"{self.state_path}: file")
+            for name in state["files"]:  # recorded resolved; the prefix may be reached through a link
+                confined(self.prefix, os.path.relpath(Path(name).resolve(), self.prefix.resolve()),
+                         f"{self.state_path}: file")
         except (RigError, ValueError) as exc:
             raise RigError(f"{exc}; restore {self.state_path} or remove it after reinstalling the patched "
                            "packages") from exc

@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from rig import RigError, progress
+from rig.fs import atomic_write
 from rig.proc import interpreter, last_json
 
 SIZES = [8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20, 256 << 20]
@@ -115,8 +116,8 @@ def write(result: dict, out: str | Path) -> list[str]:
     """probe.json first (nothing measured is lost if the plot fails), then probe.md and probe.png."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "probe.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "probe.md").write_text(report_markdown(result))
+    atomic_write(out / "probe.json", json.dumps(result, indent=2) + "\n")
+    atomic_write(out / "probe.md", report_markdown(result))
     import matplotlib
 
     matplotlib.use("Agg")

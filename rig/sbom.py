@@ -10,14 +10,12 @@ import re
 import uuid
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from rig.proc import ask
 
 _LIST = ("import importlib.metadata as m, json; print(json.dumps(sorted("
          "[d.metadata['Name'], d.version] for d in m.distributions())))")
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def locked_hashes(requirements: str | Path) -> dict:
@@ -26,7 +24,7 @@ def locked_hashes(requirements: str | Path) -> dict:
     for line in Path(requirements).read_text().splitlines():
         match = re.match(r"([A-Za-z0-9_.\-]+)==(\S+)\s+--hash=sha256:([0-9a-f]{64})", line)
         if match:
-            pins[_norm(match.group(1))] = (match.group(2), match.group(3))
+            pins[canonicalize_name(match.group(1))] = (match.group(2), match.group(3))
     return pins
 
 
@@ -36,7 +34,7 @@ def cyclonedx(venv: str | Path, requirements: list, name: str = "") -> dict:
     hashes = {k: v for path in requirements for k, v in locked_hashes(path).items()}
     components = []
     for dist, version in listed:
-        key = _norm(dist)
+        key = canonicalize_name(dist)
         component = {"type": "library", "bom-ref": f"pkg:pypi/{key}@{version}", "name": dist, "version": version,
                      "purl": f"pkg:pypi/{key}@{version}"}
         if key in hashes and hashes[key][0] == version:

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rig import RigError, progress
+from rig.fs import atomic_write
 from rig.schema import Field, between
 from rig.sglang_api import (accept_length, call, context_length, generate_body, headers, server_accept_length,
                              server_info)
@@ -157,7 +158,7 @@ async def _stream(session, url: str, body: dict) -> dict:
         tokens = int(meta["completion_tokens"])
         if tokens <= 0:
             raise ValueError(f"completion_tokens {tokens}")
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, OverflowError) as exc:
         return {"ok": False, "error": f"malformed chunk: {exc.__class__.__name__}: {exc}"}
     e2e = end - start
     return {"ok": True, "tokens": tokens, "start": start, "end": end, "ttft": ttft, "e2e": e2e,
@@ -426,7 +427,7 @@ def report_markdown(result: dict) -> str:
         lines += ["## Crossover", "", "Median over rounds; the ratio's range is over the rounds, each measured "
                   "with the two servers interleaved. A level is won or lost only when the whole range is on one side of 1.",
                   "", "| C | EAGLE-3 tok/s | baseline tok/s | ratio (range) | verdict |", "|---|---|---|---|---|"]
-        lines += [f"| {r['concurrency']} | {r['eagle3']:.1f} | {r['baseline']:.1f} | {r['ratio']:.2f} "
+        lines += [f"| {r['concurrency']} | {_num(r['eagle3'], 1)} | {_num(r['baseline'], 1)} | {r['ratio']:.2f} "
                   f"({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['verdict']} |" for r in x["levels"]]
         lines += ["", f"Highest concurrency where EAGLE-3 still wins: {x['highest_winning_concurrency']}",
                   "", f"**Recommendation:** {x['recommendation']}", ""]
@@ -466,8 +467,8 @@ def write(result: dict, out: str | Path) -> dict:
     """results.json, report.md and the plots; written even for a run that stopped early."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "report.md").write_text(report_markdown(result))
+    atomic_write(out / "results.json", json.dumps(result, indent=2) + "\n")
+    atomic_write(out / "report.md", report_markdown(result))
     files = [str(out / "results.json"), str(out / "report.md"), *plot(result, out)]
     return {"files": files}
 

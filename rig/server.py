@@ -197,7 +197,8 @@ def health_gate(stack: dict, engine: str, python: str, log: str, start_timeout: 
     """The unit's start gate and log, serialized like ExecStart: systemd calls the service started only
     once `rig smoke --health-only` has seen /health_generate answer (or the server exit)."""
     for what, path in (("--gate-engine", engine), ("--gate-python", python), ("--log", log)):
-        if not path.startswith("/") or any(c.isspace() for c in path):
+        bare_program = what == "--gate-python" and re.fullmatch(r"[A-Za-z0-9._+-]+", path)  # systemd finds it
+        if not (path.startswith("/") or bare_program) or any(c.isspace() for c in path):
             raise RigError(f"{what} {path!r}: give an absolute path without spaces (systemd takes it as it is)")
     if start_timeout <= 60:
         raise RigError(f"--start-timeout {start_timeout}: give more than 60 s (the gate waits 30 s less)")

@@ -71,6 +71,8 @@ def _env_vars(value: dict) -> str | None:
             return msg
         if not isinstance(val, (str, int, float)) or isinstance(val, bool):
             return f"{name}: give a string or number, not {type(val).__name__}"
+        if any(ord(c) < 32 for c in str(val)):
+            return f"{name}: {str(val)[:40]!r} must be one line (no newline, tab or NUL): every start of the venv reads it"
     return None
 
 
@@ -89,7 +91,7 @@ def _package(name_choices: tuple, default_name: str) -> Field:
 
 SCHEMA = {
     "name": Field(required=True, check=distribution),  # it names files, units and images: a plain name
-    "description": Field(default=""),
+    "description": Field(default="", multiline=True),
     # the target's interpreter and C library: which wheels can run there
     "python": Field(default="3.12", check=_python),
     # more Pythons the stack's hosts have (Ubuntu 22.04: 3.10, 24.04: 3.12): one more lock each, picked

@@ -15,6 +15,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from rig import RigError, progress
 from rig.fs import confined
 
@@ -161,14 +163,14 @@ def _patches(lock: dict, cache: Path, patch_dir: str | None) -> tuple[list[str],
 
     plan = patching.load(patch_dir)
     packages = {p.package for p in plan}
-    locked = {w["name"]: w for w in lock["wheels"] if w["name"] in {_canon(n) for n in packages}}
+    locked = {w["name"]: w for w in lock["wheels"] if w["name"] in {canonicalize_name(n) for n in packages}}
     found = _wheels(lock, cache, set(locked))
     with tempfile.TemporaryDirectory(prefix="rig-validate-") as tmp:
         env = patching.Env(python="", prefix=Path(tmp), packages={})
         for package in packages:
-            if _canon(package) not in found:
+            if canonicalize_name(package) not in found:
                 continue
-            entry, wheel = found[_canon(package)]
+            entry, wheel = found[canonicalize_name(package)]
             root = Path(tmp) / package
             with zipfile.ZipFile(wheel) as archive:
                 members = set(archive.namelist())
@@ -187,12 +189,6 @@ def _patches(lock: dict, cache: Path, patch_dir: str | None) -> tuple[list[str],
                  if r["status"] == "drifted"]
     counts = {s: sum(r["status"] == s for r in rows) for s in ("needed", "applied", "upstream", "not-applicable")}
     return problems, ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-
-
-def _canon(name: str) -> str:
-    from packaging.utils import canonicalize_name
-
-    return canonicalize_name(name)
 
 
 def junit(result: dict) -> str:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import platform
-import re
 import shutil
 import sys
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from rig import RigError, progress
 from rig.documents import load_json
@@ -99,7 +100,7 @@ def verify(venv: str | Path) -> dict:
     names = ask(Path(venv) / "bin" / "python", "import importlib.metadata as m, json;"
                 "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))", [],
                 "list what it holds (its Python must start)")
-    installed = {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in names.items()}
+    installed = {canonicalize_name(k): v for k, v in names.items()}
     wanted = dict(pin.split("==") for pin in marker["packages"])
     wrong = {n: (v, installed.get(n)) for n, v in wanted.items() if installed.get(n) != v}
     return {"ok": not wrong, "lock_hash": marker["lock_hash"], "packages": len(wanted),

@@ -9,12 +9,11 @@ requirements file, for `pip install --no-index --require-hashes` on targets.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
 from rig import RigError, progress
-from rig.fs import atomic_write, confined, sha256_file
+from rig.fs import atomic_copy, atomic_write, confined, sha256_file
 from rig.pip import download, index_args, target_args
 
 REQUIREMENTS = "requirements.txt"
@@ -94,7 +93,7 @@ def export(lock: dict, cache: str | Path, dest: str | Path) -> dict:
             try:
                 os.link(src, target)
             except OSError:
-                shutil.copyfile(src, target)
+                atomic_copy(src, target)
         lines.append(f"{wheel['name']}=={wheel['version']} --hash=sha256:{wheel['sha256']}")
     atomic_write(dest / REQUIREMENTS, "\n".join(sorted(lines)) + "\n")
     return {"changed": True, "dir": str(dest), "wheels": len(lines), "lock_hash": lock["lock_hash"]}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rig import RigError, progress
 from rig.audit import audit_wheel, venv_context
-from rig.fs import atomic_write, sha256_data, sha256_file
+from rig.fs import atomic_copy, atomic_write, sha256_data, sha256_file
 from rig.runtime_env import arch_env
 
 GIB = 1 << 30
@@ -188,8 +188,7 @@ def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home:
         if not report["ok"]:
             raise RigError(f"{built.name} failed the audit and was not kept: " + "; ".join(report["errors"]))
         dest = cache / "built" / key
-        dest.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(built, dest / built.name)
+        atomic_copy(built, dest / built.name)  # kept wheels are trusted by name: never a torn one
     atomic_write(dest / f"{built.name}.audit.json", json.dumps(report, indent=2) + "\n")
     return {"changed": True, "wheel": str(dest / built.name), "key": key, "audit": report, "jobs": jobs,
             "msg": f"built and audited {dest / built.name}"}

@@ -26,6 +26,7 @@ def test_wheel_members_map_onto_a_cuda_tree(member, target):
 def _fake_tree(prefix, name, marker=None):
     tree = prefix / name
     (tree / "bin").mkdir(parents=True)
+    (tree / "bin" / "ptxas").touch()
     if marker:
         (tree / cuda.MARKER).write_text(json.dumps(marker))
     return tree

@@ -1,6 +1,7 @@
 """The CUDA default link's rollback record and the per-prefix lock, against hostile and concurrent use."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,6 +15,7 @@ from rig.fs import sha256_file
 def _trees(prefix, *names):
     for name in names:
         (prefix / name / "bin").mkdir(parents=True)
+        (prefix / name / "bin" / "nvcc").touch()
 
 
 def test_a_rollback_of_one_prefix_never_reads_another_prefixes_record(tmp_path):
@@ -29,14 +31,14 @@ def test_a_rollback_of_one_prefix_never_reads_another_prefixes_record(tmp_path):
     assert os.readlink(a / "cuda") == "cuda-12.9"
 
 
-@pytest.mark.parametrize("previous", ["/etc", "../../etc", "cuda-13.0/../../etc", "cuda-x", 7, "cuda-13.0\n"])
+@pytest.mark.parametrize("previous", ["/etc", "../../etc", "cuda-13.0/../../etc", "cuda-13.0/bin", 7, "cuda-13.0\n", ""])
 def test_a_tampered_rollback_record_is_refused_and_the_link_kept(tmp_path, previous):
     state = tmp_path / "state"
     _trees(tmp_path, "cuda-13.0")
     cuda.set_default("13.0.2", tmp_path, state)
     record = next(state.iterdir())
     record.write_text(json.dumps({**json.loads(record.read_text()), "previous": previous}))
-    with pytest.raises(RigError, match="is not a cuda-X.Y tree of"):
+    with pytest.raises(RigError, match="is not a link target|does not lead to a CUDA toolkit|dangling"):
         cuda.rollback_default(tmp_path, state)
     assert os.readlink(tmp_path / "cuda") == "cuda-13.0"
 
@@ -56,8 +58,7 @@ def test_a_rollback_that_would_leave_a_dangling_link_is_refused(tmp_path):
     _trees(tmp_path, "cuda-12.9", "cuda-13.0")
     (tmp_path / "cuda").symlink_to("cuda-12.9")
     cuda.set_default("13.0.2", tmp_path, state)
-    (tmp_path / "cuda-12.9" / "bin").rmdir()
-    (tmp_path / "cuda-12.9").rmdir()
+    shutil.rmtree(tmp_path / "cuda-12.9")
     with pytest.raises(RigError, match="would leave .* dangling"):
         cuda.rollback_default(tmp_path, state, check=True)
     assert os.readlink(tmp_path / "cuda") == "cuda-13.0"
@@ -94,3 +95,15 @@ def test_two_installs_into_one_prefix_take_turns(tmp_path):
     assert sorted(json.loads(out)["changed"] for _, out, _ in results) == [False, True]
     assert (prefix / "cuda-13.0" / "lib64" / "libcudart.so.13").stat().st_size == 24 << 20
     assert sorted(p.name for p in prefix.iterdir()) == [".rig-cuda.lock", "cuda-13.0"]
+
+
+def test_a_link_nvidias_packages_made_rolls_back(tmp_path):
+    """NVIDIA's .deb packages point /usr/local/cuda at /etc/alternatives/cuda: rollback restores that."""
+    prefix, alternatives = tmp_path / "prefix", tmp_path / "alternatives"
+    _trees(prefix, "cuda-12.8", "cuda-13.0")
+    alternatives.mkdir()
+    (alternatives / "cuda").symlink_to(prefix / "cuda-12.8")
+    (prefix / "cuda").symlink_to(alternatives / "cuda")
+    cuda.set_default("13.0.2", prefix, tmp_path / "state")
+    assert cuda.rollback_default(prefix, tmp_path / "state")["target"] == str(alternatives / "cuda")
+    assert os.readlink(prefix / "cuda") == str(alternatives / "cuda")

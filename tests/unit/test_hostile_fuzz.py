@@ -167,7 +167,8 @@ YAML_ATTACKS = [
     "[" * 5000, "a: &a [" + ",".join(["*a"] * 3) + "]", "name: x\nname: y\n",
     "a: &x [1,2,3,4,5,6,7,8,9]\nb: &y [*x,*x,*x,*x,*x,*x,*x,*x,*x]\nc: [*y,*y,*y,*y,*y,*y,*y,*y,*y]\n",
     "!!python/object/apply:os.system ['id']", "name: !!binary aGVsbG8=", "? [a]\n: b\n", "\t\x00", "",
-    "name: " + "x" * 100000, "cuda: {version: 13.0.2}\nname: ok\n" + "extra_packages: [" + "a," * 2000 + "]",
+    "name: " + "x" * 100000, "? !!set {a: 1}\n: b\n", "? [1, 2]\n: b\n",
+    "cuda: {version: 13.0.2}\nname: ok\n" + "extra_packages: [" + "a," * 2000 + "]",
 ]
 
 
@@ -285,8 +286,9 @@ def test_a_tampered_venv_marker_is_refused_cleanly(marker):
 
 
 RESULTS = {"plan": {}, "runs": [{"label": "baseline", "url": "http://127.0.0.1:30001",
-                                  "speculative_algorithm": None, "serial": {"runs": 3, "tok_s": [48.0, 50.0, 51.5], "median": 50.0,
-                                                             "min": 48.0, "max": 51.5},
+                                  "speculative_algorithm": None,
+                                  "serial": {"runs": 3, "tok_s": [48.0, 50.0, 51.5], "median": 50.0, "min": 48.0,
+                                             "max": 51.5},
                                   "stopped": None, "levels": [
     {"concurrency": 1, "throughput": 50.0, "round_throughput": [49.0, 50.0, 51.0], "requests": 30, "failed": 0,
      "accept_length": None, "ttft_s": {"p50": 0.1, "p90": 0.2, "p99": 0.3}, "e2e_s": {"p50": 1.0},

@@ -104,3 +104,9 @@ def test_the_health_gate_is_serialized_like_the_command_line(tmp_path):
 def test_a_gate_path_systemd_would_misread_is_refused(log, says):
     with pytest.raises(RigError, match=says):
         health_gate(stack(), "/opt/rig/rig.pyz", "/usr/bin/python3", log, 1200)
+
+
+def test_a_gate_python_may_be_a_program_systemd_finds():
+    """python_stack points the engine at python3.12 on hosts that got the stack's Python from a repository."""
+    gate = health_gate(stack(), "/opt/rig/rig.pyz", "python3.12", "/var/log/rig/s.log", 1200)
+    assert gate["exec_start_post"].startswith("python3.12 /opt/rig/rig.pyz smoke --health-only")
