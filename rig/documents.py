@@ -8,6 +8,7 @@ the file and what to do, never a traceback.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,9 @@ MAX_DEPTH = 32      # stack and patch files nest 4 levels; anything deeper is an
 MAX_BYTES = 16 << 20
 
 
-def read_text(path: str | Path, what: str) -> str:
+def read_text(path, what: str) -> str:
+    if not isinstance(path, (str, os.PathLike)):  # a file inside the engine bundle (importlib.resources)
+        return path.read_text()
     path = Path(path)
     try:
         if not path.is_file():

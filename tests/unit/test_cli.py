@@ -1,5 +1,5 @@
 """The CLI's surface: every subcommand explains itself; errors are one clear line."""
-from conftest import rig
+from conftest import REPO, rig
 
 
 def test_help_lists_every_subcommand_with_a_line_each():
@@ -27,3 +27,9 @@ def test_the_engine_bundle_runs_with_python_alone(tmp_path):
                            "--prefix", str(tmp_path)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert str(tmp_path / "cuda-13.0" / "lib64") in done.stdout
+    # its packed files (the patch set, the log rules, templates) are read from inside the zip
+    for args in (["patch", "status", "--json", "--python", sys.executable], ["doctor", "--log", str(out)],
+                 ["env", "show", "--stack", str(REPO / "stacks" / "default.yml")]):
+        done = subprocess.run([sys.executable, "-I", "-S", str(out), *args], capture_output=True, text=True,
+                              check=False)
+        assert done.returncode in (0, 1) and "rig: error" not in done.stderr, (args, done.stderr)
