@@ -229,7 +229,7 @@ def status(env: Env, patches: list[Patch]) -> list[dict]:
     return rows
 
 
-def _refuse_unknown_versions(env: Env, patches: list[Patch]) -> None:
+def refuse_unknown_versions(env: Env, patches: list[Patch]) -> None:
     """A package version no patch knows about is refused: its code was never read."""
     for package in sorted({p.package for p in patches}):
         installed = env.packages.get(package)
@@ -258,7 +258,7 @@ def _diff(path: str, old: str, new: str) -> str:
 
 def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = False) -> dict:
     if not force:
-        _refuse_unknown_versions(env, patches)
+        refuse_unknown_versions(env, patches)
     rows = status(env, patches)
     drifted = [r for r in rows if r["status"] == "drifted"]
     if drifted and not force:

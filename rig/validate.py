@@ -181,7 +181,7 @@ def _patches(lock: dict, cache: Path, patch_dir: str | None) -> tuple[list[str],
             env.packages[package] = {"version": entry["version"], "root": str(root)}
         problems = []
         try:
-            patching._refuse_unknown_versions(env, plan)
+            patching.refuse_unknown_versions(env, plan)
         except RigError as exc:
             problems.append(str(exc))
         rows = patching.status(env, plan)
