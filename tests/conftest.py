@@ -128,12 +128,35 @@ def base_image() -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def _start(image: str, network: str = "bridge") -> Box:
-    name = f"rig-test-{uuid.uuid4().hex[:8]}"
-    done = run(["docker", "run", "-d", "--name", name, "--network", network,
-                "--label", "rig.test=1", image, "sleep", "infinity"])
+@pytest.fixture(scope="session")
+def systemd_image(base_image) -> str:
+    """The base image with systemd as PID 1 (tests/data/systemd-box), built once; Docker caches its layer."""
+    tag = f"rig-systemd:{base_image.split(':')[-1]}"
+    done = run(["docker", "build", "-q", "-t", tag, "--build-arg", f"BASE={base_image}",
+                str(REPO / "tests" / "data" / "systemd-box")])
     assert done.returncode == 0, done.stderr
-    return Box(name)
+    return tag
+
+
+# systemd as PID 1 without privileges: its own /run, and the cgroup tree to read
+SYSTEMD_RUN = ["--tmpfs", "/run", "--tmpfs", "/run/lock", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro"]
+
+
+def _start(image: str, network: str = "bridge", systemd: bool = False) -> Box:
+    name = f"rig-test-{uuid.uuid4().hex[:8]}"
+    command = SYSTEMD_RUN + [image] if systemd else [image, "sleep", "infinity"]
+    done = run(["docker", "run", "-d", "--name", name, "--network", network, "--label", "rig.test=1", *command])
+    assert done.returncode == 0, done.stderr
+    box = Box(name)
+    if systemd:
+        # until systemd answers on its socket, systemctl cannot even ask
+        state = box.sh("for i in $(seq 120); do s=$(systemctl is-system-running 2>/dev/null); case $s in "
+                       "running|degraded) break;; esac; sleep 0.5; done; echo $s", check=False).stdout.strip()
+        if state not in ("running", "degraded"):
+            why = box.sh("systemctl --failed --no-legend; journalctl -b --no-pager | tail -20", check=False).stdout
+            run(["docker", "rm", "-f", name])
+            raise AssertionError(f"systemd in {name} is {state!r}:\n{why}")
+    return box
 
 
 def _remove(boxes: list[Box]) -> None:
@@ -144,12 +167,14 @@ def _remove(boxes: list[Box]) -> None:
 
 
 @pytest.fixture
-def start_box(base_image):
-    """A factory of fresh boxes; every box it started is removed when the test ends."""
+def start_box(base_image, request):
+    """A factory of fresh boxes (systemd=True: systemd as PID 1); every box it started is removed when the
+    test ends."""
     started: list[Box] = []
 
-    def start(network: str = "bridge") -> Box:
-        started.append(_start(base_image, network))
+    def start(network: str = "bridge", systemd: bool = False) -> Box:
+        image = request.getfixturevalue("systemd_image") if systemd else base_image
+        started.append(_start(image, network, systemd))
         return started[-1]
 
     yield start

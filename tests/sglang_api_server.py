@@ -23,6 +23,9 @@ managers/tokenizer_manager.py, 0.5.9 and 0.5.23):
   "invalid_request_error", "code": 400, "retryable": false}} then [DONE]
   (http_server.py, _create_error_response, as SGLang 0.5.17 does).
 - With an API key, requests without `Authorization: Bearer KEY` get 401.
+- SIGTERM drains, as tokenizer_manager.py's SignalHandler and sigterm_watchdog do: the
+  health endpoints answer 503 from then on, the requests in flight finish, then the
+  process exits.
 
 What is simulated, and configurable: the single-stream token rate, a total
 capacity shared by the running requests (per-request speed falls under load),
@@ -38,6 +41,7 @@ import asyncio
 import itertools
 import json
 import os
+import signal
 import time
 
 from aiohttp import web
@@ -52,6 +56,7 @@ class Simulator:
         self.tokens = 0
         self.first_emit = self.last_emit = None
         self.verify_steps = self.spec_tokens = 0
+        self.gracefully_exit = False
 
     def speed(self) -> float:
         """Tokens/s of one request now: the single-stream rate, or its share of the capacity."""
@@ -73,7 +78,7 @@ def _authorized(request: web.Request) -> bool:
 async def health(request: web.Request) -> web.Response:
     sim = request.app["sim"]
     starting = time.monotonic() - sim.started < sim.args.start_delay
-    return web.Response(status=503 if starting else 200)
+    return web.Response(status=503 if starting or sim.gracefully_exit else 200)
 
 
 async def server_info(request: web.Request) -> web.Response:
@@ -215,6 +220,24 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+async def serve(options: argparse.Namespace, host: str = "127.0.0.1") -> None:
+    """Serve until SIGTERM or SIGINT, then drain: 503 from the health endpoints, finish what runs, exit."""
+    application = app(options)
+    runner = web.AppRunner(application, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, options.port).start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    sim = application["sim"]
+    sim.gracefully_exit = True
+    print(f"Gracefully exiting... Remaining number of requests {sim.active}.", flush=True)  # as SGLang logs it
+    while sim.active:
+        await asyncio.sleep(0.1)
+    await runner.cleanup()
+
+
 if __name__ == "__main__":
-    options = parse()
-    web.run_app(app(options), host="127.0.0.1", port=options.port, print=None, access_log=None)
+    asyncio.run(serve(parse()))

@@ -1,0 +1,124 @@
+"""playbooks/server.yml on boxes whose PID 1 is systemd: the unit really starts, gates, restarts and drains.
+
+The server is the test stand-in (tests/data/sglang_standin, serving tests/sglang_api_server.py) in the
+stack's venv; everything else is what a GPU host runs: the sglang_server role, its unit, the health gate
+and `rig smoke` from the engine bundle, systemd itself.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import re
+
+import pytest
+import yaml
+
+from conftest import BIN, REPO, play, run
+
+pytestmark = pytest.mark.box
+
+UNIT = "/etc/systemd/system/sglang-server.service"
+SITE = "/opt/rig/venv/lib/python3.11/site-packages"
+HEALTH = ("python3 -c \"import urllib.request, urllib.error\ntry: print(urllib.request.urlopen("
+          "'http://127.0.0.1:30000/health', timeout=5).status)\nexcept urllib.error.HTTPError as e: print(e.code)\n"
+          "except OSError: print('down')\"")
+# a streamed request of 1500 tokens at 50 tokens/s (the first box's rate): in flight for about 30 s, while the
+# rollout reaches that box
+IN_FLIGHT = ("import json, urllib.request\n"
+             "body = json.dumps({'text': 'hi', 'sampling_params': {'max_new_tokens': 1500}, 'stream': True})\n"
+             "req = urllib.request.Request('http://127.0.0.1:30000/generate', body.encode(), "
+             "{'Content-Type': 'application/json'})\n"
+             "last = None\n"
+             "for line in urllib.request.urlopen(req, timeout=60):\n"
+             "    if line.startswith(b'data: {'): last = json.loads(line[6:])\n"
+             "open('/tmp/in-flight.json', 'w').write(json.dumps(last['meta_info']))\n")
+
+
+@pytest.fixture(scope="module")
+def standin_site(tmp_path_factory):
+    """aiohttp and what it needs, for the boxes' Python 3.11, from the package index (pip's own cache)."""
+    site = tmp_path_factory.mktemp("standin-site")
+    done = run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "--only-binary", ":all:", "--target",
+                str(site), f"aiohttp=={importlib.metadata.version('aiohttp')}"])
+    assert done.returncode == 0, done.stderr
+    return site
+
+
+def serving_box(start_box, standin_site, faults: list[str] | None = None):
+    """A systemd box with the stand-in as the venv's sglang and a model directory."""
+    box = start_box(systemd=True)
+    box.sh(f"python3 -m venv --without-pip /opt/rig/venv && mkdir -p /models/target /models/draft && "
+           f"echo '{{}}' > /models/target/config.json && echo '{{}}' > /models/draft/config.json")
+    for src in (f"{standin_site}/.", f"{REPO}/tests/data/sglang_standin/sglang",
+                f"{REPO}/tests/data/sglang_standin/sglang-0.5.23+standin.dist-info", f"{REPO}/tests/sglang_api_server.py"):
+        assert run(["docker", "cp", src, f"{box.name}:{SITE}/"]).returncode == 0
+    if faults:
+        box.sh(f"echo '{json.dumps({'args': faults})}' > /etc/sglang-standin.json")
+    return box
+
+
+def stack_file(tmp_path, name: str, steps: int):
+    stack = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    stack["server"].update(model="/models/target", draft_model="/models/draft", speculative_num_steps=steps)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(stack))
+    return str(path)
+
+
+def recap(output: str, box) -> dict:
+    line = re.search(rf"^{box.name}\s*:(.*)$", output.split("PLAY RECAP")[-1], re.M)
+    assert line, output[-3000:]
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line.group(1))}
+
+
+def main_pid(box) -> str:
+    return box.sh("systemctl show -p MainPID --value sglang-server").stdout.strip()
+
+
+def test_a_rollout_stops_at_the_first_failing_batch_and_leaves_the_rest_serving(start_box, standin_site, tmp_path):
+    boxes = [serving_box(start_box, standin_site, ["--start-delay", "4", "--rate", "50"] if i == 0 else None) for i in range(3)]
+    first, broken, last = boxes
+    settings = {"sglang_server_require_gpu": False, "sglang_server_start_timeout": 120}
+    play(boxes, "server.yml", rig_stack=stack_file(tmp_path, "v1.yml", 2), **settings).expect_ok()
+    for box in boxes:
+        assert box.sh("systemctl is-active sglang-server").stdout.strip() == "active"
+        assert box.sh(HEALTH).stdout.strip() == "200"
+    # the start gate: systemd called the first box's server started only once its health answered (4 s of 503)
+    times = dict(line.split("=") for line in first.sh(
+        "systemctl show -p ExecMainStartTimestampMonotonic -p ActiveEnterTimestampMonotonic sglang-server").stdout.split())
+    assert int(times["ActiveEnterTimestampMonotonic"]) - int(times["ExecMainStartTimestampMonotonic"]) >= 4_000_000
+
+    again = play(boxes, "server.yml", rig_stack=stack_file(tmp_path, "v1.yml", 2), **settings).expect_ok()
+    assert all(recap(again.output, b)["changed"] == 0 for b in boxes)
+
+    untouched_unit, untouched_pid = last.sh(f"sha256sum {UNIT}").stdout, main_pid(last)
+    broken.sh("rm -rf /models/target")  # the second box's server cannot start with the new stack
+    first.sh(f"cat > /tmp/in-flight.py <<'EOF'\n{IN_FLIGHT}EOF")
+    run(["docker", "exec", "-d", first.name, "python3", "/tmp/in-flight.py"])
+    rollout = play(boxes, "server.yml", rig_stack=stack_file(tmp_path, "v2.yml", 3), rig_rollout_batch=1,
+                   **settings)
+    assert not rollout.ok
+    assert "--speculative-num-steps 3" in first.sh(f"cat {UNIT}").stdout
+    assert first.sh(HEALTH).stdout.strip() == "200"
+    assert recap(rollout.output, broken)["failed"] == 1
+    assert first.sh("systemctl is-active sglang-server", check=False).stdout.strip() == "active"
+    assert broken.sh("systemctl is-active sglang-server", check=False).stdout.strip() != "active"
+    # the third box was never reached: same unit, same process, still serving
+    assert last.sh(f"sha256sum {UNIT}").stdout == untouched_unit and main_pid(last) == untouched_pid
+    assert "--speculative-num-steps 2" in last.sh(f"cat {UNIT}").stdout
+    assert last.sh(HEALTH).stdout.strip() == "200"
+    # the request in flight on the first box when it was drained finished whole
+    assert "Gracefully exiting... Remaining number of requests 1" in first.sh("cat /var/log/rig/sglang-server.log").stdout
+    finished = json.loads(first.sh("cat /tmp/in-flight.json").stdout)
+    assert finished["completion_tokens"] == 1500 and finished["finish_reason"]["length"] == 1500
+
+
+def test_the_unit_restarts_a_server_that_dies(start_box, standin_site, tmp_path):
+    box = serving_box(start_box, standin_site)
+    play([box], "server.yml", rig_stack=stack_file(tmp_path, "v1.yml", 2), sglang_server_require_gpu=False,
+         sglang_server_start_timeout=120).expect_ok()
+    before = main_pid(box)
+    box.sh(f"kill -9 {before}")
+    box.sh("for i in $(seq 60); do [ \"$(systemctl show -p NRestarts --value sglang-server)\" = 1 ] && "
+           "systemctl is-active -q sglang-server && exit 0; sleep 1; done; exit 1")
+    assert main_pid(box) != before and box.sh(HEALTH).stdout.strip() == "200"
