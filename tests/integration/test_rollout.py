@@ -47,8 +47,8 @@ def standin_site(tmp_path_factory):
 def serving_box(start_box, standin_site, faults: list[str] | None = None):
     """A systemd box with the stand-in as the venv's sglang and a model directory."""
     box = start_box(systemd=True)
-    box.sh(f"python3 -m venv --without-pip /opt/rig/venv && mkdir -p /models/target /models/draft && "
-           f"echo '{{}}' > /models/target/config.json && echo '{{}}' > /models/draft/config.json")
+    box.sh("python3 -m venv --without-pip /opt/rig/venv && mkdir -p /models/target /models/draft && "
+           "echo '{}' > /models/target/config.json && echo '{}' > /models/draft/config.json")
     for src in (f"{standin_site}/.", f"{REPO}/tests/data/sglang_standin/sglang",
                 f"{REPO}/tests/data/sglang_standin/sglang-0.5.23+standin.dist-info", f"{REPO}/tests/sglang_api_server.py"):
         assert run(["docker", "cp", src, f"{box.name}:{SITE}/"]).returncode == 0
@@ -76,7 +76,8 @@ def main_pid(box) -> str:
 
 
 def test_a_rollout_stops_at_the_first_failing_batch_and_leaves_the_rest_serving(start_box, standin_site, tmp_path):
-    boxes = [serving_box(start_box, standin_site, ["--start-delay", "4", "--rate", "50"] if i == 0 else None) for i in range(3)]
+    slow_start = ["--start-delay", "4", "--rate", "50"]
+    boxes = [serving_box(start_box, standin_site, slow_start if i == 0 else None) for i in range(3)]
     first, broken, last = boxes
     settings = {"sglang_server_require_gpu": False, "sglang_server_start_timeout": 120}
     play(boxes, "server.yml", rig_stack=stack_file(tmp_path, "v1.yml", 2), **settings).expect_ok()
