@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -201,6 +202,40 @@ def wheelhouse_export(lock_path, dest, cache, as_json) -> None:
     emit(export(locking.read(lock_path), cache, dest), as_json)
 
 
+@wheelhouse.command("serve")
+@click.argument("directory")
+@click.option("--bind", default="0.0.0.0", show_default=True, help="The address to listen on.")
+@click.option("--seed", default="0" * 8, help="Hex digits the port is derived from (a lock hash).")
+@click.option("--idle-exit", type=Seconds(), default=600.0, show_default=True,
+              help="Stop once nobody has asked anything for this long.")
+@click.option("--stats", help="Write the bytes sent to this JSON file when it stops.")
+@click.option("--foreground", is_flag=True, help="Serve in this process (prints the port) instead of detaching.")
+@json_option
+def wheelhouse_serve(directory, bind, seed, idle_exit, stats, foreground, as_json) -> None:
+    """Serve an exported wheelhouse over HTTP for hosts to pull (pip checks every hash); detaches, and stops
+    by itself once idle."""
+    from rig import wheel_serving
+
+    if not re.fullmatch(r"[0-9a-fA-F]{8,}", seed):
+        raise click.BadParameter(f"{seed!r} is not hex digits", param_hint="--seed")
+    if foreground:
+        wheel_serving.serve(directory, bind, seed, idle_exit, stats)
+        return
+    emit(wheel_serving.detach(directory, bind, seed, idle_exit, stats), as_json)
+
+
+@wheelhouse.command("route")
+@click.argument("host")
+@click.option("--port", type=click.IntRange(1, 65535), required=True, help="The port `rig wheelhouse serve` took.")
+@click.option("--docker/--no-docker", default=False, help="HOST is a container on this machine's Docker engine.")
+@json_option
+def wheelhouse_route(host, port, docker, as_json) -> None:
+    """The URL at which HOST reaches this machine's PORT (the address the kernel would answer it from)."""
+    from rig.wheel_serving import route
+
+    emit(route(host, port, docker), as_json)
+
+
 # ------------------------------------------------------------------ venv
 
 @cli.group()
@@ -210,18 +245,26 @@ def venv() -> None:
 
 @venv.command("install")
 @click.option("--venv", "venv_path", default="/opt/rig/venv", show_default=True)
-@click.option("--lock-hash", required=True, help="lock_hash of the lock being installed.")
-@click.option("--python-version", required=True, help="The lock's Python (checked against this host).")
+@click.option("--lock", "lock_file", help="The stack's lock: with --find-links, pull everything from that URL, "
+              "pip's wheel and requirements checked against the lock (hosts of a fleet).")
+@click.option("--lock-hash", help="lock_hash of the lock being installed (without --lock).")
+@click.option("--python-version", help="The lock's Python, checked against this host (without --lock).")
 @click.option("--wheelhouse", "house", help="An exported wheelhouse dir (rig wheelhouse export).")
 @click.option("--find-links", help="Take the wheels from this URL; the wheelhouse dir then needs only its "
-              "requirements file and pip wheel (image builds).")
+              "requirements file and pip wheel (image builds), or none with --lock.")
 @check_option
 @json_option
-def venv_install(venv_path, lock_hash, python_version, house, find_links, check, as_json) -> None:
-    """Install an exported wheelhouse with --no-index --require-hashes; a no-op when current."""
+def venv_install(venv_path, lock_file, lock_hash, python_version, house, find_links, check, as_json) -> None:
+    """Install a lock's wheels with --no-index --require-hashes; a no-op when current."""
+    from rig import lock as locking
     from rig.venv import install
 
-    emit(install(venv_path, lock_hash, python_version, house, check, find_links), as_json)
+    lock = locking.read(lock_file) if lock_file else None
+    if lock is not None:
+        lock_hash, python_version = lock["lock_hash"], lock["python"]
+    elif not (lock_hash and python_version):
+        raise click.UsageError("give --lock, or --lock-hash and --python-version")
+    emit(install(venv_path, lock_hash, python_version, house, check, find_links, lock), as_json)
 
 
 @venv.command("verify")

@@ -10,20 +10,18 @@ only. Nothing secret is ever a build argument: build arguments are visible in
 """
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import shlex
 import shutil
 import tarfile
 import tempfile
-import threading
 from pathlib import Path
 
 from rig import RigError, progress
 from rig.container import client as _client
 from rig.cuda_releases import series
 from rig.fs import atomic_write, sha256_data
+from rig.wheel_serving import WheelServer
 
 DOCKERFILE = Path(__file__).resolve().parent.parent / "docker" / "Dockerfile"
 LABEL = "dev.rig"
@@ -67,38 +65,6 @@ def bridge_gateway(ipam: dict) -> str:
     import ipaddress
 
     return ipam.get("Gateway") or str(next(ipaddress.ip_network(ipam["Subnet"]).hosts()))
-
-
-class _Wheelhouse:
-    """The lock's wheels over HTTP, on the bridge gateway the build's containers reach,
-    at a port derived from the lock hash so the build step's cache key stays the same."""
-
-    def __init__(self, directory: Path, host: str, lock_hash: str):
-        handler = functools.partial(_QuietHandler, directory=str(directory))
-        base = 20000 + int(lock_hash[:8], 16) % 20000
-        for port in range(base, base + 20):
-            try:
-                self.server = http.server.ThreadingHTTPServer((host, port), handler)
-                break
-            except OSError:
-                continue
-        else:
-            raise RigError(f"no free port near {base} on {host} to serve the wheelhouse to the build")
-        self.url = f"http://{host}:{self.server.server_address[1]}/"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *_):  # pip's requests are many; progress says what happens
-        pass
 
 
 def _context(root: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | None, ca_certs: list[str]) -> Path:
@@ -269,7 +235,7 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
         fetch(lock, cache)
         ctx = _context(Path(tmp), stack, lock, cache, patch_dir, list(ca_certs))
         _builder_context(ctx, stack_path, lock, missing, cache, f"/usr/local/cuda-{cuda_series}")
-        with _Wheelhouse(Path(tmp) / "served", gateway, lock["lock_hash"]) as house:
+        with WheelServer(Path(tmp) / "served", gateway, lock["lock_hash"]) as house:
             args = {"BASE": base, "CUDA_VERSION": stack["cuda"]["version"],
                     "TOOLKIT": found["toolkit"],
                     "LOCK_HASH": lock["lock_hash"], "PYTHON_VERSION": stack["python"], "WHEELHOUSE_URL": house.url,

@@ -10,13 +10,14 @@ import json
 import platform
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from rig import RigError, progress
 from rig.documents import load_json
-from rig.fs import atomic_write, sha256_file
+from rig.fs import atomic_write, sha256_data, sha256_file
 from rig.proc import ask, run
 from rig.schema import Field, sha256
 from rig.wheelhouse import REQUIREMENTS
@@ -39,9 +40,10 @@ def read_marker(venv: str | Path) -> dict | None:
 
 
 def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: str | None = None,
-            check: bool = False, find_links: str | None = None) -> dict:
+            check: bool = False, find_links: str | None = None, lock: dict | None = None) -> dict:
     """Install an exported wheelhouse; FIND_LINKS (a URL) serves its wheels when only its
-    requirements file and pip wheel are local (an image build, which should not copy 4 GB in)."""
+    requirements file and pip wheel are local (an image build, which should not copy 4 GB in).
+    With LOCK instead of a wheelhouse, both come from the lock and FIND_LINKS: a host pulls everything."""
     venv = Path(venv)
     here = ".".join(platform.python_version_tuple()[:2])
     if here != python_version:
@@ -54,6 +56,10 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
               "msg": f"{'would install' if check else 'installed'} lock {lock_hash[:12]} into {venv}"}
     if check:
         return result
+    if lock is not None and not wheelhouse:
+        with tempfile.TemporaryDirectory(prefix="rig-pull-") as scratch:
+            _bootstrap(lock, find_links, Path(scratch))
+            return install(venv, lock_hash, python_version, scratch, check, find_links)
     house = Path(wheelhouse or "")
     requirements = house / REQUIREMENTS
     pip_wheels = sorted(house.glob("pip-*.whl"))
@@ -81,6 +87,32 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
     pins = [line.split()[0] for line in requirements.read_text().splitlines() if line.strip()]
     atomic_write(venv / MARKER, json.dumps({"lock_hash": lock_hash, "packages": pins}, indent=1) + "\n")
     return result
+
+
+PIP_WHEEL_LIMIT = 64 << 20
+
+
+def _bootstrap(lock: dict, find_links: str | None, scratch: Path) -> None:
+    """The requirements file (from the lock) and pip's wheel (pulled, checked against the lock) into SCRATCH."""
+    import urllib.parse
+    import urllib.request
+
+    from rig.wheelhouse import requirements
+
+    if not find_links or not find_links.startswith(("http://", "https://")):
+        raise RigError("installing from a lock alone needs --find-links URL, where its wheels are served")
+    pip = next((w for w in lock["wheels"] if w["name"] == "pip"), None)
+    if pip is None:
+        raise RigError("the lock has no pip wheel to install with; lock the stack again with this rig")
+    url = find_links.rstrip("/") + "/" + urllib.parse.quote(pip["filename"])
+    progress(f"taking pip from {url}")
+    with urllib.request.urlopen(url, timeout=60) as answer:
+        data = answer.read(PIP_WHEEL_LIMIT + 1)
+    if sha256_data(data) != pip["sha256"]:
+        raise RigError(f"{url} is not the locked {pip['filename']} (sha256 differs): the server at {find_links} "
+                       "does not serve this lock's wheels")
+    (scratch / pip["filename"]).write_bytes(data)
+    (scratch / REQUIREMENTS).write_text(requirements(lock))
 
 
 def _trusted(find_links: str | None) -> list[str]:

@@ -77,11 +77,16 @@ def _download(wheels: list[dict], lock: dict, cache: Path) -> int:
     return total
 
 
+def requirements(lock: dict) -> str:
+    """The lock as a hash-pinned requirements file, for pip's --require-hashes."""
+    lines = [f"{w['name']}=={w['version']} --hash=sha256:{w['sha256']}" for w in lock["wheels"]]
+    return "\n".join(sorted(lines)) + "\n"
+
+
 def export(lock: dict, cache: str | Path, dest: str | Path) -> dict:
     """Lay the lock's wheels out in DEST (hard links where possible) with a hash-pinned requirements file."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    lines = []
     for wheel in lock["wheels"]:
         src = cached_path(cache, wheel)
         if not _intact(src, wheel["sha256"]):
@@ -94,6 +99,5 @@ def export(lock: dict, cache: str | Path, dest: str | Path) -> dict:
                 os.link(src, target)
             except OSError:
                 atomic_copy(src, target)
-        lines.append(f"{wheel['name']}=={wheel['version']} --hash=sha256:{wheel['sha256']}")
-    atomic_write(dest / REQUIREMENTS, "\n".join(sorted(lines)) + "\n")
-    return {"changed": True, "dir": str(dest), "wheels": len(lines), "lock_hash": lock["lock_hash"]}
+    atomic_write(dest / REQUIREMENTS, requirements(lock))
+    return {"changed": True, "dir": str(dest), "wheels": len(lock["wheels"]), "lock_hash": lock["lock_hash"]}

@@ -46,11 +46,46 @@ def test_three_boxes_download_every_wheel_once(start_box, tiny, monkeypatch):
     report = fetch_report(first.output)
     assert report["fetched"] == len(lock["wheels"]) and report["bytes_downloaded"] == sizes
     assert first.output.count("TASK [python_stack : Download the lock's wheels once") == 1
+    assert first.output.count("TASK [python_stack : Serve the wheels over HTTP") == 1  # one server, three pulls
     for box in boxes:
         assert box.sh("/opt/rig/venv/bin/python -c 'import click; print(click.__version__)'").stdout.strip() == "8.1.7"
+        assert box.sh("find / -xdev -name '*.whl' -o -name 'wheelhouse-*'", check=False).stdout == ""
     fourth = start_box()
     again = play([fourth], "python.yml", "-v", python_stack_lock=str(tiny["lock"])).expect_ok()
     assert fetch_report(again.output)["bytes_downloaded"] == 0
+
+
+def mirror_url(box, directory):
+    """Serve DIRECTORY as a site mirror would (a separate server); yields the URL BOX reaches it at."""
+    server = subprocess.Popen([str(BIN / "rig"), "wheelhouse", "serve", str(directory), "--foreground",
+                               "--idle-exit", "300"], stdout=subprocess.PIPE, text=True)
+    try:
+        port = json.loads(server.stdout.readline())["port"]
+        yield json.loads(rig("wheelhouse", "route", box.name, "--docker", "--port", str(port), "--json").stdout)["url"]
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def test_hosts_pull_from_a_site_mirror_and_the_controller_downloads_nothing(start_box, tiny, tmp_path, monkeypatch):
+    assert rig("wheelhouse", "fetch", str(tiny["lock"]), "--cache", str(tiny["cache"])).returncode == 0
+    assert rig("wheelhouse", "export", str(tiny["lock"]), str(tmp_path / "mirror"), "--cache", str(tiny["cache"])
+               ).returncode == 0
+    empty = tmp_path / "controller-cache"
+    monkeypatch.setenv("RIG_CACHE", str(empty))
+    box, other = start_box(), start_box()
+    for url in mirror_url(box, tmp_path / "mirror"):
+        play([box], "python.yml", python_stack_lock=str(tiny["lock"]), python_stack_wheel_url=url).expect_ok()
+    assert box.sh("/opt/rig/venv/bin/python -c 'import packaging; print(packaging.__version__)'").stdout.strip() == "24.1"
+    assert not (empty / "wheels").exists()
+    # a mirror serving other bytes: pip's own wheel is checked against the lock before anything runs
+    liar = tmp_path / "liar"
+    liar.mkdir()
+    for wheel in (tmp_path / "mirror").iterdir():
+        (liar / wheel.name).write_bytes(b"not pip" if wheel.name.startswith("pip-") else wheel.read_bytes())
+    for url in mirror_url(other, liar):
+        refused = play([other], "python.yml", python_stack_lock=str(tiny["lock"]), python_stack_wheel_url=url)
+    assert not refused.ok and "sha256 differs" in refused.output and not other.exists("/opt/rig/venv")
 
 
 def test_a_wheel_altered_in_the_cache_is_never_installed(box, tiny, monkeypatch):
