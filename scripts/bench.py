@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Benchmarks behind docs/BENCHMARKS.md; each writes its own section of it.
 
-    python scripts/bench.py provision [--rounds 3]   make provision: cold, warm, no-op
-    python scripts/bench.py lock [--rounds 3]        rig lock and wheelhouse fetch: cold, warm;
-                                                     the venv on 1 box vs 3 boxes, warm wheelhouse
+    python scripts/bench.py provision [--rounds 1]   make provision (default stack): cold, warm, no-op;
+                                                     site.yml on 1 box vs 3, bytes
+    python scripts/bench.py lock [--rounds 3]        rig lock and wheelhouse fetch: cold, warm
     python scripts/bench.py wheels [--rounds 3]      rig audit of sgl-kernel 0.3.21 (535 MB); rig wheels
                                                      build of the test extension: cold vs ccache
     python scripts/bench.py image [--rounds 1]       rig image build: cold (--no-cache), then a patch-only
@@ -11,6 +11,8 @@
     python scripts/bench.py client [--rounds 3]      rig bench's client at C=250 against the SGLang API
                                                      stand-in: measured vs generated tok/s; tokens per
                                                      client CPU second
+    python scripts/bench.py installer [--rounds 3]   the default lock's venv from a local wheelhouse: pip as rig
+                                                     runs it, pip with bytecode compiled in parallel, uv
     python scripts/bench.py hostile [--examples 200] how many hostile inputs the tests try and how many
                                                      hold (reliability, not speed)
 
@@ -87,8 +89,23 @@ def write_section(name: str, body: str) -> None:
     print(body)
 
 
+def box_received(name: str) -> int:
+    """Bytes BOX received on its network interface since it started (its own network namespace)."""
+    done = subprocess.run(["docker", "exec", name, "cat", "/sys/class/net/eth0/statistics/rx_bytes"],
+                          capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+def bridge_sent() -> int:
+    """Bytes this machine sent to its containers over Docker's bridge."""
+    return int(Path("/sys/class/net/docker0/statistics/tx_bytes").read_text())
+
+
 def bench_provision(rounds: int) -> None:
+    """make provision with the default stack: cold, warm, no-op; then site.yml on one fresh box against three."""
     results: dict[str, list] = {"cold": [], "warm": [], "no-op": []}
+    fleet: dict[str, list] = {"1 box": [], "3 boxes": []}
+    bytes_seen: dict[str, list] = {"1 box": [], "3 boxes": []}
     for round_ in range(1, rounds + 1):
         cache, env = fresh_caches()
         images = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "rig-base"],
@@ -96,33 +113,70 @@ def bench_provision(rounds: int) -> None:
         for tag in images:
             subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
         for kind, fresh in (("cold", 1), ("warm", 1), ("no-op", 0)):
-            results[kind].append(timed(["make", "provision", f"FRESH={fresh}", "BOX=rig-bench-box",
-                                        "STACK=stacks/cuda-13.0.yml"], env))
+            results[kind].append(timed(["make", "provision", f"FRESH={fresh}", "BOX=rig-bench-box"], env))
             print(f"round {round_}: {kind} {results[kind][-1]}", flush=True)
+        subprocess.run(["docker", "rm", "-f", "rig-bench-box"], capture_output=True, check=False)
+        for kind, count in (("1 box", 1), ("3 boxes", 3)):
+            seconds, received, sent = site_on_boxes(count, env)
+            fleet[kind].append((seconds, 0))
+            bytes_seen[kind].append((received, sent))
+            print(f"round {round_}: {kind} {seconds:.1f} s, boxes received {received}, controller sent {sent}",
+                  flush=True)
         shutil.rmtree(cache, ignore_errors=True)
-    subprocess.run(["docker", "rm", "-f", "rig-bench-box"], capture_output=True, check=False)
+    rows = ["| run | median s | range s |", "| --- | --- | --- |"]
+    for kind, runs in {**results, **fleet}.items():
+        seconds = [s for s, _ in runs]
+        rows.append(f"| {kind} | {statistics.median(seconds):.1f} | {min(seconds):.1f}–{max(seconds):.1f} |")
+    byte_rows = ["| run | each box received, MB | the controller sent over the bridge, MB |", "| --- | --- | --- |"]
+    for kind, seen in bytes_seen.items():
+        received, sent = seen[-1]
+        byte_rows.append(f"| {kind} | {', '.join(f'{r / 1e6:.0f}' for r in received)} | {sent / 1e6:.0f} |")
+    goals = [("cold", 240), ("warm", 90), ("no-op", 15)]
     write_section("provision", f"""
-## `make provision`: cold, warm, no-op
+## `make provision` with the default stack: cold, warm, no-op; one box against three
 
 Measured {datetime.now(timezone.utc):%Y-%m-%d} with `python scripts/bench.py provision` (`make bench`)
-on the development machine (2 cores, 24 GiB), {rounds} rounds, stack `cuda-13.0` (the CUDA
-layer: toolkit, ldconfig, doctor). Each round: **cold** (a new, empty RIG_CACHE and pip cache,
-the base image removed, a fresh box), **warm** (caches kept, a fresh box), **no-op** (`FRESH=0`:
-the same, already converged box). Seconds are wall-clock for the whole `make provision`.
+on the development machine (2 cores, 24 GiB), {rounds} round(s), stack `default`
+(sm120-sglang-0.5.23: the CUDA toolkit, its ldconfig, the 208-wheel venv, the SM120 patches,
+then `rig doctor`). Each round: **cold** (a new, empty RIG_CACHE and pip cache, the base image
+removed, a fresh box), **warm** (caches kept, a fresh box), **no-op** (`FRESH=0`: the same,
+already converged box); then `playbooks/site.yml` on **1** and on **3** fresh boxes at once
+(warm caches). Seconds are wall-clock.
 
-{table(results)}
+{chr(10).join(rows)}
 
-- warm / cold: **{median(results, 'warm') / median(results, 'cold'):.2f}** (goal: under 0.33)
-- no-op: **{median(results, 'no-op'):.1f} s** (goal: under 30 s)
+Goals: {', '.join(f'{k} at most {g} s (measured {median(results, k):.0f} s)' for k, g in goals)};
+three boxes at most 1.3x one box (measured **{median(fleet, '3 boxes') / median(fleet, '1 box'):.2f}x**).
 
-Cold is dominated by bootstrapping the base image (debootstrap) and downloading the CUDA
-wheels; warm copies the cached wheels into the box and assembles the tree; the no-op run
-fetches and copies nothing because the engine's plan step finds the toolkit in place.
-Where warm time goes (Ansible's profile_tasks, one run): copying the 190 MB of wheels into
-the box through the Docker API about 12 s, assembling the tree about 5 s, the rest is
-per-task overhead of two playbooks, fact gathering and `rig doctor`. The warm/cold goal of
-0.33 is missed by a few seconds; the next step is to send the wheels as one stream.
+Bytes of the last round's fleet runs: what each box's network interface received (its own
+counter, from when it started), and what this machine sent to its containers over Docker's
+bridge (the wheels the boxes pulled from the controller's wheelhouse server). Files Ansible
+copies through the Docker API (the CUDA wheels, the lock, the engine) do not cross the bridge.
+
+{chr(10).join(byte_rows)}
 """)
+
+
+def site_on_boxes(count: int, env: dict) -> tuple[float, list[int], int]:
+    image = subprocess.run(["bash", "scripts/base-image.sh"], cwd=REPO, env=env, capture_output=True,
+                           text=True, check=True).stdout.split()[-1]
+    names = [f"rig-bench-{i}" for i in range(count)]
+    for name in names:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+        subprocess.run(["docker", "run", "-d", "--name", name, image, "sleep", "infinity"], check=True,
+                       capture_output=True)
+    inventory = Path(tempfile.mkstemp(suffix=".yml")[1])
+    inventory.write_text("all:\n  children:\n    gpu_hosts:\n      hosts:\n" + "".join(
+        f"        {n}:\n          ansible_connection: community.docker.docker_api\n"
+        "          ansible_python_interpreter: /usr/bin/python3\n" for n in names))
+    try:
+        sent = bridge_sent()
+        seconds, _ = timed([str(BIN / "ansible-playbook"), "-i", str(inventory), "playbooks/site.yml"],
+                           {**env, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
+        return seconds, [box_received(n) for n in names], bridge_sent() - sent
+    finally:
+        subprocess.run(["docker", "rm", "-f", *names], capture_output=True, check=False)
+        inventory.unlink()
 
 
 READING_LOCK = """
@@ -130,15 +184,11 @@ Reading the numbers: `rig lock` runs pip's resolver, which downloads a whole whe
 the index offers no separate metadata file for it, so even a warm lock moves gigabytes;
 that is where its time goes. The interface counters of this sandbox undercount (the cold
 fetch stores 4.1 GB of wheels, as `rig wheelhouse fetch` itself reports, while the counters
-saw 1.4 GB), so read the MB column as a lower bound and an indication only. The venv runs
-are bound by this 2-core machine: the controller streams each box's 4 GB copy through
-the Docker API and every box unpacks its wheels on the same two cores, so three boxes
-share what one box had alone. On a fleet each host receives and unpacks on its own
-hardware; the measured ratio here is an upper bound for that case.
+saw 1.4 GB), so read the MB column as a lower bound and an indication only.
 """
 
 
-def bench_lock(rounds: int, box_rounds: int) -> None:
+def bench_lock(rounds: int) -> None:
     results: dict[str, list] = {"lock cold": [], "lock warm": [], "fetch cold": [], "fetch warm": []}
     lock = STACK.with_suffix(".lock")
     for _ in range(rounds):
@@ -151,7 +201,6 @@ def bench_lock(rounds: int, box_rounds: int) -> None:
         for kind in ("fetch cold", "fetch warm"):
             results[kind].append(timed([str(BIN / "rig"), "wheelhouse", "fetch", str(lock), "--cache", str(cache)], env))
         shutil.rmtree(cache, ignore_errors=True)
-    boxes = provision_boxes(box_rounds, lock)
     write_section("lock", f"""
 ## `rig lock`, `rig wheelhouse fetch`, and the venv on 1 vs 3 boxes
 
@@ -161,37 +210,8 @@ empty RIG_CACHE and pip cache; **warm**: the same command again right after.
 
 {table(results)}
 
-Provisioning the venv (`playbooks/python.yml`) from a warm wheelhouse onto fresh boxes,
-all boxes in one playbook run (Ansible's default 5 forks), {box_rounds} round(s) (each box
-receives and installs about 4 GB of wheels, so rounds are costly):
-
-{table(boxes)}
-
-- 3 boxes / 1 box: **{median(boxes, '3 boxes') / median(boxes, '1 box'):.2f}** (goal: under 1.5)
+One box against three: see the provision section.
 {READING_LOCK}""")
-
-
-def provision_boxes(rounds: int, lock: Path) -> dict:
-    image = subprocess.run(["bash", "scripts/base-image.sh"], cwd=REPO, capture_output=True,
-                           text=True, check=False).stdout.split()[-1]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
-    subprocess.run([str(BIN / "rig"), "wheelhouse", "fetch", str(lock)], cwd=REPO, env=env, check=True)
-    results: dict[str, list] = {"1 box": [], "3 boxes": []}
-    for _ in range(rounds):
-        for kind, count in (("1 box", 1), ("3 boxes", 3)):
-            names = [f"rig-bench-{i}" for i in range(count)]
-            for name in names:
-                subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
-                subprocess.run(["docker", "run", "-d", "--name", name, image, "sleep", "infinity"],
-                               check=True, capture_output=True)
-            inventory = Path(tempfile.mkstemp(suffix=".yml")[1])
-            inventory.write_text("all:\n  children:\n    gpu_hosts:\n      hosts:\n" + "".join(
-                f"        {n}:\n          ansible_connection: community.docker.docker_api\n" for n in names))
-            results[kind].append(timed([str(BIN / "ansible-playbook"), "-i", str(inventory), "playbooks/python.yml",
-                                        "-e", f"python_stack_lock={lock}"], env))
-            subprocess.run(["docker", "rm", "-f", *names], capture_output=True, check=False)
-            inventory.unlink()
-    return results
 
 
 def bench_wheels(rounds: int) -> None:
@@ -444,18 +464,83 @@ whose space is small, so fewer cases are tried than properties times examples.
 """)
 
 
+UV = "uv==0.13.8"
+
+
+def bench_installer(rounds: int) -> None:
+    """The same wheelhouse, the same hash-checked offline install, three installers, interleaved."""
+    lock = STACK.with_suffix(".lock")
+    env = {**os.environ}
+    subprocess.run([str(BIN / "rig"), "wheelhouse", "fetch", str(lock)], cwd=REPO, check=True)
+    with tempfile.TemporaryDirectory(prefix="rig-bench-installer-") as tmp:
+        house, tools = Path(tmp) / "house", Path(tmp) / "tools"
+        subprocess.run([str(BIN / "rig"), "wheelhouse", "export", str(lock), str(house)], cwd=REPO, check=True)
+        subprocess.run([str(BIN / "python"), "-m", "pip", "install", "-q", "--target", str(tools), UV], check=True)
+        pip_wheel = next(house.glob("pip-*.whl"))
+        offline = ["--no-index", "--require-hashes", "--no-deps", "--find-links", str(house),
+                   "-r", str(house / "requirements.txt")]
+        venv = Path(tmp) / "venv"
+        python = str(venv / "bin" / "python")
+        kinds = {
+            "pip (as rig runs it: compiles while installing)": [
+                [python, f"{pip_wheel}/pip", "install", "-q", "--no-cache-dir", *offline]],
+            "pip, then compileall -j0": [
+                [python, f"{pip_wheel}/pip", "install", "-q", "--no-cache-dir", "--no-compile", *offline],
+                [python, "-m", "compileall", "-q", "-j0", str(venv / "lib")]],
+            "uv pip install --compile-bytecode (a fresh uv cache)": [
+                [str(tools / "bin" / "uv"), "pip", "install", "-q", "--python", python, "--compile-bytecode",
+                 "--cache-dir", str(Path(tmp) / "uv-cache"), *offline]],
+        }
+        results: dict[str, list] = {kind: [] for kind in kinds}
+        for _ in range(rounds):
+            for kind, steps in kinds.items():
+                shutil.rmtree(venv, ignore_errors=True)
+                shutil.rmtree(Path(tmp) / "uv-cache", ignore_errors=True)
+                subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+                start = time.monotonic()
+                for step in steps:
+                    done = subprocess.run(step, env=env, capture_output=True, text=True, check=False)
+                    if done.returncode:
+                        raise SystemExit(f"{kind}: {' '.join(step)} failed:\n{done.stderr[-3000:]}")
+                results[kind].append((time.monotonic() - start, 0))
+                print(kind, results[kind][-1], flush=True)
+    rows = ["| installer | median s | range s |", "| --- | --- | --- |"]
+    for kind, runs in results.items():
+        seconds = [s for s, _ in runs]
+        rows.append(f"| {kind} | {statistics.median(seconds):.1f} | {min(seconds):.1f}–{max(seconds):.1f} |")
+    base = median(results, next(iter(kinds)))
+    ratios = "\n".join(f"- {kind}: **{median(results, kind) / base:.2f}** of pip's time" for kind in list(kinds)[1:])
+    write_section("installer", f"""
+## The installer: pip against uv, same wheelhouse, same guarantees
+
+Measured {datetime.now(timezone.utc):%Y-%m-%d} with `python scripts/bench.py installer` on the development
+machine (2 cores, 24 GiB), {rounds} round(s), kinds interleaved: the default lock's
+{len(house_lines(lock))} wheels into a fresh venv from a local exported wheelhouse, offline,
+`--require-hashes`, `--no-deps`; each run ends with every module byte-compiled. uv is {UV}.
+
+{chr(10).join(rows)}
+
+{ratios}
+""")
+
+
+def house_lines(lock: Path) -> list:
+    return json.loads(lock.read_text())["wheels"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["provision", "lock", "wheels", "client", "image", "hostile"])
+    parser.add_argument("which", choices=["provision", "lock", "wheels", "client", "image", "hostile", "installer"])
     parser.add_argument("--examples", type=int, default=200, help="hostile: examples per generated property")
     parser.add_argument("--rounds", type=int, help="default 3; 1 for image (a cold build takes minutes)")
-    parser.add_argument("--box-rounds", type=int, default=1, help="rounds of the 1-vs-3-box venv runs")
     args = parser.parse_args()
-    args.rounds = args.rounds or (1 if args.which == "image" else 3)
+    args.rounds = args.rounds or (1 if args.which in ("image", "provision") else 3)
     if args.which == "provision":
         bench_provision(args.rounds)
     elif args.which == "hostile":
         bench_hostile(args.examples)
+    elif args.which == "installer":
+        bench_installer(args.rounds)
     elif args.which == "wheels":
         bench_wheels(args.rounds)
     elif args.which == "client":
@@ -463,7 +548,7 @@ def main() -> None:
     elif args.which == "image":
         bench_image(args.rounds)
     else:
-        bench_lock(args.rounds, args.box_rounds)
+        bench_lock(args.rounds)
 
 
 if __name__ == "__main__":
