@@ -40,10 +40,12 @@ def read_marker(venv: str | Path) -> dict | None:
 
 
 def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: str | None = None,
-            check: bool = False, find_links: str | None = None, lock: dict | None = None) -> dict:
+            check: bool = False, find_links: str | None = None, lock: dict | None = None,
+            installer: str = "pip") -> dict:
     """Install an exported wheelhouse; FIND_LINKS (a URL) serves its wheels when only its
     requirements file and pip wheel are local (an image build, which should not copy 4 GB in).
-    With LOCK instead of a wheelhouse, both come from the lock and FIND_LINKS: a host pulls everything."""
+    With LOCK instead of a wheelhouse, everything comes from the lock and FIND_LINKS: a host pulls.
+    INSTALLER: pip (from the wheelhouse) or uv (its pinned wheel, from the wheelhouse too)."""
     venv = Path(venv)
     here = ".".join(platform.python_version_tuple()[:2])
     if here != python_version:
@@ -53,66 +55,82 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
     if marker and marker.get("lock_hash") == lock_hash:
         return {"changed": False, "venv": str(venv), "msg": f"{venv} already has lock {lock_hash[:12]}"}
     result = {"changed": True, "venv": str(venv),
-              "msg": f"{'would install' if check else 'installed'} lock {lock_hash[:12]} into {venv}"}
+              "msg": f"{'would install' if check else 'installed'} lock {lock_hash[:12]} into {venv} with {installer}"}
     if check:
         return result
-    if lock is not None and not wheelhouse:
-        with tempfile.TemporaryDirectory(prefix="rig-pull-") as scratch:
-            _bootstrap(lock, find_links, Path(scratch))
-            return install(venv, lock_hash, python_version, scratch, check, find_links)
-    house = Path(wheelhouse or "")
-    requirements = house / REQUIREMENTS
-    pip_wheels = sorted(house.glob("pip-*.whl"))
-    if not requirements.exists() or not pip_wheels:
-        raise RigError(f"{house} is not an exported wheelhouse (needs {REQUIREMENTS} and a pip wheel)")
-    if find_links:  # only now: what is left is to fetch, and the hashes check every byte
-        progress(f"taking the wheels from {find_links}")
-    created = not venv.exists()
-    if not (venv / "bin" / "python").exists():
-        progress(f"creating {venv}")
-    try:
-        if not (venv / "bin" / "python").exists():
-            # the interpreter running the engine is the one whose version was checked above
-            run([sys.executable, "-m", "venv", "--without-pip", str(venv)], f"could not create the venv {venv}")
-        progress(f"installing {len(requirements.read_text().splitlines())} wheels into {venv} "
-                 "(offline, hash-checked)")
-        run([str(venv / "bin" / "python"), f"{pip_wheels[-1]}/pip", "install", "--no-index", "--require-hashes",
-              "--no-deps", "--no-cache-dir", "--disable-pip-version-check", "--quiet",
-              "--find-links", find_links or str(house), "-r", str(requirements), *_trusted(find_links)],
-             f"could not install the wheelhouse into {venv}")
-    except BaseException:
-        if created:  # a refused or interrupted first install leaves no half-made venv behind
-            shutil.rmtree(venv, ignore_errors=True)
-        raise
-    pins = [line.split()[0] for line in requirements.read_text().splitlines() if line.strip()]
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    # scratch beside the venv: uv's unpacked wheels are hard-linked into it, not copied across filesystems
+    with tempfile.TemporaryDirectory(dir=venv.parent, prefix=".rig-install-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        house = Path(wheelhouse) if wheelhouse else _pull(lock, find_links, scratch, installer)
+        requirements = house / REQUIREMENTS
+        if not requirements.exists():
+            raise RigError(f"{house} is not an exported wheelhouse (needs {REQUIREMENTS})")
+        if find_links:  # only now: what is left is to fetch, and the hashes check every byte
+            progress(f"taking the wheels from {find_links}")
+        created = not venv.exists()
+        try:
+            if not (venv / "bin" / "python").exists():
+                progress(f"creating {venv}")
+                # the interpreter running the engine is the one whose version was checked above
+                run([sys.executable, "-m", "venv", "--without-pip", str(venv)], f"could not create the venv {venv}")
+            progress(f"installing {len(requirements.read_text().splitlines())} wheels into {venv} with {installer} "
+                     "(offline, hash-checked)")
+            run(_installer_argv(installer, venv, house, scratch, find_links), f"could not install the wheels into {venv}")
+        except BaseException:
+            if created:  # a refused or interrupted first install leaves no half-made venv behind
+                shutil.rmtree(venv, ignore_errors=True)
+            raise
+        pins = [line.split()[0] for line in requirements.read_text().splitlines() if line.strip()]
     atomic_write(venv / MARKER, json.dumps({"lock_hash": lock_hash, "packages": pins}, indent=1) + "\n")
     return result
 
 
-PIP_WHEEL_LIMIT = 64 << 20
+def _installer_argv(installer: str, venv: Path, house: Path, scratch: Path, find_links: str | None) -> list[str]:
+    """Either installer, offline from the wheelhouse, every wheel checked against its pinned hash, no
+    dependency resolution, every module byte-compiled."""
+    from rig.installer import uv_binary, uv_wheel
+
+    offline = ["--no-index", "--require-hashes", "--no-deps", "--quiet", "--find-links", find_links or str(house),
+               "-r", str(house / REQUIREMENTS)]
+    if installer == "uv":
+        uv = uv_binary(house / uv_wheel()["filename"], scratch)
+        return [str(uv), "pip", "install", "--python", str(venv / "bin" / "python"), "--compile-bytecode",
+                "--cache-dir", str(scratch / "uv-cache"), *offline]
+    pip_wheels = sorted(house.glob("pip-*.whl"))
+    if not pip_wheels:
+        raise RigError(f"{house} has no pip wheel to install with (rig wheelhouse export puts one there)")
+    return [str(venv / "bin" / "python"), f"{pip_wheels[-1]}/pip", "install", "--no-cache-dir",
+            "--disable-pip-version-check", *offline, *_trusted(find_links)]
 
 
-def _bootstrap(lock: dict, find_links: str | None, scratch: Path) -> None:
-    """The requirements file (from the lock) and pip's wheel (pulled, checked against the lock) into SCRATCH."""
+PULL_LIMIT = 64 << 20  # pip's wheel is 2 MB, uv's 17 MB
+
+
+def _pull(lock: dict | None, find_links: str | None, scratch: Path, installer: str) -> Path:
+    """The requirements file (from the lock) and the installer's wheel (pulled from FIND_LINKS and checked
+    against the lock, or rig's pin for uv) into SCRATCH, which then serves as the wheelhouse."""
     import urllib.parse
     import urllib.request
 
+    from rig.installer import uv_wheel
     from rig.wheelhouse import requirements
 
-    if not find_links or not find_links.startswith(("http://", "https://")):
-        raise RigError("installing from a lock alone needs --find-links URL, where its wheels are served")
-    pip = next((w for w in lock["wheels"] if w["name"] == "pip"), None)
-    if pip is None:
+    if lock is None or not find_links or not find_links.startswith(("http://", "https://")):
+        raise RigError("give --wheelhouse DIR, or --lock LOCK with --find-links URL where its wheels are served")
+    wheel = uv_wheel() if installer == "uv" else next((w for w in lock["wheels"] if w["name"] == "pip"), None)
+    if wheel is None:
         raise RigError("the lock has no pip wheel to install with; lock the stack again with this rig")
-    url = find_links.rstrip("/") + "/" + urllib.parse.quote(pip["filename"])
-    progress(f"taking pip from {url}")
+    url = find_links.rstrip("/") + "/" + urllib.parse.quote(wheel["filename"])
+    progress(f"taking {installer} from {url}")
     with urllib.request.urlopen(url, timeout=60) as answer:
-        data = answer.read(PIP_WHEEL_LIMIT + 1)
-    if sha256_data(data) != pip["sha256"]:
-        raise RigError(f"{url} is not the locked {pip['filename']} (sha256 differs): the server at {find_links} "
+        data = answer.read(PULL_LIMIT + 1)
+    if sha256_data(data) != wheel["sha256"]:
+        raise RigError(f"{url} is not the pinned {wheel['filename']} (sha256 differs): the server at {find_links} "
                        "does not serve this lock's wheels")
-    (scratch / pip["filename"]).write_bytes(data)
+    (scratch / wheel["filename"]).write_bytes(data)
     (scratch / REQUIREMENTS).write_text(requirements(lock))
+    return scratch
 
 
 def _trusted(find_links: str | None) -> list[str]:

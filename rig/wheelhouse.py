@@ -28,12 +28,19 @@ def _intact(path: Path, sha256: str) -> bool:
     return path.exists() and sha256_file(path) == sha256
 
 
+def wanted(lock: dict) -> list[dict]:
+    """The lock's wheels and the installer's (uv, pinned by rig): what a host pulls."""
+    from rig.installer import uv_wheel
+
+    return lock["wheels"] + [uv_wheel("x86_64")]
+
+
 def fetch(lock: dict, cache: str | Path) -> dict:
-    """Make every wheel of LOCK present and intact in the cache; download only what is not."""
+    """Make every wheel of LOCK (and the installer's) present and intact in the cache; download only what is not."""
     if not lock["complete"]:
         progress("the lock is partial: fetching only the wheels it could lock")
     reused, refetched, missing = 0, [], []
-    for wheel in lock["wheels"]:
+    for wheel in wanted(lock):
         path = cached_path(cache, wheel)
         if _intact(path, wheel["sha256"]):
             reused += 1
@@ -44,7 +51,7 @@ def fetch(lock: dict, cache: str | Path) -> dict:
             refetched.append(wheel["filename"])
         missing.append(wheel)
     downloaded = _download(missing, lock, Path(cache)) if missing else 0
-    return {"changed": bool(missing), "wheels": len(lock["wheels"]), "reused": reused,
+    return {"changed": bool(missing), "wheels": len(wanted(lock)), "reused": reused,
             "fetched": len(missing), "refetched": refetched, "bytes_downloaded": downloaded,
             "msg": f"{len(missing)} wheels fetched ({downloaded / 1e6:.1f} MB), {reused} already in the cache"}
 
@@ -87,7 +94,7 @@ def export(lock: dict, cache: str | Path, dest: str | Path) -> dict:
     """Lay the lock's wheels out in DEST (hard links where possible) with a hash-pinned requirements file."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    for wheel in lock["wheels"]:
+    for wheel in wanted(lock):
         src = cached_path(cache, wheel)
         if not _intact(src, wheel["sha256"]):
             raise RigError(f"{wheel['filename']} is missing from the wheelhouse or altered; "
@@ -100,4 +107,4 @@ def export(lock: dict, cache: str | Path, dest: str | Path) -> dict:
             except OSError:
                 atomic_copy(src, target)
     atomic_write(dest / REQUIREMENTS, requirements(lock))
-    return {"changed": True, "dir": str(dest), "wheels": len(lock["wheels"]), "lock_hash": lock["lock_hash"]}
+    return {"changed": True, "dir": str(dest), "wheels": len(wanted(lock)), "lock_hash": lock["lock_hash"]}

@@ -486,7 +486,7 @@ def bench_installer(rounds: int) -> None:
                 [python, f"{pip_wheel}/pip", "install", "-q", "--no-cache-dir", *offline]],
             "pip, then compileall -j0": [
                 [python, f"{pip_wheel}/pip", "install", "-q", "--no-cache-dir", "--no-compile", *offline],
-                [python, "-m", "compileall", "-q", "-j0", str(venv / "lib")]],
+                [python, "-m", "compileall", "-q", "-j0", str(venv / "lib")]],  # 1: some files do not compile
             "uv pip install --compile-bytecode (a fresh uv cache)": [
                 [str(tools / "bin" / "uv"), "pip", "install", "-q", "--python", python, "--compile-bytecode",
                  "--cache-dir", str(Path(tmp) / "uv-cache"), *offline]],
@@ -500,7 +500,7 @@ def bench_installer(rounds: int) -> None:
                 start = time.monotonic()
                 for step in steps:
                     done = subprocess.run(step, env=env, capture_output=True, text=True, check=False)
-                    if done.returncode:
+                    if done.returncode > (1 if "compileall" in step else 0):  # pip, too, skips what does not compile
                         raise SystemExit(f"{kind}: {' '.join(step)} failed:\n{done.stderr[-3000:]}")
                 results[kind].append((time.monotonic() - start, 0))
                 print(kind, results[kind][-1], flush=True)

@@ -11,7 +11,7 @@ import yaml
 
 from conftest import BIN, REPO, Play, ansible_env, play, rig, run
 from rig.lock import read
-from rig.wheelhouse import cached_path
+from rig.wheelhouse import cached_path, wanted
 
 pytestmark = pytest.mark.box
 
@@ -42,14 +42,17 @@ def test_three_boxes_download_every_wheel_once(start_box, tiny, monkeypatch):
     boxes = [start_box() for _ in range(3)]
     first = play(boxes, "python.yml", "-v", python_stack_lock=str(tiny["lock"])).expect_ok()
     lock = read(tiny["lock"])
-    sizes = sum(cached_path(tiny["cache"], w).stat().st_size for w in lock["wheels"])
+    sizes = sum(cached_path(tiny["cache"], w).stat().st_size for w in wanted(lock))  # the lock's and uv's
     report = fetch_report(first.output)
-    assert report["fetched"] == len(lock["wheels"]) and report["bytes_downloaded"] == sizes
+    assert report["fetched"] == len(wanted(lock)) and report["bytes_downloaded"] == sizes
     assert first.output.count("TASK [python_stack : Download the lock's wheels once") == 1
     assert first.output.count("TASK [python_stack : Serve the wheels over HTTP") == 1  # one server, three pulls
     for box in boxes:
         assert box.sh("/opt/rig/venv/bin/python -c 'import click; print(click.__version__)'").stdout.strip() == "8.1.7"
-        assert box.sh("find / -xdev -name '*.whl' -o -name 'wheelhouse-*'", check=False).stdout == ""
+        assert box.sh("find / -xdev -name '*.whl' -o -name 'wheelhouse-*' -o -name '.rig-install-*'",
+                      check=False).stdout == ""
+        installer = "cat /opt/rig/venv/lib/python3.11/site-packages/click-8.1.7.dist-info/INSTALLER"
+        assert box.sh(installer).stdout.strip() == "uv"  # the role's default installer, from the wheelhouse
     fourth = start_box()
     again = play([fourth], "python.yml", "-v", python_stack_lock=str(tiny["lock"])).expect_ok()
     assert fetch_report(again.output)["bytes_downloaded"] == 0
@@ -78,11 +81,11 @@ def test_hosts_pull_from_a_site_mirror_and_the_controller_downloads_nothing(star
         play([box], "python.yml", python_stack_lock=str(tiny["lock"]), python_stack_wheel_url=url).expect_ok()
     assert box.sh("/opt/rig/venv/bin/python -c 'import packaging; print(packaging.__version__)'").stdout.strip() == "24.1"
     assert not (empty / "wheels").exists()
-    # a mirror serving other bytes: pip's own wheel is checked against the lock before anything runs
+    # a mirror serving other bytes: the installer's own wheel is checked against rig's pin before anything runs
     liar = tmp_path / "liar"
     liar.mkdir()
     for wheel in (tmp_path / "mirror").iterdir():
-        (liar / wheel.name).write_bytes(b"not pip" if wheel.name.startswith("pip-") else wheel.read_bytes())
+        (liar / wheel.name).write_bytes(b"not uv" if wheel.name.startswith("uv-") else wheel.read_bytes())
     for url in mirror_url(other, liar):
         refused = play([other], "python.yml", python_stack_lock=str(tiny["lock"]), python_stack_wheel_url=url)
     assert not refused.ok and "sha256 differs" in refused.output and not other.exists("/opt/rig/venv")

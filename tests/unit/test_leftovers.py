@@ -67,8 +67,8 @@ def test_a_refused_first_install_leaves_no_venv(tmp_path):
     venv = tmp_path / "venv"
     done = rig("venv", "install", "--venv", str(venv), "--lock-hash", "a" * 64, "--python-version",
                ".".join(platform.python_version_tuple()[:2]), "--wheelhouse", str(house))
-    assert done.returncode == 2 and "could not install the wheelhouse" in done.stderr, done.stderr
-    assert not venv.exists()
+    assert done.returncode == 2 and "could not install the wheels" in done.stderr, done.stderr
+    assert not venv.exists() and not list(tmp_path.glob(".rig-install-*"))
 
 
 def test_verify_on_a_venv_whose_python_cannot_start_says_so(tmp_path):
