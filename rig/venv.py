@@ -76,7 +76,8 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
                 run([sys.executable, "-m", "venv", "--without-pip", str(venv)], f"could not create the venv {venv}")
             progress(f"installing {len(requirements.read_text().splitlines())} wheels into {venv} with {installer} "
                      "(offline, hash-checked)")
-            run(_installer_argv(installer, venv, house, scratch, find_links), f"could not install the wheels into {venv}")
+            for step in _installer_steps(installer, venv, house, scratch, find_links):
+                run(step, f"could not install the wheels into {venv}")
         except BaseException:
             if created:  # a refused or interrupted first install leaves no half-made venv behind
                 shutil.rmtree(venv, ignore_errors=True)
@@ -86,22 +87,29 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
     return result
 
 
-def _installer_argv(installer: str, venv: Path, house: Path, scratch: Path, find_links: str | None) -> list[str]:
+# pip compiles one file after another; compileall's workers use every core (what does not compile is skipped,
+# as pip skips it)
+_COMPILE = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)"
+
+
+def _installer_steps(installer: str, venv: Path, house: Path, scratch: Path, find_links: str | None) -> list[list]:
     """Either installer, offline from the wheelhouse, every wheel checked against its pinned hash, no
-    dependency resolution, every module byte-compiled."""
+    dependency resolution, every module byte-compiled in parallel."""
     from rig.installer import uv_binary, uv_wheel
 
     offline = ["--no-index", "--require-hashes", "--no-deps", "--quiet", "--find-links", find_links or str(house),
                "-r", str(house / REQUIREMENTS)]
     if installer == "uv":
         uv = uv_binary(house / uv_wheel()["filename"], scratch)
-        return [str(uv), "pip", "install", "--python", str(venv / "bin" / "python"), "--compile-bytecode",
-                "--cache-dir", str(scratch / "uv-cache"), *offline]
+        return [[str(uv), "pip", "install", "--python", str(venv / "bin" / "python"), "--compile-bytecode",
+                 "--cache-dir", str(scratch / "uv-cache"), *offline]]
     pip_wheels = sorted(house.glob("pip-*.whl"))
     if not pip_wheels:
         raise RigError(f"{house} has no pip wheel to install with (rig wheelhouse export puts one there)")
-    return [str(venv / "bin" / "python"), f"{pip_wheels[-1]}/pip", "install", "--no-cache-dir",
-            "--disable-pip-version-check", *offline, *_trusted(find_links)]
+    python = str(venv / "bin" / "python")
+    return [[python, f"{pip_wheels[-1]}/pip", "install", "--no-cache-dir", "--no-compile",
+             "--disable-pip-version-check", *offline, *_trusted(find_links)],
+            [python, "-c", _COMPILE, str(venv / "lib")]]
 
 
 PULL_LIMIT = 64 << 20  # pip's wheel is 2 MB, uv's 17 MB

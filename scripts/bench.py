@@ -464,30 +464,31 @@ whose space is small, so fewer cases are tried than properties times examples.
 """)
 
 
-UV = "uv==0.13.8"
-
-
 def bench_installer(rounds: int) -> None:
     """The same wheelhouse, the same hash-checked offline install, three installers, interleaved."""
+    sys.path.insert(0, str(REPO))
+    from rig.installer import UV_VERSION
+
+    uv = f"uv=={UV_VERSION}"  # the one rig pins
     lock = STACK.with_suffix(".lock")
     env = {**os.environ}
     subprocess.run([str(BIN / "rig"), "wheelhouse", "fetch", str(lock)], cwd=REPO, check=True)
     with tempfile.TemporaryDirectory(prefix="rig-bench-installer-") as tmp:
         house, tools = Path(tmp) / "house", Path(tmp) / "tools"
         subprocess.run([str(BIN / "rig"), "wheelhouse", "export", str(lock), str(house)], cwd=REPO, check=True)
-        subprocess.run([str(BIN / "python"), "-m", "pip", "install", "-q", "--target", str(tools), UV], check=True)
+        subprocess.run([str(BIN / "python"), "-m", "pip", "install", "-q", "--target", str(tools), uv], check=True)
         pip_wheel = next(house.glob("pip-*.whl"))
         offline = ["--no-index", "--require-hashes", "--no-deps", "--find-links", str(house),
                    "-r", str(house / "requirements.txt")]
         venv = Path(tmp) / "venv"
         python = str(venv / "bin" / "python")
         kinds = {
-            "pip (as rig runs it: compiles while installing)": [
+            "pip, compiling while it installs (rig's pip before)": [
                 [python, f"{pip_wheel}/pip", "install", "-q", "--no-cache-dir", *offline]],
-            "pip, then compileall -j0": [
+            "pip --no-compile, then compileall on every core (rig's pip path)": [
                 [python, f"{pip_wheel}/pip", "install", "-q", "--no-cache-dir", "--no-compile", *offline],
                 [python, "-m", "compileall", "-q", "-j0", str(venv / "lib")]],  # 1: some files do not compile
-            "uv pip install --compile-bytecode (a fresh uv cache)": [
+            "uv pip install --compile-bytecode, a fresh uv cache (rig's default)": [
                 [str(tools / "bin" / "uv"), "pip", "install", "-q", "--python", python, "--compile-bytecode",
                  "--cache-dir", str(Path(tmp) / "uv-cache"), *offline]],
         }
@@ -516,7 +517,7 @@ def bench_installer(rounds: int) -> None:
 Measured {datetime.now(timezone.utc):%Y-%m-%d} with `python scripts/bench.py installer` on the development
 machine (2 cores, 24 GiB), {rounds} round(s), kinds interleaved: the default lock's
 {len(house_lines(lock))} wheels into a fresh venv from a local exported wheelhouse, offline,
-`--require-hashes`, `--no-deps`; each run ends with every module byte-compiled. uv is {UV}.
+`--require-hashes`, `--no-deps`; each run ends with every module byte-compiled. uv is {uv}.
 
 {chr(10).join(rows)}
 
