@@ -21,7 +21,7 @@ from rig import RigError, progress
 from rig.container import client as _client
 from rig.cuda_releases import series
 from rig.fs import atomic_write, sha256_data
-from rig.wheel_serving import WheelServer
+from rig.wheel_serving import WheelServer, bridge_gateway
 
 DOCKERFILE = Path(__file__).resolve().parent.parent / "docker" / "Dockerfile"
 LABEL = "dev.rig"
@@ -57,14 +57,6 @@ def labels(stack: dict, lock: dict, patch_ids: list[str]) -> dict:
         f"{LABEL}.builds": ",".join(f"{b['name']}=={b['version']}" for b in lock["source_builds"]),
         f"{LABEL}.sbom": "/opt/rig/sbom.cdx.json",
     }
-
-
-def bridge_gateway(ipam: dict) -> str:
-    """The host's address on the bridge. Docker leaves Gateway out of the config when it
-    chose the address itself: then it is the subnet's first host."""
-    import ipaddress
-
-    return ipam.get("Gateway") or str(next(ipaddress.ip_network(ipam["Subnet"]).hosts()))
 
 
 def _context(root: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | None, ca_certs: list[str]) -> Path:

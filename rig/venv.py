@@ -58,7 +58,18 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
               "msg": f"{'would install' if check else 'installed'} lock {lock_hash[:12]} into {venv} with {installer}"}
     if check:
         return result
+    made_parent = not venv.parent.exists()
     venv.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return _install(venv, lock_hash, wheelhouse, find_links, lock, installer, result)
+    except BaseException:
+        if made_parent:  # a refused install leaves the host as it found it
+            shutil.rmtree(venv.parent, ignore_errors=True)
+        raise
+
+
+def _install(venv: Path, lock_hash: str, wheelhouse: str | None, find_links: str | None, lock: dict | None,
+             installer: str, result: dict) -> dict:
     # scratch beside the venv: uv's unpacked wheels are hard-linked into it, not copied across filesystems
     with tempfile.TemporaryDirectory(dir=venv.parent, prefix=".rig-install-") as scratch_dir:
         scratch = Path(scratch_dir)
@@ -131,8 +142,13 @@ def _pull(lock: dict | None, find_links: str | None, scratch: Path, installer: s
         raise RigError("the lock has no pip wheel to install with; lock the stack again with this rig")
     url = find_links.rstrip("/") + "/" + urllib.parse.quote(wheel["filename"])
     progress(f"taking {installer} from {url}")
-    with urllib.request.urlopen(url, timeout=60) as answer:
-        data = answer.read(PULL_LIMIT + 1)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as answer:
+            data = answer.read(PULL_LIMIT + 1)
+    except OSError as exc:  # URLError, HTTPError, timeouts
+        raise RigError(f"could not take {wheel['filename']} from {url}: {getattr(exc, 'reason', exc)}; a wheelhouse "
+                       "exported by an older rig has no uv wheel: export it again, or install with pip "
+                       "(python_stack_installer: pip)") from exc
     if sha256_data(data) != wheel["sha256"]:
         raise RigError(f"{url} is not the pinned {wheel['filename']} (sha256 differs): the server at {find_links} "
                        "does not serve this lock's wheels")

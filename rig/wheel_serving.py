@@ -1,18 +1,21 @@
 """The controller's exported wheelhouse over HTTP, for hosts and image builds to pull.
 
 Hosts pull in parallel instead of the controller pushing gigabytes through each
-Ansible connection; pip's --require-hashes checks every byte against the lock,
-so plain HTTP carries nothing a host trusts unchecked. A detached server stops
-by itself once nobody has asked it anything for a while, so a play that fails
-half-way leaves no server behind for long.
+Ansible connection; --require-hashes checks every byte against the lock, so plain
+HTTP carries nothing a host trusts unchecked. Only the directory's own top-level
+files and its listing (what pip's and uv's --find-links read) are served. A
+detached server stops by itself once nobody has asked it anything for a while,
+so a play that fails half-way leaves no server behind for long.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import http.server
 import ipaddress
 import json
 import os
+import selectors
 import socket
 import subprocess
 import sys
@@ -24,6 +27,7 @@ from rig import RigError
 from rig.fs import atomic_write
 
 PORTS = range(20000, 40000)
+START_TIMEOUT = 30
 
 
 class WheelServer:
@@ -32,13 +36,15 @@ class WheelServer:
 
     def __init__(self, directory: str | Path, host: str, seed: str):
         handler = functools.partial(_Handler, directory=str(directory))
+        server_class = _Server6 if ":" in host else _Server
         base = PORTS.start + int(seed[:8], 16) % len(PORTS)
         for port in range(base, base + 20):
             try:
-                self.server = _Server((host, port), handler)
+                self.server = server_class((host, port), handler)
                 break
-            except OSError:
-                continue
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise RigError(f"cannot serve the wheelhouse on {host}: {exc.strerror or exc}") from exc
         else:
             raise RigError(f"no free port near {base} on {host} to serve the wheelhouse from")
         self.port = self.server.server_address[1]
@@ -71,7 +77,13 @@ class _Server(http.server.ThreadingHTTPServer):
         self.lock = threading.Lock()
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 class _Handler(http.server.SimpleHTTPRequestHandler):
+    timeout = 60  # a client that stalls does not hold a thread for good
+
     def log_message(self, *_):  # pip's requests are many; progress says what happens
         pass
 
@@ -79,6 +91,17 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         self.server.last_request = time.monotonic()
         super().handle_one_request()
         self.server.last_request = time.monotonic()  # a 4 GB transfer is not idleness
+
+    def send_head(self):
+        """The listing of the top directory, or one regular file directly in it; nothing else."""
+        name = self.path.split("?", 1)[0].split("#", 1)[0]
+        root = Path(self.directory).resolve()
+        if name != "/":
+            target = Path(self.translate_path(name))
+            if target.parent.resolve() != root or not target.resolve().is_relative_to(root) or not target.is_file():
+                self.send_error(404)
+                return None
+        return super().send_head()
 
     def copyfile(self, source, outputfile):
         sent = 0
@@ -105,41 +128,67 @@ def serve(directory: str | Path, bind: str, seed: str, idle_exit: float, stats: 
 
 
 def detach(directory: str | Path, bind: str, seed: str, idle_exit: float, stats: str | None = None) -> dict:
-    """Start `serve` in a process of its own session (it outlives the play's task) and return once it listens."""
-    if not any(Path(directory).glob("*requirements.txt")):
+    """Start `serve` in a process of its own session (it outlives the play's task) and return once it listens;
+    its messages go to DIRECTORY/../NAME.serve.log."""
+    directory = Path(directory)
+    if not any(directory.glob("*requirements.txt")):
         raise RigError(f"{directory} is not an exported wheelhouse (no requirements file); "
                        "run `rig wheelhouse export` or `rig wheels export` first")
     argv = [sys.executable, "-m", "rig", "wheelhouse", "serve", str(directory), "--bind", bind, "--seed", seed,
             "--idle-exit", str(idle_exit), "--foreground"] + (["--stats", stats] if stats else [])
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.stdout and proc.stderr  # pipes
-    line = proc.stdout.readline()
-    if not line:
-        raise RigError(f"the wheelhouse server did not start: {proc.stderr.read().strip()[-500:]}")
-    proc.stdout.close()
-    proc.stderr.close()
-    return {"changed": False, "pid": proc.pid, "port": json.loads(line)["port"], "dir": str(directory),
-            "msg": f"serving {directory} on {bind}:{json.loads(line)['port']} until idle for {idle_exit:g} s"}
+    log = directory.parent / f"{directory.name}.serve.log"
+    with open(log, "ab") as errors:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
+                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout  # a pipe
+    try:
+        with selectors.DefaultSelector() as wait:
+            wait.register(proc.stdout, selectors.EVENT_READ)
+            line = proc.stdout.readline() if wait.select(START_TIMEOUT) else b""
+        port = json.loads(line)["port"]
+    except (ValueError, KeyError, TypeError):
+        proc.kill()
+        raise RigError(f"the wheelhouse server did not start within {START_TIMEOUT} s; see {log}") from None
+    finally:
+        proc.stdout.close()
+    return {"changed": False, "pid": proc.pid, "port": port, "dir": str(directory),
+            "msg": f"serving {directory} on {bind}:{port} until idle for {idle_exit:g} s"}
+
+
+def bridge_gateway(ipam: dict) -> str:
+    """The host's address on a Docker network. Docker leaves Gateway out of the config when it
+    chose the address itself: then it is the subnet's first host."""
+    return ipam.get("Gateway") or str(next(ipaddress.ip_network(ipam["Subnet"]).hosts()))
 
 
 def route(host: str, port: int, docker: bool = False) -> dict:
-    """The URL at which HOST reaches this machine's PORT: the bridge gateway for a container on this
-    Docker engine, else the local address the kernel picks to reach HOST."""
+    """The URL at which HOST reaches this machine's PORT: this machine's address on the container's network
+    for a container on this Docker engine, else the local address the kernel picks to reach HOST (IPv4 first,
+    as the server listens on 0.0.0.0 by default)."""
     if docker:
+        import docker as docker_sdk
+
         from rig.container import client
 
-        networks = client().containers.get(host).attrs["NetworkSettings"]["Networks"]
-        address = next((n.get("Gateway") for n in networks.values() if n.get("Gateway")), None)
-        if not address:
-            raise RigError(f"container {host} has no network with a gateway: it cannot reach this machine")
-    else:
         try:
-            target = socket.getaddrinfo(host, None, proto=socket.IPPROTO_UDP)[0]
-        except socket.gaierror as exc:
-            raise RigError(f"cannot resolve {host}: {exc}") from exc
-        with socket.socket(target[0], socket.SOCK_DGRAM) as probe:
-            probe.connect((target[4][0], 9))  # no packet is sent: the kernel only picks the route
+            networks = client().containers.get(host).attrs["NetworkSettings"]["Networks"]
+        except docker_sdk.errors.NotFound:
+            raise RigError(f"no container named {host} on this Docker engine") from None
+        configs = [cfg for name in networks for cfg in client().networks.get(name).attrs["IPAM"]["Config"] or []]
+        if not configs:
+            raise RigError(f"container {host} has no network with an address: it cannot reach this machine")
+        address = bridge_gateway(configs[0])
+    else:
+        answers = []
+        for family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                answers += socket.getaddrinfo(host, None, family, socket.SOCK_DGRAM)
+            except socket.gaierror:
+                continue
+        if not answers:
+            raise RigError(f"cannot resolve {host} to an address")
+        with socket.socket(answers[0][0], socket.SOCK_DGRAM) as probe:
+            probe.connect((answers[0][4][0], 9))  # no packet is sent: the kernel only picks the route
             address = probe.getsockname()[0]
     ipaddress.ip_address(address)  # an address, not a name
     return {"changed": False, "url": f"http://{_url_host(address)}:{port}/"}

@@ -22,10 +22,10 @@ SITE = "/opt/rig/venv/lib/python3.11/site-packages"
 HEALTH = ("python3 -c \"import urllib.request, urllib.error\ntry: print(urllib.request.urlopen("
           "'http://127.0.0.1:30000/health', timeout=5).status)\nexcept urllib.error.HTTPError as e: print(e.code)\n"
           "except OSError: print('down')\"")
-# a streamed request of 1500 tokens at 50 tokens/s (the first box's rate): in flight for about 30 s, while the
-# rollout reaches that box
+# a streamed request of 3000 tokens at 50 tokens/s (the first box's rate): in flight for about a minute, while
+# the rollout reaches that box
 IN_FLIGHT = ("import json, urllib.request\n"
-             "body = json.dumps({'text': 'hi', 'sampling_params': {'max_new_tokens': 1500}, 'stream': True})\n"
+             "body = json.dumps({'text': 'hi', 'sampling_params': {'max_new_tokens': 3000}, 'stream': True})\n"
              "req = urllib.request.Request('http://127.0.0.1:30000/generate', body.encode(), "
              "{'Content-Type': 'application/json'})\n"
              "last = None\n"
@@ -96,6 +96,8 @@ def test_a_rollout_stops_at_the_first_failing_batch_and_leaves_the_rest_serving(
     broken.sh("rm -rf /models/target")  # the second box's server cannot start with the new stack
     first.sh(f"cat > /tmp/in-flight.py <<'EOF'\n{IN_FLIGHT}EOF")
     run(["docker", "exec", "-d", first.name, "python3", "/tmp/in-flight.py"])
+    first.sh("for i in $(seq 100); do python3 -c \"import json, urllib.request; exit(json.load(urllib.request.urlopen("
+             "'http://127.0.0.1:30000/rig_test/stats'))['tokens'] == 0)\" && exit 0; sleep 0.1; done; exit 1")
     rollout = play(boxes, "server.yml", rig_stack=stack_file(tmp_path, "v2.yml", 3), rig_rollout_batch=1,
                    **settings)
     assert not rollout.ok
@@ -111,7 +113,7 @@ def test_a_rollout_stops_at_the_first_failing_batch_and_leaves_the_rest_serving(
     # the request in flight on the first box when it was drained finished whole
     assert "Gracefully exiting... Remaining number of requests 1" in first.sh("cat /var/log/rig/sglang-server.log").stdout
     finished = json.loads(first.sh("cat /tmp/in-flight.json").stdout)
-    assert finished["completion_tokens"] == 1500 and finished["finish_reason"]["length"] == 1500
+    assert finished["completion_tokens"] == 3000 and finished["finish_reason"]["length"] == 3000
 
 
 def test_the_unit_restarts_a_server_that_dies(start_box, standin_site, tmp_path):

@@ -1,7 +1,8 @@
 """Parts of `rig image build` that need no Docker engine: the address the build reaches
 the wheelhouse on, the tag and the labels."""
 from conftest import DEFAULT_LOCK, REPO
-from rig.image import bridge_gateway, labels, tag_for
+from rig.image import labels, tag_for
+from rig.wheel_serving import bridge_gateway
 from rig.lock import read
 from rig.stack import load
 
