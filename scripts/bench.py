@@ -154,7 +154,22 @@ bridge (the wheels the boxes pulled from the controller's wheelhouse server). Fi
 copies through the Docker API (the CUDA wheels, the lock, the engine) do not cross the bridge.
 
 {chr(10).join(byte_rows)}
-""")
+{READING_PROVISION}""")
+
+
+READING_PROVISION = """
+Reading the numbers (written with the 2026-11-30 run). Before hosts pulled, cold was 591 s; most of
+the gain is that the box pulls the 4.4 GB over HTTP instead of receiving a Docker API copy through the
+controller (about 10 MB/s), and that uv installs in about half pip's time (the installer section). The
+venv alone is about 117 s of unpacking and byte-compiling 10 GB on two cores, so warm cannot reach 90 s
+on this machine; cold adds the download and the base image; the no-op is Ansible's per-task overhead
+over about 90 tasks and `rig doctor`, with nothing fetched or copied. Three boxes on one 2-core machine
+unpack three venvs on the same cores and disk, so their ratio is bounded by the CPU, not the transfer:
+the controller sent each box its wheels once, in parallel. On a fleet each host unpacks on its own
+cores. The CUDA wheels (190 MB) are still copied through the connection. For comparison, on 2026-11-29,
+when the controller copied the wheelhouse to each box, `playbooks/python.yml` alone took 493.6 s on one
+box and 804.3 s on three.
+"""
 
 
 def site_on_boxes(count: int, env: dict) -> tuple[float, list[int], int]:
@@ -202,7 +217,7 @@ def bench_lock(rounds: int) -> None:
             results[kind].append(timed([str(BIN / "rig"), "wheelhouse", "fetch", str(lock), "--cache", str(cache)], env))
         shutil.rmtree(cache, ignore_errors=True)
     write_section("lock", f"""
-## `rig lock`, `rig wheelhouse fetch`, and the venv on 1 vs 3 boxes
+## `rig lock` and `rig wheelhouse fetch`
 
 Measured {datetime.now(timezone.utc):%Y-%m-%d} with `python scripts/bench.py lock`, {rounds} rounds,
 stack `sm120-sglang-0.5.23` ({len(lock.read_text().split('"filename"')) - 1} wheels). **cold**: a new,
