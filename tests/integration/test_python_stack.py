@@ -16,6 +16,7 @@ from rig.wheelhouse import cached_path, wanted
 pytestmark = pytest.mark.box
 
 DEFAULT_LOCK = REPO / "stacks" / "sm120-sglang-0.5.23.lock"
+INTERNAL = "rig-test-internal"  # a Docker network with no route out: boxes reach this machine only
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +130,14 @@ def test_a_lock_for_another_python_stops_naming_both(box, tmp_path):
     assert "this host's python3 is 3.11, the stack's lock is for Python 3.12" in bad.output
 
 
-def test_site_yml_with_the_default_stack_provisions_a_box_with_no_network(start_box, tmp_path, monkeypatch):
-    """End to end: CUDA, ldconfig and the locked venv, all from the controller's caches."""
-    box = start_box(network="none")
+def test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet(start_box, tmp_path, monkeypatch):
+    """End to end: CUDA, ldconfig and the locked venv, all from the controller's caches. The box is on an
+    internal Docker network: it reaches the controller (whose wheelhouse it pulls from) and nothing else."""
+    assert run(["docker", "network", "inspect", INTERNAL]).returncode == 0 or \
+        run(["docker", "network", "create", "--internal", INTERNAL]).returncode == 0
+    box = start_box(network=INTERNAL)
     assert box.sh("python3 -c 'import urllib.request as u; u.urlopen(\"http://1.1.1.1\", timeout=3)'",
-                  check=False).returncode != 0  # truly no network
+                  check=False).returncode != 0  # truly no internet
     dry = box.play("site.yml", "--check").expect_ok()
     assert "would install lock" in dry.output and not box.exists("/opt/rig/venv")
     assert "/opt/rig/venv is not installed yet; the patches are planned once it is" in dry.output
