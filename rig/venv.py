@@ -58,13 +58,13 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
               "msg": f"{'would install' if check else 'installed'} lock {lock_hash[:12]} into {venv} with {installer}"}
     if check:
         return result
-    made_parent = not venv.parent.exists()
+    made = [path for path in (venv.parent, venv) if not path.exists()]
     venv.parent.mkdir(parents=True, exist_ok=True)
     try:
         return _install(venv, lock_hash, wheelhouse, find_links, lock, installer, result)
     except BaseException:
-        if made_parent:  # a refused install leaves the host as it found it
-            shutil.rmtree(venv.parent, ignore_errors=True)
+        for path in made:  # a refused or interrupted first install leaves the host as it found it
+            shutil.rmtree(path, ignore_errors=True)
         raise
 
 
@@ -79,20 +79,14 @@ def _install(venv: Path, lock_hash: str, wheelhouse: str | None, find_links: str
             raise RigError(f"{house} is not an exported wheelhouse (needs {REQUIREMENTS})")
         if find_links:  # only now: what is left is to fetch, and the hashes check every byte
             progress(f"taking the wheels from {find_links}")
-        created = not venv.exists()
-        try:
-            if not (venv / "bin" / "python").exists():
-                progress(f"creating {venv}")
-                # the interpreter running the engine is the one whose version was checked above
-                run([sys.executable, "-m", "venv", "--without-pip", str(venv)], f"could not create the venv {venv}")
-            progress(f"installing {len(requirements.read_text().splitlines())} wheels into {venv} with {installer} "
-                     "(offline, hash-checked)")
-            for step in _installer_steps(installer, venv, house, scratch, find_links):
-                run(step, f"could not install the wheels into {venv}")
-        except BaseException:
-            if created:  # a refused or interrupted first install leaves no half-made venv behind
-                shutil.rmtree(venv, ignore_errors=True)
-            raise
+        if not (venv / "bin" / "python").exists():
+            progress(f"creating {venv}")
+            # the interpreter running the engine is the one whose version was checked above
+            run([sys.executable, "-m", "venv", "--without-pip", str(venv)], f"could not create the venv {venv}")
+        progress(f"installing {len(requirements.read_text().splitlines())} wheels into {venv} with {installer} "
+                 "(offline, hash-checked)")
+        for step in _installer_steps(installer, venv, house, scratch, find_links):
+            run(step, f"could not install the wheels into {venv}")
         pins = [line.split()[0] for line in requirements.read_text().splitlines() if line.strip()]
     atomic_write(venv / MARKER, json.dumps({"lock_hash": lock_hash, "packages": pins}, indent=1) + "\n")
     return result
@@ -146,9 +140,9 @@ def _pull(lock: dict | None, find_links: str | None, scratch: Path, installer: s
         with urllib.request.urlopen(url, timeout=60) as answer:
             data = answer.read(PULL_LIMIT + 1)
     except OSError as exc:  # URLError, HTTPError, timeouts
-        raise RigError(f"could not take {wheel['filename']} from {url}: {getattr(exc, 'reason', exc)}; a wheelhouse "
-                       "exported by an older rig has no uv wheel: export it again, or install with pip "
-                       "(python_stack_installer: pip)") from exc
+        hint = ("; a wheelhouse exported by an older rig has no uv wheel: export it again, or install with pip "
+                "(python_stack_installer: pip)") if installer == "uv" else ""
+        raise RigError(f"could not take {wheel['filename']} from {url}: {getattr(exc, 'reason', exc)}{hint}") from exc
     if sha256_data(data) != wheel["sha256"]:
         raise RigError(f"{url} is not the pinned {wheel['filename']} (sha256 differs): the server at {find_links} "
                        "does not serve this lock's wheels")

@@ -170,11 +170,12 @@ def route(host: str, port: int, docker: bool = False) -> dict:
 
         from rig.container import client
 
+        engine = client()
         try:
-            networks = client().containers.get(host).attrs["NetworkSettings"]["Networks"]
+            networks = engine.containers.get(host).attrs["NetworkSettings"]["Networks"]
         except docker_sdk.errors.NotFound:
             raise RigError(f"no container named {host} on this Docker engine") from None
-        configs = [cfg for name in networks for cfg in client().networks.get(name).attrs["IPAM"]["Config"] or []]
+        configs = [cfg for name in networks for cfg in engine.networks.get(name).attrs["IPAM"]["Config"] or []]
         if not configs:
             raise RigError(f"container {host} has no network with an address: it cannot reach this machine")
         address = bridge_gateway(configs[0])
@@ -186,7 +187,7 @@ def route(host: str, port: int, docker: bool = False) -> dict:
             except socket.gaierror:
                 continue
         if not answers:
-            raise RigError(f"cannot resolve {host} to an address")
+            raise RigError(f"cannot resolve {host!r} to an address")
         with socket.socket(answers[0][0], socket.SOCK_DGRAM) as probe:
             probe.connect((answers[0][4][0], 9))  # no packet is sent: the kernel only picks the route
             address = probe.getsockname()[0]

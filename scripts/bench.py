@@ -531,17 +531,13 @@ def bench_installer(rounds: int) -> None:
 
 Measured {datetime.now(timezone.utc):%Y-%m-%d} with `python scripts/bench.py installer` on the development
 machine (2 cores, 24 GiB), {rounds} round(s), kinds interleaved: the default lock's
-{len(house_lines(lock))} wheels into a fresh venv from a local exported wheelhouse, offline,
+{len(json.loads(lock.read_text())["wheels"])} wheels into a fresh venv from a local exported wheelhouse, offline,
 `--require-hashes`, `--no-deps`; each run ends with every module byte-compiled. uv is {uv}.
 
 {chr(10).join(rows)}
 
 {ratios}
 """)
-
-
-def house_lines(lock: Path) -> list:
-    return json.loads(lock.read_text())["wheels"]
 
 
 def main() -> None:
