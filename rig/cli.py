@@ -580,12 +580,13 @@ def machine() -> None:
 @click.option("--pci-root", default="/sys/bus/pci/devices", show_default=True, help="sysfs PCI devices.")
 @click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True,
               help="Where the loaded nvidia kernel module tells its version.")
-def machine_facts(pci_root, module_version_path) -> None:
-    """NVIDIA GPUs and NVSwitches on the PCI bus, and the loaded driver module's version, as JSON."""
+@json_option
+def machine_facts(pci_root, module_version_path, as_json) -> None:
+    """NVIDIA GPUs and NVSwitches on the PCI bus, and the loaded driver module's version."""
     from rig import gpu_health
 
-    click.echo(json.dumps({**gpu_health.pci_devices(pci_root),
-                           "module_version": gpu_health.module_version(module_version_path)}))
+    emit({**gpu_health.pci_devices(pci_root), "module_version": gpu_health.module_version(module_version_path)},
+         as_json)
 
 
 # ------------------------------------------------------------------ sbom, image

@@ -1,0 +1,97 @@
+"""The `rig` action: run one rig subcommand on the target from the engine bundle and
+map its JSON answer onto Ansible's result (changed, diff, msg, failed).
+
+Roles that depend on rig_engine call the engine through it:
+
+    - name: Apply the patches
+      rig:
+        argv: [patch, apply, --venv, /opt/rig/venv]
+
+mode says how the subcommand meets check mode:
+- apply (the default): it changes the host; in check mode it gets --check, plans
+  and changes nothing, and the task reports what it would change.
+- plan: it always gets --check; `would_change` on the result says whether the step
+  that follows is needed. The task reports a change in check mode only, where the
+  plan is the answer.
+- read: it only reads; it runs in check mode too and never reports a change.
+
+Every engine field is on the registered result (`result.path`, `result.lock_hash`).
+The engine's unified diff is shown under --diff; its `rig: error:` line is the msg
+of a failure.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+# What the action sets itself: the engine's own values for these are mapped, not copied.
+RESERVED = frozenset(("changed", "failed", "skipped", "diff", "msg", "rc", "stdout", "stderr", "invocation"))
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = True
+    _supports_check_mode = True
+    _VALID_ARGS = frozenset(("argv", "mode"))
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        _, args = self.validate_argument_spec(argument_spec={
+            "argv": {"type": "list", "elements": "str", "required": True},
+            "mode": {"type": "str", "default": "apply", "choices": ["apply", "plan", "read"]},
+        })
+        result = super().run(tmp, task_vars)
+        del tmp
+        argv = list(args["argv"])
+        if not argv or argv[0].startswith("-"):
+            raise AnsibleActionFail(f"argv must start with a rig subcommand, not {argv!r}")
+        mode = args["mode"]
+        if mode == "plan" or (mode == "apply" and self._task.check_mode):
+            argv.append("--check")
+        argv.append("--json")
+        bundle = self._engine_var(task_vars, "rig_engine_bundle")
+        python = self._engine_var(task_vars, "rig_engine_python")
+        try:
+            remote = self._connection._shell.join_path(self._connection._shell.tmpdir, "rig.pyz")
+            self._transfer_file(bundle, remote)
+            self._fixup_perms2((self._connection._shell.tmpdir, remote))
+            cmd = " ".join(shlex.quote(part) for part in (python, remote, *argv))
+            out = self._low_level_execute_command(self._connection._shell.wrap_for_exec(cmd), sudoable=True)
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        result.update(_mapped(argv, out, mode, self._task.check_mode))
+        return result
+
+    def _engine_var(self, task_vars: dict, name: str) -> str:
+        if name not in task_vars:
+            raise AnsibleActionFail(f"{name} is not set: run the task in a role that depends on rig_engine")
+        return str(self._templar.template(task_vars[name]))
+
+
+def _mapped(argv: list[str], out: dict, mode: str, check_mode: bool) -> dict:
+    """Ansible's result for the engine's exit status and its one JSON object on stdout."""
+    rc, stdout, stderr = out.get("rc"), out.get("stdout", ""), out.get("stderr", "")
+    command = "rig " + " ".join(argv[:2])
+    if rc != 0:
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        reason = next((line for line in reversed(lines) if line.startswith("rig: ")), lines[-1] if lines else "")
+        return {"failed": True, "rc": rc, "stderr": stderr, "msg": f"{command} failed (exit {rc}): {reason}"}
+    try:
+        answer = json.loads(stdout)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        return {"failed": True, "rc": rc, "stdout": stdout,
+                "msg": f"{command} did not print one JSON object (is the bundle from this rig?)"}
+    result = {key: value for key, value in answer.items() if key not in RESERVED}
+    would_change = bool(answer.get("changed"))
+    if mode == "plan":
+        result["would_change"] = would_change
+    result["changed"] = would_change and (mode == "apply" or (mode == "plan" and check_mode))
+    if isinstance(answer.get("msg"), str):
+        result["msg"] = answer["msg"]
+    if isinstance(answer.get("diff"), str) and answer["diff"]:
+        result["diff"] = {"prepared": answer["diff"]}
+    return result
