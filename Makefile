@@ -48,7 +48,7 @@ unit: venv  ## Run only the tests that need no Docker engine
 lint: venv  ## ansible-lint (production profile, .ansible-lint), ruff, and the example CI workflows' schemas
 	for p in playbooks/*.yml; do ansible-playbook -i inventory/local --syntax-check $$p; done
 	ansible-lint -q
-	ruff check rig tests scripts
+	ruff check rig tests scripts roles
 	check-jsonschema --builtin-schema vendor.github-workflows docs/ci/github-actions.yml
 	check-jsonschema --builtin-schema vendor.gitlab-ci docs/ci/gitlab-ci.yml
 

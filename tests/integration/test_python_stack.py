@@ -138,7 +138,7 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet(start
     box = start_box(network=INTERNAL)
     assert box.sh("python3 -c 'import urllib.request as u; u.urlopen(\"http://1.1.1.1\", timeout=3)'",
                   check=False).returncode != 0  # truly no internet
-    dry = box.play("site.yml", "--check").expect_ok()
+    dry = box.play("site.yml", "--check", "--diff").expect_ok()
     assert "would install lock" in dry.output and not box.exists("/opt/rig/venv")
     assert "/opt/rig/venv is not installed yet; the patches are planned once it is" in dry.output
     box.play("site.yml").expect_ok()

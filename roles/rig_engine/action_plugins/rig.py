@@ -10,19 +10,26 @@ Roles that depend on rig_engine call the engine through it:
 mode says how the subcommand meets check mode:
 - apply (the default): it changes the host; in check mode it gets --check, plans
   and changes nothing, and the task reports what it would change.
-- plan: it always gets --check; `would_change` on the result says whether the step
-  that follows is needed. The task reports a change in check mode only, where the
-  plan is the answer.
+- plan: it always gets --check; `would_change` says whether the step that follows is
+  needed. The task reports a change in check mode only, where the plan is the answer.
 - read: it only reads; it runs in check mode too and never reports a change.
 
-Every engine field is on the registered result (`result.path`, `result.lock_hash`).
-The engine's unified diff is shown under --diff; its `rig: error:` line is the msg
-of a failure.
+controller: true runs the subcommand on the controller instead (with the Python that runs
+Ansible, where rig is installed): steps on the controller's cache and wheelhouse, whose
+changes are no host's. Give them mode read.
+
+Every engine field is on the registered result (`result.path`, `result.lock_hash`);
+`would_change` is the engine's own `changed`, whatever the mode.
+Under --diff the engine's unified diff is shown, or in check mode its msg where a
+change has no file diff ("would install lock ..."); its `rig: error:` line is the
+msg of a failure.
 """
 from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -32,15 +39,16 @@ RESERVED = frozenset(("changed", "failed", "skipped", "diff", "msg", "rc", "stdo
 
 
 class ActionModule(ActionBase):
-    TRANSFERS_FILES = True
+    TRANSFERS_FILES = False  # a controller step touches no host: the target's tmp dir is made when needed
     _supports_check_mode = True
-    _VALID_ARGS = frozenset(("argv", "mode"))
+    _VALID_ARGS = frozenset(("argv", "mode", "controller"))
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         _, args = self.validate_argument_spec(argument_spec={
             "argv": {"type": "list", "elements": "str", "required": True},
             "mode": {"type": "str", "default": "apply", "choices": ["apply", "plan", "read"]},
+            "controller": {"type": "bool", "default": False},
         })
         result = super().run(tmp, task_vars)
         del tmp
@@ -51,18 +59,26 @@ class ActionModule(ActionBase):
         if mode == "plan" or (mode == "apply" and self._task.check_mode):
             argv.append("--check")
         argv.append("--json")
+        out = self._on_controller(argv) if args["controller"] else self._on_target(argv, task_vars)
+        result.update(_mapped(argv, out, mode, self._task.check_mode))
+        return result
+
+    def _on_target(self, argv: list[str], task_vars: dict) -> dict:
         bundle = self._engine_var(task_vars, "rig_engine_bundle")
         python = self._engine_var(task_vars, "rig_engine_python")
         try:
-            remote = self._connection._shell.join_path(self._connection._shell.tmpdir, "rig.pyz")
+            remote = self._connection._shell.join_path(self._make_tmp_path(), "rig.pyz")
             self._transfer_file(bundle, remote)
             self._fixup_perms2((self._connection._shell.tmpdir, remote))
             cmd = " ".join(shlex.quote(part) for part in (python, remote, *argv))
-            out = self._low_level_execute_command(self._connection._shell.wrap_for_exec(cmd), sudoable=True)
+            return self._low_level_execute_command(self._connection._shell.wrap_for_exec(cmd), sudoable=True)
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
-        result.update(_mapped(argv, out, mode, self._task.check_mode))
-        return result
+
+    @staticmethod
+    def _on_controller(argv: list[str]) -> dict:
+        done = subprocess.run([sys.executable, "-m", "rig", *argv], capture_output=True, text=True, check=False)
+        return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
 
     def _engine_var(self, task_vars: dict, name: str) -> str:
         if name not in task_vars:
@@ -86,12 +102,13 @@ def _mapped(argv: list[str], out: dict, mode: str, check_mode: bool) -> dict:
         return {"failed": True, "rc": rc, "stdout": stdout,
                 "msg": f"{command} did not print one JSON object (is the bundle from this rig?)"}
     result = {key: value for key, value in answer.items() if key not in RESERVED}
-    would_change = bool(answer.get("changed"))
-    if mode == "plan":
-        result["would_change"] = would_change
+    would_change = result["would_change"] = bool(answer.get("changed"))
     result["changed"] = would_change and (mode == "apply" or (mode == "plan" and check_mode))
     if isinstance(answer.get("msg"), str):
         result["msg"] = answer["msg"]
     if isinstance(answer.get("diff"), str) and answer["diff"]:
         result["diff"] = {"prepared": answer["diff"]}
+    elif check_mode and result["changed"] and result.get("msg"):
+        # --check --diff is how Ansible says what would change; a change with no file diff says it in words
+        result["diff"] = {"prepared": result["msg"] + "\n"}
     return result

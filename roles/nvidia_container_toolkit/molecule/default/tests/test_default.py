@@ -4,7 +4,8 @@ import json
 
 def test_the_pinned_toolkit_is_installed_and_held(host):
     assert host.check_output("dpkg-query -W -f='${Version}' nvidia-container-toolkit") == "1.18.0-1"
-    assert host.check_output("dpkg --get-selections nvidia-container-toolkit").split() == ["nvidia-container-toolkit", "hold"]
+    held = host.check_output("dpkg --get-selections nvidia-container-toolkit").split()
+    assert held == ["nvidia-container-toolkit", "hold"]
 
 
 def test_docker_knows_the_nvidia_runtime(host):

@@ -1,0 +1,135 @@
+"""The rig action plugin: how it maps the engine's answer, and real ansible-playbook runs of it on the
+controller itself (connection local), check mode and hostile arguments included."""
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+import yaml
+from conftest import BIN, REPO, run
+
+from rig.runtime_env import MODULE
+
+PLUGIN = REPO / "roles" / "rig_engine" / "action_plugins" / "rig.py"
+_spec = importlib.util.spec_from_file_location("rig_action_plugin", PLUGIN)
+action = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(action)
+
+ARGV = ["venv", "install", "--json"]
+
+
+def mapped(stdout="", rc=0, stderr="", mode="apply", check_mode=False):
+    return action._mapped(ARGV, {"rc": rc, "stdout": stdout, "stderr": stderr}, mode, check_mode)
+
+
+def test_engine_fields_are_on_the_result_and_changed_follows_the_mode():
+    answer = json.dumps({"changed": True, "msg": "would install lock abc", "lock_hash": "abc"})
+    applied = mapped(answer)
+    assert applied["changed"] is True and applied["lock_hash"] == "abc" and applied["msg"] == "would install lock abc"
+    assert applied["would_change"] is True and "diff" not in applied
+    planned = mapped(answer, mode="plan")
+    assert planned["would_change"] is True and planned["changed"] is False  # the apply step reports it
+    assert mapped(answer, mode="plan", check_mode=True)["changed"] is True  # in check mode the plan is the answer
+    assert mapped(answer, mode="read")["changed"] is False
+
+
+def test_a_change_in_check_mode_says_itself_under_diff():
+    words = mapped(json.dumps({"changed": True, "msg": "would install CUDA 13.0.2"}), check_mode=True)
+    assert words["diff"] == {"prepared": "would install CUDA 13.0.2\n"}
+    unified = mapped(json.dumps({"changed": True, "msg": "m", "diff": "--- a\n+++ b\n"}), check_mode=True)
+    assert unified["diff"] == {"prepared": "--- a\n+++ b\n"}
+    assert "diff" not in mapped(json.dumps({"changed": False, "msg": "current"}), check_mode=True)
+
+
+def test_the_engine_cannot_set_what_the_action_decides():
+    answer = json.dumps({"changed": False, "failed": False, "skipped": True, "rc": 0, "invocation": {},
+                         "stdout": "x", "diff": ["not", "text"], "msg": ["not", "text"], "path": "/p"})
+    result = mapped(answer, mode="read")
+    assert result == {"changed": False, "would_change": False, "path": "/p"}
+
+
+@pytest.mark.parametrize("stdout", ["", "not json", "[1, 2]", '"a string"', "null", '{"a": 1} trailing'])
+def test_an_answer_that_is_not_one_json_object_fails_the_task(stdout):
+    result = mapped(stdout)
+    assert result["failed"] is True and "did not print one JSON object" in result["msg"]
+
+
+def test_a_failure_is_the_engines_error_line():
+    stderr = "rig: fetching\nrig: error: stacks/x.yml: no such file (give a stack file)\n"
+    result = mapped(rc=2, stderr=stderr, stdout='{"changed": true}')
+    assert result["failed"] is True and result["rc"] == 2 and "changed" not in result
+    assert result["msg"] == "rig venv install failed (exit 2): rig: error: stacks/x.yml: no such file (give a stack file)"
+    assert mapped(rc=127, stderr="python3: not found\n")["msg"].endswith("(exit 127): python3: not found")
+
+
+# ---- real runs: ansible-playbook on this controller, the bundle built by the rig_engine role
+
+def play(tmp_path, tasks: list[dict], *args: str, host: str = "localhost") -> tuple[int, dict]:
+    """Run TASKS on HOST after rig_engine; (exit status, the last task's result). The inventory holds
+    localhost (local) and `faraway`, a host nobody can reach."""
+    book, inventory = tmp_path / "play.yml", tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
+        "localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+        "faraway": {"ansible_connection": "ssh", "ansible_host": "192.0.2.1"}}}}))  # TEST-NET-1: never routed
+    book.write_text(yaml.safe_dump([{
+        "hosts": host, "gather_facts": False,
+        "vars": {"rig_engine_python": sys.executable, "rig_engine_bundle": str(tmp_path / "rig.pyz")},
+        "roles": ["rig_engine"], "tasks": tasks}]))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}
+    done = run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(book), *args], env=env, cwd=tmp_path)
+    report = json.loads(done.stdout)
+    return done.returncode, report["plays"][0]["tasks"][-1]["hosts"][host]
+
+
+def test_a_controller_step_runs_on_the_controller_and_never_reaches_the_host(tmp_path):
+    task = {"name": "Read a stack", "rig": {"argv": ["stack", "show", str(REPO / "stacks" / "default.yml")],
+                                           "controller": True, "mode": "read"}}
+    rc, result = play(tmp_path, [task], host="faraway")
+    assert rc == 0 and result["changed"] is False and result["name"] == "sm120-sglang-0.5.23"
+    task["rig"]["controller"] = False  # the same step on the host itself: unreachable
+    rc, result = play(tmp_path, [task], host="faraway")
+    assert rc != 0 and result.get("unreachable") is True
+
+
+@pytest.fixture
+def venv(tmp_path):
+    path = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    return path
+
+
+def sitecustomize(venv) -> list:
+    return [p.name for p in venv.glob(f"lib/python*/site-packages/{MODULE}*")]
+
+
+def test_a_step_under_check_and_diff_changes_nothing_then_applies_once(tmp_path, venv):
+    task = [{"name": "Write the environment", "rig": {"argv": ["env", "install", "--venv", str(venv),
+                                                              "--stack", str(REPO / "stacks" / "default.yml")]}}]
+    rc, dry = play(tmp_path, task, "--check", "--diff")
+    assert rc == 0 and dry["changed"] is True and dry["diff"]["prepared"]
+    assert not sitecustomize(venv)
+    rc, first = play(tmp_path, task)
+    assert rc == 0 and first["changed"] is True and sitecustomize(venv)
+    rc, again = play(tmp_path, task)
+    assert rc == 0 and again["changed"] is False
+
+
+def test_hostile_argument_values_reach_the_engine_verbatim_never_a_shell(tmp_path):
+    hostile = "x\n../$(touch pwned)`touch pwned2`'; touch pwned3 #.yml"
+    rc, result = play(tmp_path, [{"name": "Show a stack", "rig": {"argv": ["stack", "show", hostile], "mode": "read"}}])
+    assert rc != 0 and result["failed"] is True
+    assert result["msg"].startswith("rig stack show failed (exit 2): rig: error: ")
+    assert "../$(touch pwned)" in result["msg"]  # the path as given, not a shell's reading of it
+    assert not list(tmp_path.glob("pwned*")) and not list(REPO.glob("pwned*"))
+
+
+@pytest.mark.parametrize("args, reason", [
+    ({"argv": ["--check", "venv", "install"]}, "argv must start with a rig subcommand"),
+    ({"argv": []}, "argv must start with a rig subcommand"),
+    ({"argv": ["venv"], "mode": "force"}, "mode"),
+    ({"argv": ["venv"], "shell": "id"}, "shell"),
+])
+def test_bad_task_arguments_fail_before_anything_runs(tmp_path, args, reason):
+    rc, result = play(tmp_path, [{"name": "Bad", "rig": args}])
+    assert rc != 0 and result["failed"] is True and reason in result["msg"]
