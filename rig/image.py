@@ -113,34 +113,20 @@ def source_builds(stack_path: str, stack: dict, lock: dict, cache: Path) -> list
 
 
 def _builder_context(ctx: Path, stack_path: str, lock: dict, missing: list[dict], cache: Path, cuda_home: str) -> None:
-    """build/: the sources of the builds the cache lacks, and build.sh, the `rig wheels build`
-    commands for them (a no-op when none is missing)."""
-    from rig.tools import fetch_tool
-    from rig.wheels import copy_source
+    """build/: what the builds the cache lacks need, staged as for a builder host, and build.sh, their
+    `rig wheels build` commands (a no-op when none is missing)."""
+    from rig.builder import stage
 
     build = ctx / "build"
-    build.mkdir()
     lines = ["# written by rig image build: the lock's source builds the controller's cache lacks"]
     if missing:
-        shutil.copyfile(stack_path, build / "stack.yml")  # the archs and CUDA major
-        shutil.copy(fetch_tool("cuobjdump", cache), build / "cuobjdump")
-        tools = "g++ python3-dev" + (" git" if any(b["spec"].startswith("git+") for b in missing) else "")
+        staged = stage(missing, stack_path, lock["lock_hash"], cache, build, BUILD_ROOT, "/opt/rig/venv", cuda_home)
+        tools = " ".join(staged["tools"])
         lines.append(f"dpkg -s {tools} >/dev/null 2>&1 || {{ apt-get update && "
                      f"apt-get install -y --no-install-recommends {tools}; }}")
-    for b in missing:
-        source = Path(b["spec"])
-        if b["spec"].startswith("git+"):
-            where = b["spec"]
-        elif source.is_dir():  # as `rig wheels build` copies it: the same tree, so the same key
-            copy_source(source, build / "src" / b["name"])
-            where = f"{BUILD_ROOT}/src/{b['name']}"
-        else:
-            (build / "src").mkdir(exist_ok=True)
-            shutil.copyfile(source, build / "src" / source.name)
-            where = f"{BUILD_ROOT}/src/{source.name}"
-        lines.append(f"python3 /opt/rig/rig.pyz wheels build --venv /opt/rig/venv --stack {BUILD_ROOT}/stack.yml "
-                     f"--lock-hash {lock['lock_hash']} --cache {BUILD_ROOT}/cache --cuobjdump {BUILD_ROOT}/cuobjdump "
-                     f"--cuda-home {cuda_home} {shlex.quote(where)}")
+        lines += [shlex.join(["python3", "/opt/rig/rig.pyz", *b["argv"]]) for b in staged["builds"]]
+    else:
+        build.mkdir()
     (build / "build.sh").write_text("\n".join(lines) + "\n")
 
 

@@ -67,3 +67,20 @@ def test_stack_vars_are_what_the_roles_read(tmp_path):
     assert json.loads(out.read_text()) == ansible_vars(load(path))
     assert json.loads(out.read_text())["cuda_toolkit_version"] == "13.0.1"
     assert json.loads(out.read_text())["cuda_toolkit_make_default"] is True
+
+
+def test_role_defaults_agree_with_the_engine_where_both_say_a_value():
+    """A role run without a stack file behaves as a stack that sets nothing beyond its CUDA version."""
+    defaults = {}
+    for path in sorted((REPO / "roles").glob("*/defaults/main.yml")):
+        defaults.update(yaml.safe_load(path.read_text()) or {})
+    from rig.cuda import DEFAULT_STATE_DIR
+    from rig.cuda_releases import RELEASES
+
+    assert defaults["cuda_toolkit_version"] in RELEASES
+    rendered = ansible_vars(validate({**GOOD, "cuda": {"version": defaults["cuda_toolkit_version"]}}))
+    said = {k: v for k, v in defaults.items()
+            if k in rendered and v != "" and not (isinstance(v, str) and "{{" in v)}
+    assert {"cuda_toolkit_method", "cuda_toolkit_components", "cuda_toolkit_make_default"} <= set(said)
+    assert said == {k: rendered[k] for k in said}
+    assert defaults["cuda_toolkit_state_dir"] == DEFAULT_STATE_DIR

@@ -1,0 +1,63 @@
+"""One builder workflow, for the wheel_build role's builder host and the image's builder stage:
+the controller lays out what a builder needs (the stack file, cuobjdump, clean copies of the
+sources) and says the `rig wheels build` commands the builder runs on it."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from rig import RigError
+from rig.tools import fetch_tool
+from rig.wheels import copy_source, source_spec
+
+# what a torch extension build needs on a Debian builder beyond the stack's venv and toolkit
+BUILD_TOOLS = ["g++", "python3-dev"]
+
+
+def stage(builds: list[dict], stack_path: str, lock_hash: str, cache: str | Path, dest: Path, root: str,
+          venv: str, cuda_home: str | None = None, jobs: int | None = None) -> dict:
+    """Lay BUILDS ({key, spec} each) out in DEST, a new directory that the builder sees as ROOT.
+
+    The answer names the dir, the Debian packages the builds need, and each build's argv for rig
+    (the builder keeps its wheels under ROOT/cache/built/KEY, which the controller takes back)."""
+    if not root.startswith("/"):
+        raise RigError(f"--root {root!r}: give the absolute path the builder sees the staged dir at")
+    if dest.exists() and any(dest.iterdir()):
+        raise RigError(f"{dest} is not empty: staging writes a fresh dir (remove it first)")
+    specs = [source_spec(build["spec"]) for build in builds]  # every source checked before anything is written
+    made = not dest.exists()
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        staged = _lay_out(builds, specs, stack_path, lock_hash, cache, dest, root, venv, cuda_home, jobs)
+    except BaseException:
+        if made:  # nothing half-staged is left behind
+            shutil.rmtree(dest)
+        raise
+    tools = BUILD_TOOLS + (["git"] if any(b["argv"][-1].startswith("git+") for b in staged) else [])
+    return {"changed": True, "dir": str(dest), "root": root, "tools": tools, "builds": staged,
+            "msg": f"staged {len(staged)} build(s) in {dest}"}
+
+
+def _lay_out(builds: list[dict], specs: list[str], stack_path: str, lock_hash: str, cache: str | Path, dest: Path,
+             root: str, venv: str, cuda_home: str | None, jobs: int | None) -> list[dict]:
+    """Write the builder's files into DEST and say each build's argv."""
+    shutil.copyfile(stack_path, dest / "stack.yml")  # the archs and CUDA major
+    shutil.copy(fetch_tool("cuobjdump", cache), dest / "cuobjdump")
+    staged = []
+    for build, spec in zip(builds, specs, strict=True):
+        key = build["key"]
+        if spec.startswith("git+"):
+            where = spec
+        elif Path(spec).is_dir():  # as `rig wheels build` copies it: the same tree, so the same key
+            copy_source(spec, dest / "src" / key)
+            where = f"{root}/src/{key}"
+        else:
+            (dest / "src" / key).mkdir(parents=True)
+            shutil.copyfile(spec, dest / "src" / key / Path(spec).name)
+            where = f"{root}/src/{key}/{Path(spec).name}"
+        argv = ["wheels", "build", "--venv", venv, "--stack", f"{root}/stack.yml", "--lock-hash", lock_hash,
+                "--cache", f"{root}/cache", "--cuobjdump", f"{root}/cuobjdump"]
+        argv += ["--cuda-home", cuda_home] if cuda_home else []
+        argv += ["--jobs", str(jobs)] if jobs else []
+        staged.append({"key": key, "argv": [*argv, where]})
+    return staged
