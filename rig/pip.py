@@ -7,6 +7,7 @@ out as every manylinux tag it can run.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -77,3 +78,16 @@ def download(requirements: list[str], dest: Path, target: list[str], index: list
     if no_deps:
         args.append("--no-deps")
     run_pip(args + requirements, f"download {' '.join(requirements)}")
+
+
+# A hash-pinned requirement, as pip's --require-hashes reads it: written and read here alone.
+_PINNED = re.compile(r"([A-Za-z0-9_.\-]+)==(\S+)\s+--hash=sha256:([0-9a-f]{64})")
+
+
+def pinned(name: str, version: str, sha256: str) -> str:
+    return f"{name}=={version} --hash=sha256:{sha256}"
+
+
+def read_pinned(text: str) -> list[tuple[str, str, str]]:
+    """(name, version, sha256) of each hash-pinned line; other lines (comments, blanks) are skipped."""
+    return [match.groups() for match in map(_PINNED.match, text.splitlines()) if match]

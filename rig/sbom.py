@@ -6,12 +6,12 @@ builds of the same lock write the same file.
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from rig.pip import read_pinned
 from rig.proc import ask
 
 _LIST = ("import importlib.metadata as m, json; print(json.dumps(sorted("
@@ -20,12 +20,8 @@ _LIST = ("import importlib.metadata as m, json; print(json.dumps(sorted("
 
 def locked_hashes(requirements: str | Path) -> dict:
     """name -> (version, sha256) from a hash-pinned requirements file (`rig wheelhouse export`)."""
-    pins = {}
-    for line in Path(requirements).read_text().splitlines():
-        match = re.match(r"([A-Za-z0-9_.\-]+)==(\S+)\s+--hash=sha256:([0-9a-f]{64})", line)
-        if match:
-            pins[canonicalize_name(match.group(1))] = (match.group(2), match.group(3))
-    return pins
+    return {canonicalize_name(name): (version, sha256)
+            for name, version, sha256 in read_pinned(Path(requirements).read_text())}
 
 
 def cyclonedx(venv: str | Path, requirements: list, name: str = "") -> dict:

@@ -34,8 +34,8 @@ from pathlib import Path
 from rig import RigError, progress
 from rig.fs import atomic_write
 from rig.schema import Field, between
-from rig.sglang_api import (accept_length, call, context_length, generate_body, headers, server_accept_length,
-                             server_info)
+from rig.sglang_api import (KEY_ENV, accept_length, call, context_length, generate_body, headers,
+                             server_accept_length, server_info)
 
 PERCENTILES = (50, 90, 99)
 
@@ -502,7 +502,7 @@ def _earlier(path: str) -> dict:
 
 
 def run(url: str, plan: Plan, baseline_url: str | None = None, baseline_results: str | None = None,
-        api_key_env: str = "SGLANG_API_KEY") -> dict:
+        api_key_env: str = KEY_ENV) -> dict:
     earlier = _earlier(baseline_results) if baseline_results else None
     servers = [Server(url, "EAGLE-3", plan, api_key_env)]
     if baseline_url:

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from rig import RigError, progress
-from rig.sglang_api import (accept_length, call, context_length, expect_json, generate_body, number,
+from rig.sglang_api import (KEY_ENV, accept_length, call, context_length, expect_json, generate_body, number,
                             server_accept_length, server_info)
 
 # Below this a draft costs more than it saves: seen as 1.02 with a draft that proposes the wrong token
@@ -37,7 +37,7 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def wait_healthy(url: str, timeout: float, log: str | None = None, api_key_env: str = "SGLANG_API_KEY",
+def wait_healthy(url: str, timeout: float, log: str | None = None, api_key_env: str = KEY_ENV,
                  every: float = 10.0, pid: int | None = None) -> float:
     """Poll /health_generate until 200; SGLang answers 503 while it loads (minutes for big models).
 
@@ -84,7 +84,7 @@ def _one(url: str, prompt: str, max_tokens: int, api_key_env: str, timeout: floa
 
 
 def run(url: str, timeout: float = 900.0, max_tokens: int = 64, log: str | None = None,
-        speculation: bool | None = None, api_key_env: str = "SGLANG_API_KEY", pid: int | None = None,
+        speculation: bool | None = None, api_key_env: str = KEY_ENV, pid: int | None = None,
         request_timeout: float = 300.0) -> dict:
     """Wait for health, generate, check; speculation=None reads whether it is configured from /server_info."""
     if not 0 < max_tokens <= 1 << 20:

@@ -10,6 +10,7 @@ from rig import RigError
 from rig.schema import Field, between, distribution, sha256, version
 from rig.schema import validate as validate_document
 from rig.cuda_releases import RELEASES, COMPONENTS
+from rig.sglang_api import KEY_ENV
 
 METHODS = ("wheels", "apt", "runfile")
 ARCHS = ("12.0a", "12.0", "10.0a", "10.0", "9.0a", "9.0")
@@ -159,7 +160,7 @@ SCHEMA = {
         "torch_symm_mem": Field(bool, default=False),
         "host": Field(default="127.0.0.1", check=_host),
         "port": Field(int, default=30000, check=_port),
-        "api_key_env": Field(default="SGLANG_API_KEY", check=_env_name),
+        "api_key_env": Field(default=KEY_ENV, check=_env_name),
         "extra_args": Field(list, default=[], item=Field()),
     }),
     "bench": Field(dict, default={}, fields={

@@ -18,6 +18,7 @@ from packaging.utils import canonicalize_name
 from rig import RigError, progress
 from rig.documents import load_json
 from rig.fs import atomic_write, sha256_data, sha256_file
+from rig.pip import read_pinned
 from rig.proc import ask, run
 from rig.schema import Field, sha256
 from rig.wheelhouse import REQUIREMENTS
@@ -87,7 +88,7 @@ def _install(venv: Path, lock_hash: str, wheelhouse: str | None, find_links: str
                  "(offline, hash-checked)")
         for step in _installer_steps(installer, venv, house, scratch, find_links):
             run(step, f"could not install the wheels into {venv}")
-        pins = [line.split()[0] for line in requirements.read_text().splitlines() if line.strip()]
+        pins = [f"{name}=={version}" for name, version, _ in read_pinned(requirements.read_text())]
     atomic_write(venv / MARKER, json.dumps({"lock_hash": lock_hash, "packages": pins}, indent=1) + "\n")
     return result
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rig import RigError, progress
 from rig.fs import atomic_copy, atomic_write, confined, sha256_file
-from rig.pip import download, index_args, target_args
+from rig.pip import download, index_args, pinned, target_args
 
 REQUIREMENTS = "requirements.txt"
 
@@ -86,7 +86,7 @@ def _download(wheels: list[dict], lock: dict, cache: Path) -> int:
 
 def requirements(lock: dict) -> str:
     """The lock as a hash-pinned requirements file, for pip's --require-hashes."""
-    lines = [f"{w['name']}=={w['version']} --hash=sha256:{w['sha256']}" for w in lock["wheels"]]
+    lines = [pinned(w["name"], w["version"], w["sha256"]) for w in lock["wheels"]]
     return "\n".join(sorted(lines)) + "\n"
 
 

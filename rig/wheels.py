@@ -20,6 +20,7 @@ from pathlib import Path
 from rig import RigError, progress
 from rig.audit import audit_wheel, venv_context
 from rig.fs import atomic_copy, atomic_write, sha256_data, sha256_file
+from rig.pip import pinned
 from rig.runtime_env import arch_env
 
 GIB = 1 << 30
@@ -146,7 +147,7 @@ def export(built_dirs: list[Path], dest: Path, requirements_dir: Path | None = N
     for wheel in wheels:
         shutil.copyfile(wheel, dest / wheel.name)
         name, version = wheel.name.split("-")[:2]
-        lines.append(f"{name}=={version} --hash=sha256:{sha256_file(wheel)}")
+        lines.append(pinned(name, version, sha256_file(wheel)))
     text = "\n".join(lines) + "\n"
     (requirements_dir or dest).mkdir(parents=True, exist_ok=True)
     atomic_write((requirements_dir or dest) / BUILT_REQUIREMENTS, text)
