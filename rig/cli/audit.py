@@ -1,0 +1,49 @@
+"""`rig audit`: audit wheels, installed packages or shared objects."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from rig.cli.common import DEFAULT_CACHE, DEFAULT_STACK, json_option, judged
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
+              help="The CUDA major and target archs to hold the files to.")
+@click.option("--venv", "venv_path", help="Take torch from this venv, and audit PATHS that are its installed "
+              "distributions (e.g. sglang-kernel).")
+@click.option("--torch", "torch_path", help="Take torch from this torch wheel or torch/lib directory instead.")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Where cuobjdump is kept.")
+@json_option
+def audit(paths, stack_path, venv_path, torch_path, cache, as_json) -> None:
+    """Audit wheels, installed packages or shared objects before anything loads them.
+
+    For every shared object: the CUDA sonames it needs against the stack's CUDA
+    major (and whether this host resolves them), the torch symbols it expects
+    against those the given torch exports (demangled when missing), the torch its
+    metadata pins, its cubin and PTX archs against the stack's archs (a target
+    with neither is "no kernel image" before it happens), and the C++ string ABI.
+    With --venv, every needed soname must also resolve where it will load (the
+    venv's torch and NVIDIA libraries, RUNPATH, this host's loader cache).
+    Exit 1 when any artifact fails.
+    """
+    from rig import audit as audits
+    from rig.stack import load
+    from rig.tools import fetch_tool
+
+    stack = load(stack_path)
+    torch, installed = None, None
+    extra_dirs: list[Path] = []
+    if venv_path:
+        torch, extra_dirs, installed = audits.venv_context(Path(venv_path), list(paths))
+    if torch_path:
+        path = Path(torch_path)
+        torch = audits.torch_from_wheel(path) if path.suffix == ".whl" else audits.torch_from_dir(path, "unknown")
+    common = {"cuda_major": int(stack["cuda"]["version"].split(".")[0]), "archs": stack["archs"], "torch": torch,
+              "extra_dirs": extra_dirs, "cuobjdump": fetch_tool("cuobjdump", cache), "resolve": bool(venv_path)}
+    reports = [audits.audit_path(p, installed or {}, common) for p in paths]
+    click.echo(json.dumps(reports, indent=2) if as_json else audits.render(reports))
+    judged(all(r["ok"] for r in reports))
