@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
@@ -32,18 +31,8 @@ def audit(paths, stack_path, venv_path, torch_path, cache, as_json) -> None:
     """
     from rig import audit as audits
     from rig.stack import load
-    from rig.tools import fetch_tool
 
-    stack = load(stack_path)
-    torch, installed = None, None
-    extra_dirs: list[Path] = []
-    if venv_path:
-        torch, extra_dirs, installed = audits.venv_context(Path(venv_path), list(paths))
-    if torch_path:
-        path = Path(torch_path)
-        torch = audits.torch_from_wheel(path) if path.suffix == ".whl" else audits.torch_from_dir(path, "unknown")
-    common = {"cuda_major": int(stack["cuda"]["version"].split(".")[0]), "archs": stack["archs"], "torch": torch,
-              "extra_dirs": extra_dirs, "cuobjdump": fetch_tool("cuobjdump", cache), "resolve": bool(venv_path)}
-    reports = [audits.audit_path(p, installed or {}, common) for p in paths]
+    common, installed = audits.context(load(stack_path), venv_path, torch_path, list(paths), cache)
+    reports = [audits.audit_path(p, installed, common) for p in paths]
     click.echo(json.dumps(reports, indent=2) if as_json else audits.render(reports))
     judged(all(r["ok"] for r in reports))

@@ -5,7 +5,6 @@ import json
 
 import click
 
-from rig import RigError
 from rig.cli.common import DEFAULT_CACHE, Url, check_option, emit, json_option, prefix_option
 
 
@@ -47,8 +46,6 @@ def cuda_install(version, method, components, source, sha256, prefix, check, as_
     """Install a toolkit into PREFIX/cuda-X.Y, staged and renamed into place."""
     from rig import cuda as engine
 
-    if not check and not source:
-        raise RigError("--source is required: the fetched wheel dir or runfile")
     emit(engine.install(version, prefix, method, list(components or engine.COMPONENTS),
                         source, sha256, check), as_json)
 

@@ -5,7 +5,6 @@ import json
 
 import click
 
-from rig import RigError
 from rig.cli.common import DEFAULT_BUNDLE, DEFAULT_STACK, emit, json_option, judged, prefix_option
 
 
@@ -51,17 +50,8 @@ def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect
         venv_path = venv_path or (data["venv"] if pins_packages(data) else None)
         default_gpus, pcie_only = data["server"]["tp"], data["environment"]["nccl_pcie_only"]
     if container:
-        from rig.container import run_engine
-
-        args = ["doctor", "--json", "--cuda", cuda_version, "--prefix", prefix]
-        args += [f"--arch={a}" for a in archs] + (["--venv", venv_path] if venv_path else [])
-        args += ["--expect-gpus", str(expect_gpus)] if expect_gpus else []
-        code, out, err = run_engine(container, args, DEFAULT_BUNDLE)
-        try:
-            report = json.loads(out)
-        except ValueError as exc:
-            raise RigError(f"doctor in {container} printed no report ({code}): {out}{err}") from exc
-        result = [checks.Check(**c) for c in report["checks"]]
+        result = checks.run_in_container(container, DEFAULT_BUNDLE, cuda_version, archs, prefix, venv_path,
+                                         expect_gpus)
     else:
         result = checks.run(cuda_version, list(archs), prefix, venv_path, expect_gpus, default_gpus, pcie_only)
     click.echo(json.dumps(checks.as_json(result), indent=2) if as_json else checks.render(result))

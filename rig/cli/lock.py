@@ -23,25 +23,9 @@ def lock_cmd(stack_path, check, as_json) -> None:
 
     stack = load(stack_path)
     if check:
-        done, problems = locking.stale(stack, stack_path)
-        locking.refuse(problems)
-        emit({"changed": False, "lock": str(locking.lock_path(stack_path)), "lock_hash": done[0]["lock_hash"],
-              "locks": len(done), "msg": f"{len(done)} lock(s) of {stack_path} up to date"}, as_json)
+        emit(locking.check(stack, stack_path), as_json)
         return
-    summaries = []
-    for python, variant, path in locking.variants(stack, stack_path):
-        click.echo(f"rig: resolving {stack['name']} for Python {python}", err=True)
-        result = locking.build_lock(variant, stack_path)
-        old = path.read_text() if path.exists() else None
-        locking.write(result, path)
-        summary = {"changed": old != path.read_text(), "lock": str(path), "lock_hash": result["lock_hash"],
-                   "python": python, "complete": result["complete"], "wheels": len(result["wheels"]),
-                   "unresolved": [u["reason"] for u in result["unresolved"]]}
-        summary["msg"] = (f"locked {len(result['wheels'])} wheels into {path}" if result["complete"] else
-                          f"PARTIAL lock written to {path}: " + "; ".join(summary["unresolved"]))
-        summaries.append(summary)
-    first = summaries[0]
-    emit({**first, "locks": summaries, "changed": any(x["changed"] for x in summaries),
-          "complete": all(x["complete"] for x in summaries), "msg": "\n".join(x["msg"] for x in summaries)}, as_json)
-    if not all(x["complete"] for x in summaries):
+    result = locking.lock_all(stack, stack_path)
+    emit(result, as_json)
+    if not result["complete"]:
         sys.exit(PARTIAL)

@@ -1,11 +1,8 @@
 """The `rig patch` group: source patches on an installed environment."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from rig import RigError
 from rig.cli.common import check_option, emit, json_option
 
 
@@ -29,32 +26,13 @@ def _patch_target(func):
     return json_option(func)
 
 
-def _patch_env(venv_path, python, stack_path, patch_dir):
-    from rig import patches
-
-    if venv_path and python:
-        raise RigError("give --venv or --python, not both")
-    if not (venv_path or python):
-        if not stack_path:
-            raise RigError("name the environment: --venv DIR, --python PATH or --stack FILE (its venv)")
-        from rig.stack import load
-
-        venv_path = load(stack_path)["venv"]
-    if venv_path:
-        python = str(Path(venv_path) / "bin" / "python")
-        if not Path(python).exists():
-            raise RigError(f"{venv_path} is not a virtualenv (no bin/python); install the stack first")
-    found = patches.load(patch_dir)
-    return patches.probe(python, [p.package for p in found]), found
-
-
 @patch.command("status")
 @_patch_target
 def patch_status(venv_path, python, stack_path, patch_dir, as_json) -> None:
     """Say, for every patch, whether this environment needs it."""
     from rig import patches
 
-    env, found = _patch_env(venv_path, python, stack_path, patch_dir)
+    env, found = patches.environment(venv_path, python, stack_path, patch_dir)
     rows = patches.status(env, found)
     emit({"changed": False, "patches": rows, "msg": patches.table(rows)}, as_json)
 
@@ -67,7 +45,7 @@ def patch_apply(venv_path, python, stack_path, patch_dir, as_json, check, force)
     """Apply every needed patch; a no-op when all are applied or upstream."""
     from rig import patches
 
-    env, found = _patch_env(venv_path, python, stack_path, patch_dir)
+    env, found = patches.environment(venv_path, python, stack_path, patch_dir)
     result = patches.apply(env, found, check=check, force=force)
     if check and not as_json and result["diff"]:
         click.echo(result["diff"], nl=False)
@@ -82,5 +60,5 @@ def patch_revert(venv_path, python, stack_path, patch_dir, as_json, check, force
     """Put back every file rig patched in this environment, byte for byte."""
     from rig import patches
 
-    env, _ = _patch_env(venv_path, python, stack_path, patch_dir)
+    env, _ = patches.environment(venv_path, python, stack_path, patch_dir)
     emit(patches.revert(env, check=check, force=force), as_json)

@@ -86,29 +86,9 @@ def bench(url, baseline_url, baseline_results, stack_path, concurrency, max_toke
     if baseline_url and baseline_results:
         raise RigError("give --baseline-url or --baseline-results, not both")
     output_dir(out_dir, "--out")
-    wanted = load(stack_path)["bench"]
-    try:
-        levels = [int(c) for c in concurrency.split(",")] if concurrency is not None else wanted["concurrency"]
-    except ValueError as exc:
-        raise RigError(f"--concurrency {concurrency!r}: give comma-separated whole numbers, e.g. 1,2,5") from exc
-
-    def given(value, key):  # an option given as 0 is a bad value, not "use the stack's"
-        return wanted[key] if value is None else value
-
-    plan = serve_bench.Plan(concurrency=levels, max_tokens=given(max_tokens, "max_tokens"),
-                            serial_runs=given(serial_runs, "serial_runs"),
-                            serial_tokens=given(serial_tokens, "serial_tokens"), rounds=given(rounds, "rounds"),
-                            min_requests=min_requests, read_timeout=read_timeout)
+    plan = serve_bench.plan_for(load(stack_path)["bench"], concurrency, max_tokens, serial_runs, serial_tokens, rounds,
+                                min_requests, read_timeout)
     result = serve_bench.run(url, plan, baseline_url, baseline_results, api_key_env)
-    files = serve_bench.write(result, out_dir)["files"]
-    failed = sum(lv["failed"] for run in result["runs"] for lv in run["levels"]) + \
-        sum(len(run["serial"]["tok_s"]) < run["serial"]["runs"] for run in result["runs"] if run["serial"])
-    stopped = [f"{run['label']}: {run['stopped']}" for run in result["runs"] if run["stopped"]]
-    cross = result["crossover"]
-    msg = "\n".join([f"wrote {', '.join(files)}",
-                     *(f"STOPPED {s}" for s in stopped),
-                     *([f"{failed} request(s) failed; the report lists why"] if failed else []),
-                     *([cross["recommendation"]] if cross else [])])
-    emit({"ok": not (failed or stopped), "files": files, "crossover": cross, "failed": failed, "stopped": stopped,
-          "msg": msg}, as_json)
-    judged(not (failed or stopped))
+    summary = serve_bench.outcome(result, serve_bench.write(result, out_dir)["files"])
+    emit(summary, as_json)
+    judged(summary["ok"])

@@ -48,17 +48,10 @@ def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, j
         raise RigError("give SOURCE or --from-stack PACKAGE (one of them)")
     source = source or builds.stack_source(stack, from_stack, stack_path)
     version = stack["cuda"]["version"]
-    lock_hash = lock_hash or _lock_hash(stack_path)
+    lock_hash = lock_hash or builds.stack_lock_hash(stack_path)
     home = Path(cuda_home) if cuda_home else Path(prefix) / f"cuda-{'.'.join(version.split('.')[:2])}"
     emit(builds.build(source, Path(venv_path), stack["archs"], int(version.split(".")[0]), home, Path(cache),
                       lock_hash, Path(cuobjdump) if cuobjdump else fetch_tool("cuobjdump", cache), jobs), as_json)
-
-
-def _lock_hash(stack_path: str) -> str:
-    from rig.lock import lock_path, read
-
-    lock = lock_path(stack_path)
-    return read(lock)["lock_hash"] if lock.exists() else "unlocked"
 
 
 @wheels.command("plan")
@@ -69,9 +62,9 @@ def _lock_hash(stack_path: str) -> str:
 def wheels_plan(source, stack_path, cache, as_json) -> None:
     """Say whether the controller's wheelhouse already holds SOURCE built for the stack."""
     from rig.stack import load
-    from rig.wheels import plan
+    from rig.wheels import plan, stack_lock_hash
 
-    emit(plan(source, load(stack_path)["archs"], Path(cache), _lock_hash(stack_path)), as_json)
+    emit(plan(source, load(stack_path)["archs"], Path(cache), stack_lock_hash(stack_path)), as_json)
 
 
 @wheels.command("export")
