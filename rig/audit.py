@@ -281,6 +281,24 @@ def venv_context(venv: Path, names: list[str]) -> tuple[Torch | None, list[Path]
     return torch, dirs, info["dists"]
 
 
+def context(stack: dict, venv: str | None, torch_path: str | None, names: list[str],
+            cache: str | Path) -> tuple[dict, dict]:
+    """(what every artifact is held to: the stack's CUDA major and archs, the torch of VENV or TORCH_PATH, the
+    library dirs VENV brings, cuobjdump; the distributions NAMES installed in VENV)."""
+    from rig.tools import fetch_tool
+
+    torch, installed = None, None
+    extra_dirs: list[Path] = []
+    if venv:
+        torch, extra_dirs, installed = venv_context(Path(venv), names)
+    if torch_path:
+        path = Path(torch_path)
+        torch = torch_from_wheel(path) if path.suffix == ".whl" else torch_from_dir(path, "unknown")
+    common = {"cuda_major": int(stack["cuda"]["version"].split(".")[0]), "archs": stack["archs"], "torch": torch,
+              "extra_dirs": extra_dirs, "cuobjdump": fetch_tool("cuobjdump", cache), "resolve": bool(venv)}
+    return common, installed or {}
+
+
 def audit_path(target: str, installed: dict, common: dict) -> dict:
     """A wheel file, a shared object, a directory, or a distribution installed in --venv."""
     path = Path(target)

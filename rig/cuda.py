@@ -158,6 +158,8 @@ def verify_manifest(wheel_dir: str | Path) -> dict:
 def install(version: str, prefix: str | Path, method: str, components: list[str],
             source: str | None = None, sha256: str = "", check: bool = False) -> dict:
     """Install one toolkit into PREFIX/cuda-X.Y; a no-op when it is already there."""
+    if not check and not source:
+        raise RigError("--source is required: the fetched wheel dir or runfile")
     check_release(version)
     check_components(components)
     if method not in ("wheels", "runfile"):

@@ -227,6 +227,22 @@ def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: s
     return checks
 
 
+def run_in_container(container: str, bundle: str | Path, cuda_version: str, archs: list[str], prefix: str,
+                     venv: str | None = None, expect_gpus: int | None = None) -> list[Check]:
+    """The same checks inside a running container, by the engine BUNDLE copied in (`rig doctor --container`)."""
+    from rig.container import run_engine
+
+    args = ["doctor", "--json", "--cuda", cuda_version, "--prefix", prefix]
+    args += [f"--arch={a}" for a in archs] + (["--venv", venv] if venv else [])
+    args += ["--expect-gpus", str(expect_gpus)] if expect_gpus else []
+    code, out, err = run_engine(container, args, bundle)
+    try:
+        report = json.loads(out)
+    except ValueError as exc:
+        raise RigError(f"doctor in {container} printed no report ({code}): {out}{err}") from exc
+    return [Check(**c) for c in report["checks"]]
+
+
 def failed(checks: list[Check]) -> bool:
     return any(c.status == "fail" and c.required for c in checks)
 

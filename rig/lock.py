@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from rig import RigError
+from rig import RigError, progress
 from rig.cuda_releases import major
 from rig.fs import atomic_write, sha256_data
 from rig.schema import Field, distribution, sha256, validate
@@ -280,6 +280,34 @@ def stale(stack: dict, stack_path: str | Path) -> tuple[list[dict], list[str]]:
         else:
             current.append(lock)
     return current, problems
+
+
+def check(stack: dict, stack_path: str | Path) -> dict:
+    """`rig lock --check`: every lock of the stack current, else one answer naming each that is not."""
+    done, problems = stale(stack, stack_path)
+    refuse(problems)
+    return {"changed": False, "lock": str(lock_path(stack_path)), "lock_hash": done[0]["lock_hash"],
+            "locks": len(done), "msg": f"{len(done)} lock(s) of {stack_path} up to date"}
+
+
+def lock_all(stack: dict, stack_path: str | Path) -> dict:
+    """Lock the stack for its own Python and each of `pythons`: the first lock's summary, every lock's under
+    "locks", and "complete" only when all of them are."""
+    summaries = []
+    for python, variant, path in variants(stack, stack_path):
+        progress(f"resolving {stack['name']} for Python {python}")
+        result = build_lock(variant, stack_path)
+        old = path.read_text() if path.exists() else None
+        write(result, path)
+        summary = {"changed": old != path.read_text(), "lock": str(path), "lock_hash": result["lock_hash"],
+                   "python": python, "complete": result["complete"], "wheels": len(result["wheels"]),
+                   "unresolved": [u["reason"] for u in result["unresolved"]]}
+        summary["msg"] = (f"locked {len(result['wheels'])} wheels into {path}" if result["complete"] else
+                          f"PARTIAL lock written to {path}: " + "; ".join(summary["unresolved"]))
+        summaries.append(summary)
+    first = summaries[0]
+    return {**first, "locks": summaries, "changed": any(x["changed"] for x in summaries),
+            "complete": all(x["complete"] for x in summaries), "msg": "\n".join(x["msg"] for x in summaries)}
 
 
 def write(lock: dict, path: Path) -> None:

@@ -187,6 +187,24 @@ def probe(python: str, packages: list[str]) -> Env:
         raise RigError(f"{python} reported its packages in a shape rig did not write ({exc}); is it a Python?") from exc
 
 
+def environment(venv: str | None, python: str | None, stack_path: str | None,
+                source: str | Path | None) -> tuple[Env, list[Patch]]:
+    """The environment named by --venv, --python or --stack (its venv), probed for the packages of the patch
+    set at SOURCE; and that patch set."""
+    if venv and python:
+        raise RigError("give --venv or --python, not both")
+    if not (venv or python):
+        if not stack_path:
+            raise RigError("name the environment: --venv DIR, --python PATH or --stack FILE (its venv)")
+        from rig.stack import load as load_stack
+
+        venv = load_stack(stack_path)["venv"]
+    if venv:
+        python = str(Path(venv) / "bin" / "python")
+        if not Path(python).exists():
+            raise RigError(f"{venv} is not a virtualenv (no bin/python); install the stack first")
+    found = load(source)
+    return probe(python, [p.package for p in found]), found
 
 
 # ------------------------------------------------------------------ status

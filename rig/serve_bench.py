@@ -501,6 +501,36 @@ def _earlier(path: str) -> dict:
     return {**earlier["runs"][0], "label": "baseline"}
 
 
+def plan_for(wanted: dict, concurrency: str | None, max_tokens: int | None, serial_runs: int | None,
+             serial_tokens: int | None, rounds: int | None, min_requests: int, read_timeout: float) -> Plan:
+    """The plan `rig bench` measures: each option given, else the stack's bench section (WANTED)."""
+    try:
+        levels = [int(c) for c in concurrency.split(",")] if concurrency is not None else wanted["concurrency"]
+    except ValueError as exc:
+        raise RigError(f"--concurrency {concurrency!r}: give comma-separated whole numbers, e.g. 1,2,5") from exc
+
+    def given(value, key):  # an option given as 0 is a bad value, not "use the stack's"
+        return wanted[key] if value is None else value
+
+    return Plan(concurrency=levels, max_tokens=given(max_tokens, "max_tokens"),
+                serial_runs=given(serial_runs, "serial_runs"), serial_tokens=given(serial_tokens, "serial_tokens"),
+                rounds=given(rounds, "rounds"), min_requests=min_requests, read_timeout=read_timeout)
+
+
+def outcome(result: dict, files: list[str]) -> dict:
+    """What a run came to: failed requests, runs stopped early, the crossover; "ok" only with none of the first two."""
+    failed = sum(lv["failed"] for run in result["runs"] for lv in run["levels"]) + \
+        sum(len(run["serial"]["tok_s"]) < run["serial"]["runs"] for run in result["runs"] if run["serial"])
+    stopped = [f"{run['label']}: {run['stopped']}" for run in result["runs"] if run["stopped"]]
+    cross = result["crossover"]
+    msg = "\n".join([f"wrote {', '.join(files)}",
+                     *(f"STOPPED {s}" for s in stopped),
+                     *([f"{failed} request(s) failed; the report lists why"] if failed else []),
+                     *([cross["recommendation"]] if cross else [])])
+    return {"ok": not (failed or stopped), "files": files, "crossover": cross, "failed": failed, "stopped": stopped,
+            "msg": msg}
+
+
 def run(url: str, plan: Plan, baseline_url: str | None = None, baseline_results: str | None = None,
         api_key_env: str = KEY_ENV) -> dict:
     earlier = _earlier(baseline_results) if baseline_results else None

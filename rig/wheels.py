@@ -127,6 +127,14 @@ def wheelhouse_key(lock_hash: str, archs: list[str], source: str) -> str:
     return sha256_data(f"{lock_hash}|{';'.join(archs)}|{source_digest(source)}")[:16]
 
 
+def stack_lock_hash(stack_path: str | Path) -> str:
+    """The hash of the stack's lock, which keys its builds; "unlocked" while it has none."""
+    from rig.lock import lock_path, read
+
+    lock = lock_path(stack_path)
+    return read(lock)["lock_hash"] if lock.exists() else "unlocked"
+
+
 def plan(source: str, archs: list[str], cache: Path, lock_hash: str) -> dict:
     """Whether the controller's wheelhouse already holds this build (nothing to compile)."""
     key = wheelhouse_key(lock_hash, archs, source_spec(source))

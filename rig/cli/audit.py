@@ -1,0 +1,38 @@
+"""`rig audit`: audit wheels, installed packages or shared objects."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from rig.cli.common import DEFAULT_CACHE, DEFAULT_STACK, json_option, judged
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
+              help="The CUDA major and target archs to hold the files to.")
+@click.option("--venv", "venv_path", help="Take torch from this venv, and audit PATHS that are its installed "
+              "distributions (e.g. sglang-kernel).")
+@click.option("--torch", "torch_path", help="Take torch from this torch wheel or torch/lib directory instead.")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Where cuobjdump is kept.")
+@json_option
+def audit(paths, stack_path, venv_path, torch_path, cache, as_json) -> None:
+    """Audit wheels, installed packages or shared objects before anything loads them.
+
+    For every shared object: the CUDA sonames it needs against the stack's CUDA
+    major (and whether this host resolves them), the torch symbols it expects
+    against those the given torch exports (demangled when missing), the torch its
+    metadata pins, its cubin and PTX archs against the stack's archs (a target
+    with neither is "no kernel image" before it happens), and the C++ string ABI.
+    With --venv, every needed soname must also resolve where it will load (the
+    venv's torch and NVIDIA libraries, RUNPATH, this host's loader cache).
+    Exit 1 when any artifact fails.
+    """
+    from rig import audit as audits
+    from rig.stack import load
+
+    common, installed = audits.context(load(stack_path), venv_path, torch_path, list(paths), cache)
+    reports = [audits.audit_path(p, installed, common) for p in paths]
+    click.echo(json.dumps(reports, indent=2) if as_json else audits.render(reports))
+    judged(all(r["ok"] for r in reports))

@@ -1,0 +1,93 @@
+"""What every command group shares: defaults, exit statuses, options, parameter types and output."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+DEFAULT_STACK = "stacks/default.yml"
+DEFAULT_CACHE = os.environ.get("RIG_CACHE", str(Path.home() / ".cache" / "rig"))
+DEFAULT_BUNDLE = os.environ.get("RIG_BUNDLE", str(Path(DEFAULT_CACHE) / "engine" / "rig.pyz"))
+
+# exit statuses, named once: every command and the error boundary in rig.cli use these
+OK = 0
+JUDGED_FAIL = 1  # the command ran and judged: a check failed (doctor, verify, audit, smoke, bench...)
+ERROR = 2  # bad input, or a host problem to fix (the one `rig: error:` line)
+PARTIAL = 3  # `rig lock` wrote a lock that could not be fully resolved
+INTERNAL = 70  # a defect of rig's own (EX_SOFTWARE)
+INTERRUPTED = 130  # Ctrl-C
+SIGNALLED = 128  # plus the signal's number: SIGTERM or SIGHUP
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+check_option = click.option("--check", is_flag=True, help="Dry run: say what would change, change nothing.")
+prefix_option = click.option("--prefix", default="/usr/local", show_default=True,
+                             help="Where the cuda-X.Y trees live.")
+
+
+def judged(ok: bool) -> None:
+    """End a command that judged something: OK when it passed, JUDGED_FAIL when not."""
+    sys.exit(OK if ok else JUDGED_FAIL)
+
+
+class Url(click.ParamType):
+    """A URL checked when the command line is read: scheme, host and port, so nothing fails later."""
+    name = "url"
+
+    def __init__(self, schemes: tuple[str, ...] = ("http", "https")):
+        self.schemes = schemes
+
+    def convert(self, value, param, ctx):
+        from urllib.parse import urlsplit
+
+        if not value:
+            return value
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises on a port out of range
+        except ValueError as exc:
+            self.fail(f"{value!r} is not a URL: {exc}", param, ctx)
+        if parts.scheme not in self.schemes or (parts.scheme != "file" and not parts.hostname) or \
+                any(c.isspace() or not c.isprintable() for c in value):
+            self.fail(f"{value!r} is not a {'/'.join(self.schemes)} URL, e.g. http://127.0.0.1:30000", param, ctx)
+        return value
+
+
+class Seconds(click.ParamType):
+    """A wait: finite, above 0 and at most a week (nan or inf would wait forever)."""
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or not 0 < seconds <= 7 * 86400:
+            self.fail(f"{value!r}: give seconds above 0 and at most a week (604800)", param, ctx)
+        return seconds
+
+
+def to_file_or_stdout(text: str, out: str | None) -> None:
+    if out:
+        from rig.fs import atomic_write
+
+        atomic_write(out, text)
+    else:
+        click.echo(text, nl=False)
+
+
+def emit(result: dict, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        click.echo(result.get("msg") or "\n".join(f"{k}: {v}" for k, v in result.items()))
+
+
+def yaml_dump(data: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False).rstrip()

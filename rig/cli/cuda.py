@@ -1,0 +1,91 @@
+"""The `rig cuda` group: CUDA toolkits side by side and the /usr/local/cuda link."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from rig.cli.common import DEFAULT_CACHE, Url, check_option, emit, json_option, prefix_option
+
+
+@click.group()
+def cuda() -> None:
+    """Install CUDA toolkits side by side and manage the /usr/local/cuda link."""
+
+
+@cuda.command("fetch")
+@click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
+@click.option("--component", "components", multiple=True, help="cuda-toolkit extra; repeat. Default: all rig needs.")
+@click.option("--method", type=click.Choice(["wheels", "runfile"]), default="wheels", show_default=True)
+@click.option("--url", type=Url(("https", "http", "file")), default="", help="Runfile URL (runfile method).")
+@click.option("--sha256", default="", help="Expected runfile sha256 (runfile method).")
+@click.option("--platform", default="x86_64", show_default=True, help="Target machine (uname -m).")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller-side download cache.")
+@json_option
+def cuda_fetch(version, components, method, url, sha256, platform, cache, as_json) -> None:
+    """Download a toolkit's artifacts once into the controller cache (verified)."""
+    from rig import cuda as engine
+
+    if method == "runfile":
+        result = engine.fetch_runfile(url, sha256, cache)
+    else:
+        result = engine.fetch_wheels(version, list(components or engine.COMPONENTS), cache, platform)
+    emit(result, as_json)
+
+
+@cuda.command("install")
+@click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
+@click.option("--method", type=click.Choice(["wheels", "runfile"]), default="wheels", show_default=True)
+@click.option("--component", "components", multiple=True, help="cuda-toolkit extra; repeat. Default: all rig needs.")
+@click.option("--source", help="The fetched wheel dir (wheels) or runfile (runfile).")
+@click.option("--sha256", default="", help="Expected runfile sha256 (runfile method).")
+@prefix_option
+@check_option
+@json_option
+def cuda_install(version, method, components, source, sha256, prefix, check, as_json) -> None:
+    """Install a toolkit into PREFIX/cuda-X.Y, staged and renamed into place."""
+    from rig import cuda as engine
+
+    emit(engine.install(version, prefix, method, list(components or engine.COMPONENTS),
+                        source, sha256, check), as_json)
+
+
+@cuda.command("default")
+@click.option("--version", "version", required=True, help="Toolkit release or series, e.g. 13.0.")
+@prefix_option
+@click.option("--state-dir", default="/var/lib/rig", show_default=True, help="Where rollback state is kept.")
+@check_option
+@click.option("--installing", is_flag=True,
+              help="With --check: this run installs the toolkit first, so it need not exist yet.")
+@json_option
+def cuda_default(version, prefix, state_dir, check, installing, as_json) -> None:
+    """Point PREFIX/cuda at cuda-X.Y atomically, remembering the old target."""
+    from rig import cuda as engine
+
+    emit(engine.set_default(version, prefix, state_dir, check, installing), as_json)
+
+
+@cuda.command("rollback")
+@prefix_option
+@click.option("--state-dir", default="/var/lib/rig", show_default=True, help="Where rollback state is kept.")
+@check_option
+@json_option
+def cuda_rollback(prefix, state_dir, check, as_json) -> None:
+    """Restore PREFIX/cuda to the target it had before `rig cuda default`."""
+    from rig import cuda as engine
+
+    emit(engine.rollback_default(prefix, state_dir, check), as_json)
+
+
+@cuda.command("list")
+@prefix_option
+@json_option
+def cuda_list(prefix, as_json) -> None:
+    """List the toolkits under PREFIX and the version each nvcc reports."""
+    from rig import cuda as engine
+
+    found = engine.toolkits(prefix)
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+    for t in [] if as_json else found:
+        click.echo(f"{t['tree']}  nvcc {t['nvcc'] or '-'}  {'rig' if t['installed_by_rig'] else 'other'}")

@@ -1,0 +1,58 @@
+"""`rig doctor`: layered health checks, or a log's known failures."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from rig.cli.common import DEFAULT_BUNDLE, DEFAULT_STACK, emit, json_option, judged, prefix_option
+
+
+@click.command()
+@click.option("--stack", "stack_path", help="Take the CUDA version and archs from this stack file.")
+@click.option("--cuda", "cuda_version", help="CUDA release to expect (default: the stack's).")
+@click.option("--arch", "archs", multiple=True, help="Target arch, e.g. 12.0a; repeat (default: the stack's).")
+@click.option("--venv", "venv_path", help="Check this stack venv against its lock (default: the stack's, "
+              "when it pins packages).")
+@prefix_option
+@click.option("--container", help="Run the checks inside this running container instead of here.")
+@click.option("--expect-gpus", type=click.IntRange(1), help="GPUs this box must have (default, where a driver is: "
+              "the stack's server.tp).")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False),
+              help="Instead: read a server or build log and name each known failure, its cause and fix.")
+@json_option
+def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect_gpus, log_path, as_json) -> None:
+    """Check the machine, driver, GPUs, toolkits, ldconfig, an NVRTC compile and the venv, layer by layer.
+
+    The machine layer: the loaded kernel module against the userspace driver
+    (reboot required?), persistence, the fabric manager where NVSwitch is, the
+    GPU count, one compute capability, PCIe links at their maximum, ECC errors
+    and row remaps, the container runtime and the GPUs' topology. Each failed
+    check names its fix. With --log, the log's known failures instead (rules in
+    rig/log_rules.yml); exit 1 when one is found.
+    """
+    from rig import doctor as checks
+
+    if log_path:
+        from rig.log_doctor import diagnose
+
+        found = diagnose(log_path)
+        emit(found, as_json)
+        judged(not found["findings"])
+
+    default_gpus = pcie_only = None
+    if not cuda_version or not archs or stack_path:
+        from rig.stack import load, pins_packages
+
+        data = load(stack_path or DEFAULT_STACK)
+        cuda_version = cuda_version or data["cuda"]["version"]
+        archs = archs or data["archs"]
+        venv_path = venv_path or (data["venv"] if pins_packages(data) else None)
+        default_gpus, pcie_only = data["server"]["tp"], data["environment"]["nccl_pcie_only"]
+    if container:
+        result = checks.run_in_container(container, DEFAULT_BUNDLE, cuda_version, archs, prefix, venv_path,
+                                         expect_gpus)
+    else:
+        result = checks.run(cuda_version, list(archs), prefix, venv_path, expect_gpus, default_gpus, pcie_only)
+    click.echo(json.dumps(checks.as_json(result), indent=2) if as_json else checks.render(result))
+    judged(not checks.failed(result))

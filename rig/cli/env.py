@@ -1,0 +1,81 @@
+"""The `rig env` group: the CUDA environment module of a stack's venv."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from rig import RigError
+from rig.cli.common import DEFAULT_STACK, check_option, emit, json_option, prefix_option
+
+
+@click.group("env")
+def env_group() -> None:
+    """The CUDA 13 environment every process of the stack's venv starts with (a sitecustomize)."""
+
+
+def _env_source(func):
+    func = click.option("--env-json", help="The environment as `rig env show --json` prints it "
+                        "(roles pass this; default: from --stack).")(func)
+    func = click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
+                        help="Render the stack's environment section, CUDA version and archs.")(func)
+    return prefix_option(func)
+
+
+def _environment(stack_path: str, env_json: str | None, prefix: str) -> tuple[dict, str]:
+    """(environment, stack name) from a stack file, or from the JSON a role passes."""
+    if env_json:
+        from rig.documents import parse_json
+        from rig.schema import Field, distribution
+
+        spec = Field(dict, fields={"pinned": Field(dict, required=True, values=Field()),
+                                   "defaults": Field(dict, required=True, values=Field()),
+                                   "stack": Field(required=True, check=distribution)})
+        try:
+            data = parse_json(env_json, "--env-json", spec)
+        except RigError as exc:
+            raise RigError(f"--env-json is not what `rig env show --json` prints: {exc}") from exc
+        return {"pinned": data["pinned"], "defaults": data["defaults"]}, data["stack"]
+    from rig.runtime_env import environment
+    from rig.stack import load
+
+    stack = load(stack_path)
+    return environment(stack, prefix), stack["name"]
+
+
+@env_group.command("show")
+@_env_source
+@json_option
+def env_show(stack_path, env_json, prefix, as_json) -> None:
+    """Print the sitecustomize module a stack renders (or its variables as JSON)."""
+    from rig.runtime_env import render
+
+    env, name = _environment(stack_path, env_json, prefix)
+    click.echo(json.dumps({**env, "stack": name}, sort_keys=True) if as_json else render(env, name))
+
+
+@env_group.command("install")
+@click.option("--venv", "venv_path", required=True, help="The stack's venv (never the system Python).")
+@_env_source
+@check_option
+@json_option
+def env_install(venv_path, stack_path, env_json, prefix, check, as_json) -> None:
+    """Write the environment module and the .pth that loads it into the venv; a no-op when current.
+
+    Any sitecustomize already there keeps running, after rig's module.
+    """
+    from rig.runtime_env import install
+
+    env, name = _environment(stack_path, env_json, prefix)
+    emit(install(venv_path, env, name, check), as_json)
+
+
+@env_group.command("remove")
+@click.option("--venv", "venv_path", required=True)
+@check_option
+@json_option
+def env_remove(venv_path, check, as_json) -> None:
+    """Take rig's environment module out of the venv."""
+    from rig.runtime_env import remove
+
+    emit(remove(venv_path, check), as_json)

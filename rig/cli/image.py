@@ -1,0 +1,71 @@
+"""`rig sbom` and the `rig image` group: the venv's SBOM and the stack's serving image."""
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from rig import RigError
+from rig.cli.common import DEFAULT_CACHE, DEFAULT_STACK, emit, json_option, judged, to_file_or_stdout
+
+
+@click.command()
+@click.option("--venv", "venv_path", required=True)
+@click.option("--requirements", required=True, multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="The hash-pinned requirements the venv was installed from (the wheels' sha256); "
+                   "repeat it for the wheels rig built.")
+@click.option("--name", default="", help="What the SBOM describes (default: the venv's name).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+def sbom(venv_path, requirements, name, out) -> None:
+    """A CycloneDX 1.5 SBOM of the venv: every distribution, with its locked wheel's sha256."""
+    from rig.sbom import cyclonedx
+
+    to_file_or_stdout(json.dumps(cyclonedx(venv_path, list(requirements), name), indent=1, sort_keys=True) + "\n", out)
+
+
+@click.group()
+def image() -> None:
+    """The stack's serving image, built from its lock (Docker)."""
+
+
+@image.command("build")
+@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True, help="Its lock must be complete.")
+@click.option("--base", default=lambda: os.environ.get("RIG_BASE_IMAGE", ""),
+              help="The base image: NVIDIA's CUDA 13 image by digest where a registry answers, else rig's "
+                   "bootstrapped base (scripts/base-image.sh prints it; default $RIG_BASE_IMAGE).")
+@click.option("--patches", "patch_dir", help="Build with this patch set instead of the repo's.")
+@click.option("--ca-cert", "ca_certs", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="An extra CA certificate for the builder stage only (its apt and git); repeat.")
+@click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True,
+              help="Controller cache (wheels, CUDA wheels, built wheels).")
+@json_option
+def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, as_json) -> None:
+    """Build the stack's image, tagged rig/NAME:LOCKHASH, with OCI labels and an SBOM inside.
+
+    Stages: the CUDA toolkit from NVIDIA's wheels and its ldconfig file (a base
+    that brings its own CUDA tree keeps it); the stack (the locked wheels, served
+    from the controller's wheelhouse and hash-checked); a builder that compiles
+    the lock's source builds missing from CACHE/built, whose audited wheels come
+    back to that cache; and the runtime (the built wheels, the stack's
+    environment, a CycloneDX SBOM, the patch set last). The server runs as the
+    non-root user sglang; the HEALTHCHECK waits for /health_generate.
+    """
+    from rig.image import build
+
+    if not base:
+        raise RigError("no base image: give --base (e.g. the output of scripts/base-image.sh) or set RIG_BASE_IMAGE")
+    emit(build(stack_path, cache, base, patch_dir, ca_certs, no_cache), as_json)
+
+
+@image.command("verify")
+@click.argument("tag")
+@json_option
+def image_verify(tag, as_json) -> None:
+    """Run rig doctor and rig patch status inside the image; exit 1 on a failed check."""
+    from rig.image import verify
+
+    result = verify(tag)
+    emit(result, as_json)
+    judged(result["ok"])

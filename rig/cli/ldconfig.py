@@ -1,0 +1,29 @@
+"""`rig ldconfig-conf`: the ld.so.conf.d file of a toolkit."""
+from __future__ import annotations
+
+import click
+
+from rig.cli.common import emit, json_option, prefix_option
+
+
+@click.command("ldconfig-conf")
+@click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
+@prefix_option
+@click.option("--conf-dir", default="/etc/ld.so.conf.d", show_default=True)
+@click.option("--root", default="/", show_default=True,
+              help="Where the tree is seen now (an image's staging dir); paths are written as seen from /.")
+@click.option("--write-under", type=click.Path(file_okay=False),
+              help="Write the file under this dir (ROOT/etc/ld.so.conf.d/...) instead of printing it.")
+@json_option
+def ldconfig_conf(version, prefix, conf_dir, root, write_under, as_json) -> None:
+    """Print the ld.so.conf.d file (path, content) that covers a toolkit's libraries."""
+    from rig.fs import atomic_write, confined
+    from rig.ldconfig import conf_for
+
+    result = conf_for(version, prefix, conf_dir, root)
+    if write_under:
+        atomic_write(confined(write_under, result["path"].lstrip("/"), "--write-under"), result["content"])
+    if as_json:
+        emit(result, True)
+    else:
+        click.echo(f"# {result['path']}\n{result['content']}", nl=False)

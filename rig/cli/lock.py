@@ -1,0 +1,31 @@
+"""`rig lock`: resolve a stack into its lock files."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from rig.cli.common import DEFAULT_STACK, PARTIAL, emit, json_option
+
+
+@click.command("lock")
+@click.argument("stack_path", metavar="STACK", default=DEFAULT_STACK)
+@click.option("--check", is_flag=True, help="Fail if STACK.lock is missing or stale; write nothing.")
+@json_option
+def lock_cmd(stack_path, check, as_json) -> None:
+    """Resolve a stack into STACK.lock: every wheel with version, file and sha256.
+
+    A stack whose hosts have other Pythons lists them under `pythons`; each gets a
+    lock of its own, STACK.pyXY.lock, and hosts install the one of their python3.
+    """
+    from rig import lock as locking
+    from rig.stack import load
+
+    stack = load(stack_path)
+    if check:
+        emit(locking.check(stack, stack_path), as_json)
+        return
+    result = locking.lock_all(stack, stack_path)
+    emit(result, as_json)
+    if not result["complete"]:
+        sys.exit(PARTIAL)

@@ -1,0 +1,58 @@
+"""`rig probe` and the `rig machine` group: the GPUs and the machine under the stack."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rig import RigError
+from rig.cli.common import emit, json_option, judged
+from rig.fs import output_dir
+
+
+@click.command()
+@click.option("--venv", "venv_path", default="/opt/rig/venv", show_default=True,
+              help="The stack's venv: its torch and NCCL run the all-reduce.")
+@click.option("--python", "python", help="Use this interpreter instead of the venv's.")
+@click.option("--gpus", type=int, help="GPUs to all-reduce across (default: every GPU nvidia-smi lists).")
+@click.option("--out", "out_dir", default="probe-results", show_default=True,
+              help="Where probe.json, probe.md and probe.png go.")
+@json_option
+def probe(venv_path, python, gpus, out_dir, as_json) -> None:
+    """Measure the GPUs' all-reduce (8 KB to 256 MB) and say what it means for the stack.
+
+    One process per GPU through torch.distributed and NCCL in the stack's venv:
+    latency of small messages, bus bandwidth (nccl-tests' busbw) of large ones,
+    the link class they imply (NVLink or PCIe) and advice for the stack.
+    """
+    from rig import gpu_health
+    from rig import probe as probing
+
+    output_dir(out_dir, "--out")
+    count = gpus or len(gpu_health.gpus(gpu_health.collect()))
+    if not count:
+        raise RigError("nvidia-smi lists no GPUs here: nothing to probe (install the driver, or give --gpus)")
+    result = probing.analyse(probing.measure(Path(python or Path(venv_path) / "bin" / "python"), count))
+    files = probing.write(result, out_dir)
+    emit({**result, "files": files, "msg": f"{result['world_size']} GPU(s), {result['link_class']}: peak busbw "
+          f"{result['peak_busbw_gbps']:.1f} GB/s, small-message latency {result['small_message_latency_us'] or 0:.1f} us"
+          f"; wrote {', '.join(files)}\n" + "\n".join(f"advice: {a}" for a in result["advice"])}, as_json)
+    judged(result["correct"])
+
+
+@click.group()
+def machine() -> None:
+    """Facts about the machine under the stack (roles read them before a driver exists)."""
+
+
+@machine.command("facts")
+@click.option("--pci-root", default="/sys/bus/pci/devices", show_default=True, help="sysfs PCI devices.")
+@click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True,
+              help="Where the loaded nvidia kernel module tells its version.")
+@json_option
+def machine_facts(pci_root, module_version_path, as_json) -> None:
+    """NVIDIA GPUs and NVSwitches on the PCI bus, and the loaded driver module's version."""
+    from rig import gpu_health
+
+    emit({**gpu_health.pci_devices(pci_root), "module_version": gpu_health.module_version(module_version_path)},
+         as_json)

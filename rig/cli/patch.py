@@ -1,0 +1,64 @@
+"""The `rig patch` group: source patches on an installed environment."""
+from __future__ import annotations
+
+import click
+
+from rig.cli.common import check_option, emit, json_option
+
+
+@click.group()
+def patch() -> None:
+    """SM120 / EAGLE-3 source patches on an installed environment.
+
+    Each patch in patches/ knows the package versions that need it and those whose
+    upstream has it; status says applied, needed, upstream, not-applicable or
+    drifted (the code it anchors on has changed). apply keeps the originals in the
+    environment, and revert restores them byte for byte.
+    """
+
+
+def _patch_target(func):
+    func = click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's patches/).")(func)
+    func = click.option("--stack", "stack_path",
+                        help="Use this stack's venv when neither --venv nor --python is given.")(func)
+    func = click.option("--python", "python", help="The environment's Python interpreter.")(func)
+    func = click.option("--venv", "venv_path", help="The environment: a virtualenv directory.")(func)
+    return json_option(func)
+
+
+@patch.command("status")
+@_patch_target
+def patch_status(venv_path, python, stack_path, patch_dir, as_json) -> None:
+    """Say, for every patch, whether this environment needs it."""
+    from rig import patches
+
+    env, found = patches.environment(venv_path, python, stack_path, patch_dir)
+    rows = patches.status(env, found)
+    emit({"changed": False, "patches": rows, "msg": patches.table(rows)}, as_json)
+
+
+@patch.command("apply")
+@_patch_target
+@check_option
+@click.option("--force", is_flag=True, help="Act on package versions no patch knows, skipping drifted patches.")
+def patch_apply(venv_path, python, stack_path, patch_dir, as_json, check, force) -> None:
+    """Apply every needed patch; a no-op when all are applied or upstream."""
+    from rig import patches
+
+    env, found = patches.environment(venv_path, python, stack_path, patch_dir)
+    result = patches.apply(env, found, check=check, force=force)
+    if check and not as_json and result["diff"]:
+        click.echo(result["diff"], nl=False)
+    emit(result, as_json)
+
+
+@patch.command("revert")
+@_patch_target
+@check_option
+@click.option("--force", is_flag=True, help="Restore the originals even over files changed since.")
+def patch_revert(venv_path, python, stack_path, patch_dir, as_json, check, force) -> None:
+    """Put back every file rig patched in this environment, byte for byte."""
+    from rig import patches
+
+    env, _ = patches.environment(venv_path, python, stack_path, patch_dir)
+    emit(patches.revert(env, check=check, force=force), as_json)

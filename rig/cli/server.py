@@ -1,0 +1,57 @@
+"""The `rig server` group: the SGLang server's command line."""
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from rig import RigError
+from rig.cli.common import DEFAULT_STACK, json_option
+
+
+@click.group()
+def server() -> None:
+    """The SGLang server: its command line from the stack."""
+
+
+@server.command("args")
+@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True)
+@click.option("--stack-json", help="The stack as JSON instead of a file (roles pass the validated stack).")
+@click.option("--venv", "venv_path", help="The venv whose sglang parses the flags (default: the stack's).")
+@click.option("--baseline", is_flag=True, help="Drop speculation, keep everything else (the benchmark's baseline).")
+@click.option("--api-key/--no-api-key", default=None,
+              help="Add --api-key ${NAME} (default: when server.api_key_env is set here).")
+@click.option("--gate-engine", help="The engine on the server's host: add the unit's health gate (JSON).")
+@click.option("--gate-python", default="/usr/bin/python3", show_default=True, help="The Python that runs it.")
+@click.option("--log", default="/var/log/rig/sglang-server.log", show_default=True, help="The server's log.")
+@click.option("--start-timeout", type=click.IntRange(61, 7 * 86400 + 30), default=1200, show_default=True,
+              help="Seconds systemd waits for the health gate.")
+@json_option
+def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engine, gate_python, log, start_timeout,
+                as_json) -> None:
+    """Print the server command line the stack asks for, in the installed sglang's spelling.
+
+    The flags are parsed by that sglang version's own argument parser; a flag it
+    does not know is an error naming the flag and the version. When the variable
+    named by server.api_key_env is set, --api-key refers to it as ${NAME}: its
+    value is never printed.
+    """
+    from rig.server import health_gate, render, shell_line
+    from rig.stack import load, validate
+
+    if stack_json:
+        from rig.documents import parse_json
+
+        try:
+            stack = validate(parse_json(stack_json, "--stack-json"), "--stack-json")
+        except RigError as exc:
+            raise RigError(f"--stack-json is not JSON of a stack: {exc}") from exc
+    else:
+        stack = load(stack_path)
+    if api_key is None:
+        api_key = bool(os.environ.get(stack["server"]["api_key_env"]))
+    result = render(stack, venv_path or stack["venv"], baseline, api_key)
+    if gate_engine:
+        result.update(health_gate(stack, gate_engine, gate_python, log, start_timeout))
+    click.echo(json.dumps(result, indent=2) if as_json else shell_line(result["argv"], result["api_key_env"]))

@@ -1,0 +1,94 @@
+"""`rig smoke` and `rig bench`: prove and measure a running server."""
+from __future__ import annotations
+
+import click
+
+from rig import RigError
+from rig.cli.common import DEFAULT_STACK, Seconds, Url, emit, json_option, judged
+from rig.fs import output_dir
+
+
+api_key_env_option = click.option("--api-key-env", default="SGLANG_API_KEY", show_default=True,
+                                  help="Environment variable holding the server's API key (sent, never printed).")
+
+
+@click.command()
+@click.option("--url", type=Url(), default="http://127.0.0.1:30000", show_default=True, help="The SGLang server.")
+@click.option("--timeout", type=Seconds(), default=900, show_default=True,
+              help="Seconds to wait for /health_generate (a big model loads in about 10 minutes).")
+@click.option("--max-tokens", type=int, default=64, show_default=True, help="Tokens per test completion.")
+@click.option("--log", "log_path", help="The server's log file: its tail is shown when the server fails.")
+@click.option("--speculation/--no-speculation", default=None,
+              help="Require (or not) speculative decoding; default: as /server_info says the server runs.")
+@click.option("--health-only", is_flag=True, help="Only wait for /health_generate (a service's start gate).")
+@click.option("--pid", type=int, help="The server's process (systemd: $MAINPID): stop waiting once it has exited.")
+@click.option("--request-timeout", type=Seconds(), default=300, show_default=True,
+              help="Seconds to wait for one test completion.")
+@api_key_env_option
+@json_option
+def smoke(url, timeout, max_tokens, log_path, speculation, health_only, pid, request_timeout, api_key_env,
+          as_json) -> None:
+    """Wait for the server, send a few prompts, check the completions and the accept length.
+
+    Each completion must be non-empty with completion_tokens matching its
+    output_ids. When speculation is configured, the accept length comes from
+    meta_info (spec_accept_length, or completion_tokens / spec_verify_ct), else
+    from /server_info; no speculative request at all is a failure. Exit 1 on a
+    failed check, 2 when the server does not come up or answer.
+    """
+    from rig import smoke as smoking
+
+    if health_only:
+        waited = smoking.wait_healthy(url, timeout, log_path, api_key_env, pid=pid)
+        emit({"ok": True, "url": url, "health_wait_s": round(waited, 1), "msg": f"{url} healthy after {waited:.0f} s"},
+             as_json)
+        return
+    result = smoking.run(url, timeout, max_tokens, log_path, speculation, api_key_env, pid, request_timeout)
+    emit(result, as_json)
+    judged(result["ok"])
+
+
+@click.command()
+@click.option("--url", type=Url(), required=True, help="The server under test (EAGLE-3).")
+@click.option("--baseline-url", type=Url(), help="A server without speculation, measured with the same plan.")
+@click.option("--baseline-results", type=click.Path(exists=True, dir_okay=False),
+              help="results.json of an earlier run against the baseline (when both cannot run at once).")
+@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True, help="Plan defaults: its bench section.")
+@click.option("--concurrency", help="Comma-separated levels, e.g. 1,2,5,10 (default: the stack's).")
+@click.option("--max-tokens", type=int, help="Output tokens per sweep request (default: the stack's).")
+@click.option("--serial-runs", type=int, help="Serial runs (default: the stack's).")
+@click.option("--serial-tokens", type=int, help="Tokens per serial run (default: the stack's).")
+@click.option("--rounds", type=int, help="Rounds per level, the two servers interleaved (default: the stack's).")
+@click.option("--min-requests", type=int, default=30, show_default=True, help="Requests per level: max(this, 2C).")
+@click.option("--read-timeout", type=Seconds(), default=300, show_default=True,
+              help="Seconds without a byte before a request counts as failed.")
+@click.option("--out", "out_dir", default="bench-results", show_default=True,
+              help="Where results.json, report.md and the plots go.")
+@api_key_env_option
+@json_option
+def bench(url, baseline_url, baseline_results, stack_path, concurrency, max_tokens, serial_runs, serial_tokens,
+          rounds, min_requests, read_timeout, out_dir, api_key_env, as_json) -> None:
+    """Benchmark EAGLE-3 against a baseline: serial runs, then a concurrency sweep.
+
+    Reports total and per-request tokens/s, TTFT, TPOT and latency at
+    p50/p90/p99 and the accept length per level, and, with a baseline, the
+    highest concurrency at which EAGLE-3 still wins. Each level runs in
+    rounds with the two servers interleaved; a level is won or lost only when
+    every round agrees, else it is "within noise". A plan that cannot fit the
+    server's context length is refused before anything is measured. Refused
+    and failed requests are recorded with their reason, not retried; when a
+    server stops answering, what was measured is still written. Exit 1 when
+    any request failed or a run stopped early.
+    """
+    from rig import serve_bench
+    from rig.stack import load
+
+    if baseline_url and baseline_results:
+        raise RigError("give --baseline-url or --baseline-results, not both")
+    output_dir(out_dir, "--out")
+    plan = serve_bench.plan_for(load(stack_path)["bench"], concurrency, max_tokens, serial_runs, serial_tokens, rounds,
+                                min_requests, read_timeout)
+    result = serve_bench.run(url, plan, baseline_url, baseline_results, api_key_env)
+    summary = serve_bench.outcome(result, serve_bench.write(result, out_dir)["files"])
+    emit(summary, as_json)
+    judged(summary["ok"])

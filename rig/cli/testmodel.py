@@ -1,0 +1,35 @@
+"""`rig testmodel`: a tiny target and draft to prove a box's serving path."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rig.cli.common import check_option, emit, json_option
+from rig.testmodel import DRAFTS as _TESTMODEL_DRAFTS
+
+
+@click.command()
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Where DIR/target and DIR/draft go (replaced only when their content changes).")
+@click.option("--venv", "venv_path", default="/opt/rig/venv", show_default=True,
+              help="The stack's venv: its torch, safetensors and tokenizers write the model.")
+@click.option("--python", "python", help="Use this interpreter instead of the venv's.")
+@click.option("--tp", type=int, default=1, show_default=True, help="GPUs the server will split it over (1, 2, 4, 8...).")
+@click.option("--draft", type=click.Choice(_TESTMODEL_DRAFTS), default="agree", show_default=True,
+              help="agree: the target accepts every proposal; random: it accepts none.")
+@click.option("--context", type=int, default=8192, show_default=True, help="The model's context length in tokens.")
+@check_option
+@json_option
+def testmodel(out_dir, venv_path, python, tp, draft, context, check, as_json) -> None:
+    """Write a tiny Llama target and its EAGLE-3 draft, to prove a box's serving path.
+
+    The target always generates the same token; the `agree` draft always
+    proposes it, so the accept length is the most the server's settings allow
+    (speculative steps + 1), and the `random` draft never does (1.0). Heads
+    divide by 8, so TP 1, 2, 4 and 8 split it. Offline, in seconds, with the
+    venv's own torch. Point the stack at it with `server.model: testmodel`.
+    """
+    from rig.testmodel import build
+
+    emit(build(out_dir, python or Path(venv_path) / "bin" / "python", tp, draft, context, check=check), as_json)

@@ -1,0 +1,16 @@
+"""`rig tool`: the path of an NVIDIA tool rig uses."""
+from __future__ import annotations
+
+import click
+
+from rig.cli.common import DEFAULT_CACHE
+
+
+@click.command("tool")
+@click.argument("name", type=click.Choice(["cuobjdump"]))
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True)
+def tool(name, cache) -> None:
+    """Print the path of an NVIDIA tool rig uses, fetching it from its wheel into the cache if needed."""
+    from rig.tools import fetch_tool
+
+    click.echo(fetch_tool(name, cache))

@@ -1,0 +1,33 @@
+"""`rig validate`: gate a stack in CI."""
+from __future__ import annotations
+
+import click
+
+from rig.cli.common import DEFAULT_CACHE, DEFAULT_STACK, emit, json_option, judged
+
+
+@click.command("validate")
+@click.argument("stack_path", metavar="STACK", default=DEFAULT_STACK)
+@click.option("--junit", type=click.Path(dir_okay=False), help="Also write the checks as a JUnit XML file.")
+@click.option("--venv", "venv_path", help="A venv of the stack (its image's): its sglang parses the server line.")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="The wheelhouse (missing wheels are fetched).")
+@click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's patches/).")
+@json_option
+def validate_cmd(stack_path, junit, venv_path, cache, patch_dir, as_json) -> None:
+    """Gate a stack in CI, with no GPU: every check, every problem, in one run.
+
+    The schema; the locks current and complete; every pin conflict; the locked
+    kernel wheels audited against the locked torch, the CUDA major and the archs;
+    the patch plan read from the locked sglang and flashinfer wheels; the server
+    command line (with --venv); the environment module. Exit 1 when a check fails,
+    2 on bad input.
+    """
+    from rig.fs import atomic_write
+    from rig.validate import junit as to_junit
+    from rig.validate import run
+
+    result = run(stack_path, cache, venv_path, patch_dir)
+    if junit:
+        atomic_write(junit, to_junit(result))
+    emit(result, as_json)
+    judged(result["ok"])

@@ -1,0 +1,72 @@
+"""The `rig wheelhouse` group: the controller's cache of locked wheels."""
+from __future__ import annotations
+
+import re
+
+import click
+
+from rig.cli.common import DEFAULT_CACHE, Seconds, emit, json_option
+
+
+@click.group()
+def wheelhouse() -> None:
+    """The controller's hash-keyed cache of locked wheels."""
+
+
+@wheelhouse.command("fetch")
+@click.argument("lock_path", metavar="LOCK")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller-side cache.")
+@json_option
+def wheelhouse_fetch(lock_path, cache, as_json) -> None:
+    """Download every wheel of LOCK once, verifying each sha256; refetch altered ones."""
+    from rig import lock as locking
+    from rig.wheelhouse import fetch
+
+    emit(fetch(locking.read(lock_path), cache), as_json)
+
+
+@wheelhouse.command("export")
+@click.argument("lock_path", metavar="LOCK")
+@click.argument("dest")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller-side cache.")
+@json_option
+def wheelhouse_export(lock_path, dest, cache, as_json) -> None:
+    """Lay LOCK's wheels out in DEST with a hash-pinned requirements.txt."""
+    from rig import lock as locking
+    from rig.wheelhouse import export
+
+    emit(export(locking.read(lock_path), cache, dest), as_json)
+
+
+@wheelhouse.command("serve")
+@click.argument("directory")
+@click.option("--bind", default="0.0.0.0", show_default=True, help="The address to listen on.")
+@click.option("--seed", default="0" * 8, help="Hex digits the port is derived from (a lock hash).")
+@click.option("--idle-exit", type=Seconds(), default=600.0, show_default=True,
+              help="Stop once nobody has asked anything for this long.")
+@click.option("--stats", help="Write the bytes sent to this JSON file when it stops.")
+@click.option("--foreground", is_flag=True, help="Serve in this process (prints the port) instead of detaching.")
+@json_option
+def wheelhouse_serve(directory, bind, seed, idle_exit, stats, foreground, as_json) -> None:
+    """Serve an exported wheelhouse over HTTP for hosts to pull (pip checks every hash); detaches, and stops
+    by itself once idle."""
+    from rig import wheel_serving
+
+    if not re.fullmatch(r"[0-9a-fA-F]{8,}", seed):
+        raise click.BadParameter(f"{seed!r} is not hex digits", param_hint="--seed")
+    if foreground:
+        wheel_serving.serve(directory, bind, seed, idle_exit, stats)
+        return
+    emit(wheel_serving.detach(directory, bind, seed, idle_exit, stats), as_json)
+
+
+@wheelhouse.command("route")
+@click.argument("host")
+@click.option("--port", type=click.IntRange(1, 65535), required=True, help="The port `rig wheelhouse serve` took.")
+@click.option("--docker/--no-docker", default=False, help="HOST is a container on this machine's Docker engine.")
+@json_option
+def wheelhouse_route(host, port, docker, as_json) -> None:
+    """The URL at which HOST reaches this machine's PORT (the address the kernel would answer it from)."""
+    from rig.wheel_serving import route
+
+    emit(route(host, port, docker), as_json)

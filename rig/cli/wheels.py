@@ -1,0 +1,79 @@
+"""The `rig wheels` group: kernel wheels built against the venv's torch."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rig import RigError
+from rig.cli.common import DEFAULT_CACHE, DEFAULT_STACK, emit, json_option, prefix_option
+
+
+@click.group()
+def wheels() -> None:
+    """Build kernel wheels against the venv's own torch."""
+
+
+@wheels.command("build")
+@click.argument("source", required=False)
+@click.option("--from-stack", "from_stack", metavar="KEY",
+              help="Build from the stack's own source entry (git+ref or path, subdirectory): kernel, "
+                   "flashinfer, sglang, or the package name of one of its extensions.")
+@click.option("--venv", "venv_path", required=True, help="The venv whose torch the build links against.")
+@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
+              help="Target archs and CUDA major; its lock's hash keys the built wheel.")
+@click.option("--cuda-home", help="The CUDA toolkit with nvcc (default: PREFIX/cuda-X.Y of the stack's CUDA).")
+@prefix_option
+@click.option("--jobs", type=int, help="Parallel compile jobs (default: cores, capped by memory at 4 GiB a job).")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller cache; wheels go to built/KEY/.")
+@click.option("--lock-hash", help="The stack lock's hash (default: read from the stack's lock file).")
+@click.option("--cuobjdump", help="cuobjdump to read the wheel's archs with (default: cached, on PATH, or fetched).")
+@json_option
+def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, jobs, cache, lock_hash, cuobjdump,
+                 as_json) -> None:
+    """Build SOURCE (a source dir, an sdist, or git+URL@REF) into an audited wheel.
+
+    No build isolation: the build sees the venv's torch. The stack's archs reach
+    every build system (TORCH_CUDA_ARCH_LIST, FLASHINFER_CUDA_ARCH_LIST, CUDAARCHS),
+    MAX_JOBS is sized from cores and memory, and ccache is used when on PATH. The
+    wheel is kept under CACHE/built/KEY (KEY: the stack lock's hash and the archs)
+    only if `rig audit` passes it against that venv.
+    """
+    from rig import wheels as builds
+    from rig.stack import load
+    from rig.tools import fetch_tool
+
+    stack = load(stack_path)
+    if bool(source) == bool(from_stack):
+        raise RigError("give SOURCE or --from-stack PACKAGE (one of them)")
+    source = source or builds.stack_source(stack, from_stack, stack_path)
+    version = stack["cuda"]["version"]
+    lock_hash = lock_hash or builds.stack_lock_hash(stack_path)
+    home = Path(cuda_home) if cuda_home else Path(prefix) / f"cuda-{'.'.join(version.split('.')[:2])}"
+    emit(builds.build(source, Path(venv_path), stack["archs"], int(version.split(".")[0]), home, Path(cache),
+                      lock_hash, Path(cuobjdump) if cuobjdump else fetch_tool("cuobjdump", cache), jobs), as_json)
+
+
+@wheels.command("plan")
+@click.argument("source")
+@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True)
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True)
+@json_option
+def wheels_plan(source, stack_path, cache, as_json) -> None:
+    """Say whether the controller's wheelhouse already holds SOURCE built for the stack."""
+    from rig.stack import load
+    from rig.wheels import plan, stack_lock_hash
+
+    emit(plan(source, load(stack_path)["archs"], Path(cache), stack_lock_hash(stack_path)), as_json)
+
+
+@wheels.command("export")
+@click.argument("key")
+@click.argument("dest")
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True)
+@json_option
+def wheels_export(key, dest, cache, as_json) -> None:
+    """Lay the wheels kept under CACHE/built/KEY out in DEST with a hash-pinned requirements file."""
+    from rig.wheels import export
+
+    emit(export([Path(cache) / "built" / key], Path(dest)), as_json)
