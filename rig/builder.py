@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rig import RigError
 from rig.tools import fetch_tool
-from rig.wheels import copy_source, source_spec
+from rig.wheels import copy_source, plan, source_spec, stack_lock_hash
 
 # what a torch extension build needs on a Debian builder beyond the stack's venv and toolkit
 BUILD_TOOLS = ["g++", "python3-dev"]
@@ -61,3 +61,14 @@ def _lay_out(builds: list[dict], specs: list[str], stack_path: str, lock_hash: s
         argv += ["--jobs", str(jobs)] if jobs else []
         staged.append({"key": key, "argv": [*argv, where]})
     return staged
+
+
+def stage_for_host(source: str, stack_path: str, archs: list[str], cache: str | Path, root: str, venv: str,
+                   cuda_home: str | None = None, jobs: int | None = None) -> dict:
+    """Stage one build for a builder host in CACHE/staged/KEY (rig's own dir: a leftover is replaced)."""
+    lock_hash = stack_lock_hash(stack_path)
+    key = plan(source, archs, Path(cache), lock_hash)["key"]
+    dest = Path(cache) / "staged" / key
+    if dest.exists():
+        shutil.rmtree(dest)
+    return stage([{"key": key, "spec": source}], stack_path, lock_hash, cache, dest, root, venv, cuda_home, jobs)

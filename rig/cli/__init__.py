@@ -73,6 +73,14 @@ def _explain(exc: BaseException) -> str | None:
     return None
 
 
+def _said(text: str) -> str:
+    """An error as the terminal should show it, whatever an input put in it: control characters written
+    escaped, and lines after the first indented, so that only the first one starts with `rig: error:`."""
+    lines = ("".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in line)
+             for line in text.split("\n"))
+    return "\n  ".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The one error boundary: every failure is one `rig: error:` line and exit 2 (bad input or host),
     70 for a defect of rig's own; --debug (or RIG_DEBUG=1) adds the traceback."""
@@ -94,15 +102,15 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        click.echo(f"rig: error: {exc.format_message()}{hint}", err=True)
+        click.echo(f"rig: error: {_said(exc.format_message())}{hint}", err=True)
         sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - this is the boundary
         if debug:
             traceback.print_exc()
         line = _explain(exc)
         if line is None:
-            click.echo(f"rig: error: internal error: {type(exc).__name__}: {exc} "
+            click.echo(f"rig: error: internal error: {type(exc).__name__}: {_said(str(exc))} "
                        "(a defect of rig's: rerun with --debug and report the traceback)", err=True)
             sys.exit(INTERNAL)
-        click.echo(f"rig: error: {line}", err=True)
+        click.echo(f"rig: error: {_said(line)}", err=True)
         sys.exit(ERROR)

@@ -6,9 +6,10 @@ import click
 from rig import RigError
 from rig.cli.common import DEFAULT_STACK, Seconds, Url, emit, json_option, judged
 from rig.fs import output_dir
+from rig.sglang_api import KEY_ENV
 
 
-api_key_env_option = click.option("--api-key-env", default="SGLANG_API_KEY", show_default=True,
+api_key_env_option = click.option("--api-key-env", default=KEY_ENV, show_default=True,
                                   help="Environment variable holding the server's API key (sent, never printed).")
 
 

@@ -40,6 +40,7 @@ def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, j
     only if `rig audit` passes it against that venv.
     """
     from rig import wheels as builds
+    from rig.cuda_releases import major, series
     from rig.stack import load
     from rig.tools import fetch_tool
 
@@ -49,8 +50,8 @@ def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, j
     source = source or builds.stack_source(stack, from_stack, stack_path)
     version = stack["cuda"]["version"]
     lock_hash = lock_hash or builds.stack_lock_hash(stack_path)
-    home = Path(cuda_home) if cuda_home else Path(prefix) / f"cuda-{'.'.join(version.split('.')[:2])}"
-    emit(builds.build(source, Path(venv_path), stack["archs"], int(version.split(".")[0]), home, Path(cache),
+    home = Path(cuda_home) if cuda_home else Path(prefix) / f"cuda-{series(version)}"
+    emit(builds.build(source, Path(venv_path), stack["archs"], major(version), home, Path(cache),
                       lock_hash, Path(cuobjdump) if cuobjdump else fetch_tool("cuobjdump", cache), jobs), as_json)
 
 
@@ -65,6 +66,26 @@ def wheels_plan(source, stack_path, cache, as_json) -> None:
     from rig.wheels import plan, stack_lock_hash
 
     emit(plan(source, load(stack_path)["archs"], Path(cache), stack_lock_hash(stack_path)), as_json)
+
+
+@wheels.command("stage")
+@click.argument("source")
+@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True)
+@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="The staged dir is CACHE/staged/KEY.")
+@click.option("--root", required=True, help="The absolute path at which the builder will see the staged dir.")
+@click.option("--venv", "venv_path", default="/opt/rig/venv", show_default=True,
+              help="The builder's venv whose torch the build links against.")
+@click.option("--cuda-home", help="The builder's CUDA toolkit with nvcc (default: PREFIX/cuda-X.Y there).")
+@click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs on the builder (default: sized there).")
+@json_option
+def wheels_stage(source, stack_path, cache, root, venv_path, cuda_home, jobs, as_json) -> None:
+    """Lay out what a builder host needs to build SOURCE (the stack file, cuobjdump, a clean copy of the
+    source) and say the `rig wheels build` argv it runs there; the wheel_build role copies the dir over."""
+    from rig.builder import stage_for_host
+    from rig.stack import load
+
+    emit(stage_for_host(source, stack_path, load(stack_path)["archs"], cache, root, venv_path, cuda_home, jobs),
+         as_json)
 
 
 @wheels.command("export")

@@ -16,6 +16,13 @@ def test_an_engine_error_is_one_line_and_exit_2():
     assert "Traceback" not in done.stderr
 
 
+def test_an_error_about_a_hostile_input_cannot_forge_lines_or_drive_the_terminal():
+    done = rig("stack", "show", "x\nrig: error: forged\x1b[2J.yml")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["rig: error: cannot read stack file x",
+                                        "  rig: error: forged\\x1b[2J.yml: No such file or directory"]
+
+
 def test_the_engine_bundle_runs_with_python_alone(tmp_path):
     import subprocess
     import sys

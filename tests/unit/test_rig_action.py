@@ -61,6 +61,9 @@ def test_a_failure_is_the_engines_error_line():
     assert result["failed"] is True and result["rc"] == 2 and "changed" not in result
     assert result["msg"] == "rig venv install failed (exit 2): rig: error: stacks/x.yml: no such file (give a stack file)"
     assert mapped(rc=127, stderr="python3: not found\n")["msg"].endswith("(exit 127): python3: not found")
+    lines = "rig: resolving\nrig: error: 2 conflicts; fix them all:\n  torch 2.9 vs 2.11\n  numpy\n"
+    assert mapped(rc=2, stderr=lines)["msg"].endswith("(exit 2): rig: error: 2 conflicts; fix them all:\n"
+                                                      "  torch 2.9 vs 2.11\n  numpy")
 
 
 # ---- real runs: ansible-playbook on this controller, the bundle built by the rig_engine role

@@ -92,7 +92,9 @@ def _mapped(argv: list[str], out: dict, mode: str, check_mode: bool) -> dict:
     command = "rig " + " ".join(argv[:2])
     if rc != 0:
         lines = [line for line in stderr.splitlines() if line.strip()]
-        reason = next((line for line in reversed(lines) if line.startswith("rig: ")), lines[-1] if lines else "")
+        # the engine's error is its last `rig: ` line and the indented lines that go on with it
+        start = next((i for i in reversed(range(len(lines))) if lines[i].startswith("rig: ")), len(lines) - 1)
+        reason = "\n".join(lines[max(start, 0):])
         return {"failed": True, "rc": rc, "stderr": stderr, "msg": f"{command} failed (exit {rc}): {reason}"}
     try:
         answer = json.loads(stdout)
