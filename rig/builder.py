@@ -24,7 +24,9 @@ def stage(builds: list[dict], stack_path: str, lock_hash: str, cache: str | Path
         raise RigError(f"--root {root!r}: give the absolute path the builder sees the staged dir at")
     if dest.exists() and any(dest.iterdir()):
         raise RigError(f"{dest} is not empty: staging writes a fresh dir (remove it first)")
+    builds = list({build["key"]: build for build in builds}.values())  # one source, one key: staged once
     specs = [source_spec(build["spec"]) for build in builds]  # every source checked before anything is written
+    _apart(dest, specs)
     made = not dest.exists()
     dest.mkdir(parents=True, exist_ok=True)
     try:
@@ -63,12 +65,25 @@ def _lay_out(builds: list[dict], specs: list[str], stack_path: str, lock_hash: s
     return staged
 
 
+def _apart(dest: Path, specs: list[str]) -> None:
+    """Refuse a source that holds the staged dir or lies inside it: a copy would recurse or be removed."""
+    where = dest.resolve()
+    for spec in specs:
+        if spec.startswith("git+"):
+            continue
+        source = Path(spec).resolve()
+        if source == where or source.is_relative_to(where) or where.is_relative_to(source):
+            raise RigError(f"{spec}: the source and the staged dir {dest} overlap; keep the source outside "
+                           "rig's cache (and the cache outside the source)")
+
+
 def stage_for_host(source: str, stack_path: str, archs: list[str], cache: str | Path, root: str, venv: str,
                    cuda_home: str | None = None, jobs: int | None = None) -> dict:
     """Stage one build for a builder host in CACHE/staged/KEY (rig's own dir: a leftover is replaced)."""
     lock_hash = stack_lock_hash(stack_path)
     key = plan(source, archs, Path(cache), lock_hash)["key"]
     dest = Path(cache) / "staged" / key
-    if dest.exists():
+    _apart(dest, [source_spec(source)])
+    if dest.exists():  # a leftover of a run that was killed
         shutil.rmtree(dest)
     return stage([{"key": key, "spec": source}], stack_path, lock_hash, cache, dest, root, venv, cuda_home, jobs)

@@ -88,6 +88,15 @@ def pinned(name: str, version: str, sha256: str) -> str:
     return f"{name}=={version} --hash=sha256:{sha256}"
 
 
-def read_pinned(text: str) -> list[tuple[str, str, str]]:
-    """(name, version, sha256) of each hash-pinned line; other lines (comments, blanks) are skipped."""
-    return [match.groups() for match in map(_PINNED.match, text.splitlines()) if match]
+def read_pinned(text: str, what: str = "the requirements file") -> list[tuple[str, str, str]]:
+    """(name, version, sha256) of each line; blanks and comments are skipped, anything else is refused."""
+    pins = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _PINNED.fullmatch(line.strip())
+        if match is None:
+            raise RigError(f"{what}, line {number}: {line.strip()[:120]!r} is not NAME==VERSION "
+                           "--hash=sha256:HEX; export it again with rig")
+        pins.append((match[1], match[2], match[3]))
+    return pins

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import subprocess
+import textwrap
 
 import pytest
 import yaml
@@ -32,10 +33,10 @@ def tiny(tmp_path_factory) -> dict:
 
 
 def fetch_report(output: str) -> dict:
-    """The JSON the wheelhouse fetch task printed (playbook run with -v)."""
-    match = re.search(r"Download the lock's wheels once.*?stdout: \|-?\n(.*?)\n    stdout_lines", output, re.S)
+    """The wheelhouse fetch task's result, the engine's fields on it (a playbook run with -v prints it as YAML)."""
+    match = re.search(r"TASK \[python_stack : Download the lock's wheels once.*?\] => \n((?:    .*\n)+)", output)
     assert match, output[-4000:]
-    return json.loads("\n".join(line.strip() for line in match.group(1).splitlines()))
+    return yaml.safe_load(textwrap.dedent(match.group(1)))
 
 
 def test_three_boxes_download_every_wheel_once(start_box, tiny, monkeypatch):

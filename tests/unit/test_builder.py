@@ -67,3 +67,24 @@ def test_refuses_a_dir_holding_files_and_a_relative_root_changing_nothing(tmp_pa
         stage([*sources, {"key": "k", "spec": str(tmp_path / "missing")}], STACK, "h", CACHE, tmp_path / "new2",
               "/r", "/v")
     assert not (tmp_path / "new2").exists()
+
+
+def test_a_source_overlapping_the_staged_dir_is_refused_and_one_source_is_staged_once(tmp_path, sources):
+    out = tmp_path / "ext" / "staged"  # inside the source tree: a copy would recurse into itself
+    with pytest.raises(RigError, match="overlap"):
+        stage(sources[:1], STACK, "h", CACHE, out, "/r", "/v")
+    assert not out.exists()
+    with pytest.raises(RigError, match="overlap"):
+        stage([{"key": "k", "spec": str(tmp_path)}], STACK, "h", CACHE, tmp_path / "x", "/r", "/v")
+    twice = stage([sources[0], dict(sources[0])], STACK, "h", CACHE, tmp_path / "once", "/r", "/v")
+    assert [b["key"] for b in twice["builds"]] == ["k-tree"]
+
+
+def test_requirement_lines_are_read_strictly():
+    from rig.pip import pinned, read_pinned
+
+    good = pinned("torch", "2.11.0", "a" * 64)
+    assert read_pinned(f"# rig\n\n{good}\n") == [("torch", "2.11.0", "a" * 64)]
+    for bad in ("torch==2.11.0", f"{good} ; rm -rf /", "torch>=2 --hash=sha256:" + "a" * 64, "-e ."):
+        with pytest.raises(RigError, match="line 2"):
+            read_pinned(f"{good}\n{bad}\n")

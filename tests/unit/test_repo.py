@@ -1,10 +1,13 @@
 """Repository hygiene that a user relies on: playbooks parse, role READMEs are current."""
+import json
+import os
 import subprocess
 import sys
 
 import pytest
+import yaml
 
-from conftest import BIN, REPO, ansible_env
+from conftest import BIN, REPO, ansible_env, run
 
 PLAYBOOKS = sorted(p.name for p in (REPO / "playbooks").glob("*.yml"))
 
@@ -45,3 +48,24 @@ def test_the_example_ci_workflows_pass_their_schemas_and_a_broken_one_does_not(t
     broken = tmp_path / name
     broken.write_text(workflow.read_text().replace("runs-on:", "runs_on:").replace("stage: validate", "stage: [1]"))
     assert check(broken).returncode != 0
+
+
+def test_plays_become_root_on_real_hosts_not_in_containers_unless_the_inventory_says(tmp_path):
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
+        "box": {"ansible_connection": "community.docker.docker_api"},
+        "real": {"ansible_host": "192.0.2.1"},
+        "rootlogin": {"ansible_host": "192.0.2.2", "rig_become": False},
+        "boxwithsudo": {"ansible_connection": "community.docker.docker_api", "rig_become": True}}}}))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+           "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}
+    # what every play in playbooks/ says for become, evaluated with that dir's group_vars (no host is contacted)
+    done = run([str(BIN / "ansible"), "-i", str(inventory), "--playbook-dir", str(REPO / "playbooks"), "all",
+                "-m", "debug", "-a", "msg={{ rig_become | default(rig_become_default) }}"], env=env)
+    assert done.returncode == 0, done.stderr
+    said = {host: result["msg"] for host, result in json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"].items()}
+    assert said == {"box": False, "real": True, "rootlogin": False, "boxwithsudo": True}
+    for playbook in (REPO / "playbooks").glob("*.yml"):
+        for play in yaml.safe_load(playbook.read_text()):
+            assert play.get("become", "{{ rig_become | default(rig_become_default) }}") == \
+                "{{ rig_become | default(rig_become_default) }}", playbook.name

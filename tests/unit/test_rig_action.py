@@ -136,3 +136,11 @@ def test_hostile_argument_values_reach_the_engine_verbatim_never_a_shell(tmp_pat
 def test_bad_task_arguments_fail_before_anything_runs(tmp_path, args, reason):
     rc, result = play(tmp_path, [{"name": "Bad", "rig": args}])
     assert rc != 0 and result["failed"] is True and reason in result["msg"]
+
+
+def test_a_target_without_the_interpreter_fails_saying_so(tmp_path):
+    task = {"name": "Show a stack", "rig": {"argv": ["stack", "show", str(REPO / "stacks" / "default.yml")],
+                                           "mode": "read"}}
+    rc, result = play(tmp_path, [task], "-e", "rig_engine_python=/nonexistent/python3")
+    assert rc != 0 and result["failed"] is True
+    assert result["msg"].startswith("rig stack show failed (exit 127): ") and "/nonexistent/python3" in result["msg"]

@@ -66,14 +66,21 @@ class ActionModule(ActionBase):
     def _on_target(self, argv: list[str], task_vars: dict) -> dict:
         bundle = self._engine_var(task_vars, "rig_engine_bundle")
         python = self._engine_var(task_vars, "rig_engine_python")
+        shell = self._connection._shell
         try:
-            remote = self._connection._shell.join_path(self._make_tmp_path(), "rig.pyz")
+            tmpdir = self._make_tmp_path()
+            remote, err = shell.join_path(tmpdir, "rig.pyz"), shell.join_path(tmpdir, "rig.err")
             self._transfer_file(bundle, remote)
-            self._fixup_perms2((self._connection._shell.tmpdir, remote))
-            cmd = " ".join(shlex.quote(part) for part in (python, remote, *argv))
-            return self._low_level_execute_command(self._connection._shell.wrap_for_exec(cmd), sudoable=True)
+            self._fixup_perms2((tmpdir, remote))
+            # stderr to a file: over SSH with become a tty merges it into stdout, which must stay one JSON object
+            cmd = " ".join(shlex.quote(part) for part in (*shlex.split(python), remote, *argv))
+            out = self._low_level_execute_command(shell.wrap_for_exec(f"{cmd} 2>{shlex.quote(err)}"), sudoable=True)
+            if out["rc"] != 0:
+                said = self._low_level_execute_command(f"cat {shlex.quote(err)}", sudoable=True)
+                out["stderr"] = said.get("stdout", "") + out.get("stderr", "")
+            return out
         finally:
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+            self._remove_tmp_path(shell.tmpdir)
 
     @staticmethod
     def _on_controller(argv: list[str]) -> dict:
