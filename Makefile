@@ -45,10 +45,11 @@ test: venv docker lint  ## Run the lint gates, then the whole test suite: unit, 
 unit: venv  ## Run only the tests that need no Docker engine
 	pytest -ra -m 'not box and not venv' tests
 
-lint: venv  ## ansible-lint (production profile, .ansible-lint), ruff, and the example CI workflows' schemas
+lint: venv  ## ansible-lint (production profile, .ansible-lint), ruff, mypy, and the example CI workflows' schemas
 	for p in playbooks/*.yml; do ansible-playbook -i inventory/local --syntax-check $$p; done
 	ansible-lint -q
 	ruff check rig tests scripts roles
+	mypy
 	check-jsonschema --builtin-schema vendor.github-workflows docs/ci/github-actions.yml
 	check-jsonschema --builtin-schema vendor.gitlab-ci docs/ci/gitlab-ci.yml
 

@@ -15,6 +15,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rig import RigError, progress
 from rig.proc import ask
@@ -26,6 +27,9 @@ CUDA_SONAME = re.compile(r"^lib(cudart|nvrtc|nvrtc-builtins|cublas|cublasLt|cuff
 # mangled names inside torch's namespaces: at::, c10::, torch::, caffe2::
 TORCH_SYMBOL = re.compile(r"^_Z.*?(2at|3c10|5torch|6caffe2)[0-9A-Z]")
 SYSTEM_LIBS = re.compile(r"^(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux[-\w]*)\.so")
+
+if TYPE_CHECKING:
+    from elftools.elf.dynamic import DynamicTag
 
 
 @dataclass
@@ -40,25 +44,38 @@ class SharedObject:
     ptx: list[str] = field(default_factory=list)
 
 
+def _tag_string(tag: DynamicTag) -> str:
+    """The string of a DT_NEEDED, DT_RUNPATH or DT_RPATH tag: pyelftools sets it as an attribute named
+    after the tag (tag.needed, tag.runpath, tag.rpath), which its type hints do not declare."""
+    value: str = getattr(tag, tag.entry.d_tag[3:].lower())
+    return value
+
+
 def read_elf(path: Path, name: str) -> SharedObject:
     from elftools.common.exceptions import ELFError
     from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     with open(path, "rb") as handle:
         try:
             elf = ELFFile(handle)
         except ELFError as exc:
             raise RigError(f"{name} is not an ELF shared object: {exc}") from exc
-        needed, runpath, undefined, defined = [], [], set(), set()
+        needed: list[str] = []
+        runpath: list[str] = []
+        undefined: set[str] = set()
+        defined: set[str] = set()
         for section in elf.iter_sections():
             if isinstance(section, DynamicSection):
                 for tag in section.iter_tags():
                     if tag.entry.d_tag == "DT_NEEDED":
-                        needed.append(tag.needed)
+                        needed.append(_tag_string(tag))
                     elif tag.entry.d_tag in ("DT_RUNPATH", "DT_RPATH"):
-                        runpath += (tag.runpath if tag.entry.d_tag == "DT_RUNPATH" else tag.rpath).split(":")
+                        runpath += _tag_string(tag).split(":")
         symbols = elf.get_section_by_name(".dynsym")
+        if symbols is not None and not isinstance(symbols, SymbolTableSection):  # e.g. SHT_NOBITS in a debug file
+            raise RigError(f"{name}: its .dynsym section is not a symbol table")
         for symbol in symbols.iter_symbols() if symbols else ():
             if not symbol.name:
                 continue
@@ -83,9 +100,9 @@ def cuda_archs(path: Path, cuobjdump: Path) -> tuple[list[str], list[str]]:
 
 def covers(target: str, cubins: list[str], ptx: list[str]) -> str | None:
     """How TARGET (e.g. 12.0a) can run this code: a cubin, PTX to JIT, or None (no kernel image)."""
-    major, minor = target.split(".")
-    specific = minor.endswith("a")
-    minor = int(minor.rstrip("a"))
+    major, minor_text = target.split(".")
+    specific = minor_text.endswith("a")
+    minor = int(minor_text.rstrip("a"))
     exact = target.replace(".", "")
     if exact in cubins:
         return f"cubin sm_{exact}"
@@ -176,8 +193,8 @@ def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None,
     for path, rel in files:
         so = read_elf(path, rel)
         search = [Path(d.replace("$ORIGIN", str(path.parent))) for d in so.runpath] + extra_dirs
-        row = {"object": rel, "needed_cuda": [], "unresolved_sonames": [], "unresolved_torch": [],
-               "cubins": [], "ptx": []}
+        row: dict[str, Any] = {"object": rel, "needed_cuda": [], "unresolved_sonames": [], "unresolved_torch": [],
+                               "cubins": [], "ptx": []}
         for soname in so.needed:
             match = CUDA_SONAME.match(soname)
             if match:

@@ -33,6 +33,8 @@ def _sources(with_patches: bool = True) -> list[tuple[Path, Path]]:
     """(file, path inside the bundle) for every module the engine needs."""
     files = []
     for module in (rig, click, elftools, jinja2, markupsafe, packaging, yaml):
+        if module.__file__ is None:  # a namespace package: no directory to take its files from
+            raise rig.RigError(f"{module.__name__} has no __file__; cannot bundle its sources")
         package = Path(module.__file__).parent
         for path in sorted(package.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed", ".j2", ".yml"):

@@ -17,6 +17,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rig import RigError
 from rig.proc import ask
@@ -126,7 +127,8 @@ def patch_files(source: str | Path | None):
 def load(source: str | Path | None = None) -> list[Patch]:
     from rig.documents import parse_yaml, read_text
 
-    patches, seen = [], {}
+    patches: list[Patch] = []
+    seen: dict[str, str] = {}  # patch id -> the file that defines it
     for path in patch_files(source):
         data = parse_yaml(read_text(path, "patch file"), path.name)
         if not isinstance(data, dict):
@@ -297,8 +299,8 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
         results[path] = text
         diffs.append(_diff(file_patches[0].file, originals[path].decode(), text))
     applied_ids = [r["id"] for r in rows if r["status"] in ("needed", "applied")]
-    result = {"changed": bool(todo), "patches": rows, "diff": "".join(diffs),
-              "msg": _summary(rows, "would apply" if check else "applied")}
+    result: dict[str, Any] = {"changed": bool(todo), "patches": rows, "diff": "".join(diffs),
+                              "msg": _summary(rows, "would apply" if check else "applied")}
     if check or not todo:
         return result
     errors = _verify(env, {str(p): t for p, t in results.items()}, [])

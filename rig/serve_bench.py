@@ -30,6 +30,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from rig import RigError, progress
 from rig.fs import atomic_write
@@ -124,7 +125,9 @@ async def _stream(session, url: str, body: dict) -> dict:
     import aiohttp
 
     start = time.perf_counter()
-    first = last = ttft = None
+    first: bytes | None = None
+    last: bytes | None = None
+    ttft: float | None = None
     done = False
     try:
         async with session.post(url + "/generate", json=body) as response:
@@ -147,7 +150,7 @@ async def _stream(session, url: str, body: dict) -> dict:
     except (aiohttp.ClientError, ConnectionError) as exc:
         return {"ok": False, "lost": True, "error": f"connection lost: {exc.__class__.__name__}: {exc}"}
     end = time.perf_counter()
-    if not done or last is None:
+    if not done or first is None or last is None or ttft is None:  # the first chunk sets all three
         return {"ok": False, "lost": True, "error": "the stream ended before [DONE] (the server closed it)"}
     try:
         json.loads(first)
@@ -206,7 +209,8 @@ async def _run_requests(url: str, plan: Plan, api_key_env: str, bodies: list[dic
 
     async with _session(plan, api_key_env, concurrency) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
-    return results
+    # the workers took every index from `pending` and set each one they took (or gather raised)
+    return cast("list[dict]", results)
 
 
 def summarize(results: list[dict], concurrency: int) -> dict:
@@ -261,8 +265,9 @@ class Server:
     def __init__(self, url: str, label: str, plan: Plan, api_key_env: str):
         self.url, self.plan, self.key = url.rstrip("/"), plan, api_key_env
         self.info = server_info(self.url, api_key_env)
-        self.run = {"url": self.url, "label": label, "speculative_algorithm": self.info.get("speculative_algorithm"),
-                    "context_length": context_length(self.info), "serial": None, "levels": [], "stopped": None}
+        self.run: dict[str, Any] = {
+            "url": self.url, "label": label, "speculative_algorithm": self.info.get("speculative_algorithm"),
+            "context_length": context_length(self.info), "serial": None, "levels": [], "stopped": None}
 
     @property
     def label(self) -> str:
@@ -367,7 +372,7 @@ def crossover(eagle: dict, baseline: dict) -> dict:
             mine = mine * len(theirs)
         pairs = list(zip(mine, theirs, strict=False))
         ratios = [e / b for e, b in pairs if e and b]
-        if not ratios:
+        if not ratios or other is None:  # no baseline level: theirs is [None], so no ratio either
             continue
         rows.append({"concurrency": lv["concurrency"], "eagle3": lv["throughput"], "baseline": other["throughput"],
                      "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from rig import RigError, progress
 from rig.sglang_api import (KEY_ENV, accept_length, call, context_length, expect_json, generate_body, number,
@@ -68,7 +69,8 @@ def _one(url: str, prompt: str, max_tokens: int, api_key_env: str, timeout: floa
     status, body = call(url, "/generate", generate_body(prompt, max_tokens, stream=False), timeout=timeout,
                         api_key_env=api_key_env)
     out = expect_json(status, body, f"POST {url}/generate")
-    meta = out.get("meta_info") if isinstance(out.get("meta_info"), dict) else {}
+    meta_info = out.get("meta_info")
+    meta: dict = meta_info if isinstance(meta_info, dict) else {}
     problems = []
     if not str(out.get("text") or "").strip():
         problems.append("empty completion")
@@ -98,18 +100,19 @@ def run(url: str, timeout: float = 900.0, max_tokens: int = 64, log: str | None 
     except RigError as exc:
         raise RigError(f"{exc}{log_tail(log)}") from exc
     problems = [f"{r['prompt']!r}: {p}" for r in results for p in r["problems"]]
-    spec = None
+    spec: dict[str, Any] | None = None
     if speculation:
         lengths = [r["accept_length"] for r in results if r["accept_length"]]
         source = "meta_info"
         if not lengths:  # builds whose meta_info lacks it still report the server's average
             lengths, source = [v for v in [server_accept_length(server_info(url, api_key_env))] if v], "/server_info"
-        spec = {"accept_length": sum(lengths) / len(lengths) if lengths else None, "source": source}
-        if not lengths:
+        average = sum(lengths) / len(lengths) if lengths else None
+        spec = {"accept_length": average, "source": source}
+        if average is None:  # no lengths
             problems.append("speculation is configured but no request was speculative "
                             "(no spec_verify_ct in meta_info, no avg_spec_accept_length in /server_info)")
-        elif spec["accept_length"] < MIN_ACCEPT_LENGTH:
-            problems.append(f"accept length {spec['accept_length']:.2f} (below {MIN_ACCEPT_LENGTH}): the target "
+        elif average < MIN_ACCEPT_LENGTH:
+            problems.append(f"accept length {average:.2f} (below {MIN_ACCEPT_LENGTH}): the target "
                             "accepted almost no draft token; check the draft model matches the target")
     ok = not problems
     summary = (f"{url}: healthy after {waited:.0f} s, {len(results)} completions"

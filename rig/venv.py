@@ -157,7 +157,10 @@ def _trusted(find_links: str | None) -> list[str]:
     from urllib.parse import urlparse
 
     if find_links and find_links.startswith("http://"):
-        return ["--trusted-host", urlparse(find_links).hostname]
+        host = urlparse(find_links).hostname
+        if not host:  # e.g. "http:///srv/wheels": nothing to trust, and pip could not fetch from it
+            raise RigError(f"--find-links {find_links}: an http:// URL needs a host name")
+        return ["--trusted-host", host]
     return []
 
 
