@@ -184,8 +184,7 @@ def _install(version: str, prefix: str | Path, method: str, components: list[str
               "msg": f"{'would install' if check else 'installed'} CUDA {version} at {tree}"}
     if check:
         return result
-    if not source:  # `rig cuda install` requires --source unless --check; a direct caller may omit it
-        raise RigError(f"installing CUDA {version} by {method} needs a source: the fetched wheel dir or runfile")
+    assert source, "install() refuses a missing source before anything"
     if method == "runfile":  # verify before anything on the host changes
         actual = sha256_file(Path(source))
         if actual != sha256:

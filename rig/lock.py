@@ -290,7 +290,7 @@ def check(stack: dict, stack_path: str | Path) -> dict:
             "locks": len(done), "msg": f"{len(done)} lock(s) of {stack_path} up to date"}
 
 
-def lock_all(stack: dict, stack_path: str | Path) -> dict:
+def lock_all(stack: dict, stack_path: str) -> dict:
     """Lock the stack for its own Python and each of `pythons`: the first lock's summary, every lock's under
     "locks", and "complete" only when all of them are."""
     summaries = []

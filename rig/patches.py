@@ -195,13 +195,13 @@ def environment(venv: str | None, python: str | None, stack_path: str | None,
     set at SOURCE; and that patch set."""
     if venv and python:
         raise RigError("give --venv or --python, not both")
-    if not (venv or python):
-        if not stack_path:
-            raise RigError("name the environment: --venv DIR, --python PATH or --stack FILE (its venv)")
-        from rig.stack import load as load_stack
+    if not python:
+        if not venv:
+            if not stack_path:
+                raise RigError("name the environment: --venv DIR, --python PATH or --stack FILE (its venv)")
+            from rig.stack import load as load_stack
 
-        venv = load_stack(stack_path)["venv"]
-    if venv:
+            venv = load_stack(stack_path)["venv"]
         python = str(Path(venv) / "bin" / "python")
         if not Path(python).exists():
             raise RigError(f"{venv} is not a virtualenv (no bin/python); install the stack first")
