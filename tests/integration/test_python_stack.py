@@ -34,7 +34,7 @@ def tiny(tmp_path_factory) -> dict:
 
 def fetch_report(output: str) -> dict:
     """The wheelhouse fetch task's result, the engine's fields on it (a playbook run with -v prints it as YAML)."""
-    match = re.search(r"TASK \[python_stack : Download the lock's wheels once.*?\] => \n((?:    .*\n)+)", output)
+    match = re.search(r"TASK \[python_stack : Download the lock's wheels once[^\n]*\n[^\n]* => \n((?:    .*\n)+)", output)
     assert match, output[-4000:]
     return yaml.safe_load(textwrap.dedent(match.group(1)))
 
