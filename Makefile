@@ -12,7 +12,7 @@ export RIG_CACHE ?= $(HOME)/.cache/rig
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help venv docker base-image provision test unit lint bench clean-box
+.PHONY: help venv docker base-image provision test test-quick unit lint bench clean-box
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -38,9 +38,17 @@ provision: venv docker  ## Provision a throwaway local box with STACK, then run 
 	ansible-playbook -i inventory/local playbooks/site.yml -e rig_stack=$(STACK) -e rig_box_name=$(BOX)
 	rig doctor --container $(BOX) --stack $(STACK)
 
-test: venv docker lint  ## Run the lint gates, then the whole test suite: unit, role scenarios, end to end
+# The quick tests answer first (no Docker engine, no venv install), then lint, then the boxes;
+# each pytest run leaves a JUnit file under build/ and lists its slowest tests.
+PYTEST := pytest -ra --durations=25
+test: venv  ## Run the whole suite: quick tests, the lint gates, then role scenarios and end to end in boxes
+	$(PYTEST) --junitxml=build/junit-quick.xml -m 'not box and not venv' tests
+	$(MAKE) lint docker
 	export RIG_BASE_IMAGE=$$(bash scripts/base-image.sh) && \
-	  pytest -ra tests
+	  $(PYTEST) --junitxml=build/junit-boxes.xml -m 'box or venv' tests
+
+test-quick: venv lint  ## The fast loop: the tests that need no Docker engine, then the lint gates
+	$(PYTEST) --junitxml=build/junit-quick.xml -m 'not box and not venv' tests
 
 unit: venv  ## Run only the tests that need no Docker engine
 	pytest -ra -m 'not box and not venv' tests

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import stat
 import subprocess
 from pathlib import Path
 
@@ -49,3 +52,42 @@ def ask(python: str | Path, code: str, args: list[str], what: str, kind: type = 
     PYTHONPATH and user site), its last line read as JSON. One way for every probe of a venv."""
     done = run([str(python), "-I", "-c", code, *args], f"{python} could not {what}", **kwargs)
     return last_json(done.stdout, f"{python} asked to {what}", kind)
+
+
+def start(argv: list[str], log: str | Path, what: str, env: dict | None = None) -> subprocess.Popen:
+    """A long-running child (a server) in a session of its own, stdout and stderr to LOG, which is created
+    new or truncated and never followed through a link. stop() ends the whole session: SGLang's scheduler
+    and detokenizer are the server's children."""
+    try:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise RigError(f"{what}: cannot write its log {log}: {exc.strerror or exc} (a link is never followed)") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RigError(f"{what}: its log {log} is not a regular file; give another --out")
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    except OSError as exc:
+        raise RigError(f"{what}: cannot run {argv[0]}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def stop(child: subprocess.Popen, grace: float = 30.0) -> int:
+    """SIGTERM to the child's session (SGLang drains on it), SIGKILL after GRACE seconds; its exit status."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        if child.poll() is not None:
+            break
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            child.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+    try:  # the leader may be gone while the session's other processes still run
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    return child.wait()

@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from rig import RigError, progress
 from rig.fs import atomic_write
 from rig.schema import Field, between
-from rig.sglang_api import (KEY_ENV, accept_length, call, context_length, generate_body, headers,
+from rig.serving.workload import Workload, builtin
+from rig.sglang_api import (KEY_ENV, accept_length, call, context_length, generate_body, headers, number,
                              server_accept_length, server_info)
 
 PERCENTILES = (50, 90, 99)
@@ -51,6 +53,10 @@ class Plan:
     min_requests: int = 30
     warmup: int = 2
     read_timeout: float = 300.0  # seconds without a byte before a request counts as failed
+    min_seconds: float = 0.0  # each level keeps sending until it has run this long, too
+    slo_ttft_ms: float = 0.0  # goodput: requests within both SLOs per second (0: that SLO is not set)
+    slo_tpot_ms: float = 0.0
+    seed: int = 0  # Poisson arrivals and the prompt file's order
 
     def __post_init__(self) -> None:
         counts = {"serial_runs": self.serial_runs, "serial_tokens": self.serial_tokens, "max_tokens": self.max_tokens,
@@ -60,8 +66,11 @@ class Plan:
             bad.append("concurrency (no level)")
         if self.read_timeout <= 0:
             bad.append(f"read_timeout {self.read_timeout}")
+        bad += [f"{k} {v}" for k, v in (("min_seconds", self.min_seconds), ("slo_ttft_ms", self.slo_ttft_ms),
+                                         ("slo_tpot_ms", self.slo_tpot_ms)) if not 0 <= v <= 86400 * 1000]
         if bad:
-            raise RigError(f"bench plan: {', '.join(bad)}: each must be a positive number")
+            raise RigError(f"bench plan: {', '.join(bad)}: each must be a positive number (min_seconds and the "
+                       "SLOs may be 0)")
 
     def requests_at(self, c: int) -> int:
         return max(self.min_requests, 2 * c)
@@ -86,20 +95,22 @@ def _spread(values: list[float]) -> dict:
     return {f"p{q}": percentile(values, q) for q in PERCENTILES}
 
 
-def prompt(i: int) -> str:
-    # distinct prompts, so the prefix cache cannot serve one request from another
-    return f"Request {i}: write a long, detailed story about a lighthouse keeper number {i * 7919 % 10007}."
-
-
+prompt = builtin
 # Byte-level and byte-fallback tokenizers make at most one token per byte; a few more for BOS and templates.
 PROMPT_TOKENS_MAX = max(len(prompt(i).encode()) for i in (-9, 10_000_000)) + 8
 
 
-def check_fits(plan: Plan, label: str, info: dict) -> str | None:
+def check_fits(plan: Plan, label: str, info: dict, workload: Workload | None = None) -> str | None:
     """Refuse a plan whose longest request cannot fit the server's context; a note when it cannot be told."""
     context = context_length(info)
     if context is None:
         return f"{label}: /server_info gives no context length; requests that do not fit will be refused"
+    if workload is not None and workload.prompts:  # a prompt file: each entry's own bytes and output
+        worst = max(len(p.text.encode()) + 8 + p.max_tokens for p in workload.prompts)
+        if worst > context:
+            raise RigError(f"{label}: a prompt of the prompt file with its max_tokens may need {worst} tokens, but "
+                           f"the server's context length is {context} tokens: shorten it or lower its max_tokens")
+        return None
     longest = max(plan.serial_tokens, plan.max_tokens)
     if longest + PROMPT_TOKENS_MAX > context:
         which = "serial_tokens" if plan.serial_tokens >= plan.max_tokens else "max_tokens"
@@ -129,6 +140,7 @@ async def _stream(session, url: str, body: dict) -> dict:
     last: bytes | None = None
     ttft: float | None = None
     done = False
+    arrivals: list[float] = []  # each chunk's time: the inter-token latencies (a chunk may carry several tokens)
     try:
         async with session.post(url + "/generate", json=body) as response:
             if response.status != 200:
@@ -140,8 +152,9 @@ async def _stream(session, url: str, body: dict) -> dict:
                 # a cheap shape check on every chunk; full parsing of the first and last only
                 if not (payload.startswith(b"{") and payload.endswith(b"}")):
                     return {"ok": False, "error": f"malformed chunk: {payload[:80]!r}"}
+                arrivals.append(time.perf_counter())
                 if first is None:
-                    first, ttft = payload, time.perf_counter() - start
+                    first, ttft = payload, arrivals[-1] - start
                 last = payload
     except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
         raise ServerDown(str(exc)) from exc
@@ -161,11 +174,13 @@ async def _stream(session, url: str, body: dict) -> dict:
         tokens = int(meta["completion_tokens"])
         if tokens <= 0:
             raise ValueError(f"completion_tokens {tokens}")
+        prompt_tokens = number(meta.get("prompt_tokens")) or 0
     except (ValueError, KeyError, TypeError, OverflowError) as exc:
         return {"ok": False, "error": f"malformed chunk: {exc.__class__.__name__}: {exc}"}
     e2e = end - start
-    return {"ok": True, "tokens": tokens, "start": start, "end": end, "ttft": ttft, "e2e": e2e,
-            "tpot": (e2e - ttft) / (tokens - 1) if tokens > 1 else None,
+    return {"ok": True, "tokens": tokens, "prompt_tokens": int(prompt_tokens), "start": start, "end": end,
+            "ttft": ttft, "e2e": e2e, "tpot": (e2e - ttft) / (tokens - 1) if tokens > 1 else None,
+            "itl": [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)],
             "speed": tokens / e2e if e2e > 0 else None, "accept_length": accept_length(meta)}
 
 
@@ -190,30 +205,68 @@ def _session(plan: Plan, api_key_env: str, limit: int):
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=plan.read_timeout))
 
 
-async def _run_requests(url: str, plan: Plan, api_key_env: str, bodies: list[dict], concurrency: int) -> list[dict]:
-    """Keep `concurrency` requests in flight until all bodies are sent."""
-    results: list[dict | None] = [None] * len(bodies)
-    pending = iter(range(len(bodies)))
-    down: list[str] = []
+MAX_REQUESTS = 100_000  # one level's bound, whatever min_seconds says
 
-    async def worker(session) -> None:
-        for i in pending:
-            if down:
-                results[i] = {"ok": False, "error": f"not sent: the server stopped answering ({down[0]})"}
-                continue
-            try:
-                results[i] = await _stream(session, url, bodies[i])
-            except ServerDown as exc:
-                down.append(str(exc))
-                results[i] = {"ok": False, "error": f"server unreachable: {exc}"}
+
+async def _run_requests(url: str, plan: Plan, api_key_env: str, body_for, n: int, concurrency: int,
+                        rate: float | None = None) -> list[dict]:
+    """Send BODY_FOR(i) for i = 0, 1, ... until N are sent and plan.min_seconds have passed.
+
+    Closed loop (no RATE): CONCURRENCY requests kept in flight. Open loop: Poisson arrivals at RATE per
+    second (seeded by plan.seed), at most CONCURRENCY in flight, as sglang.bench_serving's
+    --request-rate with --max-concurrency."""
+    results: list[dict] = []
+    down: list[str] = []
+    began = time.perf_counter()
+    sent = 0
+
+    def more() -> bool:
+        return not down and sent < MAX_REQUESTS and (sent < n or time.perf_counter() - began < plan.min_seconds)
+
+    async def one(session, i: int) -> None:
+        try:
+            results.append(await _stream(session, url, body_for(i)))
+        except ServerDown as exc:
+            down.append(str(exc))
+            results.append({"ok": False, "error": f"server unreachable: {exc}"})
 
     async with _session(plan, api_key_env, concurrency) as session:
-        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
-    # the workers took every index from `pending` and set each one they took (or gather raised)
-    return cast("list[dict]", results)
+        if rate is None:
+            async def worker() -> None:
+                nonlocal sent
+                while more():
+                    sent += 1
+                    await one(session, sent - 1)
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+        else:
+            arrivals = random.Random(plan.seed)
+            slots = asyncio.Semaphore(concurrency)
+            tasks = []
+            due = began
+
+            async def limited(i: int) -> None:
+                async with slots:
+                    await one(session, i)
+
+            while more():
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                tasks.append(asyncio.create_task(limited(sent)))
+                sent += 1
+                due += arrivals.expovariate(rate)
+            await asyncio.gather(*tasks)
+    return results
 
 
-def summarize(results: list[dict], concurrency: int) -> dict:
+def _ms(name: str, values: list[float]) -> dict:
+    """sglang.bench_serving's spelling: mean_/median_/p90_/p99_NAME_ms."""
+    if not values:
+        return {}
+    return {f"mean_{name}_ms": statistics.fmean(values) * 1000, f"median_{name}_ms": statistics.median(values) * 1000,
+            **{f"p{q}_{name}_ms": (percentile(values, q) or 0) * 1000 for q in (90, 99)}}
+
+
+def summarize(results: list[dict], concurrency: int, plan: Plan | None = None) -> dict:
     good = [r for r in results if r["ok"]]
     errors = sorted({r["error"] for r in results if not r["ok"]})
     level = {"concurrency": concurrency, "requests": len(results), "ok": len(good),
@@ -223,15 +276,27 @@ def summarize(results: list[dict], concurrency: int) -> dict:
     span = max(r["end"] for r in good) - min(r["start"] for r in good)
     tokens = sum(r["tokens"] for r in good)
     accepts = [r["accept_length"] for r in good if r["accept_length"]]
+    tpots = [r["tpot"] for r in good if r["tpot"] is not None]
+    per_second = (lambda x: x / span) if span > 0 else (lambda x: None)
     level.update({
         "output_tokens": tokens, "duration_s": span,
-        "throughput": tokens / span if span > 0 else None,
+        "throughput": per_second(tokens), "output_throughput": per_second(tokens),
+        "total_throughput": per_second(tokens + sum(r.get("prompt_tokens", 0) for r in good)),
+        "request_throughput": per_second(len(good)),
+        # mean requests in flight (Little's law): the running batch the server saw at this level
+        "in_flight": per_second(sum(r["e2e"] for r in good)),
         "per_request_speed": _spread([r["speed"] for r in good if r["speed"]]),
         "ttft_s": _spread([r["ttft"] for r in good]),
-        "tpot_s": _spread([r["tpot"] for r in good if r["tpot"] is not None]),
+        "tpot_s": _spread(tpots),
         "e2e_s": _spread([r["e2e"] for r in good]),
+        **_ms("ttft", [r["ttft"] for r in good]), **_ms("tpot", tpots),
+        **_ms("itl", [gap for r in good for gap in r.get("itl", [])]), **_ms("e2e_latency", [r["e2e"] for r in good]),
         "accept_length": statistics.fmean(accepts) if accepts else None,
     })
+    if plan and (plan.slo_ttft_ms or plan.slo_tpot_ms):
+        within = [r for r in good if (not plan.slo_ttft_ms or r["ttft"] * 1000 <= plan.slo_ttft_ms) and
+                  (not plan.slo_tpot_ms or (r["tpot"] or 0) * 1000 <= plan.slo_tpot_ms)]
+        level["goodput"] = per_second(len(within))
     return level
 
 
@@ -262,8 +327,9 @@ def _down_if_lost(results: list[dict]) -> None:
 class Server:
     """One server under test and what was measured against it."""
 
-    def __init__(self, url: str, label: str, plan: Plan, api_key_env: str):
+    def __init__(self, url: str, label: str, plan: Plan, api_key_env: str, workload: Workload | None = None):
         self.url, self.plan, self.key = url.rstrip("/"), plan, api_key_env
+        self.workload = workload or Workload(None, plan.max_tokens, plan.seed)
         self.info = server_info(self.url, api_key_env)
         self.run: dict[str, Any] = {
             "url": self.url, "label": label, "speculative_algorithm": self.info.get("speculative_algorithm"),
@@ -273,31 +339,41 @@ class Server:
     def label(self) -> str:
         return self.run["label"]
 
-    def _requests(self, bodies: list[dict], concurrency: int) -> list[dict]:
-        return asyncio.run(_run_requests(self.url, self.plan, self.key, bodies, concurrency))
+    def _requests(self, body_for, n: int, concurrency: int, rate: float | None = None) -> list[dict]:
+        return asyncio.run(_run_requests(self.url, self.plan, self.key, body_for, n, concurrency, rate))
+
+    def warmup(self) -> None:
+        progress(f"{self.label}: warm-up ({self.plan.warmup} requests)")
+        warm = Plan(**{**asdict(self.plan), "min_seconds": 0.0})  # a warm-up is a count, never a duration
+        asyncio.run(_run_requests(self.url, warm, self.key, lambda i: generate_body(prompt(-i), 16, True),
+                                  self.plan.warmup, 1))
+        _flush(self.url, self.key)
 
     def serial(self) -> None:
         plan = self.plan
-        progress(f"{self.label}: warm-up ({plan.warmup} requests)")
-        self._requests([generate_body(prompt(-i), 16, True) for i in range(plan.warmup)], 1)
-        _flush(self.url, self.key)
+        self.warmup()
         progress(f"{self.label}: serial, {plan.serial_runs} x {plan.serial_tokens} tokens")
-        runs = self._requests([generate_body(prompt(10_000 + i), plan.serial_tokens, True)
-                               for i in range(plan.serial_runs)], 1)
+        runs = self._requests(lambda i: generate_body(prompt(10_000 + i), plan.serial_tokens, True),
+                              plan.serial_runs, 1)
         speeds = [r["speed"] for r in runs if r["ok"]]
         self.run["serial"] = {"runs": len(runs), "ok": len(speeds), "tok_s": speeds,
                               "median": statistics.median(speeds) if speeds else None,
                               "min": min(speeds, default=None), "max": max(speeds, default=None), **_fail_count(runs)}
         _down_if_lost(runs)
 
-    def level(self, c: int, round_no: int) -> list[dict]:
+    def level(self, c: int, round_no: int, rate: float | None = None) -> list[dict]:
+        """One round of one level: C requests in flight (closed loop), or Poisson arrivals at RATE with at
+        most C in flight; prompts distinct across levels and rounds, so the prefix cache serves none."""
         _flush(self.url, self.key)
         n = self.plan.requests_at(c)
-        progress(f"{self.label}: concurrency {c}, round {round_no + 1}/{self.plan.rounds}, {n} requests "
-                 f"of {self.plan.max_tokens} tokens")
-        bodies = [generate_body(prompt(c * 100_000 + round_no * 10_000 + i), self.plan.max_tokens, True)
-                  for i in range(n)]
-        results = self._requests(bodies, c)
+        what = f"concurrency {c}" if rate is None else f"request rate {rate:g}/s (at most {c} in flight)"
+        progress(f"{self.label}: {what}, round {round_no + 1}/{self.plan.rounds}, {n} requests"
+                 + (f" and {self.plan.min_seconds:g} s" if self.plan.min_seconds else ""))
+        def body(i: int) -> dict:
+            chosen = self.workload(c * 100_000 + round_no * 10_000 + i)
+            return generate_body(chosen.text, chosen.max_tokens, True)
+
+        results = self._requests(body, n, c, rate)
         _down_if_lost(results)
         return results
 
@@ -306,13 +382,13 @@ class Server:
         progress(f"{self.label}: {self.run['stopped']}; keeping what was measured")
 
 
-def _aggregate(rounds: list[list[dict]], c: int, server: Server) -> dict:
+def aggregate(rounds: list[list[dict]], c: int, server: Server) -> dict:
     """One level over its rounds: latencies over all requests, throughput per round and its median."""
-    level = summarize([r for results in rounds for r in results], c)
+    level = summarize([r for results in rounds for r in results], c, server.plan)
     per_round = [summarize(results, c).get("throughput") for results in rounds]
     level["round_throughput"] = per_round
     done = [t for t in per_round if t]
-    level["throughput"] = statistics.median(done) if done else None
+    level["throughput"] = level["output_throughput"] = statistics.median(done) if done else None
     if level.get("output_tokens") and level["accept_length"] is None and server.run["speculative_algorithm"]:
         level["accept_length"] = server_accept_length(server_info(server.url, server.key))
     return level
@@ -339,7 +415,7 @@ def measure(servers: list[Server]) -> None:
                     server.stop(exc)
         for server in servers:
             if rounds[server.label]:
-                server.run["levels"].append(_aggregate(rounds[server.label], c, server))
+                server.run["levels"].append(aggregate(rounds[server.label], c, server))
         if all(s.run["stopped"] for s in servers):
             break
 
@@ -507,7 +583,8 @@ def _earlier(path: str) -> dict:
 
 
 def plan_for(wanted: dict, concurrency: str | None, max_tokens: int | None, serial_runs: int | None,
-             serial_tokens: int | None, rounds: int | None, min_requests: int, read_timeout: float) -> Plan:
+             serial_tokens: int | None, rounds: int | None, min_requests: int, read_timeout: float,
+             min_seconds: float | None = None, **more) -> Plan:
     """The plan `rig bench` measures: each option given, else the stack's bench section (WANTED)."""
     try:
         levels = [int(c) for c in concurrency.split(",")] if concurrency is not None else wanted["concurrency"]
@@ -519,7 +596,8 @@ def plan_for(wanted: dict, concurrency: str | None, max_tokens: int | None, seri
 
     return Plan(concurrency=levels, max_tokens=given(max_tokens, "max_tokens"),
                 serial_runs=given(serial_runs, "serial_runs"), serial_tokens=given(serial_tokens, "serial_tokens"),
-                rounds=given(rounds, "rounds"), min_requests=min_requests, read_timeout=read_timeout)
+                rounds=given(rounds, "rounds"), min_requests=min_requests, read_timeout=read_timeout,
+                min_seconds=given(min_seconds, "min_seconds"), **more)
 
 
 def outcome(result: dict, files: list[str]) -> dict:

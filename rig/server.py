@@ -16,6 +16,8 @@ import subprocess
 from pathlib import Path
 
 from rig import RigError
+from rig.documents import read_text
+from rig.serving import adaptive
 
 # What the stack asks for -> the spellings sglang releases use, preferred first.
 SPELLINGS = {
@@ -39,6 +41,14 @@ for line in sys.stdin:
     request, out = json.loads(line), {"version": version}
     if request["mode"] == "options":
         out["options"] = sorted(o for a in parser._actions for o in a.option_strings)
+    elif request["mode"] == "adaptive":
+        try:
+            from sglang.srt.speculative.adaptive_spec_params import _load_adaptive_config
+            _load_adaptive_config(request["path"])
+        except ImportError as exc:
+            out["error"] = f"it has no adaptive speculation ({exc}); SGLang 0.5.17 and later have it"
+        except Exception as exc:
+            out["error"] = f"{type(exc).__name__}: {exc}"
     else:
         try:
             parser.parse_args(request["argv"])
@@ -110,6 +120,12 @@ def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
                   ("--speculative-num-steps", str(server["speculative_num_steps"])),
                   ("--speculative-eagle-topk", str(server["speculative_eagle_topk"])),
                   ("--speculative-num-draft-tokens", str(server["speculative_num_draft_tokens"]))]
+    if not baseline and server["speculative_adaptive_config"]:
+        if reason := adaptive.unsupported_reason(server):
+            raise RigError(f"SGLang refuses adaptive speculation (server.speculative_adaptive_config) here: {reason}; "
+                           "set server.speculative_eagle_topk to 1 and drop that flag, or serve fixed speculation")
+        pairs += [("--speculative-adaptive", None),
+                  ("--speculative-adaptive-config", server["speculative_adaptive_config"])]
     pairs += [("tp", str(server["tp"])), ("cuda_graph_max_bs", str(graph_bs))]
     if server["mem_fraction_static"]:
         pairs.append(("--mem-fraction-static", str(server["mem_fraction_static"])))
@@ -150,6 +166,12 @@ def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: b
     parsed = parser.ask({"mode": "parse", "argv": [("redacted" if t == "${%s}" % key_env else t) for t in argv]})
     if "error" in parsed:
         raise RigError(f"sglang {version} rejects the server command line: {parsed['error']}")
+    config = stack["server"]["speculative_adaptive_config"]
+    if config and not baseline:  # rig's own reading first (a regular file, its shape), then sglang's loader
+        adaptive.parse(read_text(config, "adaptive speculation config"), config)
+        loaded = parser.ask({"mode": "adaptive", "path": config})
+        if "error" in loaded:
+            raise RigError(f"sglang {version} refuses the adaptive speculation config {config}: {loaded['error']}")
     # argparse takes unique prefixes; a release that adds a flag can make one ambiguous (as 0.5.23 did)
     for flag in (t.split("=", 1)[0] for t in argv if t.startswith("--")):
         if flag not in options:

@@ -161,6 +161,9 @@ SCHEMA = {
         "host": Field(default="127.0.0.1", check=_host),
         "port": Field(int, default=30000, check=_port),
         "api_key_env": Field(default=KEY_ENV, check=_env_name),
+        # SGLang's load-aware speculation (0.5.17+): the JSON config `rig tune` writes, on the server's host;
+        # "" serves fixed speculation
+        "speculative_adaptive_config": Field(default="", check=lambda v: v and _absolute(v)),
         "extra_args": Field(list, default=[], item=Field()),
     }),
     "bench": Field(dict, default={}, fields={
@@ -169,10 +172,19 @@ SCHEMA = {
         "serial_runs": Field(int, default=10, check=between(1, 10_000)),
         "serial_tokens": Field(int, default=2048, check=between(1, 1_000_000)),
         "rounds": Field(int, default=3, check=between(1, 100)),  # each level's rounds, the servers interleaved
+        # each level also runs at least this long: a count of short requests can be over in half a second
+        "min_seconds": Field((int, float), default=0, check=between(0, 3600)),
+    }),
+    # `rig tune`: the variants it measures on the box and the load it measures them at (the bench section's
+    # concurrency, max_tokens, rounds and min_seconds, plus open-loop request rates)
+    "tune": Field(dict, default={}, fields={
+        "steps": Field(list, default=[1, 2, 3], item=Field(int, check=between(1, 32))),
+        "request_rates": Field(list, default=[], item=Field((int, float), check=between(0.001, 100_000))),
+        "start_timeout": Field(int, default=900, check=between(30, 7200)),
     }),
 }
 # Sections that shape processes, not packages: editing them leaves the lock current.
-RUNTIME_KEYS = ("environment", "server", "bench")
+RUNTIME_KEYS = ("environment", "server", "bench", "tune")
 
 
 def validate(data: Any, source: str = "<stack>") -> dict:

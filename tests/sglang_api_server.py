@@ -33,6 +33,22 @@ the accept length (tokens per verify step under speculation), and faults:
 503 for the first seconds, dying mid-stream after N requests, and a malformed
 chunk in every Kth request. GET /rig_test/stats (not SGLang's; the benchmark's
 own check) reports the tokens generated and when.
+
+A batched scheduler instead, with --step-ms: one decode step at a time for every
+running request, each step costing step_ms + token_ms x batch x (steps + 1) and,
+under speculation, draft_ms x steps for the draft's steps plus extend_ms x batch
+for the draft-extend pass over every request's accepted tokens (so drafting more
+costs more, and step 0 is no free "off": the extend still runs after each decode,
+as SGLang's EAGLE worker does). Each position of a draft is accepted at
+--accept-rate (the expected count, spread evenly over steps). The steps come from
+--steps, or from SGLang's adaptive config (--adaptive-config, as
+sglang/srt/speculative/adaptive_spec_params.py reads it: integer-string keys are
+batch sizes, each {"candidate_steps"}; the running batch is padded up to the next
+CUDA-graph size (--cuda-graph-bs) and routed to the largest key at or below it, else
+the smallest; per slot an EMA of accepted drafts (ema_alpha, warmup_batches,
+update_interval, up/down_hysteresis) moves between candidates, a step-0 slot
+probing the next candidate after each interval). /rig_test/stats then also counts
+steps by their step count and the slots' step switches.
 """
 from __future__ import annotations
 
@@ -47,6 +63,65 @@ import time
 from aiohttp import web
 
 
+class Slot:
+    """One batch-size slot of SGLang's adaptive speculation: its candidates and the EMA that moves between them."""
+
+    def __init__(self, candidates: list[int], knobs: dict, initial: int):
+        self.candidates = sorted(set(candidates))
+        self.alpha = knobs.get("ema_alpha", 0.2)
+        self.interval = knobs.get("update_interval", 5)
+        self.warmup = knobs.get("warmup_batches", 10)
+        self.down = knobs.get("down_hysteresis", -0.25)
+        self.up = knobs.get("up_hysteresis", 0.0)
+        self.steps = initial if initial in self.candidates else self.candidates[len(self.candidates) // 2]
+        self.ema = float(self.steps - 1)
+        self.batches = 0
+
+    def observe(self, accepted: list[int]) -> bool:
+        """Feed one verify batch's accepted drafts; True when the slot switched its steps."""
+        if self.steps > 0:
+            self.ema += self.alpha * (sum(accepted) / len(accepted) - self.ema)
+        self.batches += 1
+        past = self.batches - self.warmup
+        if past <= 0 or past % self.interval:
+            return False
+        at = self.candidates.index(self.steps)
+        if self.steps == 0:  # after a nospec interval, probe the next candidate up
+            at = min(at + 1, len(self.candidates) - 1)
+            if self.candidates[at] > 0 and self.ema < 0:
+                self.ema = float(self.candidates[at] - 1)
+        else:
+            lower = at
+            while lower > 0 and self.ema <= self.down + (
+                    0.5 if self.candidates[lower - 1] == 0 else self.candidates[lower - 1] - 0.5):
+                lower -= 1
+            if lower < at:
+                at = lower
+            else:  # nothing pulled it down: may it go up?
+                while at < len(self.candidates) - 1 and self.ema > self.candidates[at] - 0.5 + self.up:
+                    at += 1
+        switched = self.candidates[at] != self.steps
+        self.steps = self.candidates[at]
+        return switched
+
+
+class Adaptive:
+    """The slots of an adaptive config, and SGLang's routing of a running batch size to one of them."""
+
+    def __init__(self, path: str, graph_sizes: list[int], initial: int):
+        config = json.loads(open(path).read())
+        knobs = {k: v for k, v in config.items() if not k.isdigit()}
+        self.slots = {int(k): Slot(v["candidate_steps"], {**knobs, **v}, initial)
+                      for k, v in config.items() if k.isdigit()}
+        self.graph_sizes = sorted(graph_sizes)
+        self.switches = 0
+
+    def slot(self, batch: int) -> Slot:
+        padded = next((g for g in self.graph_sizes if g >= batch), batch)
+        keys = [k for k in sorted(self.slots) if k <= padded]
+        return self.slots[keys[-1] if keys else min(self.slots)]
+
+
 class Simulator:
     def __init__(self, args: argparse.Namespace):
         self.args = args
@@ -57,6 +132,51 @@ class Simulator:
         self.first_emit = self.last_emit = None
         self.verify_steps = self.spec_tokens = 0
         self.gracefully_exit = False
+        self.adaptive = Adaptive(args.adaptive_config, [int(g) for g in args.cuda_graph_bs.split(",")], args.steps) \
+            if args.adaptive_config else None
+        self.members: dict[int, asyncio.Queue] = {}
+        self.joined = asyncio.Event()
+        self.owed = 0.0
+        self.steps_run: dict[int, int] = {}
+
+    @property
+    def speculative(self) -> bool:
+        return self.args.accept_length > 0 or self.args.steps > 0 or self.adaptive is not None
+
+    async def schedule(self) -> None:
+        """The batched scheduler (--step-ms): one step for every running request at a time."""
+        a = self.args
+        while True:
+            if not self.members:
+                self.joined.clear()
+                await self.joined.wait()
+            batch = list(self.members.values())
+            slot = self.adaptive.slot(len(batch)) if self.adaptive else None
+            steps = slot.steps if slot else a.steps
+            draft = a.draft_ms * steps + a.extend_ms * len(batch) if self.speculative else 0.0
+            await asyncio.sleep((a.step_ms + a.token_ms * len(batch) * (steps + 1) + draft) / 1000)
+            self.owed += sum(a.accept_rate ** j for j in range(1, steps + 1))
+            accepted = int(self.owed)
+            self.owed -= accepted
+            self.steps_run[steps] = self.steps_run.get(steps, 0) + 1
+            for queue in batch:
+                queue.put_nowait(1 + accepted)
+            if slot and slot.observe([accepted] * len(batch)):
+                self.adaptive.switches += 1
+
+    async def batched_steps(self, number: int, max_tokens: int):
+        """Tokens per step of one request as the batched scheduler hands them out."""
+        queue: asyncio.Queue = asyncio.Queue()
+        self.members[number] = queue
+        self.joined.set()
+        done = 0
+        try:
+            while done < max_tokens:
+                step = min(await queue.get(), max_tokens - done)
+                done += step
+                yield step
+        finally:
+            del self.members[number]
 
     def speed(self) -> float:
         """Tokens/s of one request now: the single-stream rate, or its share of the capacity."""
@@ -83,11 +203,13 @@ async def health(request: web.Request) -> web.Response:
 
 async def server_info(request: web.Request) -> web.Response:
     sim = request.app["sim"]
-    spec = sim.args.accept_length > 0
+    spec = sim.speculative
     average = sim.spec_tokens / sim.verify_steps if sim.verify_steps else 0.0
     return web.json_response({
         "model_path": "test-stand-in", "tp_size": 1, "version": "stand-in",
         "speculative_algorithm": "EAGLE3" if spec else None,
+        "speculative_num_steps": sim.args.steps or None, "speculative_adaptive": sim.adaptive is not None,
+        "cuda_graph_bs": [int(g) for g in sim.args.cuda_graph_bs.split(",")],
         **({} if sim.args.hide_context else {"context_length": sim.args.context_length,
                                                 "max_req_input_len": sim.args.context_length - 1}),
         "internal_states": [{"avg_spec_accept_length": average}] if spec else [{}],
@@ -106,7 +228,9 @@ async def stats(request: web.Request) -> web.Response:
     sim = request.app["sim"]
     if request.method == "POST":
         sim.tokens, sim.first_emit, sim.last_emit = 0, None, None
-    return web.json_response({"tokens": sim.tokens, "first_emit": sim.first_emit, "last_emit": sim.last_emit})
+    return web.json_response({"tokens": sim.tokens, "first_emit": sim.first_emit, "last_emit": sim.last_emit,
+                              "steps_run": sim.steps_run,
+                              "step_switches": sim.adaptive.switches if sim.adaptive else 0})
 
 
 def _steps(max_tokens: int, accept_length: float):
@@ -151,12 +275,12 @@ async def generate(request: web.Request) -> web.StreamResponse:
         await stream.write_eof()
         return stream
     sim.active += 1
-    due = time.monotonic()
+    batched = sim.args.step_ms > 0
+    steps = sim.batched_steps(number, max_tokens) if batched else _paced(sim, max_tokens)
     try:
-        for i, step in enumerate(_steps(max_tokens, sim.args.accept_length)):
-            # pace by deadline, so the time spent writing chunks does not slow the simulated model
-            due += step / sim.speed()
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
+        i = -1
+        async for step in steps:
+            i += 1
             output_ids.extend(range(len(output_ids), len(output_ids) + step))
             verify += 1
             sim.emitted(step)
@@ -174,7 +298,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         sim.active -= 1
     meta["finish_reason"] = {"type": "length", "length": max_tokens}
     meta["e2e_latency"] = time.monotonic() - begin
-    if sim.args.accept_length > 0:
+    if sim.speculative:
         sim.verify_steps += verify
         sim.spec_tokens += len(output_ids)
         if sim.args.spec_meta != "none":  # "none": only /server_info tells the accept length
@@ -188,6 +312,16 @@ async def generate(request: web.Request) -> web.StreamResponse:
     await stream.write(b"data: [DONE]\n\n")
     await stream.write_eof()
     return stream
+
+
+async def _paced(sim: Simulator, max_tokens: int):
+    """Tokens per step of one request at the single-stream rate or its share of the capacity."""
+    due = time.monotonic()
+    for step in _steps(max_tokens, sim.args.accept_length):
+        # pace by deadline, so the time spent writing chunks does not slow the simulated model
+        due += step / sim.speed()
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        yield step
 
 
 def app(args: argparse.Namespace) -> web.Application:
@@ -217,12 +351,23 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-key", default="")
     p.add_argument("--context-length", type=int, default=32768, help="prompt + output tokens a request may ask for")
     p.add_argument("--hide-context", action="store_true", help="leave the context length out of /server_info")
+    p.add_argument("--step-ms", type=float, default=0.0, help="the batched scheduler: fixed cost of one step (0: off)")
+    p.add_argument("--token-ms", type=float, default=0.0, help="cost per verified token of each running request")
+    p.add_argument("--draft-ms", type=float, default=0.0, help="cost per draft step under speculation")
+    p.add_argument("--extend-ms", type=float, default=0.0, help="draft-extend cost per running request, step 0 too")
+    p.add_argument("--steps", type=int, default=0, help="speculative steps per decode (0: no speculation)")
+    p.add_argument("--accept-rate", type=float, default=0.0, help="acceptance probability of each drafted position")
+    p.add_argument("--adaptive-config", default="", help="SGLang's adaptive speculation config (JSON)")
+    p.add_argument("--cuda-graph-bs", default="1,2,4,8,16,32,64,128,256", help="CUDA-graph batch sizes")
     return p.parse_args(argv)
 
 
 async def serve(options: argparse.Namespace, host: str = "127.0.0.1") -> None:
     """Serve until SIGTERM or SIGINT, then drain: 503 from the health endpoints, finish what runs, exit."""
     application = app(options)
+    if options.step_ms > 0:
+        scheduler = asyncio.get_running_loop().create_task(application["sim"].schedule())
+        application["scheduler"] = scheduler  # held, so the loop does not lose the task
     runner = web.AppRunner(application, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, options.port).start()

@@ -2,13 +2,15 @@
 server_args, refuses a model path that is not a model directory (as sglang does, before it
 listens), then serves SGLang's HTTP API with tests/sglang_api_server.py until SIGTERM drains it.
 
-Faults for a test come from /etc/sglang-standin.json ({"args": [stand-in server options]}).
+Faults and the performance model for a test come from /etc/sglang-standin.json, or the file that
+SGLANG_STANDIN_FAULTS names ({"args": [stand-in server options]}, after those the flags imply).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -24,9 +26,18 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not (Path(args.model_path) / "config.json").is_file():
         sys.exit(f"ValueError: --model-path must be a model directory with a config.json, got {args.model_path!r}")
-    faults = json.loads(FAULTS.read_text())["args"] if FAULTS.is_file() else []
-    options = sglang_api_server.parse(["--port", str(args.port), "--api-key", args.api_key or "",
-                                       "--accept-length", "2.5" if args.speculative_algorithm else "0", *faults])
+    faults_file = Path(os.environ.get("SGLANG_STANDIN_FAULTS", FAULTS))
+    faults = json.loads(faults_file.read_text())["args"] if faults_file.is_file() else []
+    speculation = ["--accept-length", "2.5" if args.speculative_algorithm else "0"]
+    if args.speculative_algorithm:  # what the batched scheduler (--step-ms in the faults) drafts
+        speculation += ["--steps", str(args.speculative_num_steps or 1)]
+    if args.speculative_adaptive:
+        speculation += ["--adaptive-config", args.speculative_adaptive_config or ""]
+    if args.cuda_graph_max_bs_decode:  # powers of two up to the largest, the stand-in's CUDA-graph sizes
+        speculation += ["--cuda-graph-bs", ",".join(str(1 << i) for i in range(args.cuda_graph_max_bs_decode.bit_length())
+                                                    if 1 << i <= args.cuda_graph_max_bs_decode)]
+    options = sglang_api_server.parse(["--port", str(args.port), "--api-key", args.api_key or "", *speculation,
+                                       *faults])
     print(f"stand-in serving {args.model_path} on {args.host}:{args.port}", flush=True)
     asyncio.run(sglang_api_server.serve(options, args.host))
 

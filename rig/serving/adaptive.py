@@ -1,0 +1,96 @@
+"""SGLang's load-aware speculation (`--speculative-adaptive --speculative-adaptive-config FILE`, 0.5.17+),
+as rig writes, reads and routes it.
+
+The file is a JSON object; its integer-string keys are running batch sizes, each
+{"candidate_steps": [non-negative ints]} (0 = no drafting), beside optional knobs
+(ema_alpha, update_interval, warmup_batches, up/down_hysteresis, ceiling_coeff).
+SGLang pads the running batch size up to the next CUDA-graph batch size and uses
+the slot of the largest key at or below it (the smallest key when none is). It
+refuses the mode unless EAGLE/EAGLE3 with topk 1 and none of DP attention,
+multi-layer EAGLE, two-batch overlap or pdmux
+(sglang/srt/speculative/adaptive_spec_params.py, adaptive_unsupported_reason).
+"""
+from __future__ import annotations
+
+import bisect
+import json
+
+from rig import RigError
+
+KNOBS = {"ema_alpha": float, "update_interval": int, "warmup_batches": int, "up_hysteresis": float,
+         "down_hysteresis": float, "ceiling_coeff": float}
+MAX_BATCH = 1 << 20
+# server flags with which SGLang refuses adaptive speculation, and its reason for each
+REFUSING_FLAGS = {
+    "--enable-dp-attention": "attention DP is not supported (adaptive tier decisions are not synchronized "
+                             "across DP ranks)",
+    "--enable-multi-layer-eagle": "enable_multi_layer_eagle=True is not supported",
+    "--enable-two-batch-overlap": "enable_two_batch_overlap=True is not supported",
+    "--enable-pdmux": "enable_pdmux=True is not supported",
+}
+
+
+def unsupported_reason(server: dict) -> str | None:
+    """Why SGLang would refuse adaptive speculation for the stack's server section, in SGLang's words."""
+    if server["speculative_eagle_topk"] != 1:
+        return f"speculative_eagle_topk={server['speculative_eagle_topk']} (only topk=1 is supported)"
+    for flag, reason in REFUSING_FLAGS.items():
+        if any(arg == flag or arg.startswith(flag + "=") for arg in server["extra_args"]):
+            return f"{flag} in server.extra_args: {reason}"
+    return None
+
+
+def slots(config: object, source: str) -> dict[int, list[int]]:
+    """The batch-size slots of CONFIG (a parsed file), checked as SGLang's loader checks them, and its knobs'
+    types: {batch size: sorted candidate steps}. Anything SGLang would refuse at start is refused here."""
+    if not isinstance(config, dict):
+        raise RigError(f"{source}: an adaptive speculation config is a JSON object, got {type(config).__name__}")
+    found: dict[int, list[int]] = {}
+    for key, entry in config.items():
+        if key in KNOBS:
+            value = entry
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    (KNOBS[key] is int and not isinstance(value, int)):
+                raise RigError(f"{source}: {key} must be a {KNOBS[key].__name__}, got {value!r}")
+            continue
+        if key == "strategy" and entry == "ema":
+            continue
+        if not (isinstance(key, str) and key.isdigit() and key.isascii() and 0 < int(key) <= MAX_BATCH):
+            raise RigError(f"{source}: key {key!r} is neither a batch size (1-{MAX_BATCH}, as a string) nor one of "
+                           f"SGLang's knobs ({', '.join(KNOBS)})")
+        steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
+        if not isinstance(steps, list) or not steps or \
+                not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= 32 for s in steps):
+            raise RigError(f"{source}: batch size {key}: candidate_steps must be a non-empty list of whole numbers "
+                           f"from 0 to 32 (0 = no drafting), got {steps!r}")
+        found[int(key)] = sorted(set(steps))
+    if not found:
+        raise RigError(f'{source}: no batch-size key; give at least one, e.g. {{"1": {{"candidate_steps": [3]}}}}')
+    return dict(sorted(found.items()))
+
+
+def parse(text: str, source: str) -> dict[int, list[int]]:
+    from rig.documents import parse_json
+
+    return slots(parse_json(text, source), source)
+
+
+def render(choice: dict[int, int]) -> str:
+    """One fixed candidate per slot (deterministic: no EMA moves between candidates), as SGLang reads it."""
+    return json.dumps({str(bs): {"candidate_steps": [steps]} for bs, steps in sorted(choice.items())},
+                      indent=2) + "\n"
+
+
+def route(keys: list[int], batch: int, graph_sizes: list[int] | None) -> int:
+    """The slot key SGLang uses for a running batch: padded up to the next CUDA-graph size (beyond the largest
+    one, or without graphs, it stays as it is), then the largest key at or below it, else the smallest key."""
+    sizes = sorted(graph_sizes or [])
+    at = bisect.bisect_left(sizes, batch)
+    padded = sizes[at] if at < len(sizes) else batch
+    below = [k for k in sorted(keys) if k <= padded]
+    return below[-1] if below else min(keys)
+
+
+def steps_needed(choice: dict[int, int]) -> int:
+    """The server's --speculative-num-steps: the largest candidate (SGLang sizes its buffers by the union)."""
+    return max(max(choice.values()), 1)

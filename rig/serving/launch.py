@@ -1,0 +1,77 @@
+"""Servers a rig run starts itself: each from its rendered argv, health-gated by `rig smoke`, its log kept,
+and every one stopped when the run ends, however it ends (a failure, Ctrl-C, SIGTERM)."""
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from subprocess import Popen
+from urllib.parse import urlsplit
+
+from rig import RigError, progress, proc, smoke
+from rig.sglang_api import KEY_ENV
+
+
+@dataclass
+class Launched:
+    label: str
+    url: str
+    log: Path
+    child: Popen
+    smoke: dict = field(default_factory=dict)
+    started_s: float = 0.0
+
+    def alive(self) -> bool:
+        return self.child.poll() is None
+
+
+def _answers(url: str) -> bool:
+    parts = urlsplit(url)
+    with socket.socket(socket.AF_INET6 if ":" in (parts.hostname or "") else socket.AF_INET) as probe:
+        probe.settimeout(1.0)
+        return probe.connect_ex((parts.hostname, parts.port or 80)) == 0
+
+
+class Servers:
+    """A context: `start` launches and gates one server; leaving the context stops every one still running."""
+
+    def __init__(self, start_timeout: float = 900.0, api_key_env: str = KEY_ENV):
+        self.start_timeout, self.api_key_env = start_timeout, api_key_env
+        self.running: list[Launched] = []
+
+    def __enter__(self) -> Servers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for server in list(self.running):
+            self.stop(server)
+
+    def start(self, label: str, argv: list[str], url: str, log: Path) -> Launched:
+        """Start ARGV, wait until URL is healthy and generates; a server that exits or never gets healthy
+        is stopped and its log tail is in the error."""
+        if _answers(url):
+            raise RigError(f"{label}: something already listens at {url}; stop it (rig starts its own servers "
+                           "there) or set server.port to a free port")
+        progress(f"{label}: starting ({argv[0]} {' '.join(argv[1:4])} ...), log {log}")
+        began = time.monotonic()
+        server = Launched(label, url, log, proc.start(argv, log, label))
+        self.running.append(server)
+        try:
+            server.smoke = smoke.run(url, self.start_timeout, log=str(log), pid=server.child.pid,
+                                     api_key_env=self.api_key_env)
+        except BaseException:
+            self.stop(server)
+            raise
+        server.started_s = round(time.monotonic() - began, 1)
+        if not all(r["ok"] for r in server.smoke["requests"]):
+            self.stop(server)
+            raise RigError(f"{label}: {server.smoke['msg']}")
+        return server
+
+    def stop(self, server: Launched) -> int:
+        code = proc.stop(server.child)
+        if server in self.running:
+            self.running.remove(server)
+        progress(f"{server.label}: stopped (exit {code})")
+        return code

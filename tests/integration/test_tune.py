@@ -1,0 +1,232 @@
+"""`rig tune` end to end: real rig CLI runs that start, measure and stop real server processes.
+
+The servers are the SGLang stand-in package (tests/data/sglang_standin) in a venv of its own, started
+from the line `rig server args` renders, so `python -m sglang.launch_server` serves SGLang's HTTP API
+through tests/sglang_api_server.py with its batched scheduler: each decode step costs more the more
+steps it drafts and the larger the batch, so EAGLE-3's advantage at one stream turns into a loss under
+load, and SGLang's adaptive config is read and routed as SGLang does.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, rig
+
+# Costs in ms: a step's fixed part, each verified token of each running request, each draft step.
+# With 80% acceptance per position, 3 steps make 2.95 tokens a step: EAGLE-3 (3 steps) serves one
+# stream at ~1.9x the baseline and 64 at ~0.8x; 1 step sits in between.
+MODEL = ["--step-ms", "4", "--token-ms", "0.5", "--draft-ms", "0.25", "--accept-rate", "0.8"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _servers_running(venv: Path) -> list[str]:
+    """Command lines of processes that run the venv's Python: every stand-in server tune started."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].decode(errors="replace").startswith(str(venv)):
+            found.append(" ".join(a.decode(errors="replace") for a in argv))
+    return found
+
+
+@pytest.fixture(scope="module")
+def standin_venv(tmp_path_factory) -> Path:
+    """A venv whose sglang is the stand-in package (and the stand-in server and aiohttp beside it)."""
+    venv = tmp_path_factory.mktemp("tune") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    ours = [p for p in sys.path if p.endswith("site-packages")]
+    (site / "standin.pth").write_text("\n".join([str(REPO / "tests" / "data" / "sglang_standin"),
+                                                 str(REPO / "tests"), *ours]) + "\n")
+    return venv
+
+
+@pytest.fixture
+def tune_case(tmp_path, standin_venv):
+    """(stack path, faults file, port) for one run; a stack with topk 1 and the stand-in's model dirs."""
+    for name in ("target", "draft"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    port = _free_port()
+    stack = {"name": "tune-test", "cuda": {"version": "13.0.2"}, "venv": str(standin_venv),
+             "server": {"model": str(tmp_path / "target"), "draft_model": str(tmp_path / "draft"), "port": port,
+                        "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
+                        "cuda_graph_max_bs": 64},
+             "bench": {"concurrency": [1, 64], "max_tokens": 16, "rounds": 2},
+             "tune": {"steps": [1, 3], "start_timeout": 60}}
+    path = tmp_path / "stack.yml"
+    path.write_text(yaml.safe_dump(stack))
+    faults = tmp_path / "faults.json"
+
+    def case(*model: str) -> tuple[Path, dict]:
+        faults.write_text(json.dumps({"args": list(model)}))
+        return path, {**os.environ, "SGLANG_STANDIN_FAULTS": str(faults)}
+
+    case.port, case.venv, case.dir = port, standin_venv, tmp_path
+    yield case
+    assert not _servers_running(standin_venv), "a server outlived the tune run"
+
+
+def tune(stack: Path, out: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    return rig("tune", "--stack", str(stack), "--out", str(out), "--min-requests", "8", "--json", *args,
+               env=env, timeout=600)
+
+
+def test_crossing_curves_give_speculation_below_the_crossover_and_step_0_above(tune_case):
+    stack, env = tune_case(*MODEL)
+    out = tune_case.dir / "out"
+    done = tune(stack, out, env)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    result = json.loads((out / "tune.json").read_text())
+    assert result["schema_version"] == 1 and result["levels"] == ["C=1", "C=64"]
+    assert list(result["variants"]) == ["baseline", "eagle3-1", "eagle3-3", "policy"]
+    chosen = {r["level"]: r["chosen"] for r in result["choices"]}
+    assert chosen == {"C=1": "eagle3-3", "C=64": "baseline"}, result["choices"]
+    assert result["policy"]["kind"] == "adaptive" and result["policy"]["slots"] == {"1": 3, "64": 0}
+    assert json.loads((out / "adaptive.json").read_text()) == {"1": {"candidate_steps": [3]},
+                                                               "64": {"candidate_steps": [0]}}
+    # the policy server ran SGLang's adaptive mode with that file, and the baseline ran without speculation
+    policy_argv = result["variants"]["policy"]["argv"]
+    assert "--speculative-adaptive" in policy_argv and str(out / "adaptive.json") in policy_argv
+    assert "--speculative-algorithm" not in result["variants"]["baseline"]["argv"]
+    eagle = result["variants"]["eagle3-3"]["levels"]["C=1"]
+    # 2.95 tokens a step, the last step of each 16-token request cut short: 16 tokens in 6 verify steps
+    assert 2.5 < eagle["server_accept_length"] < 2.95 and eagle["median_itl_ms"] > 0
+    assert result["confirmation"]["levels"][0]["level"] == "C=1"
+    proposed = yaml.safe_load((out / "proposed-stack.yml").read_text())
+    assert proposed["server"]["speculative_adaptive_config"] == str(out / "adaptive.json")
+    assert "+  speculative_adaptive_config:" in result["stack_diff"]
+    for name in result["variants"]:
+        assert (out / "logs" / f"{name}.log").is_file()
+    assert (out / "tune.png").read_bytes().startswith(b"\x89PNG") and "## Confirmation" in (out / "report.md").read_text()
+    # and rig server args takes the proposed stack: both flags, the config read by the venv's sglang loader
+    args = rig("server", "args", "--stack", str(out / "proposed-stack.yml"), "--json")
+    assert args.returncode == 0, args.stderr
+    assert "--speculative-adaptive-config" in json.loads(args.stdout)["argv"]
+
+
+def test_a_policy_whose_step_0_loses_to_the_baseline_is_reported_so(tune_case):
+    # the draft-extend pass costs 0.5 ms per running request even at step 0: at 64 in flight the policy's
+    # step-0 slot runs well below a server without speculation
+    stack, env = tune_case(*MODEL, "--extend-ms", "0.5")
+    out = tune_case.dir / "out"
+    done = tune(stack, out, env)
+    assert done.returncode == 1, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert not report["confirmation"]["confirmed"]
+    lost = [t for t in report["confirmation"]["levels"] if t["verdict"] == "lost"]
+    assert [t["level"] for t in lost] == ["C=64"] and lost[0]["ratio_baseline"] < 0.9
+    assert "step 0 is not a free off" in report["recommendation"]
+    assert "EAGLE-3 with 3 step(s) where load stays at or below 1 requests" in report["recommendation"]
+
+
+def test_check_renders_every_line_and_starts_nothing(tune_case):
+    stack, env = tune_case(*MODEL)
+    done = tune(stack, tune_case.dir / "out", env, "--check", "--request-rate", "50")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert set(plan["variants"]) == {"baseline", "eagle3-1", "eagle3-3"}
+    assert plan["levels"] == ["C=1", "C=64", "R=50/s"]
+    assert "--speculative-num-steps" in plan["variants"]["eagle3-1"]
+    assert not _listening(tune_case.port) and not (tune_case.dir / "out").exists()
+
+
+def test_poisson_rates_are_measured_and_mapped_to_their_running_batch(tune_case):
+    stack, env = tune_case(*MODEL)
+    out = tune_case.dir / "out"
+    done = tune(stack, out, env, "--concurrency", "1", "--request-rate", "40", "--rounds", "1")
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    result = json.loads((out / "tune.json").read_text())
+    level = result["variants"]["baseline"]["levels"]["R=40/s"]
+    assert level["rate"] == 40 and level["requests"] >= 8 and level["failed"] == 0
+    row = next(r for r in result["choices"] if r["level"] == "R=40/s")
+    assert row["batch"] >= 1 and isinstance(row["batch"], int)
+
+
+@pytest.mark.parametrize("content, says", [
+    ('{"prompt": "hello"}\n{"prompt": ""}\n', "line 2: no prompt text"),
+    ('{"prompt": "hello", "max_tokens": 0}\n', "max_tokens must be a whole number"),
+    ('{"prompt": "hi"\n', "line 1"),
+    ('[{"conversations": [{"from": "gpt", "value": "x"}]}]', "entry 1: no prompt text"),
+    ("", "holds no prompt"),
+    (None, "is not a regular file"),
+])
+def test_bad_prompt_files_are_one_clear_error_and_start_nothing(tune_case, content, says):
+    stack, env = tune_case(*MODEL)
+    prompts = tune_case.dir / "prompts.jsonl"
+    if content is None:
+        os.mkfifo(prompts)  # a read would block forever
+    else:
+        prompts.write_text(content)
+    done = tune(stack, tune_case.dir / "out", env, "--prompts", str(prompts))
+    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert done.stderr.count("rig: error:") == 1 and not _listening(tune_case.port)
+
+
+def test_a_prompt_file_drives_the_requests(tune_case):
+    stack, env = tune_case(*MODEL)
+    prompts = tune_case.dir / "sharegpt.json"
+    prompts.write_text(json.dumps([{"conversations": [{"from": "human", "value": f"question {i}"},
+                                                      {"from": "gpt", "value": "answer"}]} for i in range(5)]))
+    out = tune_case.dir / "out"
+    done = tune(stack, out, env, "--prompts", str(prompts), "--concurrency", "1", "--rounds", "1")
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    level = json.loads((out / "tune.json").read_text())["variants"]["baseline"]["levels"]["C=1"]
+    assert level["failed"] == 0 and level["output_tokens"] == level["requests"] * 16
+
+
+def test_a_server_that_dies_mid_tune_fails_that_step_and_leaves_nothing_running(tune_case):
+    stack, env = tune_case(*MODEL, "--die-after", "12")
+    out = tune_case.dir / "out"
+    done = tune(stack, out, env)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "rig: error: baseline: the server stopped answering" in done.stderr
+    result = json.loads((out / "tune.json").read_text())
+    assert result["stopped"] and result["variants"]["baseline"]["stopped"]
+    assert list(result["variants"]) == ["baseline"]  # nothing after the failed step started
+    assert not _listening(tune_case.port)
+
+
+def test_server_args_refuses_adaptive_speculation_sglang_would_refuse(tune_case, tmp_path):
+    stack, env = tune_case(*MODEL)
+    config = tmp_path / "adaptive.json"
+    config.write_text('{"1": {"candidate_steps": [3]}}')
+    data = yaml.safe_load(stack.read_text())
+    data["server"].update(speculative_adaptive_config=str(config), speculative_eagle_topk=4)
+    bad = tmp_path / "topk4.yml"
+    bad.write_text(yaml.safe_dump(data))
+    done = rig("server", "args", "--stack", str(bad))
+    assert done.returncode == 2 and "speculative_eagle_topk=4 (only topk=1 is supported)" in done.stderr
+    data["server"]["speculative_eagle_topk"] = 1
+    for text, says in (('{"1": {"candidate_steps": []}}', "candidate_steps must be a non-empty list"),
+                       ('{"ema_alpha": 0.2}', "no batch-size key"), ('{"x1": {}}', "neither a batch size")):
+        config.write_text(text)
+        bad.write_text(yaml.safe_dump(data))
+        done = rig("server", "args", "--stack", str(bad))
+        assert done.returncode == 2 and says in done.stderr, done.stderr
+    config.write_text('{"1": {"candidate_steps": [3]}, "16": {"candidate_steps": [0]}}')
+    done = rig("server", "args", "--stack", str(bad), "--json")
+    assert done.returncode == 0, done.stderr
+    argv = json.loads(done.stdout)["argv"]
+    assert argv[argv.index("--speculative-adaptive-config") + 1] == str(config)
