@@ -15,7 +15,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from rig import RigError
+from rig import RigError, progress
 from rig.documents import read_text
 from rig.serving import adaptive
 
@@ -43,8 +43,12 @@ for line in sys.stdin:
         out["options"] = sorted(o for a in parser._actions for o in a.option_strings)
     elif request["mode"] == "adaptive":
         try:
-            from sglang.srt.speculative.adaptive_spec_params import _load_adaptive_config
-            _load_adaptive_config(request["path"])
+            import sglang.srt.speculative.adaptive_spec_params as adaptive
+            loader = getattr(adaptive, "_load_adaptive_config", None)
+            if loader is None:
+                out["note"] = "its adaptive_spec_params has no _load_adaptive_config: only rig read the file"
+            else:
+                loader(request["path"])
         except ImportError as exc:
             out["error"] = f"it has no adaptive speculation ({exc}); SGLang 0.5.17 and later have it"
         except Exception as exc:
@@ -172,6 +176,8 @@ def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: b
         loaded = parser.ask({"mode": "adaptive", "path": config})
         if "error" in loaded:
             raise RigError(f"sglang {version} refuses the adaptive speculation config {config}: {loaded['error']}")
+        if "note" in loaded:
+            progress(f"sglang {version}: {loaded['note']}")
     # argparse takes unique prefixes; a release that adds a flag can make one ambiguous (as 0.5.23 did)
     for flag in (t.split("=", 1)[0] for t in argv if t.startswith("--")):
         if flag not in options:
