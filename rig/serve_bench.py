@@ -420,11 +420,11 @@ def measure(servers: list[Server]) -> None:
             break
 
 
-def within_range(ratios: list[float]) -> str:
-    """won / lost only when every round agrees; otherwise the difference is within noise."""
-    if min(ratios) > 1:
+def within_range(ratios: list[float], tolerance: float = 0.0) -> str:
+    """won / lost only when every round agrees, by more than TOLERANCE; otherwise the difference is within noise."""
+    if min(ratios) > 1 + tolerance:
         return "won"
-    if max(ratios) < 1:
+    if max(ratios) < 1 - tolerance:
         return "lost"
     return "within noise"
 

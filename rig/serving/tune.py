@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 import statistics
 import time
 from dataclasses import dataclass, replace
@@ -41,6 +42,10 @@ from rig.sglang_api import server_accept_length, server_info
 SCHEMA_VERSION = 1
 BASELINE = "baseline"
 POLICY = "policy"
+# The policy's server runs after the others, not interleaved with them: the same line started twice differs by a
+# few percent (the stand-in) or more (a tiny model on the H200), so confirmation calls a level lost only when every
+# round is more than this below.
+LIFETIMES = 0.05
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,8 @@ def run_variant(servers: Servers, name: str, stack: dict, baseline: bool, venv: 
                    "speculative_algorithm": launched.smoke.get("speculative_algorithm")})
     try:
         server = Server(url, name, plan, servers.api_key_env, workload)
-        record["cuda_graph_bs"] = server.info.get("cuda_graph_bs")
+        record.update({"cuda_graph_bs": graph_sizes(server.info),
+                       "max_running_requests": _count(server.info.get("max_running_requests"))})
         if note := check_fits(plan, name, server.info, workload):
             progress(note)
         record["levels"] = measure(server, plan, wanted)
@@ -148,11 +154,29 @@ def run_variant(servers: Servers, name: str, stack: dict, baseline: bool, venv: 
         servers.stop(launched)
 
 
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 1 << 20 else None
+
+
+def graph_sizes(info: dict) -> list[int] | None:
+    """The decode CUDA-graph batch sizes a server captured, from /server_info: `cuda_graph_bs` (0.5.9), or
+    `cuda_graph_config.decode.bs` (0.5.17); None when it says neither (then no padding is assumed)."""
+    config = info.get("cuda_graph_config")
+    decode = config.get("decode") if isinstance(config, dict) else None
+    for sizes in (info.get("cuda_graph_bs"), decode.get("bs") if isinstance(decode, dict) else None):
+        if isinstance(sizes, list) and sizes and all(_count(g) for g in sizes):
+            return sorted(sizes)
+    return None
+
+
 # ------------------------------------------------------------------ choosing
 
 
-def choose(measured: dict[str, dict], candidates: list[Variant], wanted: list[Level]) -> list[dict]:
-    """Per level: the best variant by median, and the one chosen: the simplest not clearly below the best."""
+def choose(measured: dict[str, dict], candidates: list[Variant], wanted: list[Level], cap: int | None = None) -> list[dict]:
+    """Per level: the best variant by median, and the one chosen: the simplest not clearly below the best.
+    A level's running batch is its concurrency (or, open-loop, its mean in flight), at most CAP: a speculative
+    server's max_running_requests (SGLang lowers it under speculation: 48 on the H200), which the policy's
+    server has too."""
     rows = []
     for level in wanted:
         have = [v for v in candidates if (measured.get(v.name, {}).get(level.name) or {}).get("value")]
@@ -164,6 +188,7 @@ def choose(measured: dict[str, dict], candidates: list[Variant], wanted: list[Le
                       if v is best or within_range(_ratios(at[v.name]["round_values"],
                                                            at[best.name]["round_values"]) or [1.0]) != "lost")
         batch = level.concurrency if level.rate is None else max(1, round(at[chosen.name].get("in_flight") or 1))
+        batch = min(batch, cap) if cap else batch
         rows.append({"level": level.name, "batch": batch, "best": best.name, "best_value": at[best.name]["value"],
                      "chosen": chosen.name, "steps": chosen.steps, "chosen_value": at[chosen.name]["value"]})
     return rows
@@ -229,14 +254,15 @@ def confirm(measured: dict[str, dict], rows: list[dict]) -> dict:
         table.append({"level": row["level"], "policy": own["value"], "best": row["best"], "best_value": row["best_value"],
                       "steps": row["steps"], "ratio_best": statistics.median(vs_best) if vs_best else None,
                       "ratio_best_range": [min(vs_best), max(vs_best)] if vs_best else None,
-                      "verdict": within_range(vs_best) if vs_best else "not measured",
+                      "verdict": within_range(vs_best, LIFETIMES) if vs_best else "not measured",
                       "ratio_baseline": statistics.median(vs_base) if vs_base else None,
-                      "vs_baseline": within_range(vs_base) if vs_base else None})
+                      "vs_baseline": within_range(vs_base, LIFETIMES) if vs_base else None})
     return {"levels": table, "confirmed": bool(table) and all(t["verdict"] != "lost" for t in table)
             and len(table) == len(rows)}
 
 
-def recommend(kind: dict, rows: list[dict], confirmation: dict | None, config_path: str | None) -> str:
+def recommend(kind: dict, rows: list[dict], confirmation: dict | None, config_path: str | None,
+              measured: dict[str, dict]) -> str:
     if kind["kind"] == "none":
         return "nothing was measured: no recommendation"
     if kind["kind"] == "baseline":
@@ -256,13 +282,32 @@ def recommend(kind: dict, rows: list[dict], confirmation: dict | None, config_pa
         ratios = ", ".join(f"{t['ratio_baseline']:.2f}" for t in step0)
         said.append("SGLang's step-0 state lost to the plain baseline at " + ", ".join(t["level"] for t in step0) +
                     f" ({ratios}): step 0 is not a free off")
-    spec = [r for r in rows if r["steps"] > 0]
-    last_spec = max(spec, key=lambda r: r["batch"]) if spec else None
-    what = (f"run EAGLE-3 with {last_spec['steps']} step(s) where load stays at or below {last_spec['batch']} requests "
-            f"in flight (--max-running-requests {last_spec['batch']} caps it) and a server without speculation for "
-            "more") if last_spec else "serve without speculation"
     return "the adaptive policy was not confirmed: " + "; ".join(said or ["its levels were not all measured"]) + \
-        f". What pays instead: {what}"
+        f". What pays instead: {fallback(rows, measured)}"
+
+
+def fallback(rows: list[dict], measured: dict[str, dict]) -> str:
+    """What to serve when no adaptive policy holds: a load threshold where speculation pays only below it, else
+    the one fixed variant closest to the per-level best over all levels (geometric mean of its ratios)."""
+    spec = [r for r in rows if r["steps"] > 0]
+    if not spec:
+        return "serve without speculation"
+    last = max(spec, key=lambda r: r["batch"])
+    if all(r["steps"] > 0 for r in rows if r["batch"] <= last["batch"]) and len(spec) < len(rows):
+        return (f"run {last['chosen']} where load stays at or below {last['batch']} requests in flight "
+                f"(--max-running-requests {last['batch']} caps it) and a server without speculation for more")
+    where = ", ".join(f"{r['chosen']} at {r['level']}" for r in rows)
+    closeness = {}
+    for name, levels_of in measured.items():
+        ratios = [(levels_of.get(r["level"]) or {}).get("value") or 0 for r in rows]
+        if name != POLICY and all(ratios):
+            closeness[name] = math.exp(statistics.fmean(math.log(v / r["best_value"]) for v, r in zip(ratios, rows,
+                                                                                                      strict=True)))
+    if not closeness:
+        return f"the per-level choice is {where}; no single load threshold separates them"
+    name = max(closeness, key=lambda n: closeness[n])
+    return (f"the per-level choice is {where}; no single load threshold separates them, and of the fixed servers "
+            f"{name} comes closest over all levels ({closeness[name]:.2f} of the per-level best, geometric mean)")
 
 
 # ------------------------------------------------------------------ the stack diff and the report
@@ -395,12 +440,12 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
                 run_variant(servers, variant.name, variant.stack, variant.baseline, venv, plan, wanted, out, workload,
                             record)
             measured = {name: v["levels"] for name, v in result["variants"].items()}
-            rows = choose(measured, [v for v in found if v.candidate], wanted)
-            graphs = next((v.get("cuda_graph_bs") for v in result["variants"].values()
-                           if isinstance(v.get("cuda_graph_bs"), list) and
-                           all(isinstance(g, int) and not isinstance(g, bool) for g in v["cuda_graph_bs"])), None)
+            speculative = [v for k, v in result["variants"].items() if k != BASELINE]
+            cap = min((v["max_running_requests"] for v in speculative if v.get("max_running_requests")), default=None)
+            rows = choose(measured, [v for v in found if v.candidate], wanted, cap)
+            graphs = next((v["cuda_graph_bs"] for v in speculative if v.get("cuda_graph_bs")), None)
             kind = policy(rows, graphs)
-            result.update({"choices": rows, "policy": kind, "cuda_graph_bs": graphs})
+            result.update({"choices": rows, "policy": kind, "cuda_graph_bs": graphs, "running_cap": cap})
             config_path = None
             if kind["kind"] == "adaptive":
                 config_path = str(out / "adaptive.json")
@@ -409,7 +454,8 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
                 run_variant(servers, POLICY, eagle(stack, kind["steps"], config_path), False, venv, plan, wanted,
                             out, workload, record)
                 result["confirmation"] = confirm({n: v["levels"] for n, v in result["variants"].items()}, rows)
-            result["recommendation"] = recommend(kind, rows, result["confirmation"], config_path)
+            result["recommendation"] = recommend(kind, rows, result["confirmation"], config_path,
+                                                 {n: v["levels"] for n, v in result["variants"].items()})
             proposal = proposed_stack(stack_path, kind, config_path)
             if proposal:
                 atomic_write(out / "proposed-stack.yml", proposal[0])

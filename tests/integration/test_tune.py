@@ -138,7 +138,7 @@ def test_a_policy_whose_step_0_loses_to_the_baseline_is_reported_so(tune_case):
     lost = [t for t in report["confirmation"]["levels"] if t["verdict"] == "lost"]
     assert [t["level"] for t in lost] == ["C=64"] and lost[0]["ratio_baseline"] < 0.9
     assert "step 0 is not a free off" in report["recommendation"]
-    assert "EAGLE-3 with 3 step(s) where load stays at or below 1 requests" in report["recommendation"]
+    assert "run eagle3-3 where load stays at or below 1 requests in flight" in report["recommendation"]
 
 
 def test_check_renders_every_line_and_starts_nothing(tune_case):
