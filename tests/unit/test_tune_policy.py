@@ -1,0 +1,118 @@
+"""rig tune's choices and SGLang's adaptive config, without servers: routing, slot keys, the choice rule, and the
+SGLang stand-in's own reading of the config (its routing and EMA, which the end-to-end tune tests rely on)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import sglang_api_server as standin
+from rig import RigError
+from rig.serving import adaptive
+from rig.serving.tune import Level, Variant, choose, fallback, graph_sizes, policy, slot_config
+
+GRAPHS = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 40, 44, 48]  # 0.5.17's, max 48
+
+
+def test_routing_pads_to_the_graph_size_then_takes_the_largest_key_below():
+    keys = [1, 8, 32]
+    assert adaptive.route(keys, 1, GRAPHS) == 1
+    assert adaptive.route(keys, 9, GRAPHS) == 8  # 9 pads to 10
+    assert adaptive.route(keys, 31, GRAPHS) == 32  # 31 pads to 32
+    assert adaptive.route([4, 32], 2, GRAPHS) == 4  # below every key: the smallest
+    assert adaptive.route(keys, 100, GRAPHS) == 32 and adaptive.route(keys, 31, None) == 8
+
+
+@pytest.mark.parametrize("config, says", [
+    ([], "is a JSON object"), ({}, "no batch-size key"), ({"ema_alpha": 0.1}, "no batch-size key"),
+    ({"1": {"candidate_steps": []}}, "non-empty list"), ({"1": {"candidate_steps": [-1]}}, "non-empty list"),
+    ({"1": {"candidate_steps": [True]}}, "non-empty list"), ({"1": {"candidate_steps": [1]}, "ema_alpha": "x"},
+                                                             "must be a float"),
+    ({"0": {"candidate_steps": [1]}}, "neither a batch size"), ({"٣": {"candidate_steps": [1]}}, "neither"),
+    ({"1": {"candidate_steps": [1]}, "update_interval": 2.5}, "must be a int"),
+])
+def test_configs_sglang_would_refuse_are_refused(config, says):
+    with pytest.raises(RigError, match=says):
+        adaptive.slots(config, "adaptive.json")
+
+
+def test_render_is_read_back_as_written():
+    text = adaptive.render({1: 3, 48: 0})
+    assert adaptive.parse(text, "x") == {1: [3], 48: [0]}
+    assert json.loads(text) == {"1": {"candidate_steps": [3]}, "48": {"candidate_steps": [0]}}
+
+
+def test_refusals_name_sglangs_reason():
+    server = {"speculative_eagle_topk": 4, "extra_args": []}
+    assert "only topk=1" in adaptive.unsupported_reason(server)
+    assert "attention DP" in adaptive.unsupported_reason({"speculative_eagle_topk": 1,
+                                                          "extra_args": ["--enable-dp-attention"]})
+    assert adaptive.unsupported_reason({"speculative_eagle_topk": 1, "extra_args": ["--enable-dp-attention-x"]}) is None
+
+
+def _measured(table: dict[str, dict[str, list[float]]]) -> dict:
+    return {name: {level: {"value": sorted(v)[len(v) // 2], "round_values": v, "in_flight": None}
+                   for level, v in levels.items()} for name, levels in table.items()}
+
+
+VARIANTS = [Variant("baseline", 0, {}), Variant("eagle3-1", 1, {}), Variant("eagle3-3", 3, {})]
+
+
+def test_ties_go_to_the_simpler_variant_and_clear_wins_to_the_best():
+    measured = _measured({"baseline": {"C=1": [100, 101, 99], "C=64": [1000, 990, 1010]},
+                          "eagle3-1": {"C=1": [150, 140, 160], "C=64": [1005, 1020, 980]},
+                          "eagle3-3": {"C=1": [200, 210, 190], "C=64": [700, 710, 690]}})
+    rows = choose(measured, VARIANTS, [Level(1), Level(64)], cap=48)
+    assert [(r["level"], r["best"], r["chosen"], r["batch"]) for r in rows] == [
+        ("C=1", "eagle3-3", "eagle3-3", 1), ("C=64", "eagle3-1", "baseline", 48)]
+    kind = policy(rows, GRAPHS)
+    assert kind == {"kind": "adaptive", "slots": {"1": 3, "48": 0}, "steps": 3, "notes": []}
+
+
+def test_one_choice_everywhere_is_served_as_it_is():
+    rows = [{"level": "C=1", "batch": 1, "steps": 0}, {"level": "C=8", "batch": 8, "steps": 0}]
+    assert policy(rows, GRAPHS)["kind"] == "baseline"
+    assert policy([{**r, "steps": 2} for r in rows], GRAPHS) == {"kind": "fixed", "steps": 2, "notes": []}
+
+
+def test_levels_that_pad_to_one_slot_are_merged_with_a_note():
+    rows = [{"level": "C=1", "batch": 1, "steps": 3}, {"level": "C=9", "batch": 9, "steps": 1},
+            {"level": "C=10", "batch": 10, "steps": 0}, {"level": "C=40", "batch": 40, "steps": 0}]
+    config, notes = slot_config(rows, GRAPHS)
+    assert config == {1: 3, 10: 1, 40: 0}  # 9 and 10 both pad to 10: the lower level keeps the slot
+    assert notes and "C=10" in notes[0]
+
+
+def test_graph_sizes_come_from_either_spelling_and_garbage_is_ignored():
+    assert graph_sizes({"cuda_graph_bs": [4, 1, 2]}) == [1, 2, 4]
+    assert graph_sizes({"cuda_graph_config": {"decode": {"bs": [1, 8]}}}) == [1, 8]
+    assert graph_sizes({"cuda_graph_bs": ["1"], "cuda_graph_config": {"decode": {"bs": [True]}}}) is None
+
+
+def test_the_fallback_names_a_threshold_only_where_one_separates_the_choices():
+    rows = [{"level": "C=1", "batch": 1, "steps": 3, "chosen": "eagle3-3", "best_value": 200},
+            {"level": "C=64", "batch": 48, "steps": 0, "chosen": "baseline", "best_value": 1000}]
+    assert "at or below 1 requests in flight" in fallback(rows, {})
+    mixed = [{**rows[0]}, {"level": "C=4", "batch": 4, "steps": 0, "chosen": "baseline", "best_value": 400},
+             {"level": "C=64", "batch": 48, "steps": 3, "chosen": "eagle3-3", "best_value": 1000}]
+    measured = _measured({"baseline": {"C=1": [100], "C=4": [400], "C=64": [800]},
+                          "eagle3-3": {"C=1": [200], "C=4": [300], "C=64": [1000]}})
+    said = fallback(mixed, measured)
+    assert "no single load threshold" in said and "eagle3-3 comes closest" in said
+
+
+def test_the_standin_routes_and_moves_between_candidates_as_sglang_does(tmp_path):
+    config = tmp_path / "a.json"
+    config.write_text(json.dumps({"warmup_batches": 0, "update_interval": 1, "1": {"candidate_steps": [0, 1, 3]},
+                                  "8": {"candidate_steps": [0]}}))
+    sim = standin.Adaptive(str(config), [1, 2, 4, 8, 16], initial=3)
+    assert sim.slot(1).steps == 3 and sim.slot(5).steps == 0 and sim.slot(3) is sim.slot(1)
+    slot = sim.slot(1)
+    for _ in range(20):  # nothing accepted: the EMA falls, the slot steps down to 0
+        slot.observe([0, 0])
+    assert slot.steps == 0
+    slot.observe([0])  # after a step-0 interval it probes the next candidate up
+    assert slot.steps == 1
+    for _ in range(20):  # every draft accepted: it climbs back to 3
+        slot.observe([3])
+    assert slot.steps == 3
