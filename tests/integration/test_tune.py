@@ -230,3 +230,25 @@ def test_server_args_refuses_adaptive_speculation_sglang_would_refuse(tune_case,
     assert done.returncode == 0, done.stderr
     argv = json.loads(done.stdout)["argv"]
     assert argv[argv.index("--speculative-adaptive-config") + 1] == str(config)
+
+
+def test_sigterm_stops_every_server_it_started_and_writes_what_was_measured(tune_case):
+    import signal
+    import time
+
+    stack, env = tune_case(*MODEL)
+    out = tune_case.dir / "out"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "rig"), "tune", "--stack", str(stack), "--out", str(out),
+                             "--min-requests", "8", "--min-seconds", "30"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not _listening(tune_case.port) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(2)  # the baseline is up and being measured (each round lasts 30 s)
+    assert _listening(tune_case.port) and _servers_running(tune_case.venv)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and "rig: terminated" in err, err[-2000:]
+    result = json.loads((out / "tune.json").read_text())
+    assert result["stopped"] and result["recommendation"] == "not finished"
+    assert not _listening(tune_case.port)
