@@ -41,8 +41,9 @@ def validate(value: Any, spec: Field, source: str, where: str = "") -> Any:
         value = spec.default
         if isinstance(value, (dict, list)):
             value = type(value)(value)
-    if isinstance(spec.kind, type) and spec.kind is not bool and isinstance(value, bool):
-        raise fail(f"expected {spec.kind.__name__}, got a boolean")
+    kinds = spec.kind if isinstance(spec.kind, tuple) else (spec.kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        raise fail(f"expected {'/'.join(k.__name__ for k in kinds)}, got a boolean")
     if not isinstance(value, spec.kind):
         names = spec.kind.__name__ if isinstance(spec.kind, type) else "/".join(k.__name__ for k in spec.kind)
         raise fail(f"expected {names}, got {type(value).__name__} {_short(value)}")

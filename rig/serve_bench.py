@@ -114,6 +114,9 @@ def check_fits(plan: Plan, label: str, info: dict, workload: Workload | None = N
     longest = max(plan.serial_tokens, plan.max_tokens)
     if longest + PROMPT_TOKENS_MAX > context:
         which = "serial_tokens" if plan.serial_tokens >= plan.max_tokens else "max_tokens"
+        if context - PROMPT_TOKENS_MAX < 1:
+            raise RigError(f"{label}: the server's context length is {context} tokens, too small for rig's prompts "
+                           f"({PROMPT_TOKENS_MAX} tokens at most): serve with a longer --context-length")
         raise RigError(f"{label}: the plan asks for {longest} output tokens ({which}) plus up to {PROMPT_TOKENS_MAX} "
                        f"prompt tokens, but the server's context length is {context} tokens: lower bench.{which} "
                        f"(or --{which.replace('_', '-')}) to at most {context - PROMPT_TOKENS_MAX}")
@@ -538,10 +541,21 @@ def plot(result: dict, out: Path) -> list[str]:
         if ax.get_legend_handles_labels()[0]:  # a run that measured nothing has no line to name
             ax.legend()
         fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-        written.append(str(out / name))
+        written.append(save_figure(fig, out / name))
     return written
+
+
+def save_figure(fig, path: Path) -> str:
+    """A plot as a PNG, written like every other file (atomic_write: never through a link or into a FIFO)."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write(path, png.getvalue())
+    return str(path)
 
 
 def write(result: dict, out: str | Path) -> dict:

@@ -68,7 +68,7 @@ def server_info(url: str, api_key_env: str = KEY_ENV) -> dict:
         if status == 200:
             try:
                 info = json.loads(body)
-            except ValueError:
+            except (ValueError, RecursionError):
                 info = None
             if isinstance(info, dict):
                 return info
@@ -100,8 +100,8 @@ def expect_json(status: int, body: bytes, what: str) -> dict:
         raise RigError(f"{what}: HTTP {status or 'no answer'}: {body[:300].decode(errors='replace')}")
     try:
         value = json.loads(body)
-    except ValueError as exc:
-        raise RigError(f"{what}: the answer is not JSON: {body[:200]!r}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise RigError(f"{what}: the answer is not JSON (or nested absurdly deep): {body[:200]!r}") from exc
     if not isinstance(value, dict):
         raise RigError(f"{what}: the answer is not a JSON object: {body[:200]!r}")
     return value

@@ -8,15 +8,18 @@ from rig.cli.common import DEFAULT_STACK, Seconds, check_option, emit, json_opti
 from rig.cli.smoke import api_key_env_option
 
 
-def _numbers(text: str | None, option: str, kind: type) -> list | None:
+def _numbers(text: str | None, option: str, kind: type, low: float) -> list | None:
+    """Comma-separated plain decimal numbers (no `1_0`, no other scripts' digits), each from LOW to 100000."""
     if text is None:
         return None
-    try:
-        values = [kind(v) for v in text.split(",")]
-    except ValueError as exc:
-        raise RigError(f"{option} {text!r}: give comma-separated numbers, e.g. 1,4,16") from exc
-    if not values or not all(0 < v <= 100_000 for v in values):  # nan fails this too
-        raise RigError(f"{option} {text!r}: each value must be above 0 and at most 100000")
+    import re
+
+    items = text.split(",")
+    if not all(re.fullmatch(r"[0-9]+" if kind is int else r"[0-9]+(\.[0-9]+)?", v) for v in items):
+        raise RigError(f"{option} {text!r}: give comma-separated numbers, e.g. 1,4,16")
+    values = [kind(v) for v in items]
+    if not all(low <= v <= 100_000 for v in values):
+        raise RigError(f"{option} {text!r}: each value must be from {low:g} to 100000")
     return values
 
 
@@ -66,9 +69,9 @@ def tune(stack_path, venv_path, out_dir, prompts_path, concurrency, request_rate
     from rig.stack import load
 
     stack = load(stack_path)
-    if (levels := _numbers(concurrency, "--concurrency", int)) is not None:
+    if (levels := _numbers(concurrency, "--concurrency", int, 1)) is not None:
         stack["bench"]["concurrency"] = levels
-    if (rates := _numbers(request_rates, "--request-rate", float)) is not None:
+    if (rates := _numbers(request_rates, "--request-rate", float, 0.001)) is not None:
         stack["tune"]["request_rates"] = rates
     plan = tuning.plan_of(stack, max_tokens=max_tokens, rounds=rounds, min_seconds=min_seconds,
                           min_requests=min_requests, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, seed=seed,

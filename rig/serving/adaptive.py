@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 
 from rig import RigError
 
-KNOBS = {"ema_alpha": float, "update_interval": int, "warmup_batches": int, "up_hysteresis": float,
-         "down_hysteresis": float, "ceiling_coeff": float}
+# SGLang's knobs and the values that make sense for each: (whole number?, lowest, highest)
+KNOBS = {"ema_alpha": (False, 1e-6, 1.0), "update_interval": (True, 1, 1 << 20), "warmup_batches": (True, 0, 1 << 20),
+         "up_hysteresis": (False, -32.0, 32.0), "down_hysteresis": (False, -32.0, 32.0),
+         "ceiling_coeff": (False, 0.0, 32.0)}
 MAX_BATCH = 1 << 20
 # server flags with which SGLang refuses adaptive speculation, and its reason for each
 REFUSING_FLAGS = {
@@ -48,16 +51,20 @@ def slots(config: object, source: str) -> dict[int, list[int]]:
     found: dict[int, list[int]] = {}
     for key, entry in config.items():
         if key in KNOBS:
-            value = entry
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                    (KNOBS[key] is int and not isinstance(value, int)):
-                raise RigError(f"{source}: {key} must be a {KNOBS[key].__name__}, got {value!r}")
+            whole, low, high = KNOBS[key]
+            if isinstance(entry, bool) or not isinstance(entry, int if whole else (int, float)) or \
+                    not math.isfinite(entry) or not low <= entry <= high:
+                raise RigError(f"{source}: {key} must be a {'whole ' if whole else ''}number from {low} to {high}, "
+                               f"got {entry!r}")
             continue
-        if key == "strategy" and entry == "ema":
+        if key == "strategy":
+            if entry != "ema":
+                raise RigError(f"{source}: strategy {entry!r}: rig writes and reads only \"ema\" (SGLang's default)")
             continue
-        if not (isinstance(key, str) and key.isdigit() and key.isascii() and 0 < int(key) <= MAX_BATCH):
-            raise RigError(f"{source}: key {key!r} is neither a batch size (1-{MAX_BATCH}, as a string) nor one of "
-                           f"SGLang's knobs ({', '.join(KNOBS)})")
+        canonical = isinstance(key, str) and key.isascii() and key.isdigit() and key == str(int(key))
+        if not (canonical and 0 < int(key) <= MAX_BATCH):
+            raise RigError(f"{source}: key {key!r} is neither a batch size (1-{MAX_BATCH}, as a string without leading "
+                           f"zeros) nor one of SGLang's knobs ({', '.join(KNOBS)})")
         steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
         if not isinstance(steps, list) or not steps or \
                 not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= 32 for s in steps):

@@ -32,7 +32,8 @@ from typing import Any
 
 from rig import RigError, progress
 from rig.fs import atomic_write, output_dir
-from rig.serve_bench import (Plan, Server, ServerDown, _num, aggregate, check_fits, summarize, within_range)
+from rig.serve_bench import (Plan, Server, ServerDown, _num, aggregate, check_fits, save_figure, summarize,
+                              within_range)
 from rig.server import health_url, render
 from rig.serving import adaptive
 from rig.serving.launch import Servers
@@ -97,7 +98,12 @@ def variants(stack: dict) -> list[Variant]:
 
 def levels(stack: dict) -> list[Level]:
     concurrency = stack["bench"]["concurrency"]
-    return [Level(c) for c in concurrency] + [Level(max(concurrency), r) for r in stack["tune"]["request_rates"]]
+    found = [Level(c) for c in concurrency] + [Level(max(concurrency), r) for r in stack["tune"]["request_rates"]]
+    names = [lv.name for lv in found]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise RigError(f"the levels {', '.join(twice)} are given twice (bench.concurrency, tune.request_rates or the "
+                       "options): give each level once")
+    return found
 
 
 def _metric(plan: Plan) -> str:
@@ -391,9 +397,7 @@ def plot(result: dict, out: Path) -> list[str]:
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "tune.png", dpi=110)
-    plt.close(fig)
-    return [str(out / "tune.png")]
+    return [save_figure(fig, out / "tune.png")]
 
 
 def write(result: dict, out: Path) -> list[str]:
@@ -411,10 +415,32 @@ def prepare(stack: dict, plan: Plan) -> tuple[list[Variant], list[Level]]:
     return variants(stack), levels(stack)
 
 
+OUTPUTS = ("tune.json", "report.md", "tune.png", "adaptive.json", "proposed-stack.yml")
+
+
+def _out_dir(given: str | Path) -> Path:
+    """--out as rig writes it: a plain absolute path (it reaches the policy's server line), a directory or new,
+    its outputs not directories, its logs/ a directory rig made or one that is not a link."""
+    text = str(given)
+    if not text or any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise RigError(f"--out {text!r}: give a directory path without control characters")
+    out = Path(text).absolute()
+    output_dir(out, "--out")
+    if out.is_symlink() and not out.exists():
+        raise RigError(f"--out {out} is a link to nothing; give a directory")
+    taken = [name for name in OUTPUTS if (out / name).is_dir() and not (out / name).is_symlink()]
+    if taken:
+        raise RigError(f"--out {out} holds directories where rig writes {', '.join(taken)}; give another --out")
+    logs = out / "logs"
+    if logs.is_symlink() or (logs.exists() and not logs.is_dir()):
+        raise RigError(f"--out {out}: logs is not a directory of its own (a link or a file); remove it or give "
+                       "another --out")
+    return out
+
+
 def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, workload: Workload,
         api_key_env: str, check: bool = False) -> dict:
-    out = Path(out).absolute()
-    output_dir(out, "--out")
+    out = _out_dir(out)
     found, wanted = prepare(stack, plan)
     if check:  # every server line rendered and parsed by the venv's sglang; nothing starts
         lines = {v.name: render(v.stack, venv, baseline=v.baseline)["argv"] for v in found}
@@ -426,13 +452,17 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
                                   + (f", {plan.min_seconds:g} s a level" if plan.min_seconds else "") + "):",
                                   *(f"  {name}: {' '.join(argv)}" for name, argv in lines.items()),
                                   "  then the policy derived from them, against the baseline and the per-level best"])}
-    (out / "logs").mkdir(parents=True, exist_ok=True)
+    try:
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RigError(f"--out {out}: cannot make {out / 'logs'}: {exc.strerror or exc}; give a directory rig "
+                       "can write") from exc
     result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "started": time.time(),
                               "plan": {**plan.__dict__}, "metric": _metric(plan),
                               "levels": [lv.name for lv in wanted], "variants": {}, "choices": [],
                               "policy": {"kind": "none", "notes": []}, "confirmation": None,
                               "recommendation": "not finished", "stopped": None}
-    files: list[str] = []
+    written: list[str] = []  # the policy's files, when it has them
     try:
         with Servers(stack["tune"]["start_timeout"], api_key_env) as servers:
             for variant in found:
@@ -450,6 +480,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
             if kind["kind"] == "adaptive":
                 config_path = str(out / "adaptive.json")
                 atomic_write(config_path, adaptive.render({int(k): v for k, v in kind["slots"].items()}))
+                written.append(config_path)
                 record = result["variants"].setdefault(POLICY, {"steps": kind["steps"], "adaptive": kind["slots"]})
                 run_variant(servers, POLICY, eagle(stack, kind["steps"], config_path), False, venv, plan, wanted,
                             out, workload, record)
@@ -458,14 +489,18 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
                                                  {n: v["levels"] for n, v in result["variants"].items()})
             proposal = proposed_stack(stack_path, kind, config_path)
             if proposal:
-                atomic_write(out / "proposed-stack.yml", proposal[0])
+                written.append(str(atomic_write(out / "proposed-stack.yml", proposal[0])))
                 result["stack_diff"] = proposal[1]
     except BaseException as exc:
         result["stopped"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        try:  # what was measured is written; a failure to write it never hides why the run stopped
+            result["finished"] = time.time()
+            write(result, out)
+        except Exception as again:  # noqa: BLE001 - the first error is the one to report
+            progress(f"could not write what was measured to {out}: {again}")
         raise
-    finally:
-        result["finished"] = time.time()
-        files = write(result, out)
+    result["finished"] = time.time()
+    files = write(result, out) + written
     confirmed = kind["kind"] != "adaptive" or bool(result["confirmation"] and result["confirmation"]["confirmed"])
     return {"ok": confirmed, "files": files, "policy": kind, "recommendation": result["recommendation"],
             "confirmation": result["confirmation"], "choices": rows,

@@ -40,6 +40,10 @@ def _entry(value: object, where: str, max_tokens: int) -> Prompt:
         text, tokens = value.get("prompt"), value.get("max_tokens", max_tokens)
     if not isinstance(text, str) or not text.strip():
         raise RigError(f"{where}: no prompt text (give \"prompt\": TEXT, or a ShareGPT human turn)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RigError(f"{where}: the prompt holds {text[exc.start]!r}, which is not text (a lone surrogate?)") from exc
     if len(text) > MAX_PROMPT_CHARS:
         raise RigError(f"{where}: the prompt has {len(text)} characters, more than {MAX_PROMPT_CHARS}")
     if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= 1_000_000:
@@ -56,7 +60,8 @@ def load(path: str | Path, max_tokens: int) -> list[Prompt]:
         entries = parse_json(text, f"prompt file {path}")
         where = [f"prompt file {path}: entry {i + 1}" for i in range(len(entries))]
     else:
-        lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        # lines end at \n only: JSON strings may hold U+2028 and the like, which splitlines() would cut at
+        lines = [(n, line) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
         entries = [parse_json(line, f"prompt file {path}: line {n}") for n, line in lines]
         where = [f"prompt file {path}: line {n}" for n, _ in lines]
     if not entries:

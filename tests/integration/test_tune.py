@@ -252,3 +252,36 @@ def test_sigterm_stops_every_server_it_started_and_writes_what_was_measured(tune
     result = json.loads((out / "tune.json").read_text())
     assert result["stopped"] and result["recommendation"] == "not finished"
     assert not _listening(tune_case.port)
+
+
+@pytest.mark.parametrize("setup, args, says", [
+    ("fifo-log", [], "a FIFO never opened"),
+    ("link-logs", [], "logs is not a directory of its own"),
+    ("dir-output", [], "holds directories where rig writes tune.json"),
+    (None, ["--request-rate", "0.0001"], "each value must be from 0.001"),
+    (None, ["--request-rate", "1_0"], "give comma-separated numbers"),
+    (None, ["--concurrency", "1,1"], "C=1 are given twice"),
+])
+def test_hostile_outputs_and_levels_are_refused_and_leave_nothing_running(tune_case, setup, args, says):
+    stack, env = tune_case(*MODEL)
+    out = tune_case.dir / "out"
+    (out / "logs").parent.mkdir()
+    if setup == "fifo-log":
+        (out / "logs").mkdir()
+        os.mkfifo(out / "logs" / "baseline.log")  # opening it to write would wait for a reader forever
+    elif setup == "link-logs":
+        (tune_case.dir / "elsewhere").mkdir()
+        (out / "logs").symlink_to(tune_case.dir / "elsewhere")
+    elif setup == "dir-output":
+        (out / "tune.json").mkdir()
+    done = tune(stack, out, env, *args)
+    assert done.returncode == 2 and says in done.stderr and done.stderr.count("rig: error:") == 1, done.stderr[-1500:]
+    assert not _listening(tune_case.port)
+    assert not (tune_case.dir / "elsewhere").exists() or not any((tune_case.dir / "elsewhere").iterdir())
+
+
+@pytest.mark.parametrize("out", ["", "bad\nname"])
+def test_an_out_path_that_cannot_be_a_plain_directory_is_refused(tune_case, out):
+    stack, env = tune_case(*MODEL)
+    done = rig("tune", "--stack", str(stack), "--out", out, env=env, timeout=60)
+    assert done.returncode == 2 and "--out" in done.stderr and "control characters" in done.stderr

@@ -27,9 +27,9 @@ def test_routing_pads_to_the_graph_size_then_takes_the_largest_key_below():
     ([], "is a JSON object"), ({}, "no batch-size key"), ({"ema_alpha": 0.1}, "no batch-size key"),
     ({"1": {"candidate_steps": []}}, "non-empty list"), ({"1": {"candidate_steps": [-1]}}, "non-empty list"),
     ({"1": {"candidate_steps": [True]}}, "non-empty list"), ({"1": {"candidate_steps": [1]}, "ema_alpha": "x"},
-                                                             "must be a float"),
+                                                             "ema_alpha must be a number"),
     ({"0": {"candidate_steps": [1]}}, "neither a batch size"), ({"٣": {"candidate_steps": [1]}}, "neither"),
-    ({"1": {"candidate_steps": [1]}, "update_interval": 2.5}, "must be a int"),
+    ({"1": {"candidate_steps": [1]}, "update_interval": 2.5}, "update_interval must be a whole number"),
 ])
 def test_configs_sglang_would_refuse_are_refused(config, says):
     with pytest.raises(RigError, match=says):
@@ -116,3 +116,66 @@ def test_the_standin_routes_and_moves_between_candidates_as_sglang_does(tmp_path
     for _ in range(20):  # every draft accepted: it climbs back to 3
         slot.observe([3])
     assert slot.steps == 3
+
+
+@pytest.mark.parametrize("config, says", [
+    ({"1": {"candidate_steps": [1]}, "01": {"candidate_steps": [0]}}, "without leading zeros"),
+    ({"1": {"candidate_steps": [1]}, "ema_alpha": float("nan")}, "ema_alpha must be a number"),
+    ({"1": {"candidate_steps": [1]}, "ema_alpha": float("inf")}, "ema_alpha must be a number"),
+    ({"1": {"candidate_steps": [1]}, "update_interval": 0}, "update_interval must be a whole number"),
+    ({"1": {"candidate_steps": [1]}, "strategy": "throughput_aware"}, "only \"ema\""),
+])
+def test_knobs_and_keys_sglang_would_misread_are_refused(config, says):
+    with pytest.raises(RigError, match=says):
+        adaptive.slots(config, "adaptive.json")
+
+
+def test_a_figure_replaces_a_link_and_never_writes_through_it(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rig.serve_bench import save_figure
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    (tmp_path / "tune.png").symlink_to(victim)
+    save_figure(plt.subplots()[0], tmp_path / "tune.png")
+    assert victim.read_text() == "keep me" and not (tmp_path / "tune.png").is_symlink()
+    assert (tmp_path / "tune.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_prompts_hold_any_text_but_a_lone_surrogate(tmp_path):
+    from rig.serving.workload import load
+
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"prompt": "one\u2028two\u0085three"}, ensure_ascii=False) + "\n")
+    assert load(good, 8)[0].text == "one\u2028two\u0085three"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "a\\ud800b"}\n')
+    with pytest.raises(RigError, match="line 1: the prompt holds"):
+        load(bad, 8)
+
+
+def test_server_answers_nested_absurdly_deep_are_an_error_not_a_crash():
+    from rig.sglang_api import expect_json
+
+    with pytest.raises(RigError, match="not JSON"):
+        expect_json(200, b"[" * 200_000, "GET /server_info")
+
+
+def test_a_context_too_small_for_any_plan_says_so():
+    from rig.serve_bench import Plan, check_fits
+
+    with pytest.raises(RigError, match="too small for rig's prompts"):
+        check_fits(Plan(), "baseline", {"context_length": 1})
+
+
+def test_booleans_are_refused_where_a_number_is_wanted():
+    from rig.stack import validate
+
+    with pytest.raises(RigError, match="got a boolean"):
+        validate({"name": "x", "cuda": {"version": "13.0.2"}, "tune": {"request_rates": [True]}})
+    with pytest.raises(RigError, match="got a boolean"):
+        validate({"name": "x", "cuda": {"version": "13.0.2"}, "bench": {"min_seconds": True}})
