@@ -39,8 +39,10 @@ provision: venv docker  ## Provision a throwaway local box with STACK, then run 
 	rig doctor --container $(BOX) --stack $(STACK)
 
 # The quick tests answer first (no Docker engine, no venv install), then lint, then the boxes;
-# each pytest run leaves a JUnit file under build/ and lists its slowest tests.
-PYTEST := pytest -ra --durations=25
+# each pytest run leaves a JUnit file under build/ and lists its slowest tests. WORKERS pytest-xdist
+# workers share the run; tests sharing a box, the lab or the image store keep to one (tests/conftest.py).
+WORKERS ?= 4
+PYTEST := pytest -ra --durations=25 -n $(WORKERS) --dist loadgroup
 test: venv  ## Run the whole suite: quick tests, the lint gates, then role scenarios and end to end in boxes
 	$(PYTEST) --junitxml=build/junit-quick.xml -m 'not box and not venv' tests
 	$(MAKE) lint docker
@@ -51,7 +53,7 @@ test-quick: venv lint  ## The fast loop: the tests that need no Docker engine, t
 	$(PYTEST) --junitxml=build/junit-quick.xml -m 'not box and not venv' tests
 
 unit: venv  ## Run only the tests that need no Docker engine
-	pytest -ra -m 'not box and not venv' tests
+	$(PYTEST) -m 'not box and not venv' tests
 
 lint: venv  ## ansible-lint (production profile, .ansible-lint), ruff, mypy, and the example CI workflows' schemas
 	for p in playbooks/*.yml; do ansible-playbook -i inventory/local --syntax-check $$p; done

@@ -104,13 +104,12 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         return super().send_head()
 
     def copyfile(self, source, outputfile):
-        sent = 0
         while chunk := source.read(1 << 20):
+            # counted before it leaves: a client that has every byte never reads a smaller count
+            with self.server.lock:
+                self.server.bytes_sent += len(chunk)
             outputfile.write(chunk)
-            sent += len(chunk)
             self.server.last_request = time.monotonic()
-        with self.server.lock:
-            self.server.bytes_sent += sent
 
 
 def _url_host(host: str) -> str:

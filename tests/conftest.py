@@ -81,7 +81,9 @@ def playbook_cmd(boxes: list[Box], playbook: str, *args: str, **extra_vars) -> l
     hosts = "".join(f"        {b.name}:\n          ansible_connection: community.docker.docker_api\n"
                     "          ansible_python_interpreter: /usr/bin/python3\n" for b in boxes)
     inventory = Path(f"/tmp/rig-test-inventory-{boxes[0].name}.yml")
-    inventory.write_text("all:\n  children:\n    gpu_hosts:\n      hosts:\n" + hosts)
+    # the controller's wheelhouse server stops soon after the play, not ten minutes after the test
+    inventory.write_text("all:\n  vars:\n    python_stack_serve_idle: 120\n  children:\n    gpu_hosts:\n      hosts:\n"
+                         + hosts)
     cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / playbook), *args]
     return cmd + ["-e", json.dumps(extra_vars)] if extra_vars else cmd
 
@@ -115,6 +117,27 @@ class Play:
 def ansible_env() -> dict:
     return {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
             "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1"}
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    """The worker group of a test that needs a Docker engine or the lab, under `-n N --dist loadgroup`.
+
+    The tests of one module share its module-scoped boxes and fixtures, so they run on one worker; every
+    test that uses the lab shares one worker (the lab is a 4 GB install, built once per worker); the image
+    modules share one, because they prune the engine's dangling images. Quick tests spread freely."""
+    if not ({"box", "venv"} & {m.name for m in item.iter_markers()}):
+        return None
+    if "lab" in item.fixturenames:
+        return "lab"
+    module = item.module.__name__.rsplit(".", 1)[-1]
+    return "image" if module.startswith("test_image") else module
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
@@ -215,7 +238,7 @@ def lab(tmp_path_factory) -> dict:
     ok(rig("wheelhouse", "export", str(DEFAULT_LOCK), str(root / "house"), "--cache", CACHE))
     v23, v9 = root / "v23", root / "v9"
     ok(rig("venv", "install", "--venv", str(v23), "--lock-hash", read(DEFAULT_LOCK)["lock_hash"],
-           "--python-version", "3.11", "--wheelhouse", str(root / "house")))
+           "--python-version", "3.11", "--wheelhouse", str(root / "house"), "--installer", "uv"))
     shutil.rmtree(root / "house")
     ok(subprocess.run(["python3", "-m", "venv", "--without-pip", str(v9)], capture_output=True, text=True, check=False))
     wheels = [str(cached_path(CACHE, w)) for w in read(LOCK_059)["wheels"]]
