@@ -40,20 +40,23 @@ provision: venv docker  ## Provision a throwaway local box with STACK, then run 
 
 # The quick tests answer first (no Docker engine, no venv install), then lint, then the boxes;
 # each pytest run leaves a JUnit file under build/ and lists its slowest tests. WORKERS pytest-xdist
-# workers share the run; tests sharing a box, the lab or the image store keep to one (tests/conftest.py).
+# workers share each run: quick tests spread one by one, box tests by the state they share (a module's
+# boxes, the lab, the image store: one worker each, tests/conftest.py).
 WORKERS ?= 4
-PYTEST := pytest -ra --durations=25 -n $(WORKERS) --dist loadgroup
+PYTEST := pytest -ra --durations=25 -n $(WORKERS)
+QUICK := $(PYTEST) --dist load -m 'not box and not venv'
+BOXES := $(PYTEST) --dist loadscope -m 'box or venv'
 test: venv  ## Run the whole suite: quick tests, the lint gates, then role scenarios and end to end in boxes
-	$(PYTEST) --junitxml=build/junit-quick.xml -m 'not box and not venv' tests
+	$(QUICK) --junitxml=build/junit-quick.xml tests
 	$(MAKE) lint docker
 	export RIG_BASE_IMAGE=$$(bash scripts/base-image.sh) && \
-	  $(PYTEST) --junitxml=build/junit-boxes.xml -m 'box or venv' tests
+	  $(BOXES) --junitxml=build/junit-boxes.xml tests
 
 test-quick: venv lint  ## The fast loop: the tests that need no Docker engine, then the lint gates
-	$(PYTEST) --junitxml=build/junit-quick.xml -m 'not box and not venv' tests
+	$(QUICK) --junitxml=build/junit-quick.xml tests
 
 unit: venv  ## Run only the tests that need no Docker engine
-	$(PYTEST) -m 'not box and not venv' tests
+	$(QUICK) tests
 
 lint: venv  ## ansible-lint (production profile, .ansible-lint), ruff, mypy, and the example CI workflows' schemas
 	for p in playbooks/*.yml; do ansible-playbook -i inventory/local --syntax-check $$p; done

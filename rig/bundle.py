@@ -9,6 +9,7 @@ markupsafe run without their C extensions there (each has a pure-Python fallback
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
 import tempfile
@@ -64,8 +65,8 @@ def build(out: str | Path, with_patches: bool = True) -> dict:
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, Path(tmp) / name)
             os.utime(Path(tmp) / name, (FIXED_MTIME, FIXED_MTIME))  # the same sources, the same bytes
-        partial = out.with_suffix(".partial")
-        zipapp.create_archive(tmp, partial, interpreter="/usr/bin/env python3", main="rig.cli:main")
-        partial.replace(out)
+        archive = io.BytesIO()  # then one rename: two controllers' runs building at once never share a file
+        zipapp.create_archive(tmp, archive, interpreter="/usr/bin/env python3", main="rig.cli:main")
+        atomic_write(out, archive.getvalue(), 0o755)
     atomic_write(stamp, digest.hexdigest())
     return {"changed": True, "path": str(out), "sha256": digest.hexdigest()}

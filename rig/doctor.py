@@ -27,7 +27,8 @@ from rig.nvrtc import sm_name
 LDCONFIG_FIX = "run the cuda_ldconfig role (one /etc/ld.so.conf.d file per toolkit, then ldconfig)"
 
 
-def _gpus() -> tuple[list[dict], Check]:
+def visible_gpus() -> tuple[list[dict], Check]:
+    """The GPUs nvidia-smi lists, and the check that says so."""
     if not shutil.which("nvidia-smi"):
         return [], Check("driver", "nvidia-smi", "skip", "no NVIDIA driver here (nvidia-smi not found)")
     done = subprocess.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version",
@@ -211,7 +212,7 @@ def _machine(expect_gpus: int | None, default_gpus: int | None, pcie_only_env: b
 def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: str | None = None,
         expect_gpus: int | None = None, default_gpus: int | None = None,
         pcie_only_env: bool | None = None) -> list[Check]:
-    gpus, smi = _gpus()
+    gpus, smi = visible_gpus()
     checks = _machine(expect_gpus, default_gpus, pcie_only_env) + [smi]
     if gpus:
         checks.append(_driver_cuda(major(cuda_version)))

@@ -16,11 +16,12 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from rig import RigError, progress
+from rig import RigError, numerics, progress
 from rig.fs import output_dir
 from rig.proc import interpreter, last_json, run
 
 DRAFTS = ("agree", "random")
+KINDS = ("serving", "numerics")
 MARKER = "testmodel.json"
 HEADS = 8  # divisible by every TP size up to 8; larger TP sizes get one head per rank
 
@@ -52,11 +53,31 @@ def _readable(root: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
+def _reference_holds(report: object) -> None:
+    """The numerics target, run by transformers in the venv, must generate the rule's tokens in float32 and
+    bfloat16: a model that does not is never installed."""
+    if not isinstance(report, dict) or "skipped" in report:
+        why = report.get("skipped") if isinstance(report, dict) else "no report"
+        raise RigError(f"the numerics model's reference check could not run ({why}); the stack's venv needs "
+                       "transformers, as sglang does")
+    for dtype in ("float32", "bfloat16"):
+        run_ = report.get(dtype)
+        if not isinstance(run_, dict) or run_.get("matched") != run_.get("prompts"):
+            raise RigError(f"the numerics model does not follow its rule under transformers in {dtype}: {run_}; "
+                           "report this with the venv's torch and transformers versions")
+
+
 def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree", context: int = 8192,
-          seed: int = 0, check: bool = False) -> dict:
+          seed: int = 0, check: bool = False, kind: str = "serving") -> dict:
     out, python = Path(out).absolute(), Path(python)
     _check(out, python, tp, draft, context)
-    spec = {"draft": draft, "seed": seed, "heads": max(HEADS, tp), "context": context, "vocab": 1024}
+    if kind not in KINDS:
+        raise RigError(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")
+    spec = {"kind": kind, "draft": draft, "seed": seed, "heads": max(HEADS, tp), "context": context, "vocab": 1024}
+    if kind == "numerics":  # the rule, its prompts and their answers, for the build and its own reference check
+        prompts = numerics.prompts()
+        spec.update(draft="numerics", rule=numerics.table(), prompts=prompts,
+                    expected=[numerics.continuation(p) for p in prompts])
     if not check:  # staged beside --out, so the finished tree is renamed into place
         out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=None if check else out.parent))
@@ -66,6 +87,8 @@ def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree"
         done = run([str(python), "-c", script, json.dumps({**spec, "out": str(staging / "model")})],
                    "rig testmodel", timeout=600, env={**os.environ, "PYTHONHASHSEED": "0"})
         info = last_json(done.stdout, "rig testmodel")
+        if kind == "numerics":
+            _reference_holds(info.get("reference"))
         made = staging / "model"
         (made / MARKER).write_text(json.dumps({"spec": spec, **info}, indent=2, sort_keys=True) + "\n")
         _readable(made)
@@ -77,6 +100,12 @@ def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree"
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     verb = ("would write" if check else "wrote") if changed else "unchanged:"
-    return {"changed": changed, "target": str(out / "target"), "draft": str(out / "draft"), "kind": draft, **info,
-            "msg": f"{verb} {out}/target (greedy token {info['greedy_text']!r}) and {out}/draft "
-                   f"({draft}: the draft proposes {'that token' if draft == 'agree' else 'another token'})"}
+    if kind == "numerics":
+        margin = min(info["reference"][d]["min_margin"] for d in ("float32", "bfloat16"))
+        msg = (f"{verb} {out}/target (numerics: transformers follows the rule in float32 and bfloat16, smallest "
+               f"logit margin {margin}) and {out}/draft (it proposes the rule's lowest token)")
+    else:
+        msg = (f"{verb} {out}/target (greedy token {info['greedy_text']!r}) and {out}/draft "
+               f"({draft}: the draft proposes {'that token' if draft == 'agree' else 'another token'})")
+    return {"changed": changed, "target": str(out / "target"), "draft": str(out / "draft"), "kind": spec["draft"],
+            "model": kind, **info, "msg": msg}

@@ -119,25 +119,36 @@ def ansible_env() -> dict:
             "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1"}
 
 
-def xdist_group(item: pytest.Item) -> str | None:
-    """The worker group of a test that needs a Docker engine or the lab, under `-n N --dist loadgroup`.
+# Under `-n N --dist loadscope` (make test's box run) the scheduler below keeps on one worker each module's
+# tests (they share its module-scoped boxes), every module that uses the lab (a 4 GB install, built once per
+# worker) and the image modules (they prune the engine's dangling images). pytest-xdist's own loadgroup
+# cannot: pytest 9 builds a test's id from its node, and the group suffix xdist writes is never read.
+LAB_MODULES = {"test_patches", "test_prove", "test_server_args", "test_testmodel", "test_validate", "test_wheels"}
 
-    The tests of one module share its module-scoped boxes and fixtures, so they run on one worker; every
-    test that uses the lab shares one worker (the lab is a 4 GB install, built once per worker); the image
-    modules share one, because they prune the engine's dangling images. Quick tests spread freely."""
-    if not ({"box", "venv"} & {m.name for m in item.iter_markers()}):
-        return None
-    if "lab" in item.fixturenames:
+
+def worker_group(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    if module in LAB_MODULES:
         return "lab"
-    module = item.module.__name__.rsplit(".", 1)[-1]
     return "image" if module.startswith("test_image") else module
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        group = xdist_group(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedState(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return SharedState(config, log)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if "lab" in item.fixturenames and worker_group(item.nodeid) != "lab":
+        raise pytest.UsageError(f"{item.nodeid} uses the lab: add its module to LAB_MODULES in tests/conftest.py, "
+                                "so that one worker builds the lab for all of them")
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,12 @@ the accept length (tokens per verify step under speculation), and faults:
 chunk in every Kth request. GET /rig_test/stats (not SGLang's; the benchmark's
 own check) reports the tokens generated and when.
 
+With --rule (the launcher passes a numerics test model's testmodel.json), a request given
+`input_ids` gets the tokens that model's rule table makes (the numerics target's greedy
+tokens) and, with return_logprob and top_logprobs_num, meta_info.output_top_logprobs as
+SGLang words it (per token a list of [logprob, token_id, text]); --numerics-fault makes
+them wrong as a broken kernel would.
+
 A batched scheduler instead, with --step-ms: one decode step at a time for every
 running request, each step costing step_ms + token_ms x batch x (steps + 1) and,
 under speculation, draft_ms x steps for the draft's steps plus extend_ms x batch
@@ -138,6 +144,7 @@ class Simulator:
         self.joined = asyncio.Event()
         self.owed = 0.0
         self.steps_run: dict[int, int] = {}
+        self.rule = json.loads(open(args.rule).read())["spec"]["rule"] if args.rule else None
 
     @property
     def speculative(self) -> bool:
@@ -244,6 +251,29 @@ def _steps(max_tokens: int, accept_length: float):
         yield step
 
 
+def rule_tokens(sim: "Simulator", prompt: list, count: int) -> tuple[list[int], list]:
+    """What the numerics target generates greedily (its rule table, read from the model's testmodel.json), with
+    SGLang's output_top_logprobs per token ([logprob, token id, text]); the faults stand for wrong kernels."""
+    rule = sim.rule
+    ids = rule["ids"]
+    ranks = [ids.index(t) + 1 for t in prompt if t in ids]
+    current, highest = ranks[-1], max(ranks)
+    tokens, tops = [], []
+    for i in range(count):
+        current = rule["next"][highest - 1][current - 1]
+        token = ids[current - 1]
+        fault = sim.args.numerics_fault
+        if (fault == "wrong" and i % 5 == 3) or (fault == "speculative" and sim.speculative and i >= 5):
+            token = ids[current % len(ids)]
+        if fault == "garbage":
+            tokens.append(0)
+            tops.append([[None, 0, None], [None, 1, None]])
+            continue
+        tokens.append(token)
+        tops.append([[-1e-6, token, None], [-8.0, rule["decoys"][0], None]])  # the design's margin: 8 logits
+    return tokens, tops
+
+
 async def generate(request: web.Request) -> web.StreamResponse:
     sim: Simulator = request.app["sim"]
     if not _authorized(request):
@@ -252,7 +282,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
     params = body.get("sampling_params") or {}
     max_tokens = int(params.get("max_new_tokens", 128))
     number = next(sim.requests)
-    prompt_tokens = len(str(body.get("text", "")).split())
+    input_ids = body.get("input_ids") if isinstance(body.get("input_ids"), list) else None
+    prompt_tokens = len(input_ids) if input_ids is not None else len(str(body.get("text", "")).split())
     output_ids: list[int] = []
     meta = {"id": f"req-{number}", "finish_reason": None, "prompt_tokens": prompt_tokens,
             "completion_tokens": 0, "cached_tokens": 0}
@@ -305,6 +336,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
             meta["spec_verify_ct"] = verify
         if sim.args.spec_meta == "full":  # builds before spec_accept_length report only spec_verify_ct
             meta["spec_accept_length"] = len(output_ids) / verify
+    if sim.rule and input_ids:
+        output_ids, tops = rule_tokens(sim, input_ids, len(output_ids))
+        if body.get("return_logprob") and int(body.get("top_logprobs_num") or 0) >= 2:
+            meta["output_top_logprobs"] = tops
     final = {"text": "tok " * len(output_ids), "output_ids": output_ids, "meta_info": meta}
     if stream is None:
         return web.json_response(final)
@@ -359,6 +394,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--accept-rate", type=float, default=0.0, help="acceptance probability of each drafted position")
     p.add_argument("--adaptive-config", default="", help="SGLang's adaptive speculation config (JSON)")
     p.add_argument("--cuda-graph-bs", default="1,2,4,8,16,32,64,128,256", help="CUDA-graph batch sizes")
+    p.add_argument("--rule", default="", help="a numerics test model's testmodel.json: input_ids get its rule's tokens")
+    p.add_argument("--numerics-fault", choices=("none", "wrong", "garbage", "speculative"), default="none",
+                   help="wrong: every fifth token another rule token; garbage: token 0 and no logprobs (NaN "
+                        "logits); speculative: other tokens from the sixth on, under speculation only")
     return p.parse_args(argv)
 
 

@@ -17,8 +17,8 @@ import sys
 import click
 
 from rig import RigError, __version__
-from rig.cli import (audit, bundle, cuda, doctor, env, image, ldconfig, lock, machine, patch, server, smoke, stack,
-                     testmodel, tool, tune, validate, venv, wheelhouse, wheels)
+from rig.cli import (audit, bundle, cuda, doctor, env, image, ldconfig, lock, machine, patch, prove, server, smoke,
+                     stack, testmodel, tool, tune, validate, venv, wheelhouse, wheels)
 from rig.cli.common import (DEFAULT_BUNDLE, DEFAULT_CACHE, DEFAULT_STACK, ERROR, INTERNAL, INTERRUPTED,
                             SIGNALLED)
 
@@ -38,8 +38,8 @@ def cli(debug: bool) -> None:
 
 
 for _command in (stack.stack, lock.lock_cmd, wheelhouse.wheelhouse, venv.venv, env.env_group, server.server,
-                 smoke.smoke, smoke.bench, tune.tune, testmodel.testmodel, machine.probe, machine.machine, image.sbom,
-                 image.image, cuda.cuda, ldconfig.ldconfig_conf, doctor.doctor, patch.patch, audit.audit,
+                 smoke.smoke, smoke.bench, tune.tune, prove.prove, testmodel.testmodel, machine.probe, machine.machine,
+                 image.sbom, image.image, cuda.cuda, ldconfig.ldconfig_conf, doctor.doctor, patch.patch, audit.audit,
                  validate.validate_cmd, wheels.wheels, tool.tool, bundle.bundle):
     cli.add_command(_command)
 

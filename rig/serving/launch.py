@@ -10,6 +10,7 @@ from subprocess import Popen
 from urllib.parse import urlsplit
 
 from rig import RigError, progress, proc, smoke
+from rig.fs import output_dir
 from rig.sglang_api import KEY_ENV
 
 
@@ -75,3 +76,23 @@ class Servers:
             self.running.remove(server)
         progress(f"{server.label}: stopped (exit {code})")
         return code
+
+
+def results_dir(given: str | Path, outputs: tuple[str, ...]) -> Path:
+    """--out as rig writes it: a plain absolute path (it reaches the policy's server line), a directory or new,
+    its outputs not directories, its logs/ a directory rig made or one that is not a link."""
+    text = str(given)
+    if not text or any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise RigError(f"--out {text!r}: give a directory path without control characters")
+    out = Path(text).absolute()
+    output_dir(out, "--out")
+    if out.is_symlink() and not out.exists():
+        raise RigError(f"--out {out} is a link to nothing; give a directory")
+    taken = [name for name in outputs if (out / name).is_dir() and not (out / name).is_symlink()]
+    if taken:
+        raise RigError(f"--out {out} holds directories where rig writes {', '.join(taken)}; give another --out")
+    logs = out / "logs"
+    if logs.is_symlink() or (logs.exists() and not logs.is_dir()):
+        raise RigError(f"--out {out}: logs is not a directory of its own (a link or a file); remove it or give "
+                       "another --out")
+    return out

@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from rig import RigError, progress
-from rig.fs import atomic_write, output_dir
+from rig.fs import atomic_write
 from rig.serve_bench import (Plan, Server, ServerDown, _num, aggregate, check_fits, save_figure, summarize,
                               within_range)
 from rig.server import health_url, render
 from rig.serving import adaptive
-from rig.serving.launch import Servers
+from rig.serving.launch import Servers, results_dir
 from rig.serving.workload import Workload
 from rig.sglang_api import server_accept_length, server_info
 
@@ -418,29 +418,9 @@ def prepare(stack: dict, plan: Plan) -> tuple[list[Variant], list[Level]]:
 OUTPUTS = ("tune.json", "report.md", "tune.png", "adaptive.json", "proposed-stack.yml")
 
 
-def _out_dir(given: str | Path) -> Path:
-    """--out as rig writes it: a plain absolute path (it reaches the policy's server line), a directory or new,
-    its outputs not directories, its logs/ a directory rig made or one that is not a link."""
-    text = str(given)
-    if not text or any(ord(c) < 32 or ord(c) == 127 for c in text):
-        raise RigError(f"--out {text!r}: give a directory path without control characters")
-    out = Path(text).absolute()
-    output_dir(out, "--out")
-    if out.is_symlink() and not out.exists():
-        raise RigError(f"--out {out} is a link to nothing; give a directory")
-    taken = [name for name in OUTPUTS if (out / name).is_dir() and not (out / name).is_symlink()]
-    if taken:
-        raise RigError(f"--out {out} holds directories where rig writes {', '.join(taken)}; give another --out")
-    logs = out / "logs"
-    if logs.is_symlink() or (logs.exists() and not logs.is_dir()):
-        raise RigError(f"--out {out}: logs is not a directory of its own (a link or a file); remove it or give "
-                       "another --out")
-    return out
-
-
 def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, workload: Workload,
         api_key_env: str, check: bool = False) -> dict:
-    out = _out_dir(out)
+    out = results_dir(out, OUTPUTS)
     found, wanted = prepare(stack, plan)
     if check:  # every server line rendered and parsed by the venv's sglang; nothing starts
         lines = {v.name: render(v.stack, venv, baseline=v.baseline)["argv"] for v in found}

@@ -1,0 +1,45 @@
+"""`rig prove`: the box proves itself, numerics included."""
+from __future__ import annotations
+
+import click
+
+from rig.cli.common import DEFAULT_STACK, check_option, emit, json_option, judged
+from rig.cli.smoke import api_key_env_option
+
+
+@click.command()
+@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
+              help="The stack: its CUDA and archs for the doctor, its server line for the servers.")
+@click.option("--venv", "venv_path", help="The venv whose sglang serves (default: the stack's).")
+@click.option("--tp", type=click.IntRange(1, 64), help="The TP size to prove beside 1 (default: the stack's server.tp).")
+@click.option("--out", "out_dir", default="prove-results", show_default=True,
+              help="prove.json, report.md, prove.png, logs/ and (without --models) models/.")
+@click.option("--models", "models_dir", type=click.Path(file_okay=False),
+              help="Where the numerics test model is written (default: OUT/models).")
+@click.option("--skip", multiple=True, help="Leave out a step: doctor, probe, testmodel or servers (repeat); it is "
+              "reported as skipped, never as passed.")
+@api_key_env_option
+@check_option
+@json_option
+def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, api_key_env, check, as_json) -> None:
+    """Prove this box: doctor, all-reduce probe, numerics test model, then the baseline and EAGLE-3 servers.
+
+    Each server comes from the stack's own line with the numerics test model
+    (rig testmodel --kind numerics) in place of the real one, at TP 1 and at
+    the stack's TP where the box has the GPUs, one at a time on the stack's
+    port: health-gated by rig smoke, asked for the numerics prompts' greedy
+    tokens (the baseline must give the rule's tokens, EAGLE-3 the baseline's),
+    benchmarked briefly, stopped. One report: prove.json, report.md and a plot,
+    with the versions that ran and each step's verdict and time. Exit 0 only
+    when no step fails; a step that cannot run here is skipped with its
+    reason. --check renders the server lines and starts nothing. Interrupted,
+    it stops every server it started and writes what it has.
+    """
+    from rig.serving import prove as proving
+    from rig.stack import load
+
+    stack = load(stack_path)
+    result = proving.run(stack, stack_path, venv_path or stack["venv"], out_dir, tp, tuple(skip), models_dir,
+                         api_key_env, check)
+    emit(result, as_json)
+    judged(result["ok"])
