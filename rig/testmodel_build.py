@@ -167,8 +167,9 @@ def numerics_target(shape: dict, vocab: int, rule: dict) -> tuple[dict, torch.Te
     return weights, direction
 
 
-def reference(target_dir: Path, prompts: list, expected: list) -> dict:
-    """The numerics target run by transformers on the CPU: greedy tokens against the rule, and the margins."""
+def reference(target_dir: Path, prompts: list, expected: list, device: str = "cpu") -> dict:
+    """The numerics target run by transformers (on the CPU unless DEVICE says): greedy tokens against the rule,
+    and the margins."""
     try:
         from transformers import LlamaForCausalLM
     except ImportError as exc:
@@ -176,16 +177,17 @@ def reference(target_dir: Path, prompts: list, expected: list) -> dict:
     report = {}
     torch.set_num_threads(1)  # a model this small decodes fastest on one thread, and a busy box stays usable
     for dtype in ("float32", "bfloat16"):
-        model = LlamaForCausalLM.from_pretrained(str(target_dir), dtype=getattr(torch, dtype)).eval()
+        model = LlamaForCausalLM.from_pretrained(str(target_dir), dtype=getattr(torch, dtype)).to(device).eval()
         matched, margins, first = 0, [], None
         with torch.no_grad():
             for n, (prompt, want) in enumerate(zip(prompts, expected, strict=True)):
-                step, got = model(torch.tensor([prompt]), use_cache=True), []
+                step, got = model(torch.tensor([prompt], device=device), use_cache=True), []
                 for _ in want:  # one token at a time over the KV cache, as a server decodes
                     top = torch.topk(step.logits[0, -1].float(), 2)
                     margins.append(float(top.values[0] - top.values[1]))
                     got.append(int(top.indices[0]))
-                    step = model(torch.tensor([[got[-1]]]), past_key_values=step.past_key_values, use_cache=True)
+                    step = model(torch.tensor([[got[-1]]], device=device), past_key_values=step.past_key_values,
+                                 use_cache=True)
                 if got == want:
                     matched += 1
                 elif first is None:
