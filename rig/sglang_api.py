@@ -9,6 +9,7 @@ internal_states[i].avg_spec_accept_length.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import urllib.error
@@ -17,6 +18,7 @@ import urllib.request
 from rig import RigError, progress
 
 KEY_ENV = "SGLANG_API_KEY"
+MAX_ANSWER = 64 << 20  # bytes: no answer rig asks for comes near it
 
 
 def headers(api_key_env: str = KEY_ENV) -> dict:
@@ -54,11 +56,14 @@ def call(url: str, path: str, body: dict | None = None, timeout: float = 30.0,
                                      method="POST" if data is not None else "GET")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read()
+            answer = response.read(MAX_ANSWER + 1)
+            if len(answer) > MAX_ANSWER:
+                return 0, f"an answer larger than {MAX_ANSWER >> 20} MiB".encode()
+            return response.status, answer
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except (urllib.error.URLError, OSError) as exc:
-        return 0, str(getattr(exc, "reason", exc)).encode()
+        return exc.code, exc.read(MAX_ANSWER)
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # a cut or garbled answer too
+        return 0, str(getattr(exc, "reason", exc) or type(exc).__name__).encode()
 
 
 def server_info(url: str, api_key_env: str = KEY_ENV) -> dict:

@@ -23,6 +23,7 @@ from rig.proc import interpreter, last_json, run
 DRAFTS = ("agree", "random")
 KINDS = ("serving", "numerics")
 MARKER = "testmodel.json"
+MIN_MARGIN = 4.0  # logits: half the numerics model's designed margin (testmodel_build.py)
 HEADS = 8  # divisible by every TP size up to 8; larger TP sizes get one head per rank
 
 
@@ -62,9 +63,13 @@ def _reference_holds(report: object) -> None:
                        "transformers, as sglang does")
     for dtype in ("float32", "bfloat16"):
         run_ = report.get(dtype)
-        if not isinstance(run_, dict) or run_.get("matched") != run_.get("prompts"):
+        margin = run_.get("min_margin") if isinstance(run_, dict) else None
+        if not isinstance(run_, dict) or not run_.get("matched") == run_.get("prompts") == numerics.PROMPTS:
             raise RigError(f"the numerics model does not follow its rule under transformers in {dtype}: {run_}; "
                            "report this with the venv's torch and transformers versions")
+        if not isinstance(margin, (int, float)) or isinstance(margin, bool) or margin < MIN_MARGIN:
+            raise RigError(f"the numerics model follows its rule in {dtype} but by a margin of {margin} (designed 8, "
+                           f"at least {MIN_MARGIN:g}); report this with the venv's torch and transformers versions")
 
 
 def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree", context: int = 8192,

@@ -18,10 +18,13 @@ from rig.cli.smoke import api_key_env_option
               help="Where the numerics test model is written (default: OUT/models).")
 @click.option("--skip", multiple=True, help="Leave out a step: doctor, probe, testmodel or servers (repeat); it is "
               "reported as skipped, never as passed.")
+@click.option("--summary", "summary_dir", type=click.Path(file_okay=False),
+              help="Instead: tabulate DIR/HOST/prove.json of a fleet (playbooks/prove.yml fetches them) into "
+                   "DIR/summary.md; exit 1 unless every host passed.")
 @api_key_env_option
 @check_option
 @json_option
-def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, api_key_env, check, as_json) -> None:
+def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, summary_dir, api_key_env, check, as_json) -> None:
     """Prove this box: doctor, all-reduce probe, numerics test model, then the baseline and EAGLE-3 servers.
 
     Each server comes from the stack's own line with the numerics test model
@@ -38,6 +41,10 @@ def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, api_key_env, che
     from rig.serving import prove as proving
     from rig.stack import load
 
+    if summary_dir:
+        table = proving.summary(summary_dir)
+        emit(table, as_json)
+        judged(table["ok"])
     stack = load(stack_path)
     result = proving.run(stack, stack_path, venv_path or stack["venv"], out_dir, tp, tuple(skip), models_dir,
                          api_key_env, check)

@@ -96,3 +96,12 @@ def results_dir(given: str | Path, outputs: tuple[str, ...]) -> Path:
         raise RigError(f"--out {out}: logs is not a directory of its own (a link or a file); remove it or give "
                        "another --out")
     return out
+
+
+def make_logs(out: Path) -> Path:
+    try:
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RigError(f"--out {out}: cannot make {out / 'logs'}: {exc.strerror or exc}; give a directory rig "
+                       "can write") from exc
+    return out / "logs"

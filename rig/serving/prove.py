@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from rig import RigError, numerics, progress
+from rig import RigError, numerics, progress, testmodel
 from rig.fs import atomic_write
-from rig.proc import last_json
+from rig.proc import ask
 from rig.serve_bench import Plan, Server, ServerDown, _num, save_figure
 from rig.server import health_url, render
-from rig.serving.launch import Launched, Servers, results_dir
+from rig.serving.launch import Launched, Servers, make_logs, results_dir
 from rig.serving.tune import Level, measure
-from rig.sglang_api import call
+from rig.sglang_api import call, expect_json
 
 SCHEMA_VERSION = 1
 OUTPUTS = ("prove.json", "report.md", "prove.png")
@@ -79,6 +78,9 @@ class Report:
             work(record)
         except RigError as exc:
             record.status, record.detail = "fail", str(exc)
+        except BaseException as exc:  # interrupted or broken: never recorded as passed
+            record.status, record.detail = "fail", f"stopped: {type(exc).__name__}: {exc}"
+            raise
         finally:
             record.seconds = round(time.monotonic() - began, 1)
         progress(f"prove: {name}: {record.status.upper()} {record.detail.splitlines()[0] if record.detail else ''}")
@@ -108,38 +110,38 @@ def _margin(position: object) -> float | None:
         return None
     values = [p[0] for p in position[:2]
               if isinstance(p, list) and p and isinstance(p[0], (int, float)) and not isinstance(p[0], bool)]
-    if len(values) < 2 or not all(math.isfinite(v) for v in values):
+    if len(values) < 2 or any(math.isnan(v) for v in values) or not math.isfinite(max(values)):
         return None
-    return values[0] - values[1]
+    return max(values) - min(values) if math.isfinite(min(values)) else float("inf")
 
 
-def greedy_tokens(url: str, prompt: list[int], count: int, api_key_env: str, timeout: float = 120.0) -> dict:
-    """PROMPT's COUNT greedy tokens from the server, with its top-2 logprob margins where it gives them."""
-    body = {"input_ids": prompt, "return_logprob": True, "top_logprobs_num": 2,
-            "sampling_params": {"max_new_tokens": count, "temperature": 0.0, "ignore_eos": True}}
-    status, raw = call(url, "/generate", body, timeout, api_key_env)
-    if status != 200:
-        raise RigError(f"{url}/generate answered {status or 'nothing'} to a numerics prompt: {raw[:300]!r}")
-    try:
-        answer = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise RigError(f"{url}/generate answered a numerics prompt with something other than JSON: {raw[:200]!r}") from exc
-    tokens = _ids(answer.get("output_ids")) if isinstance(answer, dict) else None
+def greedy_tokens(url: str, prompt: list[int], count: int, api_key_env: str, logprobs: bool = True,
+                  timeout: float = 120.0) -> dict:
+    """PROMPT's COUNT greedy tokens from the server, with its top-2 logprob margins where asked and given."""
+    body: dict[str, Any] = {"input_ids": prompt,
+                            "sampling_params": {"max_new_tokens": count, "temperature": 0.0, "ignore_eos": True}}
+    if logprobs:
+        body.update(return_logprob=True, top_logprobs_num=2)
+    answer = expect_json(*call(url, "/generate", body, timeout, api_key_env), f"{url}/generate, a numerics prompt")
+    tokens = _ids(answer.get("output_ids"))
     if tokens is None:
         raise RigError(f"{url}/generate gave no output_ids (a list of token ids) for a numerics prompt")
-    meta = answer.get("meta_info") if isinstance(answer.get("meta_info"), dict) else {}
-    top = meta.get("output_top_logprobs")
+    meta = answer.get("meta_info")
+    top = meta.get("output_top_logprobs") if isinstance(meta, dict) else None
     margins = [_margin(p) for p in top] if isinstance(top, list) else []
     return {"tokens": tokens, "margins": [m for m in margins if m is not None]}
 
 
 def check_numerics(url: str, api_key_env: str, want: list[list[int]] | None = None) -> dict:
-    """Every numerics prompt's tokens against WANT (default: the rule's), the first difference named."""
+    """Every numerics prompt's tokens against WANT (default: the rule's, with the margins), the first difference
+    named. Against the baseline's tokens (an EAGLE-3 server) no logprobs are asked: some SGLang releases
+    cannot return them under speculation, which says nothing about its kernels."""
     asked = numerics.prompts()
+    logprobs = want is None
     want = want if want is not None else [numerics.continuation(p) for p in asked]
     got, margins, first = [], [], None
     for n, (prompt, expected) in enumerate(zip(asked, want, strict=True)):
-        answer = greedy_tokens(url, prompt, len(expected), api_key_env)
+        answer = greedy_tokens(url, prompt, len(expected), api_key_env, logprobs)
         got.append(answer["tokens"])
         margins += answer["margins"]
         if answer["tokens"] != expected and first is None:
@@ -183,13 +185,10 @@ def plan(stack: dict, venv: str, models: Path, tps: list[int]) -> dict[str, list
 
 
 def versions(python: Path) -> dict:
-    done = subprocess.run([str(python), "-c", VERSIONS], capture_output=True, text=True, timeout=120, check=False)
-    if done.returncode != 0:
-        return {"error": (done.stderr or done.stdout).strip()[-300:]}
     try:
-        return last_json(done.stdout, "the venv's versions")
+        return ask(python, VERSIONS, [], "list its packages' versions", timeout=120)
     except RigError as exc:
-        return {"error": str(exc)}
+        return {"error": str(exc)[:300]}
 
 
 def _doctor(stack: dict, venv: str, record: Step) -> None:
@@ -208,12 +207,28 @@ def _probe(python: Path, gpus: int, record: Step) -> None:
     from rig import probe
 
     record.data = probe.analyse(probe.measure(python, gpus))
-    record.detail = f"all-reduce across {gpus} GPU(s): {record.data.get('link', '')} {record.data.get('advice', '')}".strip()
+    record.detail = f"all-reduce across {gpus} GPU(s): {record.data['link_class']}; {'; '.join(record.data['advice'])}"
+    if not record.data["correct"]:
+        raise RigError(f"the all-reduce across {gpus} GPU(s) returned wrong sums (rig probe): {record.detail}")
+
+
+def _given_model(models: Path, tps: list[int], record: Step) -> None:
+    """--skip testmodel: the model in MODELS must be rig's numerics test model, split for every TP size."""
+    from rig.documents import load_json
+
+    made = load_json(models / testmodel.MARKER, "test model record")
+    spec = made.get("spec") if isinstance(made, dict) else None
+    spec = spec if isinstance(spec, dict) else {}
+    if spec.get("kind") != "numerics":
+        raise RigError(f"{models} holds no numerics test model ({testmodel.MARKER} says kind {spec.get('kind')!r}); write "
+                       f"one with rig testmodel --kind numerics --out {models}, or leave out --skip testmodel")
+    heads = spec.get("heads")
+    if isinstance(heads, int) and not isinstance(heads, bool) and any(heads % tp for tp in tps):
+        raise RigError(f"{models}: the model's {heads} heads do not split over TP {max(tps)}; rebuild it with --tp")
+    record.detail = f"{models}: rig's numerics test model, as it is (--skip testmodel)"
 
 
 def _testmodel(python: Path, models: Path, tps: list[int], record: Step) -> None:
-    from rig import testmodel
-
     made = testmodel.build(models, python, tp=max(tps), kind="numerics")
     record.data = {k: made[k] for k in ("reference", "heads", "torch", "changed")}
     record.detail = made["msg"]
@@ -245,6 +260,9 @@ def _serve(servers: Servers, report: Report, label: str, stack: dict, venv: str,
         against = "the rule's tokens" if want is None else "the baseline's tokens"
         if result["matched"] != result["prompts"]:
             raise RigError(_difference(label, against, result))
+        if result["min_margin"] is not None and result["min_margin"] < testmodel.MIN_MARGIN:
+            raise RigError(f"{label}: the tokens are the rule's, but the smallest top-2 logprob margin is "
+                           f"{result['min_margin']} (designed 8, at least {testmodel.MIN_MARGIN:g}): the numbers drift")
         record.detail = (f"{result['prompts']} prompts x {len(result['tokens'][0])} greedy tokens = {against}"
                          + (f", smallest top-2 margin {result['min_margin']}" if result["min_margin"] is not None else ""))
 
@@ -258,6 +276,9 @@ def _serve(servers: Servers, report: Report, label: str, stack: dict, venv: str,
         record.data = {name: {k: lv.get(k) for k in ("output_throughput", "median_ttft_ms", "median_itl_ms",
                                                      "server_accept_length", "failed")} for name, lv in levels.items()}
         record.detail = ", ".join(f"{name}: {_num(lv['output_throughput'], 1)} tok/s" for name, lv in record.data.items())
+        if bad := [name for name, lv in record.data.items() if lv["failed"] or not lv["output_throughput"]]:
+            raise RigError(f"{label}: requests failed at {', '.join(bad)} ({record.detail}); its log is "
+                           f"{out / 'logs'}")
 
     try:
         if report.step(f"{label}: start and smoke", start).status != "pass":
@@ -286,17 +307,17 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
                 "msg": "\n".join([f"would run {', '.join(steps)}; the servers one at a time at {health_url(stack)}, "
                                   f"with the numerics test model in {models}:",
                                   *(f"  {name}: {' '.join(argv)}" for name, argv in lines.items())])}
-    (out / "logs").mkdir(parents=True, exist_ok=True)
     from rig.doctor import visible_gpus
 
-    listed = visible_gpus()[0]
-    gpus = len(listed)
+    make_logs(out)
     report = Report()
     result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "started": time.time(),
-                              "tp_sizes": tps, "gpus": gpus, "driver": listed[0]["driver"] if listed else None,
-                              "versions": versions(python), "machine": _machine(),
-                              "stopped": None}
+                              "tp_sizes": tps, "gpus": 0, "driver": None, "stopped": None}
     try:
+        listed = visible_gpus()[0]
+        gpus = len(listed)
+        result.update(gpus=gpus, driver=listed[0].get("driver") if listed else None, versions=versions(python),
+                      machine=_machine())
         if "doctor" in skip:
             report.skip("doctor", "not asked for (--skip doctor)")
         else:
@@ -307,13 +328,14 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
             report.skip("probe", "no GPU is visible (nvidia-smi lists none)")
         else:
             report.step("probe", lambda r: _probe(python, gpus, r))
-        built = "testmodel" not in skip and report.step("testmodel", lambda r: _testmodel(python, models, tps, r))
         if "testmodel" in skip:
-            report.skip("testmodel", f"not asked for (--skip testmodel): the servers use {models} as it is")
+            built = report.step("testmodel (given)", lambda r: _given_model(models, tps, r))
+        else:
+            built = report.step("testmodel", lambda r: _testmodel(python, models, tps, r))
         if "servers" in skip:
             report.skip("servers", "not asked for (--skip servers)")
-        elif built and built.status == "fail":
-            report.skip("servers", "the numerics test model was not built")
+        elif built.status == "fail":
+            report.skip("servers", "no numerics test model to serve")
         else:
             with Servers(stack["tune"]["start_timeout"], api_key_env) as servers:
                 for size in tps:
@@ -342,7 +364,9 @@ def _serve_size(servers: Servers, report: Report, stack: dict, venv: str, models
         return
     served = _with_model(stack, models, size)
     base = _serve(servers, report, f"{BASELINE} tp{size}", served, venv, True, out, api_key_env, None)
-    if base is None or base["matched"] != base["prompts"]:
+    if base is None:
+        report.skip(f"{EAGLE} tp{size}", "the baseline did not serve, so there is no reference")
+    elif base["matched"] != base["prompts"]:
         report.skip(f"{EAGLE} tp{size}", "the baseline does not follow the rule, so it is no reference")
     else:
         _serve(servers, report, f"{EAGLE} tp{size}", served, venv, False, out, api_key_env, base["tokens"])
@@ -385,8 +409,11 @@ def plot(result: dict, out: Path) -> list[str]:
                if s["name"].endswith(": bench") and s["status"] == "pass"}
     if not benches:
         return []
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:  # a host's venv: the report and prove.json say it all, the table goes to the controller
+        progress("prove.png not drawn: matplotlib does not import here")
+        return []
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -415,3 +442,49 @@ def _write_quietly(result: dict, report: Report, out: Path) -> None:
         write(result, report, out)
     except Exception as again:  # noqa: BLE001 - the first error is the one to report
         progress(f"could not write what was proven to {out}: {again}")
+
+
+# ------------------------------------------------------------------ a fleet's reports
+
+
+def _host_row(host: str, report: object) -> dict:
+    """One host's line of the fleet table, from its prove.json (input: any field may be missing or odd)."""
+    if not isinstance(report, dict) or not isinstance(report.get("steps"), list):
+        return {"host": host, "ok": False, "failed": ["prove.json holds no steps"], "margin": None, "sglang": None}
+    steps = [s for s in report["steps"] if isinstance(s, dict)]
+    failed = [str(s.get("name"))[:80] for s in steps if s.get("status") == "fail"]
+    margins = [s.get("data", {}).get("min_margin") for s in steps
+               if str(s.get("name", "")).endswith(": numerics") and isinstance(s.get("data"), dict)]
+    known = [m for m in margins if isinstance(m, (int, float)) and not isinstance(m, bool)]
+    versions = report.get("versions")
+    stopped = report.get("stopped")
+    return {"host": host, "ok": report.get("ok") is True and not failed and not stopped,
+            "failed": failed + ([f"stopped: {str(stopped)[:80]}"] if stopped else []),
+            "margin": min(known) if known else None,
+            "sglang": versions.get("sglang") if isinstance(versions, dict) else None}
+
+
+def summary(reports: str | Path) -> dict:
+    """REPORTS/HOST/prove.json of every host as one table (summary.md beside them); ok when every host is."""
+    from rig.documents import load_json
+
+    root = Path(reports)
+    if not root.is_dir() or root.is_symlink():
+        raise RigError(f"--summary {root}: give the directory the hosts' reports were fetched into (HOST/prove.json)")
+    rows = []
+    for host in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+        try:
+            rows.append(_host_row(host.name, load_json(host / "prove.json", "prove report")))
+        except RigError as exc:
+            rows.append({"host": host.name, "ok": False, "failed": [str(exc)[:200]], "margin": None, "sglang": None})
+    if not rows:
+        raise RigError(f"--summary {root}: no HOST/ directory with a prove.json in it")
+    lines = ["| host | verdict | smallest numerics margin | sglang | failed steps |", "|---|---|---|---|---|"]
+    lines += [f"| {r['host']} | {'pass' if r['ok'] else 'FAIL'} | {_num(r['margin'], 2)} | {r['sglang'] or '-'} | "
+              f"{'; '.join(r['failed']).replace('|', '/') or '-'} |" for r in rows]
+    table = "\n".join(lines) + "\n"
+    path = atomic_write(root / "summary.md", f"# rig prove across {len(rows)} host(s)\n\n" + table)
+    ok = all(r["ok"] for r in rows)
+    return {"ok": ok, "hosts": rows, "files": [str(path)],
+            "msg": table + (f"every host passed ({len(rows)})" if ok else
+                            f"FAILED on {', '.join(r['host'] for r in rows if not r['ok'])}")}

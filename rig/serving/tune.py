@@ -36,7 +36,7 @@ from rig.serve_bench import (Plan, Server, ServerDown, _num, aggregate, check_fi
                               within_range)
 from rig.server import health_url, render
 from rig.serving import adaptive
-from rig.serving.launch import Servers, results_dir
+from rig.serving.launch import Servers, make_logs, results_dir
 from rig.serving.workload import Workload
 from rig.sglang_api import server_accept_length, server_info
 
@@ -432,11 +432,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
                                   + (f", {plan.min_seconds:g} s a level" if plan.min_seconds else "") + "):",
                                   *(f"  {name}: {' '.join(argv)}" for name, argv in lines.items()),
                                   "  then the policy derived from them, against the baseline and the per-level best"])}
-    try:
-        (out / "logs").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RigError(f"--out {out}: cannot make {out / 'logs'}: {exc.strerror or exc}; give a directory rig "
-                       "can write") from exc
+    make_logs(out)
     result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "started": time.time(),
                               "plan": {**plan.__dict__}, "metric": _metric(plan),
                               "levels": [lv.name for lv in wanted], "variants": {}, "choices": [],

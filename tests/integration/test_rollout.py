@@ -125,3 +125,38 @@ def test_the_unit_restarts_a_server_that_dies(start_box, standin_site, tmp_path)
     box.sh("for i in $(seq 60); do [ \"$(systemctl show -p NRestarts --value sglang-server)\" = 1 ] && "
            "systemctl is-active -q sglang-server && exit 0; sleep 1; done; exit 1")
     assert main_pid(box) != before and box.sh(HEALTH).stdout.strip() == "200"
+
+
+def numerics_models(box) -> str:
+    """What rig testmodel --kind numerics leaves that the stand-in reads: its record (the rule) and configs.
+    The weights need torch, which these boxes lack; the stand-in serves the rule from the record."""
+    from rig import numerics
+
+    root = "/var/lib/rig/prove-models"
+    record = json.dumps({"spec": {"kind": "numerics", "rule": numerics.table()}})
+    box.sh(f"mkdir -p {root}/target {root}/draft && echo '{{}}' > {root}/target/config.json && "
+           f"echo '{{}}' > {root}/draft/config.json && cat > {root}/testmodel.json <<'EOF'\n{record}\nEOF")
+    return root
+
+
+def test_the_prove_playbook_proves_every_host_and_tabulates_them_on_the_controller(start_box, standin_site, tmp_path):
+    boxes = [serving_box(start_box, standin_site, ["--numerics-fault", "wrong"] if i == 1 else None)
+             for i in range(2)]
+    good, bad = boxes
+    models = [numerics_models(box) for box in boxes][0]  # the same path on both
+    reports = tmp_path / "reports"
+    done = play(boxes, "prove.yml", rig_stack=stack_file(tmp_path, "prove.yml", 3), rig_prove_reports=str(reports),
+                rig_prove_skip=["doctor", "testmodel"], rig_prove_models=models)
+    assert not done.ok, done.output[-3000:]  # the second host's numerics are wrong
+    assert "FAILED on " + bad.name in done.output
+    assert all((reports / box.name / "report.md").is_file() for box in boxes)
+    good_report = json.loads((reports / good.name / "prove.json").read_text())
+    assert good_report["ok"] and {s["name"]: s["status"] for s in good_report["steps"]}["eagle3 tp1: numerics"] == "pass"
+    bad_steps = {s["name"]: s for s in json.loads((reports / bad.name / "prove.json").read_text())["steps"]}
+    assert bad_steps["baseline tp1: numerics"]["status"] == "fail" and "differs at token 3" in \
+        bad_steps["baseline tp1: numerics"]["detail"]
+    assert bad_steps["eagle3 tp1"]["status"] == "skip"  # a wrong baseline is no reference
+    summary = (reports / "summary.md").read_text()
+    assert f"| {good.name} | pass | 8.00 |" in summary and f"| {bad.name} | FAIL |" in summary
+    for box in boxes:  # every server prove started is gone
+        assert box.sh(HEALTH).stdout.strip() == "down"

@@ -68,9 +68,9 @@ def server():
 
 
 @pytest.mark.parametrize("body, error", [
-    (b"<html>", "something other than JSON"), (b'{"text": "x"}', "no output_ids"),
+    (b"<html>", "the answer is not JSON"), (b'{"text": "x"}', "no output_ids"),
     (b'{"output_ids": [1, true]}', "no output_ids"), (b'{"output_ids": "512"}', "no output_ids"),
-    (b"[1, 2]", "no output_ids")])
+    (b"[1, 2]", "not a JSON object")])
 def test_a_server_answer_that_is_not_token_ids_is_one_clear_error(server, body, error):
     Answers.body = body
     with pytest.raises(RigError, match=error):

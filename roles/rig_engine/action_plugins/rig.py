@@ -97,16 +97,17 @@ def _mapped(argv: list[str], out: dict, mode: str, check_mode: bool) -> dict:
     """Ansible's result for the engine's exit status and its one JSON object on stdout."""
     rc, stdout, stderr = out.get("rc"), out.get("stdout", ""), out.get("stderr", "")
     command = "rig " + " ".join(argv[:2])
+    answer = _one_object(stdout)
     if rc != 0:
+        if isinstance(answer, dict) and isinstance(answer.get("msg"), str):  # a judgement: its verdict says why
+            fields = {key: value for key, value in answer.items() if key not in RESERVED}
+            return {**fields, "failed": True, "rc": rc, "stderr": stderr,
+                    "msg": f"{command} failed (exit {rc}): {answer['msg']}"}
         lines = [line for line in stderr.splitlines() if line.strip()]
         # the engine's error is its last `rig: ` line and the indented lines that go on with it
         start = next((i for i in reversed(range(len(lines))) if lines[i].startswith("rig: ")), len(lines) - 1)
         reason = "\n".join(lines[max(start, 0):])
         return {"failed": True, "rc": rc, "stderr": stderr, "msg": f"{command} failed (exit {rc}): {reason}"}
-    try:
-        answer = json.loads(stdout)
-    except ValueError:
-        answer = None
     if not isinstance(answer, dict):
         return {"failed": True, "rc": rc, "stdout": stdout,
                 "msg": f"{command} did not print one JSON object (is the bundle from this rig?)"}
@@ -121,3 +122,10 @@ def _mapped(argv: list[str], out: dict, mode: str, check_mode: bool) -> dict:
         # --check --diff is how Ansible says what would change; a change with no file diff says it in words
         result["diff"] = {"prepared": result["msg"] + "\n"}
     return result
+
+
+def _one_object(stdout: str) -> object:
+    try:
+        return json.loads(stdout)
+    except ValueError:
+        return None
