@@ -15,6 +15,8 @@
                                                      runs it, pip with bytecode compiled in parallel, uv
     python scripts/bench.py hostile [--examples 200] how many hostile inputs the tests try and how many
                                                      hold (reliability, not speed)
+    python scripts/bench.py suite [--rounds 1]       make test on a fresh clone of HEAD as CI runs it: the
+                                                     install, each pytest run, lint and the rest
 
 Kinds are interleaved round by round so that machine noise hits them alike;
 medians and ranges are reported. Bytes are those the host received on its
@@ -540,14 +542,66 @@ machine (2 cores, 24 GiB), {rounds} round(s), kinds interleaved: the default loc
 """)
 
 
+def bench_suite(rounds: int) -> None:
+    """make test on a fresh clone of HEAD, as CI runs it (.ci/run), with this machine's caches: the install,
+    each pytest run (from its JUnit file) and what is left (lint, the Docker engine, the base image)."""
+    import xml.etree.ElementTree as ElementTree
+
+    runs = []
+    for _ in range(rounds):
+        clone = Path(tempfile.mkdtemp(prefix="rig-bench-suite-")) / "rig"
+        subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "RIG_BASE_IMAGE"))}
+        env["CI"] = "true"
+        start = time.monotonic()
+        done = subprocess.run(["make", "venv"], cwd=clone, env=env, capture_output=True, text=True, check=False)
+        install = time.monotonic() - start
+        done = done if done.returncode else subprocess.run(["bash", ".ci/run"], cwd=clone, env=env,
+                                                           capture_output=True, text=True, check=False)
+        total = time.monotonic() - start
+        if done.returncode != 0:
+            raise SystemExit(f"make test failed in {clone}:\n{done.stdout[-4000:]}{done.stderr[-2000:]}")
+        phases, slowest = {}, []
+        for name in ("quick", "boxes"):
+            suite = ElementTree.parse(clone / "build" / f"junit-{name}.xml").getroot()
+            suite = suite if suite.tag == "testsuite" else suite[0]
+            phases[name] = (float(suite.get("time")), int(suite.get("tests")))
+            slowest += [(float(c.get("time")), c.get("name")) for c in suite.iter("testcase")]
+        runs.append({"install": install, "total": total, "phases": phases, "slowest": sorted(slowest)[-5:]})
+        shutil.rmtree(clone.parent, ignore_errors=True)
+    last = runs[-1]
+    rest = statistics.median(r["total"] - r["install"] - sum(t for t, _ in r["phases"].values()) for r in runs)
+    rows = ["| phase | median min | tests |", "| --- | --- | --- |",
+            f"| install (make venv) | {statistics.median(r['install'] for r in runs) / 60:.1f} | |",
+            *(f"| {name} tests (pytest -n WORKERS) | {statistics.median(r['phases'][name][0] for r in runs) / 60:.1f} "
+              f"| {last['phases'][name][1]} |" for name in ("quick", "boxes")),
+            f"| lint, Docker engine, base image | {rest / 60:.1f} | |",
+            f"| **make test, wall** | **{statistics.median(r['total'] for r in runs) / 60:.1f}** | |"]
+    slow = "\n".join(f"- {name}: {seconds / 60:.1f} min" for seconds, name in reversed(last["slowest"]))
+    write_section("suite", f"""## The suite: `make test` on a fresh clone ({datetime.now(timezone.utc):%Y-%m-%d})
+
+`python scripts/bench.py suite`: a fresh clone of HEAD, `make venv` then `bash .ci/run` with CI=true, as root,
+this machine's caches (wheels, CUDA, the base image) warm; {rounds} round(s), {os.cpu_count()} cores.
+
+{chr(10).join(rows)}
+
+The slowest tests of the last round (a test's time includes the fixtures it set up):
+
+{slow}
+""")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["provision", "lock", "wheels", "client", "image", "hostile", "installer"])
+    parser.add_argument("which", choices=["provision", "lock", "wheels", "client", "image", "hostile", "installer",
+                                          "suite"])
     parser.add_argument("--examples", type=int, default=200, help="hostile: examples per generated property")
     parser.add_argument("--rounds", type=int, help="default 3; 1 for image (a cold build takes minutes)")
     args = parser.parse_args()
-    args.rounds = args.rounds or (1 if args.which in ("image", "provision") else 3)
-    if args.which == "provision":
+    args.rounds = args.rounds or (1 if args.which in ("image", "provision", "suite") else 3)
+    if args.which == "suite":
+        bench_suite(args.rounds)
+    elif args.which == "provision":
         bench_provision(args.rounds)
     elif args.which == "hostile":
         bench_hostile(args.examples)
