@@ -114,6 +114,22 @@ class Play:
         return self
 
 
+def standin_case(tmp_path: Path, stack: dict):
+    """STACK as a stack file for servers that are the SGLang stand-in, and CASE(*options): the stand-in's
+    options for the next run (its faults and performance model) -> (stack path, the run's environment)."""
+    import yaml
+
+    path = tmp_path / "stack.yml"
+    path.write_text(yaml.safe_dump(stack))
+    faults = tmp_path / "faults.json"
+
+    def case(*model: str) -> tuple[Path, dict]:
+        faults.write_text(json.dumps({"args": list(model)}))
+        return path, {**os.environ, "SGLANG_STANDIN_FAULTS": str(faults)}
+
+    return case
+
+
 def ansible_env() -> dict:
     return {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
             "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1"}

@@ -8,7 +8,6 @@ line `rig server args` renders; given the numerics model, it generates that mode
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,9 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from conftest import BIN, REPO, rig
+from conftest import BIN, REPO, rig, standin_case
 from test_tune import _free_port, _listening, _servers_running
 
 pytestmark = pytest.mark.venv
@@ -54,14 +52,7 @@ def prove_case(tmp_path, prove_venv, models):
                         "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
                         "tp": 8},
              "tune": {"start_timeout": 60}}
-    path = tmp_path / "stack.yml"
-    path.write_text(yaml.safe_dump(stack))
-    faults = tmp_path / "faults.json"
-
-    def case(*model: str) -> tuple[Path, dict]:
-        faults.write_text(json.dumps({"args": list(model)}))
-        return path, {**os.environ, "SGLANG_STANDIN_FAULTS": str(faults)}
-
+    case = standin_case(tmp_path, stack)
     case.port, case.dir, case.models = port, tmp_path, models
     yield case
     assert not _servers_running(prove_venv), "a server outlived the prove run"

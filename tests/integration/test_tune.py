@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, rig
+from conftest import REPO, rig, standin_case
 
 # Costs in ms: a step's fixed part, each verified token of each running request, each draft step.
 # With 80% acceptance per position, 3 steps make 2.95 tokens a step: EAGLE-3 (3 steps) serves one
@@ -75,17 +75,18 @@ def tune_case(tmp_path, standin_venv):
                         "cuda_graph_max_bs": 64},
              "bench": {"concurrency": [1, 64], "max_tokens": 16, "rounds": 2},
              "tune": {"steps": [1, 3], "start_timeout": 60}}
-    path = tmp_path / "stack.yml"
-    path.write_text(yaml.safe_dump(stack))
-    faults = tmp_path / "faults.json"
-
-    def case(*model: str) -> tuple[Path, dict]:
-        faults.write_text(json.dumps({"args": list(model)}))
-        return path, {**os.environ, "SGLANG_STANDIN_FAULTS": str(faults)}
-
+    case = standin_case(tmp_path, stack)
     case.port, case.venv, case.dir = port, standin_venv, tmp_path
     yield case
     assert not _servers_running(standin_venv), "a server outlived the tune run"
+
+
+def three_steps_only(stack: Path) -> None:
+    """The baseline against 3 steps alone: by MODEL's costs 1 step is within 5% of the baseline at C=64, a
+    near-tie that the machine's load decides (how ties are chosen is test_tune_policy's)."""
+    data = yaml.safe_load(stack.read_text())
+    data["tune"]["steps"] = [3]
+    stack.write_text(yaml.safe_dump(data))
 
 
 def tune(stack: Path, out: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -95,12 +96,13 @@ def tune(stack: Path, out: Path, env: dict, *args: str) -> subprocess.CompletedP
 
 def test_crossing_curves_give_speculation_below_the_crossover_and_step_0_above(tune_case):
     stack, env = tune_case(*MODEL)
+    three_steps_only(stack)
     out = tune_case.dir / "out"
     done = tune(stack, out, env)
     assert done.returncode in (0, 1), done.stderr[-2000:]
     result = json.loads((out / "tune.json").read_text())
     assert result["schema_version"] == 1 and result["levels"] == ["C=1", "C=64"]
-    assert list(result["variants"]) == ["baseline", "eagle3-1", "eagle3-3", "policy"]
+    assert list(result["variants"]) == ["baseline", "eagle3-3", "policy"]
     chosen = {r["level"]: r["chosen"] for r in result["choices"]}
     assert chosen == {"C=1": "eagle3-3", "C=64": "baseline"}, result["choices"]
     assert result["policy"]["kind"] == "adaptive" and result["policy"]["slots"] == {"1": 3, "64": 0}
@@ -130,6 +132,7 @@ def test_a_policy_whose_step_0_loses_to_the_baseline_is_reported_so(tune_case):
     # the draft-extend pass costs 0.5 ms per running request even at step 0: at 64 in flight the policy's
     # step-0 slot runs well below a server without speculation
     stack, env = tune_case(*MODEL, "--extend-ms", "0.5")
+    three_steps_only(stack)
     out = tune_case.dir / "out"
     done = tune(stack, out, env)
     assert done.returncode == 1, done.stderr[-2000:]
