@@ -47,6 +47,15 @@ def in_image(tag: str, script: str) -> str:
     return ok(run(["docker", "run", "--rm", "--entrypoint", "bash", tag, "-c", script])).stdout
 
 
+def prune(lock: Path) -> None:
+    """Remove the untagged images of LOCK's builds (an earlier build of a tag that moved): only those, so that
+    another worker's build, whose steps are untagged until it ends, keeps its layers."""
+    from rig.image import LABEL
+    from rig.lock import read
+
+    run(["docker", "image", "prune", "-f", "--filter", f"label={LABEL}.lock-hash={read(lock)['lock_hash']}"])
+
+
 @dataclass
 class Box:
     name: str
@@ -136,17 +145,16 @@ def ansible_env() -> dict:
 
 
 # Under `-n N --dist loadscope` (make test's box run) the scheduler below keeps on one worker each module's
-# tests (they share its module-scoped boxes), every module that uses the lab (a 4 GB install, built once per
-# worker) and the image modules (they prune the engine's dangling images). pytest-xdist's own loadgroup
-# cannot: pytest 9 builds a test's id from its node, and the group suffix xdist writes is never read.
-LAB_MODULES = {"test_patches", "test_prove", "test_server_args", "test_testmodel", "test_validate", "test_wheels"}
+# tests (they share its module-scoped boxes and images), and the modules that use the lab (a 4 GB install,
+# built once per worker) in two groups of about equal length. pytest-xdist's own loadgroup cannot: pytest 9
+# builds a test's id from its node, and the group suffix xdist writes is never read.
+LAB_MODULES = {"test_patches": "lab-1", "test_server_args": "lab-1", "test_testmodel": "lab-1",
+               "test_validate": "lab-1", "test_prove": "lab-2", "test_wheels": "lab-2"}
 
 
 def worker_group(nodeid: str) -> str:
     module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
-    if module in LAB_MODULES:
-        return "lab"
-    return "image" if module.startswith("test_image") else module
+    return LAB_MODULES.get(module, module)
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -162,7 +170,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    if "lab" in item.fixturenames and worker_group(item.nodeid) != "lab":
+    if "lab" in item.fixturenames and not worker_group(item.nodeid).startswith("lab-"):
         raise pytest.UsageError(f"{item.nodeid} uses the lab: add its module to LAB_MODULES in tests/conftest.py, "
                                 "so that one worker builds the lab for all of them")
 

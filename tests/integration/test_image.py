@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import DEFAULT_LOCK, REPO, in_image, rig, run
+from conftest import DEFAULT_LOCK, REPO, in_image, prune, rig, run
 from rig.lock import read
 
 pytestmark = pytest.mark.box
@@ -40,7 +40,7 @@ def first(base_image) -> dict:
     result = build()
     yield {**result, "content": installed(result["tag"])}
     run(["docker", "rmi", "-f", result["tag"]])
-    run(["docker", "image", "prune", "-f"])
+    prune(DEFAULT_LOCK)
 
 
 def test_the_default_stack_image_builds_and_verifies(first):
@@ -68,7 +68,7 @@ def test_the_default_stack_image_builds_and_verifies(first):
 def test_two_builds_of_one_lock_hold_the_same_packages_and_patched_files(first):
     # the first build's 11 GB go first: committing a layer briefly takes twice its size on disk
     run(["docker", "rmi", "-f", first["tag"]])
-    run(["docker", "image", "prune", "-f"])
+    prune(DEFAULT_LOCK)
     again = build("--no-cache")
     assert not any(step["cached"] for step in again["steps"])
     assert again["tag"] == first["tag"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CACHE, REPO, in_image, ok, rig, run
+from conftest import CACHE, REPO, in_image, ok, prune, rig, run
 from rig.lock import read
 
 pytestmark = pytest.mark.box
@@ -54,7 +54,7 @@ def built(cuda_base):
     result = build(cuda_base)
     yield {**result, "key": key, "base": cuda_base}
     run(["docker", "rmi", "-f", result["tag"]])
-    run(["docker", "image", "prune", "-f"])
+    prune(STACK.with_suffix(".lock"))
 
 
 def test_the_builder_compiles_the_extension_and_the_cache_keeps_it_audited(built):
