@@ -234,15 +234,13 @@ def _testmodel(python: Path, models: Path, tps: list[int], record: Step) -> None
     record.detail = made["msg"]
 
 
-def _serve(servers: Servers, report: Report, label: str, stack: dict, venv: str, baseline: bool, out: Path,
+def _serve(servers: Servers, report: Report, label: str, argv: list[str], url: str, baseline: bool, out: Path,
            api_key_env: str, want: list[list[int]] | None) -> dict | None:
-    """One server: started and smoke-tested, asked the numerics prompts, benchmarked briefly, stopped.
-    Returns its numerics answer (None when it never served)."""
+    """One server, from ARGV (rendered by plan()): started and smoke-tested, asked the numerics prompts,
+    benchmarked briefly, stopped. Returns its numerics answer (None when it never served)."""
     launched: list[Launched] = []
-    url = health_url(stack)
 
     def start(record: Step) -> None:
-        argv = render(stack, venv, baseline=baseline)["argv"]
         record.data = {"argv": argv, "log": str(out / "logs" / f"{label.replace(' ', '-')}.log")}
         launched.append(servers.start(label, argv, url, Path(record.data["log"])))
         record.data.update(smoke=launched[0].smoke["msg"], healthy_after_s=launched[0].started_s,
@@ -339,7 +337,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
         else:
             with Servers(stack["tune"]["start_timeout"], api_key_env) as servers:
                 for size in tps:
-                    _serve_size(servers, report, stack, venv, models, size, gpus, out, api_key_env)
+                    _serve_size(servers, report, lines, health_url(stack), size, gpus, out, api_key_env)
     except BaseException as exc:
         result["stopped"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         _write_quietly(result, report, out)
@@ -357,19 +355,19 @@ def _line(s: Step) -> str:
     return f"{s.status.upper():4}  {s.name} ({s.seconds:g} s)" + (f": {first}" if first else "")
 
 
-def _serve_size(servers: Servers, report: Report, stack: dict, venv: str, models: Path, size: int, gpus: int,
+def _serve_size(servers: Servers, report: Report, lines: dict[str, list[str]], url: str, size: int, gpus: int,
                 out: Path, api_key_env: str) -> None:
     if size > 1 and gpus < size:
         report.skip(f"tp{size}", f"TP {size} needs {size} GPUs; {gpus} visible")
         return
-    served = _with_model(stack, models, size)
-    base = _serve(servers, report, f"{BASELINE} tp{size}", served, venv, True, out, api_key_env, None)
+    base_label, eagle_label = f"{BASELINE} tp{size}", f"{EAGLE} tp{size}"
+    base = _serve(servers, report, base_label, lines[base_label], url, True, out, api_key_env, None)
     if base is None:
         report.skip(f"{EAGLE} tp{size}", "the baseline did not serve, so there is no reference")
     elif base["matched"] != base["prompts"]:
         report.skip(f"{EAGLE} tp{size}", "the baseline does not follow the rule, so it is no reference")
     else:
-        _serve(servers, report, f"{EAGLE} tp{size}", served, venv, False, out, api_key_env, base["tokens"])
+        _serve(servers, report, eagle_label, lines[eagle_label], url, False, out, api_key_env, base["tokens"])
 
 
 def _machine() -> dict:
