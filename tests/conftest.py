@@ -157,6 +157,12 @@ def worker_group(nodeid: str) -> str:
     return LAB_MODULES.get(module, module)
 
 
+# The longest groups first, each paired with a short one (xdist gives every worker two groups to start
+# with, then the next as one finishes), so that no long group waits behind others: times from the box run.
+FIRST = ("test_image", "test_python_stack", "lab-1", "lab-2", "test_bare_metal", "test_rollout", "test_cuda_toolkit",
+         "test_image_builder", "test_role_scenarios")
+
+
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadscope":
         return None
@@ -166,7 +172,16 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return worker_group(nodeid)
 
+    config.option.loadscopereorder = False  # the groups in collection order, which FIRST sets
     return SharedState(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        group = worker_group(item.nodeid)
+        return FIRST.index(group) if group in FIRST else len(FIRST)
+
+    items.sort(key=rank)  # stable: within a group, the file's own order
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
