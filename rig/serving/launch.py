@@ -2,10 +2,12 @@
 and every one stopped when the run ends, however it ends (a failure, Ctrl-C, SIGTERM)."""
 from __future__ import annotations
 
+import copy
 import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from subprocess import Popen
 from urllib.parse import urlsplit
 
@@ -105,3 +107,10 @@ def make_logs(out: Path) -> Path:
         raise RigError(f"--out {out}: cannot make {out / 'logs'}: {exc.strerror or exc}; give a directory rig "
                        "can write") from exc
     return out / "logs"
+
+
+def with_server(stack: dict, **server: Any) -> dict:
+    """A copy of STACK whose server section has SERVER's keys instead: a variant rig starts itself."""
+    derived = copy.deepcopy(stack)
+    derived["server"].update(server)
+    return derived

@@ -23,7 +23,7 @@ from rig.fs import atomic_write
 from rig.proc import ask
 from rig.serve_bench import Plan, Server, ServerDown, _num, save_figure
 from rig.server import health_url, render
-from rig.serving.launch import Launched, Servers, make_logs, results_dir
+from rig.serving.launch import Launched, Servers, make_logs, results_dir, with_server
 from rig.serving.tune import Level, measure
 from rig.sglang_api import call, expect_json
 
@@ -165,9 +165,7 @@ def _difference(label: str, against: str, result: dict) -> str:
 
 
 def _with_model(stack: dict, models: Path, tp: int) -> dict:
-    server = {**stack["server"], "model": "testmodel", "draft_model": "testmodel", "testmodel_dir": str(models),
-              "tp": tp}
-    return {**stack, "server": server}
+    return with_server(stack, model="testmodel", draft_model="testmodel", testmodel_dir=str(models), tp=tp)
 
 
 def tp_sizes(stack: dict, tp: int | None) -> list[int]:

@@ -36,7 +36,7 @@ from rig.serve_bench import (Plan, Server, ServerDown, _num, aggregate, check_fi
                               within_range)
 from rig.server import health_url, render
 from rig.serving import adaptive
-from rig.serving.launch import Servers, make_logs, results_dir
+from rig.serving.launch import Servers, make_logs, results_dir, with_server
 from rig.serving.workload import Workload
 from rig.sglang_api import server_accept_length, server_info
 
@@ -71,15 +71,9 @@ class Level:
         return f"C={self.concurrency}" if self.rate is None else f"R={self.rate:g}/s"
 
 
-def _with_server(stack: dict, **server: Any) -> dict:
-    derived = copy.deepcopy(stack)
-    derived["server"].update(server)
-    return derived
-
-
 def eagle(stack: dict, steps: int, config: str = "") -> dict:
     """The stack's server line with fixed EAGLE-3 at STEPS (or the adaptive CONFIG): topk 1, steps + 1 drafts."""
-    return _with_server(stack, speculative_num_steps=steps, speculative_eagle_topk=1,
+    return with_server(stack, speculative_num_steps=steps, speculative_eagle_topk=1,
                         speculative_num_draft_tokens=steps + 1, speculative_adaptive_config=config)
 
 
@@ -87,12 +81,12 @@ def variants(stack: dict) -> list[Variant]:
     server = stack["server"]
     if not server["draft_model"]:
         raise RigError("rig tune compares EAGLE-3 with the baseline: the stack has no server.draft_model; set it")
-    found = [Variant(BASELINE, 0, _with_server(stack, speculative_adaptive_config=""))]
+    found = [Variant(BASELINE, 0, with_server(stack, speculative_adaptive_config=""))]
     own = server["speculative_num_steps"]
     steps = sorted(set(stack["tune"]["steps"]) | ({own} if server["speculative_eagle_topk"] == 1 else set()))
     found += [Variant(f"eagle3-{k}", k, eagle(stack, k)) for k in steps]
     if server["speculative_eagle_topk"] != 1:  # measured, but SGLang's adaptive mode cannot serve it
-        found.append(Variant("stack", own, _with_server(stack, speculative_adaptive_config=""), candidate=False))
+        found.append(Variant("stack", own, with_server(stack, speculative_adaptive_config=""), candidate=False))
     return found
 
 
