@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -542,6 +543,29 @@ machine (2 cores, 24 GiB), {rounds} round(s), kinds interleaved: the default loc
 """)
 
 
+class DiskPeak:
+    """The most disk used on PATH's filesystem above what was used at the start, sampled every 2 s
+    (the suite's temporary trees, the Docker engine's images and containers: all on one filesystem in CI)."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.peak, self._stop = path, 0, threading.Event()
+
+    def __enter__(self) -> DiskPeak:
+        start = shutil.disk_usage(self.path).used
+
+        def sample() -> None:
+            while not self._stop.wait(2):
+                self.peak = max(self.peak, shutil.disk_usage(self.path).used - start)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def bench_suite(rounds: int) -> None:
     """make test on a fresh clone of HEAD, as CI runs it (.ci/run), with this machine's caches: the install,
     each pytest run (from its JUnit file) and what is left (lint, the Docker engine, the base image)."""
@@ -554,10 +578,11 @@ def bench_suite(rounds: int) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "RIG_BASE_IMAGE"))}
         env["CI"] = "true"
         start = time.monotonic()
-        done = subprocess.run(["make", "venv"], cwd=clone, env=env, capture_output=True, text=True, check=False)
-        install = time.monotonic() - start
-        done = done if done.returncode else subprocess.run(["bash", ".ci/run"], cwd=clone, env=env,
-                                                           capture_output=True, text=True, check=False)
+        with DiskPeak(tempfile.gettempdir()) as disk:
+            done = subprocess.run(["make", "venv"], cwd=clone, env=env, capture_output=True, text=True, check=False)
+            install = time.monotonic() - start
+            done = done if done.returncode else subprocess.run(["bash", ".ci/run"], cwd=clone, env=env,
+                                                               capture_output=True, text=True, check=False)
         total = time.monotonic() - start
         if done.returncode != 0:
             raise SystemExit(f"make test failed in {clone}:\n{done.stdout[-4000:]}{done.stderr[-2000:]}")
@@ -567,7 +592,8 @@ def bench_suite(rounds: int) -> None:
             suite = suite if suite.tag == "testsuite" else suite[0]
             phases[name] = (float(suite.get("time")), int(suite.get("tests")))
             slowest += [(float(c.get("time")), c.get("name")) for c in suite.iter("testcase")]
-        runs.append({"install": install, "total": total, "phases": phases, "slowest": sorted(slowest)[-5:]})
+        runs.append({"install": install, "total": total, "phases": phases, "slowest": sorted(slowest)[-5:],
+                     "disk": disk.peak})
         shutil.rmtree(clone.parent, ignore_errors=True)
     last = runs[-1]
     rest = statistics.median(r["total"] - r["install"] - sum(t for t, _ in r["phases"].values()) for r in runs)
@@ -577,6 +603,7 @@ def bench_suite(rounds: int) -> None:
               f"| {last['phases'][name][1]} |" for name in ("quick", "boxes")),
             f"| lint, Docker engine, base image | {rest / 60:.1f} | |",
             f"| **make test, wall** | **{statistics.median(r['total'] for r in runs) / 60:.1f}** | |"]
+    disk = max(r["disk"] for r in runs) / 2**30
     slow = "\n".join(f"- {name}: {seconds / 60:.1f} min" for seconds, name in reversed(last["slowest"]))
     write_section("suite", f"""## The suite: `make test` on a fresh clone ({datetime.now(timezone.utc):%Y-%m-%d})
 
@@ -584,6 +611,8 @@ def bench_suite(rounds: int) -> None:
 this machine's caches (wheels, CUDA, the base image) warm; {rounds} round(s), {os.cpu_count()} cores.
 
 {chr(10).join(rows)}
+
+At most {disk:.1f} GiB of disk in use above the start (temporary trees, images, containers; sampled every 2 s).
 
 The slowest tests of the last round (a test's time includes the fixtures it set up):
 

@@ -145,8 +145,8 @@ def ansible_env() -> dict:
 
 
 # Under `-n N --dist loadscope` (make test's box run) the scheduler below keeps on one worker each module's
-# tests (they share its module-scoped boxes and images), and the modules that use the lab (a 4 GB install,
-# built once per worker) in two groups of about equal length. pytest-xdist's own loadgroup cannot: pytest 9
+# tests (they share its module-scoped boxes and images), and the modules that use the lab in two groups of
+# about equal length. pytest-xdist's own loadgroup cannot: pytest 9
 # builds a test's id from its node, and the group suffix xdist writes is never read.
 LAB_MODULES = {"test_patches": "lab-1", "test_server_args": "lab-1", "test_testmodel": "lab-1",
                "test_validate": "lab-1", "test_prove": "lab-2", "test_wheels": "lab-2"}
@@ -182,12 +182,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return FIRST.index(group) if group in FIRST else len(FIRST)
 
     items.sort(key=rank)  # stable: within a group, the file's own order
-
-
-def pytest_itemcollected(item: pytest.Item) -> None:
-    if "lab" in item.fixturenames and not worker_group(item.nodeid).startswith("lab-"):
-        raise pytest.UsageError(f"{item.nodeid} uses the lab: add its module to LAB_MODULES in tests/conftest.py, "
-                                "so that one worker builds the lab for all of them")
 
 
 @pytest.fixture(scope="session")
@@ -270,30 +264,61 @@ def provisioned_box(base_image):
         _remove([shared])
 
 
-@pytest.fixture(scope="session")
-def lab(tmp_path_factory) -> dict:
-    """Two real environments built by rig from its wheelhouse on this machine.
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """NAME under the run's shared temporary root, built by BUILD(path) by the first worker that asks
+    (the others wait on a file lock) and reused by all: one copy on disk however many workers need it."""
+    import fcntl
 
-    v23 is the default stack's lock (sglang 0.5.23, flashinfer 0.7.2, torch 2.14.1).
-    v9 holds the 0.5.9 stack's locked sglang 0.5.9 and flashinfer 0.6.3 wheels over
-    v23's packages (a .pth file): that stack's torch 2.9.1+cu130 comes from a per-site
-    index this machine does not have, and the patched modules import on these.
-    """
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    target, done = root / name, root / f"{name}.built"
+    with open(root / f"{name}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(target, ignore_errors=True)
+            build(target)
+            done.touch()
+    return target
+
+
+def _default_venv(root: Path) -> None:
+    from rig.lock import read
+
+    for lock in (DEFAULT_LOCK, LOCK_059):
+        ok(rig("wheelhouse", "fetch", str(lock), "--cache", CACHE))
+    house = root.with_name(root.name + "-house")
+    ok(rig("wheelhouse", "export", str(DEFAULT_LOCK), str(house), "--cache", CACHE))
+    ok(rig("venv", "install", "--venv", str(root), "--lock-hash", read(DEFAULT_LOCK)["lock_hash"],
+           "--python-version", "3.11", "--wheelhouse", str(house), "--installer", "uv"))
+    shutil.rmtree(house)
+
+
+def overlay(base: Path, lock: Path, dest: Path, names: set[str] | None = None) -> Path:
+    """A venv at DEST with LOCK's wheels (those in NAMES, or all) installed in it and BASE's packages under
+    them (a .pth file): a few MB of its own, so that a test may patch it while others read BASE."""
     from rig.lock import read
     from rig.wheelhouse import cached_path
 
-    root = tmp_path_factory.mktemp("lab")
-    for lock in (DEFAULT_LOCK, LOCK_059):
-        ok(rig("wheelhouse", "fetch", str(lock), "--cache", CACHE))
-    ok(rig("wheelhouse", "export", str(DEFAULT_LOCK), str(root / "house"), "--cache", CACHE))
-    v23, v9 = root / "v23", root / "v9"
-    ok(rig("venv", "install", "--venv", str(v23), "--lock-hash", read(DEFAULT_LOCK)["lock_hash"],
-           "--python-version", "3.11", "--wheelhouse", str(root / "house"), "--installer", "uv"))
-    shutil.rmtree(root / "house")
-    ok(subprocess.run(["python3", "-m", "venv", "--without-pip", str(v9)], capture_output=True, text=True, check=False))
-    wheels = [str(cached_path(CACHE, w)) for w in read(LOCK_059)["wheels"]]
-    ok(subprocess.run([str(v23 / "bin" / "python"), "-m", "pip", "--python", str(v9 / "bin" / "python"), "install",
-                       "-q", "--no-deps", "--no-index", *wheels], capture_output=True, text=True, check=False))
+    ok(subprocess.run(["python3", "-m", "venv", "--without-pip", str(dest)], capture_output=True, text=True,
+                      check=False))
+    wheels = [str(cached_path(CACHE, w)) for w in read(lock)["wheels"] if names is None or w["name"] in names]
+    ok(subprocess.run([str(base / "bin" / "python"), "-m", "pip", "--python", str(dest / "bin" / "python"),
+                       "install", "-q", "--no-deps", "--no-index", *wheels], capture_output=True, text=True,
+                      check=False))
     site = "lib/python3.11/site-packages"
-    (v9 / site / "zz-rig-lab-base.pth").write_text(str(v23 / site) + "\n")
-    return {"v9": v9, "v23": v23}
+    (dest / site / "zz-rig-lab-base.pth").write_text(str(base / site) + "\n")
+    return dest
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory) -> dict:
+    """Real environments built by rig from its wheelhouse on this machine.
+
+    v23 is the default stack's lock (sglang 0.5.23, flashinfer 0.7.2, torch 2.14.1): an 11 GB install that the
+    workers share, so no test changes it (test_patches patches an overlay of its own). v9 holds the 0.5.9
+    stack's locked sglang 0.5.9 and flashinfer 0.6.3 wheels over v23's packages, one per worker: that stack's
+    torch 2.9.1+cu130 comes from a per-site index this machine does not have, and the patched modules import
+    on these.
+    """
+    v23 = built_once(tmp_path_factory, "lab-v23", _default_venv)
+    return {"v23": v23, "v9": overlay(v23, LOCK_059, tmp_path_factory.mktemp("lab") / "v9")}

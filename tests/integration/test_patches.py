@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, ok, rig
+from conftest import DEFAULT_LOCK, REPO, ok, overlay, rig
 
 pytestmark = pytest.mark.venv
 
@@ -114,8 +114,8 @@ def test_every_check_fails_on_the_original_code(lab):
     assert set(failed) == NEEDED_059, failed
 
 
-def test_on_0_5_23_delegation_is_upstream_and_the_rest_applies_cleanly(lab):
-    v23 = lab["v23"]
+def test_on_0_5_23_delegation_is_upstream_and_the_rest_applies_cleanly(lab, tmp_path):
+    v23 = overlay(lab["v23"], DEFAULT_LOCK, tmp_path / "v23", {"sglang", "flashinfer-python"})  # lab's is shared
     before = statuses(v23)
     assert before["sglang-kimi-k25-eagle3-delegation"]["status"] == "upstream"
     assert before["flashinfer-trtllm-comm-sm120"]["status"] == "upstream"
