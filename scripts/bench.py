@@ -235,8 +235,8 @@ One box against three: see the provision section.
 def bench_wheels(rounds: int) -> None:
     """Audit and build times, in a venv and CUDA tree rig makes from its own caches."""
     sys.path.insert(0, str(REPO))
-    from rig.lock import read
-    from rig.pip import download, target_args
+    from rig.python.lock import read
+    from rig.python.pip import download, target_args
 
     if not shutil.which("ccache"):
         subprocess.run(["apt-get", "install", "-y", "-q", "ccache"], check=True, capture_output=True)
@@ -373,8 +373,8 @@ def bench_client(rounds: int) -> None:
     import urllib.request
 
     sys.path.insert(0, str(REPO))
-    from rig import serve_bench
-    from rig.sglang_api import generate_body
+    from rig.serving import bench as serve_bench
+    from rig.serving.sglang_api import generate_body
 
     cores = sorted(os.sched_getaffinity(0))
     client_core, server_core = cores[-1], cores[0]
@@ -485,7 +485,7 @@ whose space is small, so fewer cases are tried than properties times examples.
 def bench_installer(rounds: int) -> None:
     """The same wheelhouse, the same hash-checked offline install, three installers, interleaved."""
     sys.path.insert(0, str(REPO))
-    from rig.installer import UV_VERSION
+    from rig.python.installer import UV_VERSION
 
     uv = f"uv=={UV_VERSION}"  # the one rig pins
     lock = STACK.with_suffix(".lock")

@@ -51,7 +51,7 @@ def prune(lock: Path) -> None:
     """Remove the untagged images of LOCK's builds (an earlier build of a tag that moved): only those, so that
     another worker's build, whose steps are untagged until it ends, keeps its layers."""
     from rig.image import LABEL
-    from rig.lock import read
+    from rig.python.lock import read
 
     run(["docker", "image", "prune", "-f", "--filter", f"label={LABEL}.lock-hash={read(lock)['lock_hash']}"])
 
@@ -69,7 +69,7 @@ class Box:
     def engine(self, *args: str) -> tuple[int, str, str]:
         """Run the rig engine bundle inside the box, as the roles do."""
         from rig.cli import DEFAULT_BUNDLE
-        from rig.container import run_engine
+        from rig.engine.container import run_engine
 
         return run_engine(self.name, list(args), DEFAULT_BUNDLE)
 
@@ -282,7 +282,7 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
 
 
 def _default_venv(root: Path) -> None:
-    from rig.lock import read
+    from rig.python.lock import read
 
     for lock in (DEFAULT_LOCK, LOCK_059):
         ok(rig("wheelhouse", "fetch", str(lock), "--cache", CACHE))
@@ -296,8 +296,8 @@ def _default_venv(root: Path) -> None:
 def overlay(base: Path, lock: Path, dest: Path, names: set[str] | None = None) -> Path:
     """A venv at DEST with LOCK's wheels (those in NAMES, or all) installed in it and BASE's packages under
     them (a .pth file): a few MB of its own, so that a test may patch it while others read BASE."""
-    from rig.lock import read
-    from rig.wheelhouse import cached_path
+    from rig.python.lock import read
+    from rig.python.wheelhouse import cached_path
 
     ok(subprocess.run(["python3", "-m", "venv", "--without-pip", str(dest)], capture_output=True, text=True,
                       check=False))

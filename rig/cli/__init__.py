@@ -16,11 +16,32 @@ import sys
 
 import click
 
-from rig import RigError, __version__
-from rig.cli import (audit, bundle, cuda, doctor, env, image, ldconfig, lock, machine, patch, prove, server, smoke,
-                     stack, testmodel, tool, tune, validate, venv, wheelhouse, wheels)
-from rig.cli.common import (DEFAULT_BUNDLE, DEFAULT_CACHE, DEFAULT_STACK, ERROR, INTERNAL, INTERRUPTED,
-                            SIGNALLED)
+from rig import __version__
+from rig.cli import (
+    audit,
+    bundle,
+    cuda,
+    doctor,
+    env,
+    image,
+    ldconfig,
+    lock,
+    machine,
+    patch,
+    prove,
+    server,
+    smoke,
+    stack,
+    testmodel,
+    tool,
+    tune,
+    validate,
+    venv,
+    wheelhouse,
+    wheels,
+)
+from rig.cli.common import DEFAULT_BUNDLE, DEFAULT_CACHE, DEFAULT_STACK, ERROR, INTERNAL, INTERRUPTED, SIGNALLED
+from rig.core import RigError
 
 __all__ = ["DEFAULT_BUNDLE", "DEFAULT_CACHE", "DEFAULT_STACK", "cli", "main"]
 

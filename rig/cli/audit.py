@@ -29,8 +29,8 @@ def audit(paths, stack_path, venv_path, torch_path, cache, as_json) -> None:
     venv's torch and NVIDIA libraries, RUNPATH, this host's loader cache).
     Exit 1 when any artifact fails.
     """
-    from rig import audit as audits
-    from rig.stack import load
+    from rig.kernels import audit as audits
+    from rig.stack.spec import load
 
     common, installed = audits.context(load(stack_path), venv_path, torch_path, list(paths), cache)
     reports = [audits.audit_path(p, installed, common) for p in paths]

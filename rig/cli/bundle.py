@@ -11,6 +11,6 @@ from rig.cli.common import DEFAULT_BUNDLE, emit, json_option
 @json_option
 def bundle(out, as_json) -> None:
     """Build the engine zipapp that roles run on targets (needs only python3 there)."""
-    from rig.bundle import build
+    from rig.engine.bundle import build
 
     emit(build(out), as_json)

@@ -73,7 +73,7 @@ class Seconds(click.ParamType):
 
 def to_file_or_stdout(text: str, out: str | None) -> None:
     if out:
-        from rig.fs import atomic_write
+        from rig.core.fs import atomic_write
 
         atomic_write(out, text)
     else:
@@ -85,9 +85,3 @@ def emit(result: dict, as_json: bool) -> None:
         click.echo(json.dumps(result, indent=2, sort_keys=True))
     else:
         click.echo(result.get("msg") or "\n".join(f"{k}: {v}" for k, v in result.items()))
-
-
-def yaml_dump(data: dict) -> str:
-    import yaml
-
-    return yaml.safe_dump(data, sort_keys=False).rstrip()

@@ -24,7 +24,7 @@ def cuda() -> None:
 @json_option
 def cuda_fetch(version, components, method, url, sha256, platform, cache, as_json) -> None:
     """Download a toolkit's artifacts once into the controller cache (verified)."""
-    from rig import cuda as engine
+    from rig.cuda import toolkit as engine
 
     if method == "runfile":
         result = engine.fetch_runfile(url, sha256, cache)
@@ -44,7 +44,7 @@ def cuda_fetch(version, components, method, url, sha256, platform, cache, as_jso
 @json_option
 def cuda_install(version, method, components, source, sha256, prefix, check, as_json) -> None:
     """Install a toolkit into PREFIX/cuda-X.Y, staged and renamed into place."""
-    from rig import cuda as engine
+    from rig.cuda import toolkit as engine
 
     emit(engine.install(version, prefix, method, list(components or engine.COMPONENTS),
                         source, sha256, check), as_json)
@@ -60,7 +60,7 @@ def cuda_install(version, method, components, source, sha256, prefix, check, as_
 @json_option
 def cuda_default(version, prefix, state_dir, check, installing, as_json) -> None:
     """Point PREFIX/cuda at cuda-X.Y atomically, remembering the old target."""
-    from rig import cuda as engine
+    from rig.cuda import toolkit as engine
 
     emit(engine.set_default(version, prefix, state_dir, check, installing), as_json)
 
@@ -72,7 +72,7 @@ def cuda_default(version, prefix, state_dir, check, installing, as_json) -> None
 @json_option
 def cuda_rollback(prefix, state_dir, check, as_json) -> None:
     """Restore PREFIX/cuda to the target it had before `rig cuda default`."""
-    from rig import cuda as engine
+    from rig.cuda import toolkit as engine
 
     emit(engine.rollback_default(prefix, state_dir, check), as_json)
 
@@ -82,7 +82,7 @@ def cuda_rollback(prefix, state_dir, check, as_json) -> None:
 @json_option
 def cuda_list(prefix, as_json) -> None:
     """List the toolkits under PREFIX and the version each nvcc reports."""
-    from rig import cuda as engine
+    from rig.cuda import toolkit as engine
 
     found = engine.toolkits(prefix)
     if as_json:

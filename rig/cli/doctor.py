@@ -31,10 +31,10 @@ def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect
     check names its fix. With --log, the log's known failures instead (rules in
     rig/log_rules.yml); exit 1 when one is found.
     """
-    from rig import doctor as checks
+    from rig.machine import doctor as checks
 
     if log_path:
-        from rig.log_doctor import diagnose
+        from rig.machine.log_doctor import diagnose
 
         found = diagnose(log_path)
         emit(found, as_json)
@@ -42,7 +42,7 @@ def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect
 
     default_gpus = pcie_only = None
     if not cuda_version or not archs or stack_path:
-        from rig.stack import load, pins_packages
+        from rig.stack.spec import load, pins_packages
 
         data = load(stack_path or DEFAULT_STACK)
         cuda_version = cuda_version or data["cuda"]["version"]

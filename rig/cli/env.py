@@ -5,8 +5,8 @@ import json
 
 import click
 
-from rig import RigError
 from rig.cli.common import DEFAULT_STACK, check_option, emit, json_option, prefix_option
+from rig.core import RigError
 
 
 @click.group("env")
@@ -25,8 +25,8 @@ def _env_source(func):
 def _environment(stack_path: str, env_json: str | None, prefix: str) -> tuple[dict, str]:
     """(environment, stack name) from a stack file, or from the JSON a role passes."""
     if env_json:
-        from rig.documents import parse_json
-        from rig.schema import Field, distribution
+        from rig.core.documents import parse_json
+        from rig.core.schema import Field, distribution
 
         spec = Field(dict, fields={"pinned": Field(dict, required=True, values=Field()),
                                    "defaults": Field(dict, required=True, values=Field()),
@@ -36,8 +36,8 @@ def _environment(stack_path: str, env_json: str | None, prefix: str) -> tuple[di
         except RigError as exc:
             raise RigError(f"--env-json is not what `rig env show --json` prints: {exc}") from exc
         return {"pinned": data["pinned"], "defaults": data["defaults"]}, data["stack"]
-    from rig.runtime_env import environment
-    from rig.stack import load
+    from rig.python.runtime_env import environment
+    from rig.stack.spec import load
 
     stack = load(stack_path)
     return environment(stack, prefix), stack["name"]
@@ -48,7 +48,7 @@ def _environment(stack_path: str, env_json: str | None, prefix: str) -> tuple[di
 @json_option
 def env_show(stack_path, env_json, prefix, as_json) -> None:
     """Print the sitecustomize module a stack renders (or its variables as JSON)."""
-    from rig.runtime_env import render
+    from rig.python.runtime_env import render
 
     env, name = _environment(stack_path, env_json, prefix)
     click.echo(json.dumps({**env, "stack": name}, sort_keys=True) if as_json else render(env, name))
@@ -64,7 +64,7 @@ def env_install(venv_path, stack_path, env_json, prefix, check, as_json) -> None
 
     Any sitecustomize already there keeps running, after rig's module.
     """
-    from rig.runtime_env import install
+    from rig.python.runtime_env import install
 
     env, name = _environment(stack_path, env_json, prefix)
     emit(install(venv_path, env, name, check), as_json)
@@ -76,6 +76,6 @@ def env_install(venv_path, stack_path, env_json, prefix, check, as_json) -> None
 @json_option
 def env_remove(venv_path, check, as_json) -> None:
     """Take rig's environment module out of the venv."""
-    from rig.runtime_env import remove
+    from rig.python.runtime_env import remove
 
     emit(remove(venv_path, check), as_json)

@@ -6,8 +6,8 @@ import os
 
 import click
 
-from rig import RigError
 from rig.cli.common import DEFAULT_CACHE, DEFAULT_STACK, emit, json_option, judged, to_file_or_stdout
+from rig.core import RigError
 
 
 @click.command()
@@ -19,7 +19,7 @@ from rig.cli.common import DEFAULT_CACHE, DEFAULT_STACK, emit, json_option, judg
 @click.option("--out", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
 def sbom(venv_path, requirements, name, out) -> None:
     """A CycloneDX 1.5 SBOM of the venv: every distribution, with its locked wheel's sha256."""
-    from rig.sbom import cyclonedx
+    from rig.image.sbom import cyclonedx
 
     to_file_or_stdout(json.dumps(cyclonedx(venv_path, list(requirements), name), indent=1, sort_keys=True) + "\n", out)
 

@@ -17,8 +17,8 @@ from rig.cli.common import emit, json_option, prefix_option
 @json_option
 def ldconfig_conf(version, prefix, conf_dir, root, write_under, as_json) -> None:
     """Print the ld.so.conf.d file (path, content) that covers a toolkit's libraries."""
-    from rig.fs import atomic_write, confined
-    from rig.ldconfig import conf_for
+    from rig.core.fs import atomic_write, confined
+    from rig.cuda.ldconfig import conf_for
 
     result = conf_for(version, prefix, conf_dir, root)
     if write_under:

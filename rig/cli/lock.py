@@ -18,8 +18,8 @@ def lock_cmd(stack_path, check, as_json) -> None:
     A stack whose hosts have other Pythons lists them under `pythons`; each gets a
     lock of its own, STACK.pyXY.lock, and hosts install the one of their python3.
     """
-    from rig import lock as locking
-    from rig.stack import load
+    from rig.python import lock as locking
+    from rig.stack.spec import load
 
     stack = load(stack_path)
     if check:

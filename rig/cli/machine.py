@@ -5,9 +5,9 @@ from pathlib import Path
 
 import click
 
-from rig import RigError
 from rig.cli.common import emit, json_option, judged
-from rig.fs import output_dir
+from rig.core import RigError
+from rig.core.fs import output_dir
 
 
 @click.command()
@@ -25,8 +25,8 @@ def probe(venv_path, python, gpus, out_dir, as_json) -> None:
     latency of small messages, bus bandwidth (nccl-tests' busbw) of large ones,
     the link class they imply (NVLink or PCIe) and advice for the stack.
     """
-    from rig import gpu_health
-    from rig import probe as probing
+    from rig.machine import gpu_health
+    from rig.machine import probe as probing
 
     output_dir(out_dir, "--out")
     count = gpus or len(gpu_health.gpus(gpu_health.collect()))
@@ -52,7 +52,7 @@ def machine() -> None:
 @json_option
 def machine_facts(pci_root, module_version_path, as_json) -> None:
     """NVIDIA GPUs and NVSwitches on the PCI bus, and the loaded driver module's version."""
-    from rig import gpu_health
+    from rig.machine import gpu_health
 
     emit({**gpu_health.pci_devices(pci_root), "module_version": gpu_health.module_version(module_version_path)},
          as_json)

@@ -39,7 +39,7 @@ def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, summary_dir, api
     it stops every server it started and writes what it has.
     """
     from rig.serving import prove as proving
-    from rig.stack import load
+    from rig.stack.spec import load
 
     if summary_dir:
         table = proving.summary(summary_dir)

@@ -6,8 +6,8 @@ import os
 
 import click
 
-from rig import RigError
 from rig.cli.common import DEFAULT_STACK, json_option
+from rig.core import RigError
 
 
 @click.group()
@@ -37,11 +37,11 @@ def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engin
     named by server.api_key_env is set, --api-key refers to it as ${NAME}: its
     value is never printed.
     """
-    from rig.server import health_gate, render, shell_line
-    from rig.stack import load, validate
+    from rig.serving.server import health_gate, render, shell_line
+    from rig.stack.spec import load, validate
 
     if stack_json:
-        from rig.documents import parse_json
+        from rig.core.documents import parse_json
 
         try:
             stack = validate(parse_json(stack_json, "--stack-json"), "--stack-json")

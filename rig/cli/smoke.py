@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import click
 
-from rig import RigError
 from rig.cli.common import DEFAULT_STACK, Seconds, Url, emit, json_option, judged
-from rig.fs import output_dir
-from rig.sglang_api import KEY_ENV
-
+from rig.core import RigError
+from rig.core.fs import output_dir
+from rig.serving.sglang_api import KEY_ENV
 
 api_key_env_option = click.option("--api-key-env", default=KEY_ENV, show_default=True,
                                   help="Environment variable holding the server's API key (sent, never printed).")
@@ -37,7 +36,7 @@ def smoke(url, timeout, max_tokens, log_path, speculation, health_only, pid, req
     from /server_info; no speculative request at all is a failure. Exit 1 on a
     failed check, 2 when the server does not come up or answer.
     """
-    from rig import smoke as smoking
+    from rig.serving import smoke as smoking
 
     if health_only:
         waited = smoking.wait_healthy(url, timeout, log_path, api_key_env, pid=pid)
@@ -81,8 +80,8 @@ def bench(url, baseline_url, baseline_results, stack_path, concurrency, max_toke
     server stops answering, what was measured is still written. Exit 1 when
     any request failed or a run stopped early.
     """
-    from rig import serve_bench
-    from rig.stack import load
+    from rig.serving import bench as serve_bench
+    from rig.stack.spec import load
 
     if baseline_url and baseline_results:
         raise RigError("give --baseline-url or --baseline-results, not both")

@@ -6,8 +6,8 @@ from pathlib import Path
 import click
 
 from rig.cli.common import check_option, emit, json_option
-from rig.testmodel import DRAFTS as _TESTMODEL_DRAFTS
-from rig.testmodel import KINDS as _TESTMODEL_KINDS
+from rig.serving.testmodel import DRAFTS as _TESTMODEL_DRAFTS
+from rig.serving.testmodel import KINDS as _TESTMODEL_KINDS
 
 
 @click.command()
@@ -34,12 +34,12 @@ def testmodel(out_dir, venv_path, python, tp, kind, draft, context, check, as_js
     venv's own torch. Point the stack at it with `server.model: testmodel`.
 
     --kind numerics writes a target whose greedy tokens follow the rule in
-    rig/numerics.py, computed by every layer's attention and MLP with a wide
+    rig/serving/numerics.py, computed by every layer's attention and MLP with a wide
     margin; it is checked with transformers in the venv (float32 and bfloat16)
     before it is kept. rig prove serves it and compares the tokens.
     """
-    from rig import RigError
-    from rig.testmodel import build
+    from rig.core import RigError
+    from rig.serving.testmodel import build
 
     if kind == "numerics" and draft:
         raise RigError("--draft is for --kind serving; the numerics model's draft proposes the rule's lowest token")

@@ -11,6 +11,6 @@ from rig.cli.common import DEFAULT_CACHE
 @click.option("--cache", default=DEFAULT_CACHE, show_default=True)
 def tool(name, cache) -> None:
     """Print the path of an NVIDIA tool rig uses, fetching it from its wheel into the cache if needed."""
-    from rig.tools import fetch_tool
+    from rig.python.tools import fetch_tool
 
     click.echo(fetch_tool(name, cache))

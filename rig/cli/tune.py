@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import click
 
-from rig import RigError
 from rig.cli.common import DEFAULT_STACK, Seconds, check_option, emit, json_option, judged
 from rig.cli.smoke import api_key_env_option
+from rig.core import RigError
 
 
 def _numbers(text: str | None, option: str, kind: type, low: float) -> list | None:
@@ -65,8 +65,9 @@ def tune(stack_path, venv_path, out_dir, prompts_path, concurrency, request_rate
     started is stopped however the run ends.
     """
     from rig.serving import tune as tuning
-    from rig.serving.workload import Workload, load as load_prompts
-    from rig.stack import load
+    from rig.serving.workload import Workload
+    from rig.serving.workload import load as load_prompts
+    from rig.stack.spec import load
 
     stack = load(stack_path)
     if (levels := _numbers(concurrency, "--concurrency", int, 1)) is not None:

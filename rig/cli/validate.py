@@ -22,9 +22,9 @@ def validate_cmd(stack_path, junit, venv_path, cache, patch_dir, as_json) -> Non
     command line (with --venv); the environment module. Exit 1 when a check fails,
     2 on bad input.
     """
-    from rig.fs import atomic_write
-    from rig.validate import junit as to_junit
-    from rig.validate import run
+    from rig.ci.validate import junit as to_junit
+    from rig.ci.validate import run
+    from rig.core.fs import atomic_write
 
     result = run(stack_path, cache, venv_path, patch_dir)
     if junit:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from rig.cli.common import check_option, emit, json_option, judged
-from rig.installer import INSTALLERS
+from rig.python.installer import INSTALLERS
 
 
 @click.group()
@@ -28,8 +28,8 @@ def venv() -> None:
 def venv_install(venv_path, lock_file, lock_hash, python_version, house, find_links, installer, check,
                  as_json) -> None:
     """Install a lock's wheels with --no-index --require-hashes; a no-op when current."""
-    from rig import lock as locking
-    from rig.venv import install
+    from rig.python import lock as locking
+    from rig.python.venv import install
 
     lock = locking.read(lock_file) if lock_file else None
     if lock is not None:
@@ -44,7 +44,7 @@ def venv_install(venv_path, lock_file, lock_hash, python_version, house, find_li
 @json_option
 def venv_verify(venv_path, as_json) -> None:
     """Check every locked package is installed at its locked version."""
-    from rig.venv import verify
+    from rig.python.venv import verify
 
     result = verify(venv_path)
     emit({**result, "msg": f"{venv_path}: {result['packages']} packages as locked" if result["ok"]
@@ -62,6 +62,6 @@ def venv_verify(venv_path, as_json) -> None:
 @json_option
 def venv_add(venv_path, requirements_sha256, wheelhouse, find_links, check, as_json) -> None:
     """Install rig-built wheels into a stack venv, hash-checked; a no-op when already there."""
-    from rig.venv import add
+    from rig.python.venv import add
 
     emit(add(venv_path, wheelhouse, requirements_sha256, check, find_links), as_json)

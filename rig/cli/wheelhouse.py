@@ -19,8 +19,8 @@ def wheelhouse() -> None:
 @json_option
 def wheelhouse_fetch(lock_path, cache, as_json) -> None:
     """Download every wheel of LOCK once, verifying each sha256; refetch altered ones."""
-    from rig import lock as locking
-    from rig.wheelhouse import fetch
+    from rig.python import lock as locking
+    from rig.python.wheelhouse import fetch
 
     emit(fetch(locking.read(lock_path), cache), as_json)
 
@@ -32,8 +32,8 @@ def wheelhouse_fetch(lock_path, cache, as_json) -> None:
 @json_option
 def wheelhouse_export(lock_path, dest, cache, as_json) -> None:
     """Lay LOCK's wheels out in DEST with a hash-pinned requirements.txt."""
-    from rig import lock as locking
-    from rig.wheelhouse import export
+    from rig.python import lock as locking
+    from rig.python.wheelhouse import export
 
     emit(export(locking.read(lock_path), cache, dest), as_json)
 
@@ -50,7 +50,7 @@ def wheelhouse_export(lock_path, dest, cache, as_json) -> None:
 def wheelhouse_serve(directory, bind, seed, idle_exit, stats, foreground, as_json) -> None:
     """Serve an exported wheelhouse over HTTP for hosts to pull (pip checks every hash); detaches, and stops
     by itself once idle."""
-    from rig import wheel_serving
+    from rig.python import wheel_serving
 
     if not re.fullmatch(r"[0-9a-fA-F]{8,}", seed):
         raise click.BadParameter(f"{seed!r} is not hex digits", param_hint="--seed")
@@ -67,6 +67,6 @@ def wheelhouse_serve(directory, bind, seed, idle_exit, stats, foreground, as_jso
 @json_option
 def wheelhouse_route(host, port, docker, as_json) -> None:
     """The URL at which HOST reaches this machine's PORT (the address the kernel would answer it from)."""
-    from rig.wheel_serving import route
+    from rig.python.wheel_serving import route
 
     emit(route(host, port, docker), as_json)

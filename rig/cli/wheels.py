@@ -5,8 +5,8 @@ from pathlib import Path
 
 import click
 
-from rig import RigError
 from rig.cli.common import DEFAULT_CACHE, DEFAULT_STACK, emit, json_option, prefix_option
+from rig.core import RigError
 
 
 @click.group()
@@ -39,10 +39,10 @@ def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, j
     wheel is kept under CACHE/built/KEY (KEY: the stack lock's hash and the archs)
     only if `rig audit` passes it against that venv.
     """
-    from rig import wheels as builds
-    from rig.cuda_releases import major, series
-    from rig.stack import load
-    from rig.tools import fetch_tool
+    from rig.core.cuda_releases import major, series
+    from rig.kernels import wheels as builds
+    from rig.python.tools import fetch_tool
+    from rig.stack.spec import load
 
     stack = load(stack_path)
     if bool(source) == bool(from_stack):
@@ -62,8 +62,8 @@ def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, j
 @json_option
 def wheels_plan(source, stack_path, cache, as_json) -> None:
     """Say whether the controller's wheelhouse already holds SOURCE built for the stack."""
-    from rig.stack import load
-    from rig.wheels import plan, stack_lock_hash
+    from rig.kernels.wheels import plan, stack_lock_hash
+    from rig.stack.spec import load
 
     emit(plan(source, load(stack_path)["archs"], Path(cache), stack_lock_hash(stack_path)), as_json)
 
@@ -81,8 +81,8 @@ def wheels_plan(source, stack_path, cache, as_json) -> None:
 def wheels_stage(source, stack_path, cache, root, venv_path, cuda_home, jobs, as_json) -> None:
     """Lay out what a builder host needs to build SOURCE (the stack file, cuobjdump, a clean copy of the
     source) and say the `rig wheels build` argv it runs there; the wheel_build role copies the dir over."""
-    from rig.builder import stage_for_host
-    from rig.stack import load
+    from rig.kernels.builder import stage_for_host
+    from rig.stack.spec import load
 
     emit(stage_for_host(source, stack_path, load(stack_path)["archs"], cache, root, venv_path, cuda_home, jobs),
          as_json)
@@ -95,6 +95,6 @@ def wheels_stage(source, stack_path, cache, root, venv_path, cuda_home, jobs, as
 @json_option
 def wheels_export(key, dest, cache, as_json) -> None:
     """Lay the wheels kept under CACHE/built/KEY out in DEST with a hash-pinned requirements file."""
-    from rig.wheels import export
+    from rig.kernels.wheels import export
 
     emit(export([Path(cache) / "built" / key], Path(dest)), as_json)

@@ -16,7 +16,7 @@ import bisect
 import json
 import math
 
-from rig import RigError
+from rig.core import RigError
 
 # SGLang's knobs and the values that make sense for each: (whole number?, lowest, highest)
 KNOBS = {"ema_alpha": (False, 1e-6, 1.0), "update_interval": (True, 1, 1 << 20), "warmup_batches": (True, 0, 1 << 20),
@@ -77,7 +77,7 @@ def slots(config: object, source: str) -> dict[int, list[int]]:
 
 
 def parse(text: str, source: str) -> dict[int, list[int]]:
-    from rig.documents import parse_json
+    from rig.core.documents import parse_json
 
     return slots(parse_json(text, source), source)
 

@@ -7,13 +7,14 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from subprocess import Popen
+from typing import Any
 from urllib.parse import urlsplit
 
-from rig import RigError, progress, proc, smoke
-from rig.fs import output_dir
-from rig.sglang_api import KEY_ENV
+from rig.core import RigError, proc, progress
+from rig.core.fs import output_dir
+from rig.serving import smoke
+from rig.serving.sglang_api import KEY_ENV
 
 
 @dataclass

@@ -5,7 +5,7 @@ numerics test model (built in the stack's venv and checked there by transformers
 size (1 and the stack's, where the box has the GPUs) the baseline and the EAGLE-3 server from
 the stack's own line with that model in place of the real one, one after the other: each is
 health-gated by `rig smoke`, asked for the numerics prompts' greedy tokens, benchmarked briefly
-and stopped. The numerics hold when the baseline generates the rule's tokens (rig/numerics.py)
+and stopped. The numerics hold when the baseline generates the rule's tokens (rig/serving/numerics.py)
 and EAGLE-3 generates the baseline's. A step that cannot run here is skipped with its reason; the
 run passes only when no step fails.
 """
@@ -18,14 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from rig import RigError, numerics, progress, testmodel
-from rig.fs import atomic_write
-from rig.proc import ask
-from rig.serve_bench import Plan, Server, ServerDown, _num, save_figure
-from rig.server import health_url, render
+from rig.core import RigError, progress
+from rig.core.fs import atomic_write
+from rig.core.proc import ask
+from rig.serving import numerics, testmodel
+from rig.serving.bench import Plan, Server, ServerDown, _num, save_figure
 from rig.serving.launch import Launched, Servers, make_logs, results_dir, with_server
+from rig.serving.server import health_url, render
+from rig.serving.sglang_api import call, expect_json
 from rig.serving.tune import Level, measure
-from rig.sglang_api import call, expect_json
 
 SCHEMA_VERSION = 1
 OUTPUTS = ("prove.json", "report.md", "prove.png")
@@ -190,7 +191,7 @@ def versions(python: Path) -> dict:
 
 
 def _doctor(stack: dict, venv: str, record: Step) -> None:
-    from rig import doctor
+    from rig.machine import doctor
 
     checks = doctor.run(stack["cuda"]["version"], stack["archs"], venv=venv, default_gpus=stack["server"]["tp"],
                         pcie_only_env=stack["environment"]["nccl_pcie_only"])
@@ -202,7 +203,7 @@ def _doctor(stack: dict, venv: str, record: Step) -> None:
 
 
 def _probe(python: Path, gpus: int, record: Step) -> None:
-    from rig import probe
+    from rig.machine import probe
 
     record.data = probe.analyse(probe.measure(python, gpus))
     record.detail = f"all-reduce across {gpus} GPU(s): {record.data['link_class']}; {'; '.join(record.data['advice'])}"
@@ -212,7 +213,7 @@ def _probe(python: Path, gpus: int, record: Step) -> None:
 
 def _given_model(models: Path, tps: list[int], record: Step) -> None:
     """--skip testmodel: the model in MODELS must be rig's numerics test model, split for every TP size."""
-    from rig.documents import load_json
+    from rig.core.documents import load_json
 
     made = load_json(models / testmodel.MARKER, "test model record")
     spec = made.get("spec") if isinstance(made, dict) else None
@@ -303,7 +304,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
                 "msg": "\n".join([f"would run {', '.join(steps)}; the servers one at a time at {health_url(stack)}, "
                                   f"with the numerics test model in {models}:",
                                   *(f"  {name}: {' '.join(argv)}" for name, argv in lines.items())])}
-    from rig.doctor import visible_gpus
+    from rig.machine.doctor import visible_gpus
 
     make_logs(out)
     report = Report()
@@ -369,7 +370,7 @@ def _serve_size(servers: Servers, report: Report, lines: dict[str, list[str]], u
 
 
 def _machine() -> dict:
-    from rig import gpu_health
+    from rig.machine import gpu_health
 
     try:
         return gpu_health.collect()
@@ -462,7 +463,7 @@ def _host_row(host: str, report: object) -> dict:
 
 def summary(reports: str | Path) -> dict:
     """REPORTS/HOST/prove.json of every host as one table (summary.md beside them); ok when every host is."""
-    from rig.documents import load_json
+    from rig.core.documents import load_json
 
     root = Path(reports)
     if not root.is_dir() or root.is_symlink():

@@ -30,15 +30,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rig import RigError, progress
-from rig.fs import atomic_write
-from rig.serve_bench import (Plan, Server, ServerDown, _num, aggregate, check_fits, save_figure, summarize,
-                              within_range)
-from rig.server import health_url, render
+from rig.core import RigError, progress
+from rig.core.fs import atomic_write
 from rig.serving import adaptive
+from rig.serving.bench import Plan, Server, ServerDown, _num, aggregate, check_fits, save_figure, summarize, within_range
 from rig.serving.launch import Servers, make_logs, results_dir, with_server
+from rig.serving.server import health_url, render
+from rig.serving.sglang_api import server_accept_length, server_info
 from rig.serving.workload import Workload
-from rig.sglang_api import server_accept_length, server_info
 
 SCHEMA_VERSION = 1
 BASELINE = "baseline"
@@ -315,8 +314,7 @@ def fallback(rows: list[dict], measured: dict[str, dict]) -> str:
 
 def proposed_stack(stack_path: str, kind: dict, config_path: str | None) -> tuple[str, str] | None:
     """The stack file with the policy in its server section (as YAML rig serializes), and the diff from it."""
-    from rig.cli.common import yaml_dump
-    from rig.documents import load_yaml
+    from rig.core.documents import load_yaml, yaml_dump
 
     if kind["kind"] not in ("adaptive", "fixed"):
         return None

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from rig import RigError
+from rig.core import RigError
 
 MAX_PROMPTS = 100_000
 MAX_PROMPT_CHARS = 200_000
@@ -53,9 +53,9 @@ def _entry(value: object, where: str, max_tokens: int) -> Prompt:
 
 def load(path: str | Path, max_tokens: int) -> list[Prompt]:
     """The prompts of a JSONL or ShareGPT JSON file, validated; MAX_TOKENS where an entry gives none."""
-    from rig.documents import parse_json, read_text
+    from rig.core.documents import parse_json, read_text
 
-    text = read_text(path, "prompt file")  # a regular file, UTF-8, at most rig.documents.MAX_BYTES
+    text = read_text(path, "prompt file")  # a regular file, UTF-8, at most rig.core.documents.MAX_BYTES
     if text.lstrip().startswith("["):
         entries = parse_json(text, f"prompt file {path}")
         where = [f"prompt file {path}: entry {i + 1}" for i in range(len(entries))]

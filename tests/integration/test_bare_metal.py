@@ -7,7 +7,6 @@ import json
 import os
 
 import pytest
-
 from conftest import REPO, Box, ok, rig
 
 pytestmark = pytest.mark.box

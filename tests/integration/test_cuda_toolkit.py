@@ -6,11 +6,11 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import CUDA_STACK, REPO, ansible_env, playbook_cmd, rig
-from rig.audit import cuda_archs
-from rig.tools import fetch_tool
+
 from rig.cli import DEFAULT_CACHE
+from rig.kernels.audit import cuda_archs
+from rig.python.tools import fetch_tool
 
 pytestmark = pytest.mark.box
 

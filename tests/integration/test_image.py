@@ -7,9 +7,9 @@ import shutil
 import subprocess
 
 import pytest
-
 from conftest import DEFAULT_LOCK, REPO, in_image, prune, rig, run
-from rig.lock import read
+
+from rig.python.lock import read
 
 pytestmark = pytest.mark.box
 

@@ -13,9 +13,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import CACHE, REPO, in_image, ok, prune, rig, run
-from rig.lock import read
+
+from rig.python.lock import read
 
 pytestmark = pytest.mark.box
 

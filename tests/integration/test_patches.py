@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import DEFAULT_LOCK, REPO, ok, overlay, rig
 
 pytestmark = pytest.mark.venv

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import BIN, REPO, rig, standin_case
 from test_tune import _free_port, _listening, _servers_running
 

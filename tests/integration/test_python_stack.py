@@ -9,10 +9,10 @@ import textwrap
 
 import pytest
 import yaml
-
 from conftest import BIN, REPO, Play, ansible_env, play, rig, run
-from rig.lock import read
-from rig.wheelhouse import cached_path, wanted
+
+from rig.python.lock import read
+from rig.python.wheelhouse import cached_path, wanted
 
 pytestmark = pytest.mark.box
 

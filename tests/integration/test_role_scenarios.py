@@ -2,7 +2,6 @@
 import subprocess
 
 import pytest
-
 from conftest import BIN, REPO, ansible_env
 
 pytestmark = pytest.mark.box

@@ -12,7 +12,6 @@ import re
 
 import pytest
 import yaml
-
 from conftest import BIN, REPO, play, run
 
 pytestmark = pytest.mark.box
@@ -130,7 +129,7 @@ def test_the_unit_restarts_a_server_that_dies(start_box, standin_site, tmp_path)
 def numerics_models(box) -> str:
     """What rig testmodel --kind numerics leaves that the stand-in reads: its record (the rule) and configs.
     The weights need torch, which these boxes lack; the stand-in serves the rule from the record."""
-    from rig import numerics
+    from rig.serving import numerics
 
     root = "/var/lib/rig/prove-models"
     record = json.dumps({"spec": {"kind": "numerics", "rule": numerics.table()}})

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO, rig
 
 pytestmark = pytest.mark.venv

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, rig
 
 STAND_IN = REPO / "tests" / "sglang_api_server.py"

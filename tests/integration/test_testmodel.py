@@ -7,7 +7,6 @@ import json
 import subprocess
 
 import pytest
-
 from conftest import REPO, ok, rig
 
 pytestmark = pytest.mark.venv
@@ -136,7 +135,7 @@ def test_the_numerics_target_follows_its_rule_under_transformers_with_a_wide_mar
 @pytest.mark.parametrize("how", ["half-the-heads", "mlp-sign", "uniform-attention", "zero-gemm", "doubled-all-reduce",
                                  "noise"])
 def test_a_wrong_kernel_changes_the_numerics_tokens_and_noise_does_not(numerics_model, lab, tmp_path, how):
-    from rig import numerics
+    from rig.serving import numerics
 
     root, _ = numerics_model
     asked = numerics.prompts()

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO, rig, standin_case
 
 # Costs in ms: a step's fixed part, each verified token of each running request, each draft step.
@@ -138,8 +137,11 @@ def test_a_policy_whose_step_0_loses_to_the_baseline_is_reported_so(tune_case):
     assert done.returncode == 1, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert not report["confirmation"]["confirmed"]
-    lost = [t for t in report["confirmation"]["levels"] if t["verdict"] == "lost"]
-    assert [t["level"] for t in lost] == ["C=64"] and lost[0]["ratio_baseline"] < 0.9
+    # the claim is the step-0 slot's (about half the baseline's rate by the costs); C=1's verdict rests on a
+    # few 16-token requests, which an overloaded machine's scheduling can swing either way (seen with 6 workers
+    # on 2 cores)
+    levels = {t["level"]: t for t in report["confirmation"]["levels"]}
+    assert levels["C=64"]["verdict"] == "lost" and levels["C=64"]["ratio_baseline"] < 0.9
     assert "step 0 is not a free off" in report["recommendation"]
     assert "run eagle3-3 where load stays at or below 1 requests in flight" in report["recommendation"]
 

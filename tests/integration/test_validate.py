@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import CACHE, DEFAULT_LOCK, REPO, rig
 
-from rig.fs import sha256_file
-from rig.lock import lock_hash, stack_digest
-from rig.stack import load
-from rig.wheelhouse import cached_path
+from rig.core.fs import sha256_file
+from rig.python.lock import lock_hash, stack_digest
+from rig.python.wheelhouse import cached_path
+from rig.stack.spec import load
 
 CHECKS = ["schema", "lock", "conflicts", "kernels", "patches", "server", "environment"]
 
@@ -40,7 +39,7 @@ def test_the_shipped_stacks_validate(name):
 
 
 def _cuda12_kernel() -> dict:
-    from rig.pip import download, target_args
+    from rig.python.pip import download, target_args
 
     dest = Path(CACHE) / "index-wheels" / "sgl-kernel-0.3.21"  # shared with the audit tests
     if not list(dest.glob("*.whl")):

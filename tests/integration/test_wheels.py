@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import CACHE, DEFAULT_LOCK, REPO, ok, rig
-from rig.lock import read
-from rig.pip import download, target_args
-from rig.wheelhouse import cached_path
+
+from rig.python.lock import read
+from rig.python.pip import download, target_args
+from rig.python.wheelhouse import cached_path
 
 pytestmark = pytest.mark.venv
 

@@ -1,12 +1,11 @@
 """The audit's rules and the build's settings, without wheels or a GPU."""
 import pytest
-
-from rig import RigError
-from rig.audit import _torch_pin, abi_of, covers
-from rig.stack import load
-from rig.wheels import GIB, build_env, max_jobs, source_spec, stack_source, wheelhouse_key
-
 from conftest import REPO
+
+from rig.core import RigError
+from rig.kernels.audit import _torch_pin, abi_of, covers
+from rig.kernels.wheels import GIB, build_env, max_jobs, source_spec, stack_source, wheelhouse_key
+from rig.stack.spec import load
 
 
 @pytest.mark.parametrize("target, cubins, ptx, how", [

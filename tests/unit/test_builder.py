@@ -5,9 +5,9 @@ import subprocess
 import pytest
 from conftest import CACHE, REPO
 
-from rig import RigError
-from rig.builder import stage
-from rig.wheels import source_digest
+from rig.core import RigError
+from rig.kernels.builder import stage
+from rig.kernels.wheels import source_digest
 
 EXT = REPO / "tests" / "data" / "rig_scale_ext"
 STACK = str(REPO / "tests" / "data" / "stacks" / "torch-extension.yml")
@@ -81,7 +81,7 @@ def test_a_source_overlapping_the_staged_dir_is_refused_and_one_source_is_staged
 
 
 def test_requirement_lines_are_read_strictly():
-    from rig.pip import pinned, read_pinned
+    from rig.python.pip import pinned, read_pinned
 
     good = pinned("torch", "2.11.0", "a" * 64)
     assert read_pinned(f"# rig\n\n{good}\n") == [("torch", "2.11.0", "a" * 64)]

@@ -3,12 +3,12 @@ import json
 import zipfile
 
 import pytest
-
 from conftest import REPO, rig
-from rig import RigError
-from rig.fs import confined
-from rig.lock import lock_hash, read
-from rig.wheelhouse import cached_path
+
+from rig.core import RigError
+from rig.core.fs import confined
+from rig.python.lock import lock_hash, read
+from rig.python.wheelhouse import cached_path
 
 
 @pytest.mark.parametrize("rel", ["../x", "a/../../x", "/etc/passwd", "", "a\0b"])
@@ -58,7 +58,7 @@ def test_every_lock_field_that_reaches_a_file_or_pip_is_checked(tmp_path, field,
 
 
 def test_a_cuda_wheel_member_that_climbs_out_is_refused(tmp_path):
-    from rig.cuda import _assemble_from_wheels
+    from rig.cuda.toolkit import _assemble_from_wheels
 
     wheel = tmp_path / "nvidia_cuda_evil-13.0.0-py3-none-manylinux_2_27_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as archive:

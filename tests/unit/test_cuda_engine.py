@@ -4,9 +4,10 @@ import os
 
 import pytest
 
-from rig import RigError, cuda
-from rig.cuda import _wheel_target
-from rig.fs import sha256_file
+from rig.core import RigError
+from rig.core.fs import sha256_file
+from rig.cuda import toolkit as cuda
+from rig.cuda.toolkit import _wheel_target
 
 
 @pytest.mark.parametrize("member, target", [

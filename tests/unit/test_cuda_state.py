@@ -8,8 +8,9 @@ import zipfile
 
 import pytest
 
-from rig import RigError, cuda
-from rig.fs import sha256_file
+from rig.core import RigError
+from rig.core.fs import sha256_file
+from rig.cuda import toolkit as cuda
 
 
 def _trees(prefix, *names):

@@ -3,7 +3,7 @@ import json
 import subprocess
 import sys
 
-from rig import doctor
+from rig.machine import doctor
 
 
 def test_a_missing_venv_fails_with_the_fix_and_the_report_has_every_layer(tmp_path):

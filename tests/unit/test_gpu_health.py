@@ -5,7 +5,7 @@ import copy
 import json
 from pathlib import Path
 
-from rig import gpu_health
+from rig.machine import gpu_health
 
 H200 = json.loads((Path(__file__).parent.parent / "data" / "gpu-health" / "h200x2-vm.json").read_text())
 # nvidia-smi topo -m of an 8-GPU PCIe box (RTX PRO 6000 class), in the recorded shape: tabs, legend after

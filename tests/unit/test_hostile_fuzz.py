@@ -25,13 +25,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO
-
 from rig.cli import main
-from rig.lock import lock_hash
+from rig.python.lock import lock_hash
 
 TRIED = {"cases": 0, "held": 0}
 # derandomized and without a database: the same cases on every run, nothing kept between runs

@@ -1,10 +1,11 @@
 """Parts of `rig image build` that need no Docker engine: the address the build reaches
 the wheelhouse on, the tag and the labels."""
 from conftest import DEFAULT_LOCK, REPO
+
 from rig.image import labels, tag_for
-from rig.wheel_serving import bridge_gateway
-from rig.lock import read
-from rig.stack import load
+from rig.python.lock import read
+from rig.python.wheel_serving import bridge_gateway
+from rig.stack.spec import load
 
 
 def test_the_gateway_is_the_configured_one_or_the_subnets_first_host():

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from conftest import REPO, rig, run
 
-from rig import ldconfig
-from rig.doctor import _libraries
-from rig.ldconfig import SBIN, conf_for
+from rig.cuda import ldconfig
+from rig.cuda.ldconfig import SBIN, conf_for
+from rig.machine.doctor import _libraries
 
 
 def test_conf_lists_every_library_directory_once(tmp_path):
@@ -65,7 +65,7 @@ def test_ldconfig_conf_refuses_a_version_that_is_not_a_release(tmp_path):
 def test_doctor_finds_ldconfig_off_a_users_path(tmp_path):
     """A non-root user on Debian has no /sbin on PATH; the linker cache is still read."""
     assert any(Path(p).is_file() for p in SBIN)
-    done = run([sys.executable, "-c", "from rig.doctor import _libraries; import json; "
+    done = run([sys.executable, "-c", "from rig.machine.doctor import _libraries; import json; "
                 "print(json.dumps([c.name for c in _libraries('13.0.2')]))"],
                env={**os.environ, "PATH": str(tmp_path)}, cwd=REPO)
     assert done.returncode == 0, done.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import BIN, REPO, rig
 
-from rig.lock import lock_hash
+from rig.python.lock import lock_hash
 
 
 def _silent_index():
@@ -86,7 +86,7 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
     """A full disk mid-write (ENOSPC at fsync) must not leave a 0-byte state file behind."""
     import errno
 
-    from rig.fs import atomic_write
+    from rig.core.fs import atomic_write
 
     state = atomic_write(tmp_path / "state.json", '{"previous": "cuda-12.9"}\n')
 

@@ -7,11 +7,11 @@ import json
 
 import pytest
 import yaml
-
 from conftest import REPO, rig
-from rig import RigError
-from rig.lock import build_lock, read, torch_cuda_major
-from rig.stack import load, validate
+
+from rig.core import RigError
+from rig.python.lock import build_lock, read, torch_cuda_major
+from rig.stack.spec import load, validate
 
 DEFAULT = REPO / "stacks" / "sm120-sglang-0.5.23.yml"
 

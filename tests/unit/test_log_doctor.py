@@ -2,10 +2,9 @@
 import json
 
 import pytest
-
 from conftest import rig
 
-from rig.log_doctor import rules
+from rig.machine.log_doctor import rules
 
 LINES = {
     "no-kernel-image": "RuntimeError: CUDA error: no kernel image is available for execution on the device",

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from rig import RigError, numerics
+from rig.core import RigError
+from rig.serving import numerics
 from rig.serving.prove import _margin, check_numerics, greedy_tokens
 
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO, rig
-from rig import RigError
+
+from rig.core import RigError
 from rig.patches import Env, _patched, apply, load, status
 
 FLASHINFER = REPO / "patches" / "flashinfer-trtllm-comm-sm120.yml"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rig import probe
+from rig.machine import probe
 
 RECORDED = Path(__file__).parents[2] / "docs" / "validation" / "serving-h200" / "results" / "probe-2gpu" / "probe.json"
 

@@ -6,7 +6,6 @@ import sys
 
 import pytest
 import yaml
-
 from conftest import BIN, REPO, ansible_env, run
 
 PLAYBOOKS = sorted(p.name for p in (REPO / "playbooks").glob("*.yml"))

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from conftest import BIN, REPO, run
 
-from rig.runtime_env import MODULE
+from rig.python.runtime_env import MODULE
 
 PLUGIN = REPO / "roles" / "rig_engine" / "action_plugins" / "rig.py"
 _spec = importlib.util.spec_from_file_location("rig_action_plugin", PLUGIN)

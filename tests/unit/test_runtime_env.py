@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, rig
-from rig import doctor, runtime_env
-from rig.stack import load
+
+from rig.machine import doctor
+from rig.python import runtime_env
+from rig.stack.spec import load
 
 PRINT_ENV = "import json, os; print(json.dumps(dict(os.environ)))"
 

@@ -5,11 +5,11 @@ import shutil
 import subprocess
 
 import pytest
-
 from conftest import REPO, rig
-from rig import RigError
-from rig.server import health_gate, models, shell_line, systemd_exec, wants
-from rig.stack import load
+
+from rig.core import RigError
+from rig.serving.server import health_gate, models, shell_line, systemd_exec, wants
+from rig.stack.spec import load
 
 
 def verify(unit) -> subprocess.CompletedProcess:

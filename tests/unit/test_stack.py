@@ -3,10 +3,11 @@ import json
 
 import pytest
 import yaml
-
 from conftest import REPO, rig
-from rig import RigError
-from rig.stack import ansible_vars, load, validate
+
+from rig.core import RigError
+from rig.python.stack_vars import ansible_vars
+from rig.stack.spec import load, validate
 
 GOOD = {"name": "t", "cuda": {"version": "13.0.2"}, "archs": ["12.0a", "9.0a"]}
 
@@ -74,8 +75,8 @@ def test_role_defaults_agree_with_the_engine_where_both_say_a_value():
     defaults = {}
     for path in sorted((REPO / "roles").glob("*/defaults/main.yml")):
         defaults.update(yaml.safe_load(path.read_text()) or {})
-    from rig.cuda import DEFAULT_STATE_DIR
-    from rig.cuda_releases import RELEASES
+    from rig.core.cuda_releases import RELEASES
+    from rig.cuda.toolkit import DEFAULT_STATE_DIR
 
     assert defaults["cuda_toolkit_version"] in RELEASES
     rendered = ansible_vars(validate({**GOOD, "cuda": {"version": defaults["cuda_toolkit_version"]}}))

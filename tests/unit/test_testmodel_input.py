@@ -3,7 +3,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import rig
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 import sglang_api_server as standin
-from rig import RigError
+
+from rig.core import RigError
 from rig.serving import adaptive
 from rig.serving.tune import Level, Variant, choose, fallback, graph_sizes, policy, slot_config
 
@@ -136,7 +136,7 @@ def test_a_figure_replaces_a_link_and_never_writes_through_it(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rig.serve_bench import save_figure
+    from rig.serving.bench import save_figure
 
     victim = tmp_path / "victim"
     victim.write_text("keep me")
@@ -159,21 +159,21 @@ def test_prompts_hold_any_text_but_a_lone_surrogate(tmp_path):
 
 
 def test_server_answers_nested_absurdly_deep_are_an_error_not_a_crash():
-    from rig.sglang_api import expect_json
+    from rig.serving.sglang_api import expect_json
 
     with pytest.raises(RigError, match="not JSON"):
         expect_json(200, b"[" * 200_000, "GET /server_info")
 
 
 def test_a_context_too_small_for_any_plan_says_so():
-    from rig.serve_bench import Plan, check_fits
+    from rig.serving.bench import Plan, check_fits
 
     with pytest.raises(RigError, match="too small for rig's prompts"):
         check_fits(Plan(), "baseline", {"context_length": 1})
 
 
 def test_booleans_are_refused_where_a_number_is_wanted():
-    from rig.stack import validate
+    from rig.stack.spec import validate
 
     with pytest.raises(RigError, match="got a boolean"):
         validate({"name": "x", "cuda": {"version": "13.0.2"}, "tune": {"request_rates": [True]}})

@@ -8,8 +8,8 @@ import urllib.request
 
 import pytest
 
-from rig import RigError
-from rig.wheel_serving import WheelServer, detach
+from rig.core import RigError
+from rig.python.wheel_serving import WheelServer, detach
 
 
 def get(url: str) -> tuple[int, bytes]:

@@ -11,8 +11,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from rig.lock import read
-from rig.wheelhouse import cached_path, fetch
+from rig.python.lock import read
+from rig.python.wheelhouse import cached_path, fetch
 
 LOCK = Path("stacks/h200-sglang-0.5.17.lock")
 MISSING = """sglang sglang-kernel flashinfer-python sgl-deep-gemm xgrammar apache-tvm-ffi transformers tokenizers

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import sglang_api_server
+
 from sglang.srt.server_args import ServerArgs
 
 FAULTS = Path("/etc/sglang-standin.json")

@@ -1,0 +1,213 @@
+"""`rig validate`: one gate for a stack in CI, with no GPU and no installed venv.
+
+Each check answers one question about the stack and reports every problem it
+finds, not the first: the schema; its locks current and complete; every pin
+conflict; each locked kernel wheel audited against the locked torch, the CUDA
+major and the stack's archs; the patch plan for the locked sglang and flashinfer,
+read from their wheels; the server command line (parsed by the sglang of a venv,
+when one is given); the environment module rendered. A check that cannot run
+because an earlier one failed is skipped, saying which.
+"""
+from __future__ import annotations
+
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from rig.core import RigError, progress
+from rig.core.fs import confined
+
+KERNELS = ("sglang-kernel", "sgl-kernel")
+
+
+@dataclass
+class Check:
+    name: str
+    question: str
+    status: str = "pass"           # pass | fail | skip
+    problems: list[str] = field(default_factory=list)
+    detail: str = ""
+
+
+class Skip(Exception):
+    """The check cannot run here; the message says why."""
+
+
+def run(stack_path: str, cache: str | Path, venv: str | None = None, patch_dir: str | None = None) -> dict:
+    from rig.python import lock as locking
+    from rig.stack.spec import load
+
+    if not Path(stack_path).is_file():
+        raise RigError(f"{stack_path}: no such stack file")
+    state: dict = {}
+
+    def schema():
+        state["stack"] = load(stack_path)
+        return [], f"{state['stack']['name']}: CUDA {state['stack']['cuda']['version']}, archs " \
+                   f"{', '.join(state['stack']['archs'])}"
+
+    def locks():
+        from rig.stack.spec import pins_packages
+
+        if not pins_packages(_need(state, "stack")):
+            raise Skip("the stack pins no packages (CUDA only): there is no lock to check")
+        current, problems = locking.stale(state["stack"], stack_path)
+        problems += [f"the lock of {stack_path} is partial: " + "; ".join(u["reason"] for u in lock["unresolved"])
+                     for lock in current if not lock["complete"]]
+        if current and not problems:
+            state["lock"] = current[0]
+        return problems, f"{len(current)} lock(s) current"
+
+    def conflicts():
+        from rig.stack.spec import pins_packages
+
+        if not pins_packages(_need(state, "stack")):
+            raise Skip("the stack pins no packages")
+        _, unresolved, problems = locking.pin_check(state["stack"], stack_path)
+        return problems + [u["reason"] for u in unresolved], "the pins agree with each package's own requirements"
+
+    def kernels():
+        return _kernels(_need(state, "stack"), _need(state, "lock"), Path(cache))
+
+    def patches():
+        return _patches(_need(state, "lock"), Path(cache), patch_dir)
+
+    def server():
+        from rig.serving.server import render, wants
+
+        stack = _need(state, "stack")
+        if not stack["server"]["model"]:
+            raise Skip("the stack names no server.model (sites set it per inventory): nothing to parse")
+        wants(stack, baseline=False)  # the stack's own mistakes, before any sglang is asked
+        if not venv:
+            raise Skip("the flags are checked by sglang's own parser, which loads with torch: give --venv "
+                       "(the stack's venv, e.g. in its image)")
+        return [], " ".join(render(stack, venv)["argv"][3:])
+
+    def environment():
+        from rig.python.runtime_env import environment as env_of
+        from rig.python.runtime_env import render
+
+        stack = _need(state, "stack")
+        text = render(env_of(stack), stack["name"])
+        compile(text, "rig_sitecustomize.py", "exec")
+        return [], f"{len(text.splitlines())} lines"
+
+    checks = [("schema", "Is the stack file valid?", schema),
+              ("lock", "Are its locks current and complete?", locks),
+              ("conflicts", "Do its pins agree with each package's own requirements?", conflicts),
+              ("kernels", "Do the locked kernel wheels fit the locked torch, the CUDA major and the archs?", kernels),
+              ("patches", "Does every patch know the locked sglang and flashinfer, and still anchor?", patches),
+              ("server", "Does the server command line parse?", server),
+              ("environment", "Does the environment module render?", environment)]
+    results = []
+    for name, question, body in checks:
+        check = Check(name, question)
+        progress(f"validate: {name}")
+        try:
+            check.problems, check.detail = body()
+        except Skip as exc:
+            check.status, check.detail = "skip", str(exc)
+        except RigError as exc:
+            check.problems = [str(exc)]
+        if check.problems:
+            check.status = "fail"
+        results.append(check)
+    ok = all(c.status != "fail" for c in results)
+    lines = [f"{c.status.upper():4}  {c.name}: " + ("; ".join(c.problems) if c.problems else c.detail)
+             for c in results]
+    return {"ok": ok, "stack": stack_path, "checks": [c.__dict__ for c in results],
+            "msg": "\n".join(lines) + f"\n{'valid' if ok else 'NOT valid'}: {stack_path}"}
+
+
+def _need(state: dict, key: str):
+    if key not in state:
+        raise Skip({"stack": "the stack file is not valid", "lock": "the stack has no current, complete lock"}[key])
+    return state[key]
+
+
+def _wheels(lock: dict, cache: Path, names: set[str]) -> dict[str, tuple[dict, Path]]:
+    """The locked wheels of NAMES, from the wheelhouse (fetched first where missing): name -> (entry, path)."""
+    from rig.python.wheelhouse import cached_path, fetch
+
+    wanted = [w for w in lock["wheels"] if w["name"] in names]
+    fetch({**lock, "wheels": wanted, "complete": True}, cache)
+    return {w["name"]: (w, cached_path(cache, w)) for w in wanted}
+
+
+def _kernels(stack: dict, lock: dict, cache: Path) -> tuple[list[str], str]:
+    from rig.core.cuda_releases import major
+    from rig.kernels import audit
+    from rig.python.tools import fetch_tool
+
+    found = _wheels(lock, cache, {*KERNELS, "torch"})
+    if "torch" not in found:
+        raise Skip("the lock has no torch wheel")
+    torch = audit.torch_from_wheel(found["torch"][1])
+    common = {"cuda_major": major(stack["cuda"]["version"]), "archs": stack["archs"], "torch": torch,
+              "extra_dirs": [], "cuobjdump": fetch_tool("cuobjdump", cache), "resolve": False}
+    reports = [audit.audit_path(str(path), {}, common) for name, (_, path) in sorted(found.items())
+               if name in KERNELS]
+    if not reports:
+        raise Skip("the lock has no kernel wheel (sglang-kernel or sgl-kernel)")
+    problems = [f"{r['artifact']}: {error}" for r in reports for error in r["errors"]]
+    return problems, "; ".join(f"{r['artifact']}: torch {torch.version}, CUDA {r['cuda_major']}, archs "
+                               f"{', '.join(f'{a} ({how})' for a, how in r['archs'].items())}" for r in reports)
+
+
+def _patches(lock: dict, cache: Path, patch_dir: str | None) -> tuple[list[str], str]:
+    """The patch plan as it would be on an installed venv, from the patched files inside the locked wheels."""
+    from rig import patches as patching
+
+    plan = patching.load(patch_dir)
+    packages = {p.package for p in plan}
+    locked = {w["name"]: w for w in lock["wheels"] if w["name"] in {canonicalize_name(n) for n in packages}}
+    found = _wheels(lock, cache, set(locked))
+    with tempfile.TemporaryDirectory(prefix="rig-validate-") as tmp:
+        env = patching.Env(python="", prefix=Path(tmp), packages={})
+        for package in packages:
+            if canonicalize_name(package) not in found:
+                continue
+            entry, wheel = found[canonicalize_name(package)]
+            root = Path(tmp) / package
+            with zipfile.ZipFile(wheel) as archive:
+                members = set(archive.namelist())
+                for patch in (p for p in plan if p.package == package and p.file in members):
+                    target = confined(root, patch.file, f"{wheel.name}: {patch.file}")
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(archive.read(patch.file))
+            env.packages[package] = {"version": entry["version"], "root": str(root)}
+        problems = []
+        try:
+            patching.refuse_unknown_versions(env, plan)
+        except RigError as exc:
+            problems.append(str(exc))
+        rows = patching.status(env, plan)
+    problems += [f"{r['id']}: drifted in {r['package']} {r['version']}: {r['detail']}" for r in rows
+                 if r["status"] == "drifted"]
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("needed", "applied", "upstream", "not-applicable")}
+    return problems, ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+
+
+def junit(result: dict) -> str:
+    """One JUnit test case per check, so CI systems list them; failures carry every problem."""
+    import xml.etree.ElementTree as ET
+
+    checks = result["checks"]
+    suites = ET.Element("testsuites")
+    suite = ET.SubElement(suites, "testsuite", name=f"rig validate {result['stack']}", tests=str(len(checks)),
+                          failures=str(sum(c["status"] == "fail" for c in checks)),
+                          skipped=str(sum(c["status"] == "skip" for c in checks)), errors="0")
+    for check in checks:
+        case = ET.SubElement(suite, "testcase", classname="rig.validate", name=f"{check['name']}: {check['question']}")
+        if check["status"] == "fail":
+            failure = ET.SubElement(case, "failure", message=check["problems"][0][:500])
+            failure.text = "\n".join(check["problems"])
+        elif check["status"] == "skip":
+            ET.SubElement(case, "skipped", message=check["detail"])
+        else:
+            ET.SubElement(case, "system-out").text = check["detail"]
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

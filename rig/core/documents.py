@@ -1,0 +1,116 @@
+"""Reading input documents: every stack, patch, lock and state file comes through here.
+
+Text must be UTF-8; YAML is read strictly (a key given twice, an anchor/alias
+or absurd nesting is refused, not silently resolved); JSON of the wrong shape
+is refused naming the file and the key. Each failure is a RigError that names
+the file and what to do, never a traceback.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rig.core import RigError
+from rig.core.schema import Field, validate
+
+MAX_DEPTH = 32      # stack and patch files nest 4 levels; anything deeper is an attack or an accident
+MAX_BYTES = 16 << 20
+
+
+def read_text(path, what: str) -> str:
+    if not isinstance(path, (str, os.PathLike)):  # a file inside the engine bundle (importlib.resources)
+        return path.read_text()
+    path = Path(path)
+    try:
+        if not path.is_file():
+            raise RigError(f"{what} {path} is not a regular file" if path.exists() else
+                           f"cannot read {what} {path}: No such file or directory")
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:
+            raise RigError(f"{what} {path} is larger than {MAX_BYTES >> 20} MiB; it is not a {what}")
+        return data.decode("utf-8")
+    except OSError as exc:
+        raise RigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise RigError(f"{what} {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
+
+
+def _depth(value: Any, limit: int, level: int = 0) -> bool:
+    if level > limit:
+        return False
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return all(_depth(child, limit, level + 1) for child in children)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML as data: safe types only, no duplicate keys, no aliases, bounded nesting."""
+    import yaml  # controller-only: targets read JSON alone
+
+    class Strict(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise RigError(f"{source}: line {event.start_mark.line + 1}: YAML aliases (*name) are not "
+                               "accepted; write the value out")
+            if self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
+                self._depth = getattr(self, "_depth", 0) + 1
+                if self._depth > MAX_DEPTH:
+                    raise RigError(f"{source}: nested more than {MAX_DEPTH} levels deep; not a rig document")
+                node = super().compose_node(parent, index)
+                self._depth -= 1
+                return node
+            return super().compose_node(parent, index)
+
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
+                    raise RigError(f"{source}: line {key_node.start_mark.line + 1}: a key must be text")
+                if key in seen:
+                    raise RigError(f"{source}: line {key_node.start_mark.line + 1}: key {key!r} is given twice; "
+                                   "keep one")
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    try:
+        return yaml.load(text, Loader=Strict)  # noqa: S506 - Strict is a SafeLoader
+    except yaml.YAMLError as exc:
+        raise RigError(f"{source}: not valid YAML: {exc}") from exc
+
+
+def load_yaml(path: str | Path, what: str) -> Any:
+    return parse_yaml(read_text(path, what), str(path))
+
+
+def parse_json(text: str, source: str, spec: Field | None = None) -> Any:
+    """JSON as data: no duplicate keys, bounded nesting, and SPEC's shape when given."""
+    def pairs(items):
+        keys = [k for k, _ in items]
+        if len(set(keys)) != len(keys):
+            raise RigError(f"{source}: a key is given twice in one object; not a file rig wrote")
+        return dict(items)
+
+    try:
+        value = json.loads(text, object_pairs_hook=pairs)
+    except RecursionError as exc:
+        raise RigError(f"{source}: nested too deeply; not a rig document") from exc
+    except ValueError as exc:
+        raise RigError(f"{source}: not valid JSON ({exc})") from exc
+    if not _depth(value, MAX_DEPTH):
+        raise RigError(f"{source}: nested more than {MAX_DEPTH} levels deep; not a rig document")
+    return validate(value, spec, source) if spec else value
+
+
+def load_json(path: str | Path, what: str, spec: Field | None = None) -> Any:
+    return parse_json(read_text(path, what), str(path), spec)
+
+
+def yaml_dump(data: dict) -> str:
+    """DATA as block YAML in its own key order (no trailing newline)."""
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False).rstrip()

@@ -1,0 +1,84 @@
+"""Files rig writes and paths that come from input: one way to write, hash and confine them.
+
+Every file rig writes goes through atomic_write, so a crash, a kill or a full
+disk leaves the old file or the new one, never a torn one. Paths that come from
+input (archive members, lock filenames, patch targets) stay under their root.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from rig.core import RigError
+
+
+def confined(root: str | Path, relative: str, what: str) -> Path:
+    """ROOT/RELATIVE, resolved, or a RigError when it would land outside ROOT (`..`, an absolute path,
+    a link out): nothing is written through a path that escapes its root."""
+    base = Path(root).resolve()
+    if not relative or "\0" in relative or Path(relative).is_absolute():
+        raise RigError(f"{what}: {relative!r} is not a relative path under {base}; refusing it")
+    target = (base / relative).resolve()
+    if target != base and base not in target.parents:
+        raise RigError(f"{what}: {relative!r} leads outside {base}; refusing it (path traversal)")
+    return target
+
+
+def output_dir(path: str | Path, option: str) -> None:
+    """An output directory given on the command line may be new or a directory, never a file."""
+    if Path(path).exists() and not Path(path).is_dir():
+        raise RigError(f"{option} {path} is a file; give a directory")
+
+
+def atomic_write(path: str | Path, data: str | bytes, mode: int | None = None) -> Path:
+    """Replace PATH with DATA in one rename: readers see the old file or the new one.
+
+    MODE defaults to the old file's mode, else 0644. The temporary file sits beside
+    PATH (same filesystem) and is removed if anything fails, ENOSPC included."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if mode is None:
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.rig-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode() if isinstance(data, str) else data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_copy(src: str | Path, dest: str | Path) -> Path:
+    """atomic_write for a file too big to hold in memory (a wheel): copied beside DEST, then renamed."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.rig-")
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_data(data: str | bytes) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()

@@ -1,0 +1,96 @@
+"""Child processes: one way to run them, so every failure reads the same."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+from pathlib import Path
+
+from rig.core import RigError
+
+
+def run(argv: list[str], what: str, timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """Run ARGV to completion; a missing program, a timeout or a non-zero exit is a RigError naming WHAT."""
+    kwargs.setdefault("capture_output", True)
+    kwargs.setdefault("text", True)
+    try:
+        done = subprocess.run(argv, timeout=timeout, check=False, **kwargs)
+    except OSError as exc:
+        raise RigError(f"{what}: cannot run {argv[0]}: {exc.strerror or exc}") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise RigError(f"{what}: {argv[0]} did not finish within {timeout:.0f} s") from exc
+    if done.returncode != 0:
+        err = (done.stderr or "").strip().splitlines()[-8:] if kwargs.get("text") else []
+        raise RigError(f"{what}: {argv[0]} exited {done.returncode}" + (": " + " | ".join(err) if err else ""))
+    return done
+
+
+def interpreter(python: str | Path) -> Path:
+    """A venv's (or a given) Python that rig runs its scripts with; missing is the user's to fix."""
+    python = Path(python)
+    if not python.exists():
+        raise RigError(f"{python} does not exist; install the stack's venv first (python_stack role) or give --python")
+    return python
+
+
+def last_json(out: str, what: str, kind: type = dict):
+    """The JSON value (a KIND) a child printed on its last line."""
+    lines = (out or "").strip().splitlines()
+    try:
+        value = json.loads(lines[-1])
+    except (IndexError, ValueError) as exc:
+        raise RigError(f"{what}: expected one JSON line at the end of its output, got {(out or '')[-300:]!r}") from exc
+    if not isinstance(value, kind):
+        raise RigError(f"{what}: expected a JSON {kind.__name__}, got {lines[-1][:200]!r}")
+    return value
+
+
+def ask(python: str | Path, code: str, args: list[str], what: str, kind: type = dict, **kwargs):
+    """What an environment's own Python says about itself: CODE run there (isolated from the caller's
+    PYTHONPATH and user site), its last line read as JSON. One way for every probe of a venv."""
+    done = run([str(python), "-I", "-c", code, *args], f"{python} could not {what}", **kwargs)
+    return last_json(done.stdout, f"{python} asked to {what}", kind)
+
+
+def start(argv: list[str], log: str | Path, what: str, env: dict | None = None) -> subprocess.Popen:
+    """A long-running child (a server) in a session of its own, stdout and stderr to LOG, which is created
+    new or truncated and never followed through a link. stop() ends the whole session: SGLang's scheduler
+    and detokenizer are the server's children."""
+    try:  # non-blocking: a FIFO there fails at once (or is refused below) instead of waiting for a reader
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise RigError(f"{what}: cannot write its log {log}: {exc.strerror or exc} (a link is never followed, "
+                       "a FIFO never opened); give another --out") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RigError(f"{what}: its log {log} is not a regular file; give another --out")
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, 0)
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    except OSError as exc:
+        raise RigError(f"{what}: cannot run {argv[0]}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def stop(child: subprocess.Popen, grace: float = 30.0) -> int:
+    """SIGTERM to the child's session (SGLang drains on it), SIGKILL after GRACE seconds; its exit status."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        if child.poll() is not None:
+            break
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            child.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+    try:  # the leader may be gone while the session's other processes still run
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    return child.wait()

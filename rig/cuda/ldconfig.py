@@ -1,0 +1,71 @@
+"""ld.so.conf.d entries: one file per toolkit, covering every directory of it
+that holds shared libraries, so sonames resolve for every process (services
+included) without LD_LIBRARY_PATH."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from rig.core import RigError
+from rig.core.proc import run
+from rig.cuda.toolkit import tree_of
+
+CONF_DIR = "/etc/ld.so.conf.d"
+SBIN = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
+
+
+# Never on the loader's path: stubs are for linking only; compat holds a
+# forward-compatibility libcuda that would shadow the installed driver's; the
+# tools' directories hold their private copies of libraries.
+PRIVATE = {"stubs", "compat", "compute-sanitizer", "nsight-compute", "nsight-systems", "libnvvp"}
+
+
+def library_dirs(tree: Path) -> list[str]:
+    """Directories under TREE that hold a shared object, real paths, deduplicated.
+
+    NVRTC dlopens libnvrtc-builtins by soname at compile time, so its directory
+    must be listed even when nothing links against it directly.
+    """
+    dirs: dict[str, None] = {}
+    for lib in sorted(tree.rglob("*.so*")):
+        parts = lib.relative_to(tree).parts[:-1]
+        if lib.is_file() and not any(re.sub(r"-[\d.]+$", "", p) in PRIVATE for p in parts):
+            dirs.setdefault(str(lib.parent.resolve()), None)
+    return list(dirs)
+
+
+def conf_for(version: str, prefix: str = "/usr/local", conf_dir: str = CONF_DIR, root: str = "/") -> dict:
+    """The path and content of the ld.so.conf.d file for one toolkit version.
+
+    ROOT is where the tree is seen now (an image's staging dir): its directories are
+    found under ROOT and written as the running system will see them, from /."""
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):  # a toolkit rig did not install may be any release
+        raise RigError(f"--version {version!r}: give a CUDA release like 13.0 or 12.8.1")
+    tree = tree_of(Path(prefix).absolute(), version)
+    seen = Path(root).resolve() / tree.relative_to(tree.anchor)
+    dirs = ["/" + str(Path(d).relative_to(Path(root).resolve())) for d in library_dirs(seen)] if seen.is_dir() else []
+    if not dirs:  # not installed yet (e.g. under --check): the conventional layout
+        dirs = [str(tree / "lib64")]
+    name = tree.name.replace(".", "-")
+    content = f"# Managed by rig: shared libraries of {tree}\n" + "".join(f"{d}\n" for d in dirs)
+    return {"path": f"{conf_dir}/rig-{name}.conf", "content": content, "dirs": dirs,
+            "installed": seen.is_dir()}
+
+
+def ldconfig() -> str:
+    """The ldconfig binary: often off a non-root user's PATH (Debian keeps it in /sbin)."""
+    found = shutil.which("ldconfig") or next((p for p in SBIN if Path(p).is_file()), None)
+    if not found:
+        raise RigError("ldconfig not found (PATH, /sbin, /usr/sbin); install libc-bin")
+    return found
+
+
+def cache() -> dict[str, str]:
+    """soname -> path for the x86-64/aarch64 entries of `ldconfig -p`."""
+    done = run([ldconfig(), "-p"], "read the dynamic linker cache")
+    found: dict[str, str] = {}
+    for line in done.stdout.splitlines()[1:]:
+        name, _, path = line.strip().partition(" => ")
+        found.setdefault(name.split(" (")[0], path)
+    return found

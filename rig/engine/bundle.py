@@ -1,0 +1,73 @@
+"""The engine bundle: rig, its pure-Python dependencies (click, pyelftools,
+jinja2 with markupsafe, packaging, PyYAML) and the patch set in one zipapp
+(`python3 rig.pyz ...`).
+
+Roles and `rig doctor --container` run the engine on targets through it, so a
+target needs nothing but python3: no pip, no venv, no package index. PyYAML and
+markupsafe run without their C extensions there (each has a pure-Python fallback).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import tempfile
+import zipapp
+from pathlib import Path
+
+import click
+import elftools
+import jinja2
+import markupsafe
+import packaging
+import yaml
+
+import rig
+from rig.core import RigError
+from rig.core.fs import atomic_write
+
+FIXED_MTIME = 1_577_836_800  # 2020-01-01: zip entries carry mtimes, which would differ per checkout
+PATCHES = Path(rig.__file__).resolve().parent.parent / "patches"
+
+
+def _sources(with_patches: bool = True) -> list[tuple[Path, Path]]:
+    """(file, path inside the bundle) for every module the engine needs."""
+    files = []
+    for module in (rig, click, elftools, jinja2, markupsafe, packaging, yaml):
+        if module.__file__ is None:  # a namespace package: no directory to take its files from
+            raise RigError(f"{module.__name__} has no __file__; cannot bundle its sources")
+        package = Path(module.__file__).parent
+        for path in sorted(package.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed", ".j2", ".yml"):
+                files.append((path, Path(package.name) / path.relative_to(package)))
+    # read by rig.patches on targets, where the repo's patches/ is not
+    if with_patches:
+        files += [(path, Path("rig") / "patchset" / path.name) for path in sorted(PATCHES.glob("*.yml"))]
+    return files
+
+
+def build(out: str | Path, with_patches: bool = True) -> dict:
+    """Write the bundle unless an identical one is there (keyed by a hash of its sources).
+
+    Images carry their patch set beside the engine instead (with_patches=False), so
+    that a patch change leaves the engine's layers cached."""
+    out = Path(out)
+    sources = _sources(with_patches)
+    digest = hashlib.sha256()
+    for path, name in sources:
+        digest.update(str(name).encode() + b"\0" + path.read_bytes())
+    stamp = out.with_suffix(".sha256")
+    if out.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest():
+        return {"changed": False, "path": str(out), "sha256": digest.hexdigest()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for path, name in sources:
+            (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, Path(tmp) / name)
+            os.utime(Path(tmp) / name, (FIXED_MTIME, FIXED_MTIME))  # the same sources, the same bytes
+        archive = io.BytesIO()  # then one rename: two controllers' runs building at once never share a file
+        zipapp.create_archive(tmp, archive, interpreter="/usr/bin/env python3", main="rig.cli:main")
+        atomic_write(out, archive.getvalue(), 0o755)
+    atomic_write(stamp, digest.hexdigest())
+    return {"changed": True, "path": str(out), "sha256": digest.hexdigest()}

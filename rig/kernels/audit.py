@@ -1,0 +1,349 @@
+"""Audit kernel wheels, installed packages and shared objects before anything loads them.
+
+From the files alone: the CUDA sonames each object needs (major against the
+stack's, and whether the host can resolve them), the torch symbols it expects
+against those the torch in use exports, the torch its metadata pins, its
+cubin/PTX archs against the stack's targets, and the C++ string ABI.
+"""
+from __future__ import annotations
+
+import email.parser
+import re
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rig.core import RigError, progress
+from rig.core.proc import ask
+from rig.cuda.ldconfig import cache as linker_cache
+
+# toolkit libraries whose soname major is the CUDA major (the driver's libcuda.so.1 is not one)
+CUDA_SONAME = re.compile(r"^lib(cudart|nvrtc|nvrtc-builtins|cublas|cublasLt|cufft|curand|cusolver|cusparse|"
+                         r"nvJitLink|cupti|npp\w*|nvjpeg)\.so\.(\d+)")
+# mangled names inside torch's namespaces: at::, c10::, torch::, caffe2::
+TORCH_SYMBOL = re.compile(r"^_Z.*?(2at|3c10|5torch|6caffe2)[0-9A-Z]")
+SYSTEM_LIBS = re.compile(r"^(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux[-\w]*)\.so")
+
+if TYPE_CHECKING:
+    from elftools.elf.dynamic import DynamicTag
+
+
+@dataclass
+class SharedObject:
+    name: str
+    needed: list[str]
+    runpath: list[str]
+    undefined: set[str]
+    defined: set[str]
+    has_fatbin: bool
+    cubins: list[str] = field(default_factory=list)
+    ptx: list[str] = field(default_factory=list)
+
+
+def _tag_string(tag: DynamicTag) -> str:
+    """The string of a DT_NEEDED, DT_RUNPATH or DT_RPATH tag: pyelftools sets it as an attribute named
+    after the tag (tag.needed, tag.runpath, tag.rpath), which its type hints do not declare."""
+    value: str = getattr(tag, tag.entry.d_tag[3:].lower())
+    return value
+
+
+def read_elf(path: Path, name: str) -> SharedObject:
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    with open(path, "rb") as handle:
+        try:
+            elf = ELFFile(handle)
+        except ELFError as exc:
+            raise RigError(f"{name} is not an ELF shared object: {exc}") from exc
+        needed: list[str] = []
+        runpath: list[str] = []
+        undefined: set[str] = set()
+        defined: set[str] = set()
+        for section in elf.iter_sections():
+            if isinstance(section, DynamicSection):
+                for tag in section.iter_tags():
+                    if tag.entry.d_tag == "DT_NEEDED":
+                        needed.append(_tag_string(tag))
+                    elif tag.entry.d_tag in ("DT_RUNPATH", "DT_RPATH"):
+                        runpath += _tag_string(tag).split(":")
+        symbols = elf.get_section_by_name(".dynsym")
+        if symbols is not None and not isinstance(symbols, SymbolTableSection):  # e.g. SHT_NOBITS in a debug file
+            raise RigError(f"{name}: its .dynsym section is not a symbol table")
+        for symbol in symbols.iter_symbols() if symbols else ():
+            if not symbol.name:
+                continue
+            if symbol["st_shndx"] == "SHN_UNDEF":
+                undefined.add(symbol.name)
+            else:
+                defined.add(symbol.name)
+        fatbin = elf.get_section_by_name(".nv_fatbin") is not None
+    return SharedObject(name, needed, runpath, undefined, defined, fatbin)
+
+
+def cuda_archs(path: Path, cuobjdump: Path) -> tuple[list[str], list[str]]:
+    """(cubin archs, PTX archs) embedded in PATH."""
+    found = []
+    for flag in ("--list-elf", "--list-ptx"):
+        done = subprocess.run([str(cuobjdump), flag, str(path)], capture_output=True, text=True, check=False)
+        if done.returncode != 0 and "does not contain" not in done.stderr:
+            raise RigError(f"cuobjdump cannot read {path}: {done.stderr.strip()}")
+        found.append(sorted(set(re.findall(r"\b(?:sm|compute)_(\d+[a-z]?)\b", done.stdout))))
+    return found[0], found[1]
+
+
+def covers(target: str, cubins: list[str], ptx: list[str]) -> str | None:
+    """How TARGET (e.g. 12.0a) can run this code: a cubin, PTX to JIT, or None (no kernel image)."""
+    major, minor_text = target.split(".")
+    specific = minor_text.endswith("a")
+    minor = int(minor_text.rstrip("a"))
+    exact = target.replace(".", "")
+    if exact in cubins:
+        return f"cubin sm_{exact}"
+    for arch in cubins:  # SASS runs on its own major at the same or a higher minor
+        m = re.fullmatch(r"(\d+)(\d)(a?)", arch)
+        if m and int(m[1]) == int(major) and int(m[2]) <= minor and (not m[3] or (specific and int(m[2]) == minor)):
+            return f"cubin sm_{arch}"
+    for arch in ptx:  # PTX JITs forward, except arch-specific (a) PTX, which is for its own arch only
+        m = re.fullmatch(r"(\d+)(\d)(a?)", arch)
+        if m and (m[3] and f"{m[1]}.{m[2]}a" == target or
+                  not m[3] and (int(m[1]), int(m[2])) <= (int(major), minor)):
+            return f"PTX compute_{arch}"
+    return None
+
+
+# ------------------------------------------------------------------ torch
+
+@dataclass
+class Torch:
+    version: str
+    exported: set[str]
+    cxx11_abi: bool | None
+
+
+def torch_from_dir(lib_dir: Path, version: str) -> Torch:
+    exported: set[str] = set()
+    for lib in sorted(lib_dir.glob("lib*.so*")):
+        exported |= read_elf(lib, lib.name).defined
+    if not exported:
+        raise RigError(f"no torch libraries in {lib_dir}")
+    return Torch(version, exported, abi_of(exported))
+
+
+def torch_from_wheel(wheel: Path) -> Torch:
+    """The torch a wheel file would install: its version and exported symbols."""
+    with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
+        version = wheel.name.split("-")[1]
+        for member in archive.namelist():
+            if member.startswith("torch/lib/lib") and ".so" in member:
+                archive.extract(member, tmp)
+        return torch_from_dir(Path(tmp) / "torch" / "lib", version)
+
+
+def abi_of(symbols: set[str]) -> bool | None:
+    """True for the C++11 std::string ABI, False for the old one, None when the names do not say."""
+    torchy = [s for s in symbols if TORCH_SYMBOL.match(s)]
+    if any("St7__cxx1112basic_string" in s for s in torchy):
+        return True
+    if any("Ss" in s for s in torchy):  # "Ss": the pre-C++11 std::string, by its mangling abbreviation
+        return False
+    return None
+
+
+# ------------------------------------------------------------------ the audit
+
+def demangle(names: list[str]) -> list[str]:
+    tool = shutil.which("c++filt")
+    if not tool or not names:
+        return names
+    done = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, check=False)
+    return done.stdout.splitlines() if done.returncode == 0 else names
+
+
+def _resolvable(soname: str, search: list[Path], loader_cache: set[str]) -> bool:
+    return bool(SYSTEM_LIBS.match(soname)) or soname in loader_cache or any((d / soname).exists() for d in search)
+
+
+def shared_objects(root: Path) -> list[tuple[Path, str]]:
+    return [(p, str(p.relative_to(root))) for p in sorted(root.rglob("*.so*"))
+            if p.is_file() and not p.is_symlink() and re.search(r"\.so(\.\d+)*$", p.name)]
+
+
+def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None, *, cuda_major: int,
+                archs: list[str], torch: Torch | None, extra_dirs: list[Path], cuobjdump: Path | None,
+                resolve: bool) -> dict:
+    """Audit shared objects (path, name to report) that make up one artifact.
+
+    RESOLVE: check that each needed soname is found where it will load (the venv's
+    torch and NVIDIA wheel libraries, RUNPATH, this host's loader cache); the
+    driver's libcuda.so.1 is left to `rig doctor`. Without CUOBJDUMP (no cuobjdump
+    at hand) archs are not read.
+    """
+    errors, objects = [], []
+    cache = set(linker_cache()) if resolve else set()
+    union_cubins, union_ptx = set(), set()
+    if not files:
+        errors.append(f"{label} holds no shared objects")
+    for path, rel in files:
+        so = read_elf(path, rel)
+        search = [Path(d.replace("$ORIGIN", str(path.parent))) for d in so.runpath] + extra_dirs
+        row: dict[str, Any] = {"object": rel, "needed_cuda": [], "unresolved_sonames": [], "unresolved_torch": [],
+                               "cubins": [], "ptx": []}
+        for soname in so.needed:
+            match = CUDA_SONAME.match(soname)
+            if match:
+                row["needed_cuda"].append(soname)
+                if int(match[2]) != cuda_major:
+                    errors.append(f"{rel} needs {soname}, a CUDA {match[2]} library, in a CUDA {cuda_major} stack")
+            if resolve and not _resolvable(soname, search, cache) and not (
+                    soname == "libcuda.so.1" or torch and re.match(r"lib(torch|c10|shm)", soname)):
+                row["unresolved_sonames"].append(soname)
+                errors.append(f"{rel} needs {soname}, which resolves nowhere on this host")
+        if torch:
+            missing = sorted(s for s in so.undefined if TORCH_SYMBOL.match(s) and s not in torch.exported)
+            if missing:
+                row["unresolved_torch"] = demangle(missing)
+                errors.append(f"{rel}: {len(missing)} torch symbol(s) that torch {torch.version} does not export, "
+                              f"e.g. {row['unresolved_torch'][0]}")
+            mine = abi_of(so.undefined)
+            if mine is not None and torch.cxx11_abi is not None and mine != torch.cxx11_abi:
+                errors.append(f"{rel} uses _GLIBCXX_USE_CXX11_ABI={int(mine)}, torch {torch.version} "
+                              f"uses {int(torch.cxx11_abi)}")
+            row["cxx11_abi"] = mine
+        if so.has_fatbin and cuobjdump:
+            row["cubins"], row["ptx"] = cuda_archs(path, cuobjdump)
+            union_cubins |= set(row["cubins"])
+            union_ptx |= set(row["ptx"])
+        objects.append(row)
+    pin = _torch_pin(metadata)
+    if pin and torch:
+        from packaging.requirements import Requirement
+
+        if not Requirement(pin).specifier.contains(torch.version.split("+")[0], prereleases=True):
+            errors.append(f"{label} requires {pin}, the torch in use is {torch.version}")
+    coverage = {}
+    if union_cubins or union_ptx:
+        for target in archs:
+            coverage[target] = covers(target, sorted(union_cubins), sorted(union_ptx))
+            if not coverage[target]:
+                errors.append(f"no kernel image for {target}: {label} has cubins "
+                              f"{', '.join('sm_' + a for a in sorted(union_cubins)) or 'none'} and PTX "
+                              f"{', '.join('compute_' + a for a in sorted(union_ptx)) or 'none'}")
+    return {"artifact": label, "ok": not errors, "errors": errors, "torch_pin": pin,
+            "torch": torch.version if torch else None, "cuda_major": cuda_major,
+            "cubins": sorted(union_cubins), "ptx": sorted(union_ptx), "archs": coverage, "objects": objects}
+
+
+def _torch_pin(metadata: str | None) -> str | None:
+    if not metadata:
+        return None
+    for req in email.parser.Parser().parsestr(metadata).get_all("Requires-Dist") or []:
+        if re.match(r"torch\b(?![-_.\w])", req) and "extra ==" not in req:
+            return req.split(";")[0].strip()
+    return None
+
+
+def audit_wheel(wheel: Path, **kw) -> dict:
+    """Unpack only the wheel's shared objects and metadata, then audit them."""
+    with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
+        metadata = None
+        for member in archive.namelist():
+            if member.endswith(".dist-info/METADATA"):
+                metadata = archive.read(member).decode()
+            elif re.search(r"\.so(\.\d+)*$", member):
+                archive.extract(member, tmp)
+        progress(f"auditing {wheel.name}")
+        return audit_files(shared_objects(Path(tmp)), wheel.name, metadata, **kw)
+
+
+_VENV_PROBE = """
+import json, sys, sysconfig, importlib.metadata as m
+out = {"site": sysconfig.get_paths()["purelib"], "torch": None, "dists": {}}
+try:
+    d = m.distribution("torch")
+    out["torch"] = {"version": d.version, "lib": str(d.locate_file("torch/lib"))}
+except m.PackageNotFoundError:
+    pass
+for name in sys.argv[1:]:
+    try:
+        d = m.distribution(name)
+    except m.PackageNotFoundError:
+        continue
+    out["dists"][name] = {"version": d.version, "metadata": d.read_text("METADATA") or "",
+                          "files": [str(d.locate_file(f)) for f in d.files or [] if ".so" in f.name]}
+print(json.dumps(out))
+"""
+
+
+def venv_probe(venv: Path, names: list[str]) -> dict:
+    python = venv / "bin" / "python"
+    if not python.exists():
+        raise RigError(f"{venv} is not a virtualenv (no bin/python)")
+    return ask(python, _VENV_PROBE, names, "describe its packages")
+
+
+def venv_context(venv: Path, names: list[str]) -> tuple[Torch | None, list[Path], dict]:
+    """The venv's torch, the library dirs its wheels bring (torch preloads them), and NAMES installed there."""
+    info = venv_probe(venv, names)
+    torch = torch_from_dir(Path(info["torch"]["lib"]), info["torch"]["version"]) if info["torch"] else None
+    site = Path(info["site"])
+    dirs = [Path(info["torch"]["lib"])] if info["torch"] else []
+    dirs += sorted(p for p in site.glob("nvidia/*/lib") if p.is_dir())
+    return torch, dirs, info["dists"]
+
+
+def context(stack: dict, venv: str | None, torch_path: str | None, names: list[str],
+            cache: str | Path) -> tuple[dict, dict]:
+    """(what every artifact is held to: the stack's CUDA major and archs, the torch of VENV or TORCH_PATH, the
+    library dirs VENV brings, cuobjdump; the distributions NAMES installed in VENV)."""
+    from rig.python.tools import fetch_tool
+
+    torch, installed = None, None
+    extra_dirs: list[Path] = []
+    if venv:
+        torch, extra_dirs, installed = venv_context(Path(venv), names)
+    if torch_path:
+        path = Path(torch_path)
+        torch = torch_from_wheel(path) if path.suffix == ".whl" else torch_from_dir(path, "unknown")
+    common = {"cuda_major": int(stack["cuda"]["version"].split(".")[0]), "archs": stack["archs"], "torch": torch,
+              "extra_dirs": extra_dirs, "cuobjdump": fetch_tool("cuobjdump", cache), "resolve": bool(venv)}
+    return common, installed or {}
+
+
+def audit_path(target: str, installed: dict, common: dict) -> dict:
+    """A wheel file, a shared object, a directory, or a distribution installed in --venv."""
+    path = Path(target)
+    if path.suffix == ".whl" and path.is_file():
+        return audit_wheel(path, **common)
+    if path.is_file():
+        return audit_files([(path, path.name)], path.name, None, **common)
+    if path.is_dir():
+        return audit_files(shared_objects(path), str(path), None, **common)
+    if target in installed:
+        dist = installed[target]
+        files = [(Path(f), Path(f).name) for f in dist["files"] if re.search(r"\.so(\.\d+)*$", f)]
+        return audit_files(files, f"{target} {dist['version']}", dist["metadata"], **common)
+    raise RigError(f"{target}: no such wheel, shared object or directory, nor a distribution installed in "
+                   "--venv; give a path, or --venv with the distribution's name")
+
+
+def render(reports: list[dict]) -> str:
+    lines = []
+    for r in reports:
+        lines.append(f"{'PASS' if r['ok'] else 'FAIL'}  {r['artifact']}  (CUDA {r['cuda_major']} stack, "
+                     f"torch {r['torch'] or 'not given'}{', pins ' + r['torch_pin'] if r['torch_pin'] else ''})")
+        if r["cubins"] or r["ptx"]:
+            lines.append(f"      cubins: {' '.join('sm_' + a for a in r['cubins']) or 'none'}; "
+                         f"PTX: {' '.join('compute_' + a for a in r['ptx']) or 'none'}")
+            lines += [f"      {target}: {how or 'NO KERNEL IMAGE'}" for target, how in r["archs"].items()]
+        cuda = sorted({s for o in r["objects"] for s in o["needed_cuda"]})
+        if cuda:
+            lines.append(f"      CUDA libraries: {' '.join(cuda)}")
+        lines += [f"  error: {e}" for e in r["errors"]]
+    return "\n".join(lines)

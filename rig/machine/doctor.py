@@ -1,0 +1,263 @@
+"""Layered health checks, run in order: machine (rig.machine.gpu_health) -> driver -> toolkit -> libraries -> nvrtc -> python
+(the venv, its sitecustomize environment and Triton's ptxas, then `rig audit` of its
+compiled kernel packages).
+
+Each check is pass, fail or skip with a one-line detail and, on failure, the
+fix. Every layer runs even when an earlier one failed, so one report shows all
+that is wrong; the exit status is non-zero when a required check fails.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from rig.core import RigError
+from rig.core.check import Check
+from rig.core.cuda_releases import major, series
+from rig.cuda.ldconfig import cache
+from rig.cuda.nvrtc import sm_name
+from rig.cuda.toolkit import tool_release, toolkits
+
+LDCONFIG_FIX = "run the cuda_ldconfig role (one /etc/ld.so.conf.d file per toolkit, then ldconfig)"
+
+
+def visible_gpus() -> tuple[list[dict], Check]:
+    """The GPUs nvidia-smi lists, and the check that says so."""
+    if not shutil.which("nvidia-smi"):
+        return [], Check("driver", "nvidia-smi", "skip", "no NVIDIA driver here (nvidia-smi not found)")
+    done = subprocess.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version",
+                           "--format=csv,noheader"], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return [], Check("driver", "nvidia-smi", "fail", (done.stdout + done.stderr).strip()[:300],
+                         "check the NVIDIA driver install: nvidia-smi fails")
+    gpus = [dict(zip(("index", "name", "cc", "driver"), (f.strip() for f in line.split(",")), strict=False))
+            for line in done.stdout.strip().splitlines() if line.strip()]
+    if not gpus:
+        return [], Check("driver", "nvidia-smi", "skip", "driver present, no GPUs visible")
+    names = sorted({g["name"] for g in gpus})
+    return gpus, Check("driver", "nvidia-smi", "pass",
+                       f"{len(gpus)} GPU(s): {', '.join(names)}; driver {gpus[0]['driver']}")
+
+
+def _driver_cuda(cuda_major: int) -> Check:
+    out = subprocess.run(["nvidia-smi"], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", out)
+    if not match:
+        return Check("driver", "driver-cuda", "skip", "nvidia-smi does not report a CUDA version",
+                     required=False)
+    supported = int(match.group(1))
+    if supported < cuda_major:
+        return Check("driver", "driver-cuda", "fail",
+                     f"driver supports CUDA {match.group(1)}.{match.group(2)}, stack needs {cuda_major}",
+                     f"install an NVIDIA driver that supports CUDA {cuda_major}")
+    return Check("driver", "driver-cuda", "pass", f"driver supports CUDA {match.group(1)}.{match.group(2)}")
+
+
+def _compute_capability(gpus: list[dict], archs: list[str]) -> Check:
+    if not gpus:
+        return Check("driver", "compute-capability", "skip", "no GPUs to check")
+    covered = {a.rstrip("a") for a in archs}
+    missing = sorted({g["cc"] for g in gpus} - covered)
+    seen = ", ".join(sorted({f"{g['cc']} ({g['name']})" for g in gpus}))
+    if missing:
+        return Check("driver", "compute-capability", "fail",
+                     f"GPU compute capability {', '.join(missing)} not among target archs {archs}",
+                     f"add '{missing[0]}a' to archs in the stack file")
+    return Check("driver", "compute-capability", "pass", f"{seen}; covered by {', '.join(archs)}")
+
+
+def _toolkit(cuda_series: str, prefix: str) -> list[Check]:
+    found = toolkits(prefix)
+    detail = ", ".join(f"{Path(t['tree']).name} (nvcc {t['nvcc'] or 'absent'})" for t in found)
+    wanted = [t for t in found if t["nvcc"] == cuda_series]
+    checks = [Check("toolkit", f"cuda-{cuda_series}", "pass" if wanted else "fail",
+                    detail or f"no CUDA toolkit under {prefix}",
+                    "" if wanted else f"install CUDA {cuda_series}: the cuda_toolkit role or `rig cuda install`")]
+    link = Path(prefix) / "cuda"
+    checks.append(Check("toolkit", "default-link", "pass" if link.is_symlink() else "skip",
+                        f"{link} -> {os.readlink(link)}" if link.is_symlink() else f"{link} is not a link",
+                        required=False))
+    return checks
+
+
+def _libraries(cuda_version: str) -> list[Check]:
+    try:
+        known = cache()
+    except RigError as exc:  # a check that fails, not a doctor that crashes
+        return [Check("libraries", "ldconfig", "fail", str(exc), LDCONFIG_FIX)]
+    checks = []
+    for soname in (f"libcudart.so.{major(cuda_version)}", f"libnvrtc.so.{major(cuda_version)}",
+                   f"libnvrtc-builtins.so.{series(cuda_version)}"):
+        path = known.get(soname)
+        checks.append(Check("libraries", soname, "pass" if path else "fail",
+                            f"-> {path}" if path else f"{soname} is not in the ldconfig cache",
+                            "" if path else LDCONFIG_FIX))
+    return checks
+
+
+def _nvrtc(cuda_version: str, archs: list[str]) -> list[Check]:
+    soname = f"libnvrtc.so.{major(cuda_version)}"
+    # A clean environment: the loader must find NVRTC through ldconfig alone.
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # a dir, or the rig.pyz
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": root}
+    done = subprocess.run([sys.executable, "-m", "rig.cuda.nvrtc", soname, *archs],
+                          capture_output=True, text=True, env=env, check=False)
+    try:
+        report = json.loads(done.stdout)
+    except ValueError:
+        report = {"ok": False, "error": (done.stdout + done.stderr).strip()[-300:]}
+    if "results" not in report:
+        return [Check("nvrtc", f"compile-{sm_name(a)}", "fail", report["error"], LDCONFIG_FIX)
+                for a in archs]
+    return [Check("nvrtc", f"compile-{sm_name(r['arch'])}", "pass" if r["ok"] else "fail",
+                  f"NVRTC {r['nvrtc']} via {soname}: {r['cubin_bytes']} byte cubin" if r["ok"] else r["error"],
+                  "" if r["ok"] else f"NVRTC {r['nvrtc']} cannot target {sm_name(r['arch'])}: use a newer CUDA")
+            for r in report["results"]]
+
+
+def _venv(venv: str) -> Check:
+    from rig.python.venv import read_marker, verify
+
+    try:
+        if read_marker(venv) is None:
+            return Check("python", "venv", "fail", f"{venv} holds no rig-installed stack",
+                         "run the python_stack role (installs the stack's lock offline)")
+        result = verify(venv)
+    except RigError as exc:  # a marker rig did not write, or a Python that cannot start: a failed check
+        return Check("python", "venv", "fail", str(exc), "run the python_stack role again")
+    if not result["ok"]:
+        return Check("python", "venv", "fail", f"{venv} differs from lock {result['lock_hash'][:12]}: "
+                     f"{result['mismatched']}", "run the python_stack role again")
+    return Check("python", "venv", "pass", f"{venv}: {result['packages']} packages as locked "
+                 f"({result['lock_hash'][:12]})")
+
+
+def _environment(venv: str, cuda_version: str, archs: list[str], prefix: str) -> list[Check]:
+    """A fresh interpreter of the venv, started with an empty environment, must carry the stack's."""
+    from rig.core import RigError
+    from rig.python.runtime_env import MODULE, cuda_env, seen_by
+
+    fix = "run `rig env install --venv VENV --stack STACK` (the python_stack role does)"
+    try:
+        seen = seen_by(Path(venv) / "bin" / "python")
+    except RigError as exc:
+        return [Check("python", "sitecustomize", "fail", str(exc), fix)]
+    if not seen["loaded"]:
+        return [Check("python", "sitecustomize", "fail", f"{MODULE} is not loaded when {venv}'s Python starts", fix)]
+    wanted = {**seen["declared"], **cuda_env(cuda_version, archs, prefix)}
+    wrong = [f"{k}={seen['environ'].get(k)!r} (want {v!r})" for k, v in wanted.items() if seen["environ"].get(k) != v]
+    checks = [Check("python", "sitecustomize", "fail" if wrong else "pass",
+                    "; ".join(wrong) if wrong else f"a fresh interpreter has {len(wanted)} variables set, "
+                    f"CUDA_HOME={wanted['CUDA_HOME']}", fix if wrong else "")]
+    ptxas = seen["environ"].get("TRITON_PTXAS_PATH", "")
+    runs = os.access(ptxas, os.X_OK)
+    release = tool_release(ptxas) if runs else None
+    good = release == series(cuda_version)
+    checks.append(Check("python", "triton-ptxas", "pass" if good else "fail",
+                        f"{ptxas}: CUDA {release or 'unknown'} ptxas" if runs else
+                        f"TRITON_PTXAS_PATH {ptxas!r} is not an executable",
+                        "" if good else f"install CUDA {series(cuda_version)} with ptxas (cuda_toolkit role)"))
+    return checks
+
+
+KERNEL_PACKAGES = ("sglang-kernel", "sgl-kernel", "flashinfer-jit-cache")
+
+
+def _kernels(venv: str, cuda_version: str, archs: list[str], prefix: str) -> list[Check]:
+    """rig audit of the venv's compiled kernel packages, from their files."""
+    from rig.core import RigError
+    from rig.kernels.audit import audit_path, venv_context
+
+    try:
+        torch, dirs, installed = venv_context(Path(venv), list(KERNEL_PACKAGES))
+    except RigError as exc:
+        return [Check("python", "kernels", "fail", str(exc), "install the stack's venv (python_stack role)")]
+    from rig.python.tools import find_tool
+
+    # no download here: rig's cached cuobjdump, one on PATH, or the toolkit's own
+    cuobjdump = find_tool("cuobjdump", os.environ.get("RIG_CACHE", Path.home() / ".cache" / "rig"),
+                          Path(prefix) / f"cuda-{series(cuda_version)}" / "bin")
+    common = {"cuda_major": major(cuda_version), "archs": archs, "torch": torch, "extra_dirs": dirs,
+              "cuobjdump": cuobjdump, "resolve": True}
+    checks = []
+    for name in sorted(installed):
+        report = audit_path(name, installed, common)
+        coverage = ", ".join(f"{a}: {how}" for a, how in report["archs"].items()) or \
+            ("archs not read (no cuobjdump)" if not cuobjdump else "no device code")
+        checks.append(Check("python", f"audit-{name}", "pass" if report["ok"] else "fail",
+                            f"{report['artifact']}: " + (coverage if report["ok"] else "; ".join(report["errors"])[:600]),
+                            f"rebuild {name} against this venv's torch {report['torch']} for CUDA "
+                            f"{major(cuda_version)} and {', '.join(archs)} (rig wheels build), or pin a wheel built so"))
+    return checks
+
+
+def _machine(expect_gpus: int | None, default_gpus: int | None, pcie_only_env: bool | None) -> list[Check]:
+    """The layer under the driver's API: module, persistence, fabric, links, memory, runtime, topology."""
+    from rig.machine import gpu_health
+
+    raw = gpu_health.collect()
+    if raw["module"] is None and raw["query"]["rc"] is None and not expect_gpus:
+        return [Check("machine", "driver-module", "skip", "no NVIDIA driver here", required=False)]
+    # an explicit --expect-gpus is exact; the stack's tp only says how many the server needs at least
+    return gpu_health.checks(raw, expect_gpus or default_gpus, pcie_only_env=pcie_only_env,
+                             at_least=not expect_gpus)
+
+
+def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: str | None = None,
+        expect_gpus: int | None = None, default_gpus: int | None = None,
+        pcie_only_env: bool | None = None) -> list[Check]:
+    gpus, smi = visible_gpus()
+    checks = _machine(expect_gpus, default_gpus, pcie_only_env) + [smi]
+    if gpus:
+        checks.append(_driver_cuda(major(cuda_version)))
+    checks.append(_compute_capability(gpus, archs))
+    checks += _toolkit(series(cuda_version), prefix)
+    checks += _libraries(cuda_version)
+    checks += _nvrtc(cuda_version, archs)
+    if venv:
+        checks.append(_venv(venv))
+        if checks[-1].status == "pass":  # the kernels are audited in a venv known to be whole
+            checks += _environment(venv, cuda_version, archs, prefix)
+            checks += _kernels(venv, cuda_version, archs, prefix)
+    return checks
+
+
+def run_in_container(container: str, bundle: str | Path, cuda_version: str, archs: list[str], prefix: str,
+                     venv: str | None = None, expect_gpus: int | None = None) -> list[Check]:
+    """The same checks inside a running container, by the engine BUNDLE copied in (`rig doctor --container`)."""
+    from rig.engine.container import run_engine
+
+    args = ["doctor", "--json", "--cuda", cuda_version, "--prefix", prefix]
+    args += [f"--arch={a}" for a in archs] + (["--venv", venv] if venv else [])
+    args += ["--expect-gpus", str(expect_gpus)] if expect_gpus else []
+    code, out, err = run_engine(container, args, bundle)
+    try:
+        report = json.loads(out)
+    except ValueError as exc:
+        raise RigError(f"doctor in {container} printed no report ({code}): {out}{err}") from exc
+    return [Check(**c) for c in report["checks"]]
+
+
+def failed(checks: list[Check]) -> bool:
+    return any(c.status == "fail" and c.required for c in checks)
+
+
+def as_json(checks: list[Check]) -> dict:
+    return {"checks": [asdict(c) for c in checks], "ok": not failed(checks)}
+
+
+def render(checks: list[Check]) -> str:
+    marks = {"pass": "PASS", "fail": "FAIL", "skip": "skip", "warn": "WARN"}
+    lines = []
+    for c in checks:
+        lines.append(f"{marks[c.status]:4}  {c.layer:9} {c.name:26} {c.detail}")
+        if c.status in ("fail", "warn") and c.fix:
+            lines.append(f"{'':16}{'':26} fix: {c.fix}")
+    lines.append("doctor: " + ("FAILED" if failed(checks) else "all required checks passed"))
+    return "\n".join(lines)

@@ -1,0 +1,302 @@
+"""The machine under the stack: driver module, persistence, fabric manager, GPU count and
+capability, PCIe links, ECC and row remapping, container runtime, topology.
+
+`collect()` reads the raw facts (nvidia-smi's outputs, sysfs, systemctl, docker);
+`checks()` judges them. The two are apart so every judgement is tested on recorded
+outputs of real machines (tests/data/gpu-health/) and a box can be recorded once
+and judged anywhere.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from rig.core.check import Check
+
+QUERY = ("index", "name", "compute_cap", "driver_version", "persistence_mode", "pcie.link.gen.current",
+         "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max")
+ECC_QUERY = ("index", "ecc.errors.uncorrected.volatile.total")
+REMAP_QUERY = ("gpu_bus_id", "remapped_rows.uncorrectable", "remapped_rows.pending", "remapped_rows.failure")
+MODULE_VERSION = "/sys/module/nvidia/version"
+CDI_SPECS = ("/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml", "/etc/cdi/nvidia.json", "/var/run/cdi/nvidia.json")
+DRIVER_FIX = "install the NVIDIA driver (the nvidia_driver role: 580 branch, open kernel modules for Blackwell)"
+
+
+PCI_ROOT = "/sys/bus/pci/devices"
+NVIDIA_VENDOR = "0x10de"
+
+
+def pci_devices(root: str = PCI_ROOT) -> dict:
+    """NVIDIA's PCI functions by kind, from sysfs: read before any driver is installed (lspci's source).
+    GPUs are display (0x0300) or 3D (0x0302) controllers; NVSwitches are 'other bridges' (0x0680)."""
+    found = {"gpus": 0, "nvswitches": 0}
+    for dev in sorted(Path(root).glob("*")) if Path(root).is_dir() else []:
+        try:
+            vendor, kind = (dev / "vendor").read_text().strip(), (dev / "class").read_text().strip()
+        except OSError:
+            continue
+        if vendor != NVIDIA_VENDOR:
+            continue
+        if kind.startswith(("0x0300", "0x0302")):
+            found["gpus"] += 1
+        elif kind.startswith("0x0680"):
+            found["nvswitches"] += 1
+    return found
+
+
+def module_version(path: str = MODULE_VERSION) -> str | None:
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _out(argv: list[str]) -> dict:
+    """{"rc", "out"} of a command; rc None when it is not installed."""
+    if not shutil.which(argv[0]):
+        return {"rc": None, "out": ""}
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"rc": -1, "out": str(exc)}
+    return {"rc": done.returncode, "out": done.stdout + done.stderr}
+
+
+def collect(module_path: str = MODULE_VERSION) -> dict:
+    """Everything the checks read, as text: one JSON-able record of the machine."""
+    smi = "nvidia-smi"
+    module = module_version(module_path)
+    return {
+        "query": _out([smi, f"--query-gpu={','.join(QUERY)}", "--format=csv,noheader,nounits"]),
+        "ecc": _out([smi, f"--query-gpu={','.join(ECC_QUERY)}", "--format=csv,noheader,nounits"]),
+        "remap": _out([smi, f"--query-remapped-rows={','.join(REMAP_QUERY)}", "--format=csv,noheader,nounits"]),
+        "details": _out([smi, "-q"]),
+        "topology": _out([smi, "topo", "-m"]),
+        "module": module,
+        "nvswitch_devices": sorted(p.name for p in Path("/proc/driver/nvidia-nvswitch/devices").glob("*"))
+        if Path("/proc/driver/nvidia-nvswitch/devices").is_dir() else [],
+        "fabricmanager": _out(["systemctl", "is-active", "nvidia-fabricmanager"]),
+        "docker_runtimes": _out(["docker", "info", "--format", "{{json .Runtimes}}"]),
+        "cdi_specs": [p for p in CDI_SPECS if Path(p).is_file()],
+    }
+
+
+def _rows(text: str, names: tuple) -> list[dict]:
+    rows = []
+    for row in csv.reader(io.StringIO(text.strip())):
+        if len(row) == len(names):
+            rows.append({n: v.strip() for n, v in zip(names, row, strict=False)})
+    return rows
+
+
+def _number(value: str) -> int | None:
+    return int(value) if re.fullmatch(r"\d+", value or "") else None
+
+
+def gpus(raw: dict) -> list[dict]:
+    query = raw.get("query") or {}
+    return _rows(query.get("out", ""), QUERY) if query.get("rc") == 0 else []
+
+
+def _userspace_version(raw: dict, found: list[dict]) -> str | None:
+    if found:
+        return found[0]["driver_version"]
+    # with a mismatch nvidia-smi cannot start; it still names its NVML library's version
+    match = re.search(r"NVML library version:\s*([\d.]+)", (raw.get("query") or {}).get("out", ""))
+    return match.group(1) if match else None
+
+
+def driver_checks(raw: dict) -> list[Check]:
+    found = gpus(raw)
+    userspace, module = _userspace_version(raw, found), raw.get("module")
+    if module is None and userspace is None:
+        return [Check("machine", "driver-module", "fail", "no NVIDIA kernel module loaded and no nvidia-smi",
+                      DRIVER_FIX)]
+    if module is None:
+        return [Check("machine", "driver-module", "fail", f"userspace driver {userspace}, but no nvidia kernel "
+                      "module is loaded", "reboot (or modprobe nvidia) so the installed module loads")]
+    if userspace != module:
+        return [Check("machine", "driver-module", "fail", f"reboot required: the loaded kernel module is {module}, "
+                      f"the installed userspace driver is {userspace or 'unreadable'}",
+                      "reboot the host so the module of the installed driver loads (nvidia_driver_allow_reboot)")]
+    return [Check("machine", "driver-module", "pass", f"kernel module {module} = userspace {userspace}")]
+
+
+def gpu_checks(raw: dict, expect_gpus: int | None, at_least: bool = False) -> list[Check]:
+    """EXPECT_GPUS exactly, or at least that many (the stack's tp: a box may have more GPUs than one server uses)."""
+    found = gpus(raw)
+    if not found:
+        return [Check("machine", "gpus", "fail" if expect_gpus else "skip", "nvidia-smi lists no GPUs",
+                      DRIVER_FIX if expect_gpus else "", required=bool(expect_gpus))]
+    checks = []
+    if expect_gpus:
+        ok = len(found) >= expect_gpus if at_least else len(found) == expect_gpus
+        checks.append(Check("machine", "gpu-count", "pass" if ok else "fail",
+                            f"{len(found)} GPU(s), {'at least ' if at_least else ''}{expect_gpus} expected",
+                            "" if ok else "find the missing GPUs (nvidia-smi, dmesg: fallen off the bus?) or set "
+                            "--expect-gpus / server.tp to the GPUs this box has"))
+    ccs = sorted({g["compute_cap"] for g in found}, key=lambda cc: tuple(int(x) for x in re.findall(r"\d+", cc)))
+    checks.append(Check("machine", "one-capability", "pass" if len(ccs) == 1 else "fail",
+                        f"compute capability {', '.join(ccs)} across {len(found)} GPU(s)",
+                        "" if len(ccs) == 1 else "serve from GPUs of one kind: mixed capabilities split one "
+                        "tensor-parallel group (CUDA_VISIBLE_DEVICES)"))
+    off = [g["index"] for g in found if g["persistence_mode"].lower() != "enabled"]
+    checks.append(Check("machine", "persistence", "fail" if off else "pass",
+                        f"persistence mode off on GPU {', '.join(off)}" if off else "persistence mode on every GPU",
+                        "enable nvidia-persistenced (systemctl enable --now nvidia-persistenced; the nvidia_driver "
+                        "role does)" if off else "", required=False))
+    checks.append(_pcie(found))
+    return checks
+
+
+def _pcie(found: list[dict]) -> Check:
+    degraded, unread = [], []
+    for g in found:
+        gen, gen_max = _number(g["pcie.link.gen.current"]), _number(g["pcie.link.gen.max"])
+        width, width_max = _number(g["pcie.link.width.current"]), _number(g["pcie.link.width.max"])
+        if gen is None or gen_max is None or width is None or width_max is None:
+            unread.append(g["index"])
+        elif width < width_max or gen < gen_max:
+            degraded.append(f"GPU {g['index']} gen {gen} x{width} of gen {gen_max} x{width_max}")
+    if degraded:
+        return Check("machine", "pcie-link", "warn", "; ".join(degraded) + " (an idle GPU may lower its "
+                     "generation to save power: measure under load before acting)",
+                     "reseat the GPU or check the slot and riser; a narrower link than its maximum is a hardware "
+                     "fault", required=False)
+    if unread and len(unread) == len(found):
+        return Check("machine", "pcie-link", "skip", "the driver does not report PCIe link state", required=False)
+    g = found[0]
+    return Check("machine", "pcie-link", "pass", f"every GPU at its maximum: gen {g['pcie.link.gen.max']} "
+                 f"x{g['pcie.link.width.max']}", required=False)
+
+
+def memory_checks(raw: dict) -> list[Check]:
+    checks = []
+    ecc = raw.get("ecc") or {}
+    if ecc.get("rc") == 0:
+        bad = [f"GPU {r['index']}: {r['ecc.errors.uncorrected.volatile.total']}" for r in
+               _rows(ecc["out"], ECC_QUERY) if (_number(r["ecc.errors.uncorrected.volatile.total"]) or 0) > 0]
+        checks.append(Check("machine", "ecc", "fail" if bad else "pass",
+                            "uncorrectable ECC errors since boot: " + "; ".join(bad) if bad else
+                            "no uncorrectable ECC errors since boot",
+                            "drain the host, reset the GPU (nvidia-smi -r -i N) and watch it; replace it if they "
+                            "return" if bad else ""))
+    remap = raw.get("remap") or {}
+    if remap.get("rc") == 0:
+        rows = _rows(remap["out"], REMAP_QUERY)
+        pending = [r["gpu_bus_id"] for r in rows if r["remapped_rows.pending"].lower() in ("yes", "1")]
+        failed = [r["gpu_bus_id"] for r in rows if r["remapped_rows.failure"].lower() in ("yes", "1")]
+        detail = ([f"row remap pending on {', '.join(pending)}"] if pending else []) + \
+                 ([f"row remapping failed on {', '.join(failed)}"] if failed else [])
+        checks.append(Check("machine", "row-remap", "fail" if detail else "pass",
+                            "; ".join(detail) or f"no pending or failed row remaps on {len(rows)} GPU(s)",
+                            "reset the GPU (or reboot) so pending remaps take effect; a failed remap means "
+                            "replacing the GPU" if detail else ""))
+    return checks
+
+
+def _fabric(details: str) -> tuple[str | None, str | None]:
+    """(State, Status) of the first GPU's Fabric section in `nvidia-smi -q`; N/A without NVSwitch."""
+    match = re.search(r"\n\s*Fabric\s*\n\s*State\s*:\s*([^\n]+)\n\s*Status\s*:\s*([^\n]+)", details)
+    return (match.group(1).strip(), match.group(2).strip()) if match else (None, None)
+
+
+def fabric_checks(raw: dict, nvswitch: bool | None = None) -> list[Check]:
+    """NVSwitch boards (HGX) start CUDA only once the fabric is up: a fabric manager of the driver's exact
+    version runs on the host, or, in a VM of a shared NVSwitch system, outside it."""
+    state, status = _fabric((raw.get("details") or {}).get("out", ""))
+    local_switches = bool(raw.get("nvswitch_devices"))
+    present = nvswitch if nvswitch is not None else local_switches or (state not in (None, "N/A"))
+    if not present:
+        return [Check("machine", "fabric-manager", "skip", "no NVSwitch fabric: no fabric manager needed",
+                      required=False)]
+    active = ((raw.get("fabricmanager") or {}).get("out") or "").strip() == "active"
+    ready = (state or "").lower() == "completed" and (status or "").lower() == "success"
+    ok = ready and (active or not local_switches)
+    where = "nvidia-fabricmanager active here" if active else \
+        ("nvidia-fabricmanager not active" if local_switches else "no NVSwitch device here: the fabric is managed "
+         "outside this host")
+    return [Check("machine", "fabric-manager", "pass" if ok else "fail",
+                  f"NVLink fabric state {state or 'unknown'}, status {status or 'unknown'}; {where}",
+                  "" if ok else "install nvidia-fabricmanager of exactly the driver's version and start it "
+                  "(the nvidia_driver role does where NVSwitch is present)")]
+
+
+def runtime_checks(raw: dict) -> list[Check]:
+    runtimes = raw.get("docker_runtimes") or {}
+    cdi = raw.get("cdi_specs") or []
+    if runtimes.get("rc") is None and not cdi:
+        return [Check("machine", "container-runtime", "skip", "no Docker here", required=False)]
+    try:
+        names = sorted(json.loads(runtimes.get("out") or "{}")) if runtimes.get("rc") == 0 else []
+    except ValueError:
+        names = []
+    ok = "nvidia" in names or bool(cdi)
+    seen = (f"docker runtimes: {', '.join(names)}" if names else "docker answered no runtimes") + \
+        (f"; CDI specs: {', '.join(cdi)}" if cdi else "")
+    return [Check("machine", "container-runtime", "pass" if ok else "fail", seen,
+                  "" if ok else "install nvidia-container-toolkit and run `nvidia-ctk runtime configure "
+                  "--runtime=docker` (or `nvidia-ctk cdi generate`); the nvidia_container_toolkit role does",
+                  required=False)]
+
+
+PCIE_HOPS = ("PIX", "PXB", "PHB", "NODE", "SYS")  # from nearest to farthest
+
+
+def topology(text: str) -> dict:
+    """The GPU-to-GPU link classes from `nvidia-smi topo -m`: NVLink (NV#) or PCIe (PIX..SYS)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # nvidia-smi underlines the header on a terminal
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return {"gpus": 0, "links": []}
+    header = lines[0].split()
+    gpu_cols = [i for i, h in enumerate(header) if re.fullmatch(r"GPU\d+", h)]
+    links = []
+    for ln in lines[1:]:
+        cells = ln.split()
+        if not cells or not re.fullmatch(r"GPU\d+", cells[0]):
+            continue
+        for col in gpu_cols:
+            cell = cells[col + 1] if col + 1 < len(cells) else ""
+            if cell != "X" and header[col] > cells[0]:
+                links.append({"a": cells[0], "b": header[col], "link": cell})
+    return {"gpus": len(gpu_cols), "links": links}
+
+
+def link_class(topo: dict, nvswitch: bool) -> str:
+    if topo["gpus"] <= 1:
+        return "single GPU"
+    kinds = {lk["link"] for lk in topo["links"]}
+    if kinds and all(k.startswith("NV") for k in kinds):
+        return "NVSwitch" if nvswitch else "NVLink"
+    worst = max((PCIE_HOPS.index(k) for k in kinds if k in PCIE_HOPS), default=None)
+    return "PCIe" + (f" (farthest hop {PCIE_HOPS[worst]})" if worst is not None else "")
+
+
+def topology_check(raw: dict, pcie_only_env: bool | None = None) -> list[Check]:
+    topo_out = raw.get("topology") or {}
+    if topo_out.get("rc") != 0:
+        return [Check("machine", "topology", "skip", "nvidia-smi topo -m gave nothing", required=False)]
+    topo = topology(topo_out["out"])
+    kind = link_class(topo, bool(raw.get("nvswitch_devices")))
+    advice, status, fix = "", "pass", ""
+    if kind.startswith("PCIe"):
+        advice = "; all-reduce goes over PCIe: expect speculation to pay at low concurrency only (rig probe measures)"
+        if pcie_only_env is False:
+            status, fix = "warn", "set environment.nccl_pcie_only: true in the stack (NCCL_P2P_LEVEL=SYS and no NVLS)"
+    elif kind in ("NVLink", "NVSwitch") and pcie_only_env:
+        status, fix = "warn", "environment.nccl_pcie_only is meant for PCIe-only boxes; set it false here"
+    pairs = ", ".join(sorted({lk["link"] for lk in topo["links"]}))
+    return [Check("machine", "topology", status, f"{topo['gpus']} GPU(s), {kind}" + (f" ({pairs})" if pairs else "")
+                  + advice, fix, required=False)]
+
+
+def checks(raw: dict, expect_gpus: int | None = None, nvswitch: bool | None = None,
+           pcie_only_env: bool | None = None, at_least: bool = False) -> list[Check]:
+    return (driver_checks(raw) + gpu_checks(raw, expect_gpus, at_least) + memory_checks(raw) + fabric_checks(raw, nvswitch)
+            + runtime_checks(raw) + topology_check(raw, pcie_only_env))

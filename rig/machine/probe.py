@@ -1,0 +1,141 @@
+"""`rig probe`: how fast the box's GPUs all-reduce, and what that means for the stack.
+
+One process per GPU runs rig/machine/probe_worker.py in the stack venv's Python (torch.distributed,
+NCCL), message sizes from 8 KB to 256 MB. Reported per size, as nccl-tests defines them:
+algbw = bytes / time and busbw = algbw x 2(n-1)/n (the bytes each link carries in a ring);
+small messages tell the latency a decode step's all-reduce pays, large ones the bandwidth.
+The link class follows from the bandwidth, and the advice from the class (the seeds' box, 8
+GPUs on PCIe, was bound by its all-reduce: speculation paid only at low concurrency).
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from rig.core import RigError, progress
+from rig.core.fs import atomic_write
+from rig.core.proc import interpreter, last_json
+
+SIZES = [8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20, 256 << 20]
+# bus bandwidth at 256 MB: PCIe gen5 x16 moves at most ~50 GB/s each way, NVLink 4 several hundred
+NVLINK_GBPS = 100.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measure(python: Path, gpus: int, sizes: list[int] = SIZES, timeout: float = 600) -> dict:
+    interpreter(python)
+    if gpus < 1:
+        raise RigError(f"--gpus {gpus}: give the number of GPUs to all-reduce across (1 or more)")
+    script = resources.files("rig.machine").joinpath("probe_worker.py").read_text()
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(gpus)}
+    progress(f"all-reduce across {gpus} GPU(s), {len(sizes)} sizes from {sizes[0] >> 10} KB to {sizes[-1] >> 20} MB")
+    with tempfile.TemporaryDirectory(prefix="rig-probe-") as tmp:
+        procs = []
+        for rank in range(gpus):
+            log = open(Path(tmp) / f"rank{rank}.log", "w+")
+            procs.append((subprocess.Popen([str(python), "-c", script, json.dumps({"sizes": sizes})],
+                                           env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                                           stdout=subprocess.PIPE if rank == 0 else log, stderr=log, text=True), log))
+        codes: list[int | None] = [None] * gpus
+        try:
+            out, _ = procs[0][0].communicate(timeout=timeout)
+            codes[0] = procs[0][0].returncode
+            if codes[0] == 0:  # rank 0 done: the others finish with it; a failed rank 0 leaves them waiting
+                codes = [p.wait(timeout=60) for p, _ in procs]
+        except subprocess.TimeoutExpired as exc:
+            raise RigError(f"the all-reduce probe did not finish within {timeout:.0f} s (a hung NCCL "
+                           "communicator: check the GPUs' links and NCCL_DEBUG=INFO)") from exc
+        finally:
+            for p, log in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                log.seek(0)
+        logs = [log.read()[-1500:] for _, log in procs]
+        for _, log in procs:
+            log.close()
+    if any(codes):
+        bad = next(i for i, c in enumerate(codes) if c)
+        raise RigError(f"the all-reduce probe failed on rank {bad} (exit {codes[bad]}): {logs[bad].strip()[-800:]}")
+    return last_json(out, "the all-reduce probe")
+
+
+def analyse(raw: dict) -> dict:
+    n = raw["world_size"]
+    rows = []
+    for r in raw["rows"]:
+        alg = r["bytes"] / r["seconds"] / 1e9
+        rows.append({**r, "latency_us": r["seconds"] * 1e6, "algbw_gbps": alg,
+                     "busbw_gbps": alg * 2 * (n - 1) / n if n > 1 else 0.0})
+    small = [r["latency_us"] for r in rows if r["bytes"] <= 512 << 10]
+    peak = max((r["busbw_gbps"] for r in rows), default=0.0)
+    if n == 1:
+        link, advice = "single GPU", ["one GPU: nothing to all-reduce; tensor parallelism needs more than one"]
+    elif peak >= NVLINK_GBPS:
+        link = "NVLink"
+        advice = ["keep environment.nccl_pcie_only false: NCCL should use the NVLink paths",
+                  "tensor parallelism is cheap here: speculation pays while decode is latency-bound"]
+    else:
+        link = "PCIe"
+        advice = ["set environment.nccl_pcie_only: true (NCCL_P2P_LEVEL=SYS, no NVLS, no IB)",
+                  "flashinfer all-reduce fusion and torch symmetric memory: opt in and measure (server section)",
+                  "the all-reduce bounds the server under load: serve EAGLE-3 for low concurrency only, "
+                  "and let `rig bench` find the crossover"]
+    return {**raw, "rows": rows, "link_class": link, "peak_busbw_gbps": peak,
+            "small_message_latency_us": statistics.median(small) if small else None,
+            "correct": all(r["correct"] for r in rows), "advice": advice}
+
+
+def report_markdown(result: dict) -> str:
+    lines = ["# rig probe", "", f"{result['world_size']} x {result['device']}, torch {result['torch']}, "
+             f"NCCL {result['nccl']}: **{result['link_class']}**, peak bus bandwidth "
+             f"{result['peak_busbw_gbps']:.1f} GB/s, small-message latency "
+             f"{(result['small_message_latency_us'] or 0):.1f} us (median, 8-512 KB)", "",
+             "busbw = algbw x 2(n-1)/n, algbw = bytes / time (the slowest rank's), as nccl-tests reports them.", "",
+             "| size | time (us) | algbw (GB/s) | busbw (GB/s) | correct |", "|---|---|---|---|---|"]
+    for r in result["rows"]:
+        size = f"{r['bytes'] >> 20} MB" if r["bytes"] >= 1 << 20 else f"{r['bytes'] >> 10} KB"
+        lines.append(f"| {size} | {r['latency_us']:.1f} | {r['algbw_gbps']:.2f} | {r['busbw_gbps']:.2f} | "
+                     f"{'yes' if r['correct'] else 'NO'} |")
+    lines += ["", "## Advice for the stack", ""] + [f"- {a}" for a in result["advice"]]
+    return "\n".join(lines) + "\n"
+
+
+def write(result: dict, out: str | Path) -> list[str]:
+    """probe.json first (nothing measured is lost if the plot fails), then probe.md and probe.png."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "probe.json", json.dumps(result, indent=2) + "\n")
+    atomic_write(out / "probe.md", report_markdown(result))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (bw, lat) = plt.subplots(1, 2, figsize=(11, 4.2))
+    sizes = [r["bytes"] for r in result["rows"]]
+    bw.plot(sizes, [r["busbw_gbps"] for r in result["rows"]], marker="o")
+    bw.set_ylabel("bus bandwidth (GB/s)")
+    lat.plot(sizes, [r["latency_us"] for r in result["rows"]], marker="o", color="tab:red")
+    lat.set_ylabel("time per all-reduce (us)")
+    lat.set_yscale("log")
+    for ax in (bw, lat):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle(f"all-reduce, {result['world_size']} x {result['device']}: {result['link_class']}")
+    fig.tight_layout()
+    fig.savefig(out / "probe.png", dpi=110)
+    plt.close(fig)
+    return [str(out / n) for n in ("probe.json", "probe.md", "probe.png")]

@@ -1,0 +1,396 @@
+"""Source patches (patches/*.yml) on an installed environment: status, apply, revert.
+
+A patch names its package, the versions that need it and the versions whose
+upstream already has it, the file, and hunks anchored on the exact code they
+expect: an anchor that is not found once is drift, and nothing is written.
+Originals are kept by sha256 under the environment's prefix with a state file,
+so revert restores them byte for byte. After apply the patched modules must
+compile and every applied patch's check must pass in that environment's
+Python, or the run's files are put back.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib.resources
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rig.core import RigError
+from rig.core.fs import atomic_write, confined, sha256_data
+from rig.core.proc import ask
+from rig.core.schema import Field, distribution, sha256, validate
+
+STATE = ".rig-patches.json"
+BACKUPS = ".rig-patches"
+STATUSES = ("applied", "needed", "upstream", "not-applicable", "drifted")
+
+# Run by the environment's own Python: versions, install roots and prefix.
+_PROBE = """
+import json, sys, importlib.metadata as m
+out = {"prefix": sys.prefix, "python": sys.executable, "packages": {}}
+for name in json.loads(sys.argv[1]):
+    try:
+        dist = m.distribution(name)
+    except m.PackageNotFoundError:
+        continue
+    out["packages"][name] = {"version": dist.version, "root": str(dist.locate_file(""))}
+print(json.dumps(out))
+"""
+
+# Compiles every patched source, then runs each check on its own; one JSON line back.
+_VERIFY = """
+import json, sys, traceback
+job = json.load(sys.stdin)
+errors = {}
+for path, text in job["sources"].items():
+    try:
+        compile(text, path, "exec")
+    except SyntaxError as exc:
+        errors["compile " + path] = f"{exc.msg} (line {exc.lineno})"
+for check in job["checks"]:
+    try:
+        exec(compile(check["code"], check["id"] + " check", "exec"),
+             {"__name__": "__rig_check__", "PATCHED_FILE": check["file"]})
+    except BaseException:
+        errors[check["id"]] = traceback.format_exc(limit=-3).strip()
+print(json.dumps(errors))
+"""
+
+
+@dataclass(frozen=True)
+class Patch:
+    id: str
+    summary: str
+    package: str
+    needed: str
+    upstream: str
+    file: str
+    hunks: tuple
+    check: str
+    why: str
+    provenance: dict
+
+    def needs(self, version: str) -> bool:
+        return _in(version, self.needed)
+
+    def knows(self, version: str) -> bool:
+        return self.needs(version) or bool(self.upstream and _in(version, self.upstream))
+
+
+def _in(version: str, spec: str) -> bool:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    return SpecifierSet(spec).contains(Version(version), prereleases=True)
+
+
+# ------------------------------------------------------------------ loading
+
+def _schema():
+    text = Field(required=True, multiline=True)  # prose and code; names and paths stay one line
+
+    def spec(value: str) -> str | None:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier:
+            return f"{value!r} is not a version range like '>=0.5.9,<0.5.10'"
+        return None if value else "must not be empty"
+
+    return {
+        "id": Field(required=True, check=distribution), "summary": text, "package": Field(required=True, check=distribution),
+        "needed": Field(required=True, check=spec),
+        "upstream": Field(default="", check=lambda v: v and spec(v)),
+        "file": Field(required=True), "why": text, "check": text,
+        "hunks": Field(list, required=True, check=lambda v: None if v else "needs at least one hunk",
+                       item=Field(dict, fields={"find": text, "replace": text})),
+        "provenance": Field(dict, required=True, fields={
+            "mirrors": text, "fixed_in": text, "checked": text, "drop_when": text}),
+    }
+
+
+def patch_files(source: str | Path | None):
+    """The patch files: SOURCE, else the repo's patches/, else those packed into the bundle."""
+    if source:
+        return sorted(Path(source).glob("*.yml"))
+    repo = Path(__file__).resolve().parents[2] / "patches"
+    if repo.is_dir():
+        return sorted(repo.glob("*.yml"))
+    packed = importlib.resources.files("rig") / "patchset"
+    return sorted((p for p in packed.iterdir() if p.name.endswith(".yml")), key=lambda p: p.name)
+
+
+def load(source: str | Path | None = None) -> list[Patch]:
+    from rig.core.documents import parse_yaml, read_text
+
+    patches: list[Patch] = []
+    seen: dict[str, str] = {}  # patch id -> the file that defines it
+    for path in patch_files(source):
+        data = parse_yaml(read_text(path, "patch file"), path.name)
+        if not isinstance(data, dict):
+            raise RigError(f"{path.name}: a patch file must be a mapping of keys")
+        data = validate(data, Field(dict, fields=_schema()), path.name)
+        if data["id"] in seen:
+            raise RigError(f"{path.name}: patch id {data['id']!r} is also used by {seen[data['id']]}")
+        if data["id"] + ".yml" != path.name:
+            raise RigError(f"{path.name}: the file must be named after its id ({data['id']}.yml)")
+        seen[data["id"]] = path.name
+        hunks = tuple((h["find"], h["replace"]) for h in data.pop("hunks"))
+        patches.append(Patch(hunks=hunks, **data))
+    if not patches:
+        raise RigError(f"no patch files (*.yml) in {source or 'patches/'}")
+    return patches
+
+
+# ------------------------------------------------------------------ the environment
+
+STATE_SPEC = Field(dict, fields={"files": Field(dict, default={}, values=Field(dict, fields={
+    "original_sha256": Field(required=True, check=sha256), "patched_sha256": Field(required=True, check=sha256),
+    "patches": Field(list, default=[], item=Field(check=distribution))}))})
+
+
+@dataclass
+class Env:
+    python: str
+    prefix: Path
+    packages: dict  # name -> {"version", "root"}
+
+    @property
+    def state_path(self) -> Path:
+        return self.prefix / STATE
+
+    def read_state(self) -> dict:
+        """What rig patched here; a record of the wrong shape, or one naming a file outside this
+        environment, is refused before anything is read or restored through it."""
+        from rig.core.documents import load_json
+
+        if not self.state_path.exists():
+            return {"files": {}}
+        try:
+            state = load_json(self.state_path, "patch record", STATE_SPEC)
+            for name in state["files"]:  # recorded resolved; the prefix may be reached through a link
+                confined(self.prefix, os.path.relpath(Path(name).resolve(), self.prefix.resolve()),
+                         f"{self.state_path}: file")
+        except (RigError, ValueError) as exc:
+            raise RigError(f"{exc}; restore {self.state_path} or remove it after reinstalling the patched "
+                           "packages") from exc
+        return state
+
+
+def probe(python: str, packages: list[str]) -> Env:
+    info = ask(python, _PROBE, [json.dumps(sorted(set(packages)))], "report its packages")
+    try:
+        return Env(python=info["python"], prefix=Path(info["prefix"]), packages=dict(info["packages"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RigError(f"{python} reported its packages in a shape rig did not write ({exc}); is it a Python?") from exc
+
+
+def environment(venv: str | None, python: str | None, stack_path: str | None,
+                source: str | Path | None) -> tuple[Env, list[Patch]]:
+    """The environment named by --venv, --python or --stack (its venv), probed for the packages of the patch
+    set at SOURCE; and that patch set."""
+    if venv and python:
+        raise RigError("give --venv or --python, not both")
+    if not python:
+        if not venv:
+            if not stack_path:
+                raise RigError("name the environment: --venv DIR, --python PATH or --stack FILE (its venv)")
+            from rig.stack.spec import load as load_stack
+
+            venv = load_stack(stack_path)["venv"]
+        python = str(Path(venv) / "bin" / "python")
+        if not Path(python).exists():
+            raise RigError(f"{venv} is not a virtualenv (no bin/python); install the stack first")
+    found = load(source)
+    return probe(python, [p.package for p in found]), found
+
+
+# ------------------------------------------------------------------ status
+
+def _patched(text: str, patch: Patch) -> tuple[str, str]:
+    """(status, new text or why): applied/needed with the result, or drifted with the reason."""
+    if all(text.count(new) >= 1 for _, new in patch.hunks):
+        return "applied", text
+    for find, _ in patch.hunks:
+        count = text.count(find)
+        if count != 1:
+            where = "not found" if count == 0 else f"found {count} times"
+            first = next(line.strip() for line in find.splitlines() if line.strip())
+            return "drifted", f"expected code {where} (anchor begins {first!r})"
+    for find, new in patch.hunks:
+        text = text.replace(find, new, 1)
+    return "needed", text
+
+
+def status(env: Env, patches: list[Patch]) -> list[dict]:
+    rows = []
+    for patch in patches:
+        row = {"id": patch.id, "package": patch.package, "file": patch.file, "summary": patch.summary}
+        installed = env.packages.get(patch.package)
+        if not installed:
+            rows.append({**row, "version": None, "status": "not-applicable", "detail": "not installed"})
+            continue
+        version, path = installed["version"], confined(installed["root"], patch.file, f"patch {patch.id}: file")
+        row.update(version=version, path=str(path))
+        if patch.upstream and _in(version, patch.upstream):
+            rows.append({**row, "status": "upstream", "detail": f"{patch.package} {version} has it "
+                         f"(fixed in {patch.provenance['fixed_in']})"})
+        elif not patch.needs(version):
+            rows.append({**row, "status": "not-applicable", "detail": f"{version} is outside {patch.needed}"})
+        elif not path.is_file():
+            rows.append({**row, "status": "drifted", "detail": f"{patch.file} is not in {patch.package} {version}"})
+        else:
+            state, detail = _patched(path.read_text(), patch)
+            rows.append({**row, "status": state, "detail": detail if state == "drifted" else ""})
+    return rows
+
+
+def refuse_unknown_versions(env: Env, patches: list[Patch]) -> None:
+    """A package version no patch knows about is refused: its code was never read."""
+    for package in sorted({p.package for p in patches}):
+        installed = env.packages.get(package)
+        mine = [p for p in patches if p.package == package]
+        if installed and not any(p.knows(installed["version"]) for p in mine):
+            ranges = sorted({r for p in mine for r in (p.needed, p.upstream) if r})
+            raise RigError(f"{package} {installed['version']} is outside every patch's range "
+                           f"({'; '.join(ranges)}): no patch was checked against it. Read its sources "
+                           "and extend patches/, or pass --force to act on the known patches anyway")
+
+
+# ------------------------------------------------------------------ apply / revert
+
+
+def _verify(env: Env, sources: dict[str, str], checks: list[dict]) -> dict:
+    done = subprocess.run([env.python, "-I", "-c", _VERIFY], input=json.dumps(
+        {"sources": sources, "checks": checks}), capture_output=True, text=True, cwd="/", check=False)
+    if done.returncode != 0 or not done.stdout.strip():
+        return {"checks": done.stderr.strip()[-2000:] or f"exit {done.returncode}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _diff(path: str, old: str, new: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+
+
+def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = False) -> dict:
+    if not force:
+        refuse_unknown_versions(env, patches)
+    rows = status(env, patches)
+    drifted = [r for r in rows if r["status"] == "drifted"]
+    if drifted and not force:
+        raise RigError("; ".join(f"{r['id']}: {r['package']} {r['version']} {r['file']}: {r['detail']}" for r in drifted)
+                       + ". Nothing was changed. Re-read the upstream code and update the patch (or its "
+                       "version range), or pass --force to apply the others")
+    by_id = {p.id: p for p in patches}
+    todo: dict[Path, list[Patch]] = {}
+    for row in rows:
+        if row["status"] == "needed":
+            todo.setdefault(Path(row["path"]), []).append(by_id[row["id"]])
+    originals, results, diffs = {}, {}, []
+    for path, file_patches in todo.items():
+        originals[path] = path.read_bytes()
+        text = originals[path].decode()
+        for patch in file_patches:
+            text = _patched(text, patch)[1]
+        results[path] = text
+        diffs.append(_diff(file_patches[0].file, originals[path].decode(), text))
+    applied_ids = [r["id"] for r in rows if r["status"] in ("needed", "applied")]
+    result: dict[str, Any] = {"changed": bool(todo), "patches": rows, "diff": "".join(diffs),
+                              "msg": _summary(rows, "would apply" if check else "applied")}
+    if check or not todo:
+        return result
+    errors = _verify(env, {str(p): t for p, t in results.items()}, [])
+    if errors:
+        raise RigError(f"a patched module does not compile, nothing was changed: {errors}")
+    state = env.read_state()
+    before = env.state_path.read_bytes() if env.state_path.exists() else None
+    backups, new_backups = env.prefix / BACKUPS, []
+    backups.mkdir(exist_ok=True)
+    for path, text in results.items():
+        entry = state["files"].get(str(path))
+        if not entry or entry.get("patched_sha256") != sha256_data(originals[path]):
+            entry = {"original_sha256": sha256_data(originals[path]), "patches": []}
+            new_backups.append(backups / entry["original_sha256"])
+            atomic_write(new_backups[-1], originals[path])
+        entry["patches"] = sorted(set(entry["patches"]) | {p.id for p in todo[path]})
+        entry["patched_sha256"] = sha256_data(text.encode())
+        state["files"][str(path)] = entry
+    # the state goes first: a run cut short still leaves what revert needs
+    atomic_write(env.state_path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode())
+    try:
+        for path, text in results.items():
+            atomic_write(path, text.encode())
+        errors = _verify(env, {}, [{"id": r["id"], "file": r["path"], "code": by_id[r["id"]].check}
+                                   for r in rows if r["id"] in applied_ids])
+        if errors:
+            raise RigError("a patch's check failed after apply; the files were put back: "
+                           + "; ".join(f"{k}: {v}" for k, v in errors.items()))
+    except BaseException:
+        for path in results:
+            atomic_write(path, originals[path])
+        if before is None:
+            env.state_path.unlink()
+        else:
+            atomic_write(env.state_path, before)
+        for backup in new_backups:
+            backup.unlink(missing_ok=True)
+        if not any(backups.iterdir()):
+            backups.rmdir()
+        raise
+    result["patches"] = status(env, patches)
+    result["msg"] = _summary(rows, "applied").splitlines()[0] + "\n" + table(result["patches"])
+    return result
+
+
+def revert(env: Env, check: bool = False, force: bool = False) -> dict:
+    state = env.read_state()
+    restored, problems = [], []
+    for name, entry in sorted(state["files"].items()):
+        path = Path(name)
+        current = sha256_data(path.read_bytes()) if path.is_file() else None
+        if current == entry["original_sha256"]:
+            continue  # already the original (e.g. the package was reinstalled)
+        if current != entry["patched_sha256"] and not force:
+            problems.append(f"{path} changed since rig patched it (sha256 {current}); "
+                            "reinstall the package, or pass --force to restore rig's backup over it")
+            continue
+        backup = env.prefix / BACKUPS / entry["original_sha256"]
+        if not backup.is_file() or sha256_data(backup.read_bytes()) != entry["original_sha256"]:
+            problems.append(f"the backup of {path} is missing or altered; reinstall the package to restore it")
+            continue
+        restored.append((path, backup))
+    if problems:
+        raise RigError("; ".join(problems) + ". Nothing was reverted")
+    result = {"changed": bool(restored), "files": [str(p) for p, _ in restored],
+              "msg": f"{'would restore' if check else 'restored'} {len(restored)} file(s)"
+                     + "".join(f"\n  {p}" for p, _ in restored)}
+    if check or not state["files"]:
+        return result
+    for path, backup in restored:
+        atomic_write(path, backup.read_bytes())
+    for entry in state["files"].values():
+        (env.prefix / BACKUPS / entry["original_sha256"]).unlink(missing_ok=True)
+    env.state_path.unlink()
+    if (env.prefix / BACKUPS).is_dir() and not any((env.prefix / BACKUPS).iterdir()):
+        (env.prefix / BACKUPS).rmdir()
+    return result
+
+
+def _summary(rows: list[dict], verb: str) -> str:
+    todo = [r["id"] for r in rows if r["status"] == "needed"]
+    head = f"{verb} {len(todo)} patch(es)" if todo else "nothing to apply"
+    return head + "\n" + table(rows)
+
+
+def table(rows: list[dict]) -> str:
+    width = max(len(r["id"]) for r in rows)
+    lines = [f"{'patch'.ljust(width)}  {'status':14}  package"]
+    for r in rows:
+        version = f"{r['package']} {r['version']}" if r["version"] else r["package"]
+        detail = f"  ({r['detail']})" if r.get("detail") else ""
+        lines.append(f"{r['id'].ljust(width)}  {r['status']:14}  {version}{detail}")
+    return "\n".join(lines)

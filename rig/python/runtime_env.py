@@ -1,0 +1,107 @@
+"""The CUDA 13 environment of the stack's venv, set at every interpreter start.
+
+rig renders the environment into a module in the venv's site-packages and
+loads it from a .pth file. A file named sitecustomize.py there would not do:
+Debian's and Ubuntu's system Python put /usr/lib/python3.X/sitecustomize.py
+ahead of the venv on sys.path, so the venv's copy is never imported. Loaded
+from a .pth, rig's module runs first and any sitecustomize already there
+(the system's, or one in the venv) still runs after it: the chain is kept.
+Only that venv's interpreter reads its site-packages, so no other one sees it.
+"""
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+from rig.core import RigError
+from rig.core.cuda_releases import series
+from rig.core.fs import atomic_write
+from rig.core.proc import ask
+
+MODULE = "rig_sitecustomize"
+PTH = f"{MODULE}.pth"
+
+# PCIe-only boxes: no InfiniBand to probe, no NVLink SHARP (multicast needs NVLink),
+# and peer-to-peer allowed across the CPU root complex, which NCCL otherwise refuses.
+NCCL_PCIE_ONLY = {"NCCL_IB_DISABLE": "1", "NCCL_NVLS_ENABLE": "0", "NCCL_P2P_LEVEL": "SYS"}
+
+
+def arch_env(archs: list[str]) -> dict:
+    """The arch lists torch's and flashinfer's compilers read, at build time and at JIT time."""
+    return {"TORCH_CUDA_ARCH_LIST": ";".join(archs),       # torch.utils.cpp_extension
+            "FLASHINFER_CUDA_ARCH_LIST": " ".join(archs)}  # flashinfer JIT / AOT
+
+
+def cuda_env(cuda_version: str, archs: list[str], prefix: str = "/usr/local") -> dict:
+    """What pins the venv's compilers to the stack's toolkit; set even over an inherited value."""
+    home = f"{prefix.rstrip('/')}/cuda-{series(cuda_version)}"
+    # Triton's bundled ptxas may predate the GPU ("Value 'sm_120' is not defined for option 'gpu-name'")
+    return {"CUDA_HOME": home, "TRITON_PTXAS_PATH": f"{home}/bin/ptxas", **arch_env(archs)}
+
+
+def environment(stack: dict, prefix: str = "/usr/local") -> dict:
+    """{"pinned": ..., "defaults": ...}: defaults give way to a value the process already has."""
+    env = stack["environment"]
+    defaults = {**(NCCL_PCIE_ONLY if env["nccl_pcie_only"] else {}),
+                **{name: str(value) for name, value in env["vars"].items()}}
+    return {"pinned": cuda_env(stack["cuda"]["version"], stack["archs"], prefix), "defaults": defaults}
+
+
+def render(env: dict, stack_name: str) -> str:
+    import jinja2
+
+    text = (importlib.resources.files("rig") / "templates" / "sitecustomize.py.j2").read_text()  # a zipapp too
+    template = jinja2.Template(text, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    return template.render(stack=stack_name, pinned=env["pinned"], defaults=env["defaults"])
+
+
+def site_packages(venv: str | Path) -> Path:
+    found = sorted(Path(venv).glob("lib/python3*/site-packages"))
+    if len(found) != 1:
+        raise RigError(f"{venv} is not a virtualenv (no single lib/python3.X/site-packages); "
+                       "install the stack's venv first (python_stack role)")
+    return found[0]
+
+
+def install(venv: str | Path, env: dict, stack_name: str, check: bool = False) -> dict:
+    """Write the module and its .pth; unchanged files are left alone."""
+    site = site_packages(venv)
+    wanted = {site / f"{MODULE}.py": render(env, stack_name), site / PTH: f"import {MODULE}\n"}
+    stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
+    diff = "".join(_diff(path, wanted[path]) for path in stale)
+    if not check:
+        for path in stale:
+            atomic_write(path, wanted[path])  # never a half-written module for every start to import
+    verb = "would write" if check else "wrote"
+    return {"changed": bool(stale), "files": [str(p) for p in stale], "diff": diff,
+            "msg": f"{verb} {', '.join(p.name for p in stale)} in {site}" if stale else
+                   f"{site} already has the stack's environment"}
+
+
+def remove(venv: str | Path, check: bool = False) -> dict:
+    site = site_packages(venv)
+    present = [p for p in (site / PTH, site / f"{MODULE}.py") if p.exists()]
+    if not check:
+        for path in present:
+            path.unlink()
+    return {"changed": bool(present), "files": [str(p) for p in present],
+            "msg": f"{'would remove' if check else 'removed'} {', '.join(p.name for p in present)}" if present
+                   else f"{site} has no rig environment"}
+
+
+def seen_by(python: str | Path) -> dict:
+    """What a fresh interpreter sees: rig's module (if it loaded) and the environment it left.
+
+    Run with an empty environment, so only what startup sets can show up.
+    """
+    code = ("import json, os, sys; m = sys.modules.get(%r); "
+            "print(json.dumps({'loaded': m is not None, 'declared': {**m.PINNED, **m.DEFAULTS} if m else {}, "
+            "'environ': dict(os.environ)}))" % MODULE)
+    return ask(python, code, [], "start and report its environment", env={})
+
+
+def _diff(path: Path, text: str) -> str:
+    import difflib
+
+    old = path.read_text().splitlines(keepends=True) if path.exists() else []
+    return "".join(difflib.unified_diff(old, text.splitlines(keepends=True), str(path), str(path)))

@@ -1,0 +1,110 @@
+"""The controller's wheelhouse: every locked wheel downloaded once, kept by hash.
+
+Wheels live at CACHE/wheels/<sha256>/<filename>. A wheel is trusted only while
+its bytes hash to what the lock says: a file that no longer does (tampered,
+truncated) is dropped and fetched again; a fresh download that does not match
+is refused. `export` lays a lock's wheels out flat with a hash-pinned
+requirements file, for `pip install --no-index --require-hashes` on targets.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from rig.core import RigError, progress
+from rig.core.fs import atomic_copy, atomic_write, confined, sha256_file
+from rig.python.pip import download, index_args, pinned, target_args
+
+REQUIREMENTS = "requirements.txt"
+
+
+def cached_path(cache: str | Path, wheel: dict) -> Path:
+    """CACHE/wheels/SHA256/FILENAME; the lock's fields are input (its hash anyone can recompute)."""
+    return confined(Path(cache) / "wheels", f"{wheel['sha256']}/{wheel['filename']}", f"lock entry {wheel['name']}")
+
+
+def _intact(path: Path, sha256: str) -> bool:
+    return path.exists() and sha256_file(path) == sha256
+
+
+def wanted(lock: dict) -> list[dict]:
+    """The lock's wheels and the installer's (uv, pinned by rig): what a host pulls."""
+    from rig.python.installer import uv_wheel
+
+    return lock["wheels"] + [uv_wheel("x86_64")]
+
+
+def fetch(lock: dict, cache: str | Path) -> dict:
+    """Make every wheel of LOCK (and the installer's) present and intact in the cache; download only what is not."""
+    if not lock["complete"]:
+        progress("the lock is partial: fetching only the wheels it could lock")
+    reused, refetched, missing = 0, [], []
+    for wheel in wanted(lock):
+        path = cached_path(cache, wheel)
+        if _intact(path, wheel["sha256"]):
+            reused += 1
+            continue
+        if path.exists():
+            progress(f"{path.name}: sha256 differs from the lock; dropping it and fetching again")
+            path.unlink()
+            refetched.append(wheel["filename"])
+        missing.append(wheel)
+    downloaded = _download(missing, lock, Path(cache)) if missing else 0
+    return {"changed": bool(missing), "wheels": len(wanted(lock)), "reused": reused,
+            "fetched": len(missing), "refetched": refetched, "bytes_downloaded": downloaded,
+            "msg": f"{len(missing)} wheels fetched ({downloaded / 1e6:.1f} MB), {reused} already in the cache"}
+
+
+def _download(wheels: list[dict], lock: dict, cache: Path) -> int:
+    by_index: dict[str, list[dict]] = {}
+    for wheel in wheels:
+        by_index.setdefault(wheel["index"], []).append(wheel)
+    target = target_args(lock["python"], "x86_64", lock["glibc"])
+    total = 0
+    (cache / "wheels").mkdir(parents=True, exist_ok=True)
+    for index, group in by_index.items():
+        progress(f"downloading {len(group)} wheels from {'the default index' if index == 'default' else index}")
+        with tempfile.TemporaryDirectory(dir=cache / "wheels", prefix=".fetch-") as tmp:
+            download([f"{w['name']}=={w['version']}" for w in group], Path(tmp), target,
+                     index_args("" if index == "default" else index))
+            for wheel in group:
+                got = Path(tmp) / wheel["filename"]
+                if not got.exists():
+                    raise RigError(f"the index served no {wheel['filename']} for {wheel['name']}=={wheel['version']}; "
+                                   "the lock no longer matches the index: run `rig lock` again")
+                actual = sha256_file(got)
+                if actual != wheel["sha256"]:
+                    raise RigError(f"{wheel['filename']} from the index has sha256 {actual}, the lock says "
+                                   f"{wheel['sha256']}; refusing it")
+                total += got.stat().st_size
+                dest = cached_path(cache, wheel)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                got.replace(dest)
+    return total
+
+
+def requirements(lock: dict) -> str:
+    """The lock as a hash-pinned requirements file, for pip's --require-hashes."""
+    lines = [pinned(w["name"], w["version"], w["sha256"]) for w in lock["wheels"]]
+    return "\n".join(sorted(lines)) + "\n"
+
+
+def export(lock: dict, cache: str | Path, dest: str | Path) -> dict:
+    """Lay the lock's wheels out in DEST (hard links where possible) with a hash-pinned requirements file."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for wheel in wanted(lock):
+        src = cached_path(cache, wheel)
+        if not _intact(src, wheel["sha256"]):
+            raise RigError(f"{wheel['filename']} is missing from the wheelhouse or altered; "
+                           "run `rig wheelhouse fetch` first")
+        target = confined(dest, wheel["filename"], f"lock entry {wheel['name']}")
+        if not target.exists() or sha256_file(target) != wheel["sha256"]:
+            target.unlink(missing_ok=True)
+            try:
+                os.link(src, target)
+            except OSError:
+                atomic_copy(src, target)
+    atomic_write(dest / REQUIREMENTS, requirements(lock))
+    return {"changed": True, "dir": str(dest), "wheels": len(wanted(lock)), "lock_hash": lock["lock_hash"]}

@@ -1,0 +1,250 @@
+"""The SGLang server's command line, rendered from the stack for the installed sglang.
+
+The stack says what it wants (a CUDA-graph batch, fusion, a draft model); rig
+picks the spelling the venv's sglang knows, then parses the argv with that
+version's own parser (`ServerArgs.add_cli_args` on an argparse parser, as
+`prepare_server_args` builds it; constructing ServerArgs runs device checks and
+needs a GPU). The API key is passed as a ${NAME} reference that the shell or
+systemd expands, so its value is never in the argv rig prints or logs.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+from rig.core import RigError, progress
+from rig.core.documents import read_text
+from rig.serving import adaptive
+
+# What the stack asks for -> the spellings sglang releases use, preferred first.
+SPELLINGS = {
+    "tp": ("--tp-size", "--tp"),
+    # 0.5.9 has --cuda-graph-max-bs; 0.5.23 splits it and rejects the old name as ambiguous
+    "cuda_graph_max_bs": ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"),
+}
+
+# Runs in the venv's Python, one JSON request per line: "options" lists the parser's
+# flags, "parse" parses an argv. One process serves both, so sglang is imported once.
+_PARSER = r"""
+import argparse, importlib.metadata, json, sys
+from sglang.srt.server_args import ServerArgs
+parser = argparse.ArgumentParser(prog="sglang serve")
+ServerArgs.add_cli_args(parser)
+def error(message):
+    raise ValueError(message)
+parser.error = error
+version = importlib.metadata.version("sglang")
+for line in sys.stdin:
+    request, out = json.loads(line), {"version": version}
+    if request["mode"] == "options":
+        out["options"] = sorted(o for a in parser._actions for o in a.option_strings)
+    elif request["mode"] == "adaptive":
+        try:
+            import sglang.srt.speculative.adaptive_spec_params as adaptive
+            loader = getattr(adaptive, "_load_adaptive_config", None)
+            if loader is None:
+                out["note"] = "its adaptive_spec_params has no _load_adaptive_config: only rig read the file"
+            else:
+                loader(request["path"])
+        except ImportError as exc:
+            out["error"] = f"it has no adaptive speculation ({exc}); SGLang 0.5.17 and later have it"
+        except Exception as exc:
+            out["error"] = f"{type(exc).__name__}: {exc}"
+    else:
+        try:
+            parser.parse_args(request["argv"])
+        except (ValueError, SystemExit) as exc:
+            out["error"] = str(exc)
+    print(json.dumps(out), flush=True)
+"""
+
+
+class _Parser:
+    """The venv's sglang argument parser, in a child process of the venv's Python."""
+
+    def __init__(self, python: Path):
+        if not python.exists():
+            raise RigError(f"{python} does not exist; install the stack's venv first (python_stack role)")
+        self.python = python
+        self.proc = subprocess.Popen([str(python), "-c", _PARSER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdin and self.proc.stdout and self.proc.stderr  # all three are pipes
+        self.stdin, self.stdout, self.stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
+
+    def ask(self, request: dict) -> dict:
+        self.stdin.write(json.dumps(request) + "\n")
+        self.stdin.flush()
+        line = self.stdout.readline()
+        if not line:
+            self.proc.kill()
+            err = self.stderr.read().strip().splitlines()
+            raise RigError(f"sglang's argument parser did not load in {self.python}: {err[-1:] or 'no output'}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.stdin.close()
+        self.proc.wait()
+
+
+TESTMODEL = "testmodel"
+
+
+def models(server: dict) -> tuple[str, str]:
+    """(target, draft) paths; `testmodel` names the generated pair under server.testmodel_dir."""
+    if not server["model"]:
+        raise RigError("the stack has no server.model: set it to the model's local path or id, "
+                       "or to 'testmodel' to prove the box with a generated one (rig testmodel)")
+    if server["draft_model"] == TESTMODEL and server["model"] != TESTMODEL:
+        raise RigError("server.draft_model 'testmodel' drafts for the generated target only: "
+                       "set server.model to 'testmodel' too, or give the draft's path")
+    if server["model"] != TESTMODEL:
+        return server["model"], server["draft_model"]
+    root = server["testmodel_dir"]
+    return f"{root}/target", f"{root}/draft" if server["draft_model"] in (TESTMODEL, "") else server["draft_model"]
+
+
+def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
+    """(what, value) pairs in argv order; a None value is a bare switch."""
+    server, bench = stack["server"], stack["bench"]
+    target, draft = models(server)
+    largest = max(bench["concurrency"])
+    graph_bs = server["cuda_graph_max_bs"] or largest
+    if graph_bs < largest:
+        raise RigError(f"server.cuda_graph_max_bs {graph_bs} is below the largest bench concurrency {largest}: "
+                       "batches above it would run without CUDA graphs; raise it or leave it 0")
+    pairs: list[tuple[str, str | None]] = [("--model-path", target)]
+    if not baseline:
+        if not draft:
+            raise RigError("the stack has no server.draft_model for EAGLE-3: set it, or use --baseline")
+        pairs += [("--speculative-algorithm", "EAGLE3"),
+                  ("--speculative-draft-model-path", draft),
+                  ("--speculative-num-steps", str(server["speculative_num_steps"])),
+                  ("--speculative-eagle-topk", str(server["speculative_eagle_topk"])),
+                  ("--speculative-num-draft-tokens", str(server["speculative_num_draft_tokens"]))]
+    if not baseline and server["speculative_adaptive_config"]:
+        if reason := adaptive.unsupported_reason(server):
+            raise RigError(f"SGLang refuses adaptive speculation (server.speculative_adaptive_config) here: {reason}; "
+                           "set server.speculative_eagle_topk to 1 and drop that flag, or serve fixed speculation")
+        pairs += [("--speculative-adaptive", None),
+                  ("--speculative-adaptive-config", server["speculative_adaptive_config"])]
+    pairs += [("tp", str(server["tp"])), ("cuda_graph_max_bs", str(graph_bs))]
+    if server["mem_fraction_static"]:
+        pairs.append(("--mem-fraction-static", str(server["mem_fraction_static"])))
+    if server["flashinfer_allreduce_fusion"]:
+        pairs.append(("--enable-flashinfer-allreduce-fusion", None))
+    if server["torch_symm_mem"]:
+        pairs.append(("--enable-torch-symm-mem", None))
+    pairs += [("--host", server["host"]), ("--port", str(server["port"]))]
+    return pairs
+
+
+def render(stack: dict, venv: str | Path, baseline: bool = False, api_key: bool = False) -> dict:
+    """The argv for `python -m sglang.launch_server`, spelled and checked for the venv's sglang."""
+    pairs = wants(stack, baseline)  # the stack's own mistakes first, before sglang loads
+    python = Path(venv) / "bin" / "python"
+    parser = _Parser(python)
+    try:
+        return _render(stack, pairs, parser, python, baseline, api_key)
+    finally:
+        parser.close()
+
+
+def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: bool, api_key: bool) -> dict:
+    known = parser.ask({"mode": "options"})
+    version, options = known["version"], set(known["options"])
+    argv = []
+    for what, value in pairs:
+        spellings = SPELLINGS.get(what, (what,))
+        flag = next((s for s in spellings if s in options), None)
+        if flag is None:
+            raise RigError(f"sglang {version} has no {' or '.join(spellings)} (asked for by the stack's server "
+                           f"section); change the stack or its sglang version")
+        argv += [flag] + ([] if value is None else [value])
+    key_env = stack["server"]["api_key_env"]
+    if api_key:
+        argv += ["--api-key", "${%s}" % key_env]
+    argv += stack["server"]["extra_args"]
+    parsed = parser.ask({"mode": "parse", "argv": [("redacted" if t == "${%s}" % key_env else t) for t in argv]})
+    if "error" in parsed:
+        raise RigError(f"sglang {version} rejects the server command line: {parsed['error']}")
+    config = stack["server"]["speculative_adaptive_config"]
+    if config and not baseline:  # rig's own reading first (a regular file, its shape), then sglang's loader
+        adaptive.parse(read_text(config, "adaptive speculation config"), config)
+        loaded = parser.ask({"mode": "adaptive", "path": config})
+        if "error" in loaded:
+            raise RigError(f"sglang {version} refuses the adaptive speculation config {config}: {loaded['error']}")
+        if "note" in loaded:
+            progress(f"sglang {version}: {loaded['note']}")
+    # argparse takes unique prefixes; a release that adds a flag can make one ambiguous (as 0.5.23 did)
+    for flag in (t.split("=", 1)[0] for t in argv if t.startswith("--")):
+        if flag not in options:
+            raise RigError(f"sglang {version} takes {flag} only as an abbreviation of a longer flag; "
+                           "spell the flag out in server.extra_args")
+    full = [str(python), "-m", "sglang.launch_server", *argv]
+    return {"sglang": version, "baseline": baseline, "python": str(python), "argv": full,
+            "exec_start": systemd_exec(full, {"${%s}" % key_env} if api_key else ()),
+            "api_key_env": key_env if api_key else None}
+
+
+SYSTEMD_BARE = re.compile(r"[-A-Za-z0-9_@+=:,./]+")
+
+
+def systemd_exec(argv: list[str], verbatim=()) -> str:
+    """ARGV as one systemd Exec line, serialized by systemd's own rules: `%` is a specifier (%%), `$` expands
+    ($$) except in the VERBATIM words systemd itself must expand (the ${NAME} the unit's EnvironmentFile
+    fills, $MAINPID); words with anything but plain characters are double-quoted with \\ and \" escaped.
+    A newline would end the line and start a directive of its own, so a word holding a control character
+    is refused, never written."""
+    words = []
+    for arg in argv:
+        if any(ord(c) < 32 or ord(c) == 127 for c in arg):
+            raise RigError(f"the server command line holds a control character (newline?) in {arg!r}; "
+                           "it would split the systemd unit: fix server.model, host, extra_args or the paths")
+        if arg in verbatim:
+            words.append(arg)
+            continue
+        if SYSTEMD_BARE.fullmatch(arg):  # no %, $, quote, backslash or space: as it is
+            words.append(arg)
+            continue
+        escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+        words.append(f'"{escaped}"')
+    return " ".join(words)
+
+
+def health_url(stack: dict) -> str:
+    """Where the server answers on its own host: a wildcard bind is reached on loopback."""
+    host = stack["server"]["host"]
+    host = "127.0.0.1" if host in ("0.0.0.0", "::") else f"[{host}]" if ":" in host else host
+    return f"http://{host}:{stack['server']['port']}"
+
+
+def health_gate(stack: dict, engine: str, python: str, log: str, start_timeout: int) -> dict:
+    """The unit's start gate and log, serialized like ExecStart: systemd calls the service started only
+    once `rig smoke --health-only` has seen /health_generate answer (or the server exit)."""
+    for what, path in (("--gate-engine", engine), ("--gate-python", python), ("--log", log)):
+        bare_program = what == "--gate-python" and re.fullmatch(r"[A-Za-z0-9._+-]+", path)  # systemd finds it
+        if not (path.startswith("/") or bare_program) or any(c.isspace() for c in path):
+            raise RigError(f"{what} {path!r}: give an absolute path without spaces (systemd takes it as it is)")
+    if start_timeout <= 60:
+        raise RigError(f"--start-timeout {start_timeout}: give more than 60 s (the gate waits 30 s less)")
+    argv = [python, engine, "smoke", "--health-only", "--url", health_url(stack), "--pid", "$MAINPID",
+            "--timeout", str(start_timeout - 30), "--log", log, "--api-key-env", stack["server"]["api_key_env"]]
+    return {"exec_start_post": systemd_exec(argv, {"$MAINPID"}), "standard_output": "append:" +
+            log.replace("%", "%%"), "timeout_start_sec": start_timeout, "health_url": health_url(stack)}
+
+
+def shell_line(argv: list[str], api_key_env: str | None) -> str:
+    """The argv as a shell command, one flag per line; the key stays a variable the shell expands."""
+    secret = "${%s}" % api_key_env if api_key_env else None
+    words = [f'"{t}"' if t == secret else shlex.quote(t) for t in argv]
+    lines, current = [], words[:3]
+    for word in words[3:]:
+        if word.startswith("--"):
+            lines.append(" ".join(current))
+            current = [word]
+        else:
+            current.append(word)
+    return " \\\n    ".join(lines + [" ".join(current)])

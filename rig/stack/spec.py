@@ -1,0 +1,205 @@
+"""Stack files: the single source of truth for versions, validated on load (rig.core.schema's
+typed fields, read by rig.core.documents' strict YAML loader)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from rig.core import RigError
+from rig.core.cuda_releases import COMPONENTS, RELEASES
+from rig.core.schema import Field, between, distribution, sha256, version
+from rig.core.schema import validate as validate_document
+
+KEY_ENV = "SGLANG_API_KEY"  # where a server's API key is read from unless the stack names another
+METHODS = ("wheels", "apt", "runfile")
+ARCHS = ("12.0a", "12.0", "10.0a", "10.0", "9.0a", "9.0")
+
+
+def _cuda_version(value: str) -> str | None:
+    if value not in RELEASES:
+        return f"unknown CUDA version {value!r}; known: {', '.join(RELEASES)}"
+    return None
+
+
+def _sha256(value: str) -> str | None:
+    return None if not value or not sha256(value) else "must be 64 lowercase hex digits"
+
+
+def _python(value: str) -> str | None:
+    return None if re.fullmatch(r"3\.\d+", value) else f"{value!r} is not a Python version like 3.12"
+
+
+def _source(value: dict) -> str | None:
+    """A source build: a git URL and ref, or a local source dir/tarball for air-gapped builders."""
+    git, path = value.get("git"), value.get("path")
+    if not git and not path:  # no source build; a validated stack has the keys, empty
+        return "give either git (with ref) or path" if any(value.values()) else None
+    if git and path:
+        return "give either git (with ref) or path, not both"
+    if git and not value.get("ref"):
+        return "a git source needs a ref (tag or commit)"
+    return None
+
+
+def _required_source(value: dict) -> str | None:
+    return _source(value) or (None if value.get("git") or value.get("path") else "give either git (with ref) or path")
+
+
+def _fraction(value: float) -> str | None:
+    return None if 0 <= value < 1 else "must be a fraction below 1 (0 leaves sglang's default)"
+
+
+def _absolute(value: str) -> str | None:
+    return None if value.startswith("/") and "\n" not in value and "\0" not in value else "must be an absolute path"
+
+
+def _host(value: str) -> str | None:
+    return None if re.fullmatch(r"[A-Za-z0-9.:_-]{1,253}", value) else f"{value!r} is not a host name or address"
+
+
+def _port(value: int) -> str | None:
+    return None if 0 < value < 65536 else "must be a TCP port (1-65535)"
+
+
+def _env_name(value: str) -> str | None:
+    return None if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value) else f"{value!r} is not an environment variable name"
+
+
+def _env_vars(value: dict) -> str | None:
+    for name, val in value.items():
+        if msg := _env_name(str(name)):
+            return msg
+        if not isinstance(val, (str, int, float)) or isinstance(val, bool):
+            return f"{name}: give a string or number, not {type(val).__name__}"
+        if any(ord(c) < 32 for c in str(val)):
+            return f"{name}: {str(val)[:40]!r} must be one line (no newline, tab or NUL): every start of the venv reads it"
+    return None
+
+
+def _package(name_choices: tuple, default_name: str) -> Field:
+    """A pinned package: a prebuilt wheel of `version`, or a source build of it."""
+    return Field(dict, default={}, fields={
+        "package": Field(default=default_name, choices=name_choices),
+        "version": Field(default="", check=lambda v: v and version(v)),
+        "extras": Field(list, default=[], item=Field()),
+        "source": Field(dict, default={}, check=_source, fields={
+            "git": Field(default=""), "ref": Field(default=""), "path": Field(default=""),
+            "subdirectory": Field(default=""),
+        }),
+    })
+
+
+SCHEMA = {
+    "name": Field(required=True, check=distribution),  # it names files, units and images: a plain name
+    "description": Field(default="", multiline=True),
+    # the target's interpreter and C library: which wheels can run there
+    "python": Field(default="3.12", check=_python),
+    # more Pythons the stack's hosts have (Ubuntu 22.04: 3.10, 24.04: 3.12): one more lock each, picked
+    # by the host's python3 (rig lock writes STACK.pyXY.lock)
+    "pythons": Field(list, default=[], item=Field(check=_python)),
+    "glibc": Field(default="2.35", check=lambda v: None if re.fullmatch(r"2\.\d+", v) else "like 2.35"),
+    "venv": Field(default="/opt/rig/venv"),
+    # index_url "" means the installer's configured default index (PyPI unless set);
+    # ${VAR} is taken from the environment, for indexes and mirrors named per site.
+    "torch": Field(dict, default={}, fields={
+        "version": Field(default="", check=lambda v: v and version(v)),
+        "index_url": Field(default=""),
+    }),
+    "sglang": _package(("sglang",), "sglang"),
+    "kernel": _package(("sglang-kernel", "sgl-kernel"), "sglang-kernel"),
+    "flashinfer": Field(dict, default={}, fields={
+        **_package(("flashinfer-python",), "flashinfer-python").fields,
+        "cubin": Field(bool, default=False),
+        "jit_cache": Field(bool, default=False),
+    }),
+    "extra_packages": Field(list, default=[], item=Field()),
+    # torch extensions the site builds from source against the stack's torch (its own ops, a fork):
+    # source builds that need no index entry, compiled by `rig wheels build` or an image's builder
+    "extensions": Field(list, default=[], item=Field(dict, fields={
+        "package": Field(required=True, check=distribution),
+        "version": Field(required=True, check=version),
+        "source": Field(dict, required=True, check=_required_source, fields={
+            "git": Field(default=""), "ref": Field(default=""), "path": Field(default=""),
+            "subdirectory": Field(default=""),
+        }),
+    })),
+    "cuda": Field(dict, required=True, fields={
+        "version": Field(required=True, check=_cuda_version),
+        "method": Field(default="wheels", choices=METHODS),
+        "components": Field(list, default=list(COMPONENTS), item=Field(choices=COMPONENTS)),
+        "make_default": Field(bool, default=False),
+        "apt": Field(dict, default={}, fields={
+            "repo_url": Field(default=""),
+            "keyring_url": Field(default=""),
+            "package": Field(default=""),
+        }),
+        "runfile": Field(dict, default={}, fields={
+            "url": Field(default=""),
+            "sha256": Field(default="", check=_sha256),
+        }),
+    }),
+    "archs": Field(list, default=["12.0a"], item=Field(choices=ARCHS)),
+    # --- what the venv's processes see and how the server runs; not part of the lock
+    "environment": Field(dict, default={}, fields={
+        "nccl_pcie_only": Field(bool, default=False),   # boxes whose GPUs talk over PCIe only
+        "vars": Field(dict, default={}, check=_env_vars),
+    }),
+    "server": Field(dict, default={}, fields={
+        # "testmodel": the generated tiny target and draft under testmodel_dir (rig testmodel)
+        "model": Field(default=""),
+        "draft_model": Field(default=""),            # EAGLE-3 draft; "" serves without speculation
+        "testmodel_dir": Field(default="/var/lib/rig/testmodel", check=_absolute),
+        "speculative_num_steps": Field(int, default=2, check=between(1, 32)),
+        "speculative_eagle_topk": Field(int, default=4, check=between(1, 64)),
+        "speculative_num_draft_tokens": Field(int, default=8, check=between(1, 1024)),
+        "tp": Field(int, default=1, check=between(1, 64)),
+        "mem_fraction_static": Field((int, float), default=0, check=_fraction),  # 0: sglang's default
+        "cuda_graph_max_bs": Field(int, default=0, check=between(0, 4096)),  # 0: the largest bench concurrency
+        "flashinfer_allreduce_fusion": Field(bool, default=False),
+        "torch_symm_mem": Field(bool, default=False),
+        "host": Field(default="127.0.0.1", check=_host),
+        "port": Field(int, default=30000, check=_port),
+        "api_key_env": Field(default=KEY_ENV, check=_env_name),
+        # SGLang's load-aware speculation (0.5.17+): the JSON config `rig tune` writes, on the server's host;
+        # "" serves fixed speculation
+        "speculative_adaptive_config": Field(default="", check=lambda v: v and _absolute(v)),
+        "extra_args": Field(list, default=[], item=Field()),
+    }),
+    "bench": Field(dict, default={}, fields={
+        "concurrency": Field(list, default=[1, 2, 5, 10, 30, 70, 100, 250], item=Field(int, check=between(1, 100_000))),
+        "max_tokens": Field(int, default=512, check=between(1, 1_000_000)),
+        "serial_runs": Field(int, default=10, check=between(1, 10_000)),
+        "serial_tokens": Field(int, default=2048, check=between(1, 1_000_000)),
+        "rounds": Field(int, default=3, check=between(1, 100)),  # each level's rounds, the servers interleaved
+        # each level also runs at least this long: a count of short requests can be over in half a second
+        "min_seconds": Field((int, float), default=0, check=between(0, 3600)),
+    }),
+    # `rig tune`: the variants it measures on the box and the load it measures them at (the bench section's
+    # concurrency, max_tokens, rounds and min_seconds, plus open-loop request rates)
+    "tune": Field(dict, default={}, fields={
+        "steps": Field(list, default=[1, 2, 3], item=Field(int, check=between(1, 32))),
+        "request_rates": Field(list, default=[], item=Field((int, float), check=between(0.001, 100_000))),
+        "start_timeout": Field(int, default=900, check=between(30, 7200)),
+    }),
+}
+# Sections that shape processes, not packages: editing them leaves the lock current.
+RUNTIME_KEYS = ("environment", "server", "bench", "tune")
+
+
+def validate(data: Any, source: str = "<stack>") -> dict:
+    """Return the stack with defaults filled in, or raise RigError naming the key."""
+    if not isinstance(data, dict):
+        raise RigError(f"{source}: a stack file must be a mapping of keys, got {type(data).__name__}")
+    return validate_document(data, Field(dict, fields=SCHEMA), source)
+
+
+def load(path: str | Path) -> dict:
+    from rig.core.documents import load_yaml
+
+    return validate(load_yaml(path, "stack file"), str(path))
+
+
+def pins_packages(stack: dict) -> bool:
+    return bool(stack["extra_packages"] or stack["extensions"] or stack["torch"].get("version") or
+                any(stack[k].get("version") for k in ("sglang", "kernel", "flashinfer")))
