@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from rig.core import RigError
+from rig.core.fs import read_bytes
 from rig.core.schema import Field, validate
 
 MAX_DEPTH = 32      # stack and patch files nest 4 levels; anything deeper is an attack or an accident
-MAX_BYTES = 16 << 20
 
 
 def read_text(path, what: str) -> str:
@@ -24,14 +24,7 @@ def read_text(path, what: str) -> str:
         return path.read_text()
     path = Path(path)
     try:
-        if not path.is_file():
-            raise RigError(f"{what} {path} is not a regular file" if path.exists() else
-                           f"cannot read {what} {path}: No such file or directory")
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
-        if len(data) > MAX_BYTES:
-            raise RigError(f"{what} {path} is larger than {MAX_BYTES >> 20} MiB; it is not a {what}")
-        return data.decode("utf-8")
+        return read_bytes(path, what).decode("utf-8")
     except OSError as exc:
         raise RigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:

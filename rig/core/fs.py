@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -72,9 +73,47 @@ def atomic_copy(src: str | Path, dest: str | Path) -> Path:
     return dest
 
 
-def sha256_file(path: str | Path) -> str:
+MAX_READ = 16 << 20  # bytes: the largest document, patch target or state file rig reads whole
+
+
+def open_regular(path: str | Path, what: str):
+    """PATH opened for reading, or a RigError when it is not a regular file (a FIFO, a device, a directory).
+
+    The check is on the open file itself (fstat), so nothing swapped in between check and open is read,
+    and the open does not block: a FIFO with no writer answers at once instead of hanging."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise RigError(f"cannot read {what} {path}: No such file or directory") from exc
+    except OSError as exc:
+        raise RigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RigError(f"{what} {path} is not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: str | Path, what: str, limit: int = MAX_READ) -> bytes:
+    """A regular file's bytes, at most LIMIT of them (more is a RigError naming the file)."""
+    with open_regular(path, what) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise RigError(f"{what} {path} is larger than {limit >> 20} MiB; it is not a {what}")
+    return data
+
+
+def read_tail(path: str | Path, what: str, limit: int) -> tuple[bytes, int]:
+    """The last LIMIT bytes of a regular file (a log that may be huge) and the file's size."""
+    with open_regular(path, what) as handle:
+        size = handle.seek(0, 2)
+        handle.seek(max(0, size - limit))
+        return handle.read(limit), size
+
+
+def sha256_file(path: str | Path, what: str = "file") -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path, what) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.cuda_releases import series
+from rig.core.documents import read_text
 from rig.core.fs import atomic_write, sha256_data
 from rig.engine.container import client as _client
 from rig.python.wheel_serving import WheelServer, bridge_gateway
@@ -85,7 +86,7 @@ def _context(root: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | 
     (ctx / "env.json").write_text(json.dumps({**environment(stack), "stack": stack["name"]}, sort_keys=True))
     (ctx / "ca").mkdir()
     for cert in ca_certs:
-        text = Path(cert).read_text()
+        text = read_text(cert, "CA certificate")
         if "PRIVATE KEY" in text or "BEGIN CERTIFICATE" not in text:
             raise RigError(f"{cert} is not a PEM certificate (or holds a private key): give only CA certificates")
         (ctx / "ca" / (sha256_data(text)[:16] + ".crt")).write_text(text)

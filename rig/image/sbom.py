@@ -11,6 +11,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from rig.core.documents import read_text
 from rig.core.proc import ask
 from rig.python.pip import read_pinned
 
@@ -21,7 +22,7 @@ _LIST = ("import importlib.metadata as m, json; print(json.dumps(sorted("
 def locked_hashes(requirements: str | Path) -> dict:
     """name -> (version, sha256) from a hash-pinned requirements file (`rig wheelhouse export`)."""
     return {canonicalize_name(name): (version, sha256)
-            for name, version, sha256 in read_pinned(Path(requirements).read_text())}
+            for name, version, sha256 in read_pinned(read_text(requirements, "requirements file"))}
 
 
 def cyclonedx(venv: str | Path, requirements: list, name: str = "") -> dict:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rig.core import RigError
 from rig.core.documents import parse_yaml
+from rig.core.fs import read_tail
 from rig.core.schema import Field, validate
 
 MAX_BYTES = 64 << 20   # a day of a busy server's log; failures that matter are near the end
@@ -30,10 +31,8 @@ def rules() -> list[dict]:
 def diagnose(path: str | Path) -> dict:
     path = Path(path)
     try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, 2)
-            handle.seek(max(0, size - MAX_BYTES))
-            text = handle.read().decode("utf-8", errors="replace")
+        data, size = read_tail(path, "log", MAX_BYTES)
+        text = data.decode("utf-8", errors="replace")
     except OSError as exc:
         raise RigError(f"cannot read log {path}: {exc.strerror or exc}") from exc
     findings, seen = [], set()

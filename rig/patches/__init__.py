@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rig.core import RigError
-from rig.core.fs import atomic_write, confined, sha256_data
+from rig.core.fs import atomic_write, confined, read_bytes, sha256_data
 from rig.core.proc import ask
 from rig.core.schema import Field, distribution, sha256, validate
 
@@ -244,7 +244,7 @@ def status(env: Env, patches: list[Patch]) -> list[dict]:
         elif not path.is_file():
             rows.append({**row, "status": "drifted", "detail": f"{patch.file} is not in {patch.package} {version}"})
         else:
-            state, detail = _patched(path.read_text(), patch)
+            state, detail = _patched(read_bytes(path, "patch target").decode(), patch)
             rows.append({**row, "status": state, "detail": detail if state == "drifted" else ""})
     return rows
 
@@ -292,7 +292,7 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
             todo.setdefault(Path(row["path"]), []).append(by_id[row["id"]])
     originals, results, diffs = {}, {}, []
     for path, file_patches in todo.items():
-        originals[path] = path.read_bytes()
+        originals[path] = read_bytes(path, "patch target")
         text = originals[path].decode()
         for patch in file_patches:
             text = _patched(text, patch)[1]
@@ -307,7 +307,7 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
     if errors:
         raise RigError(f"a patched module does not compile, nothing was changed: {errors}")
     state = env.read_state()
-    before = env.state_path.read_bytes() if env.state_path.exists() else None
+    before = read_bytes(env.state_path, "patch state") if env.state_path.exists() else None
     backups, new_backups = env.prefix / BACKUPS, []
     backups.mkdir(exist_ok=True)
     for path, text in results.items():
@@ -351,7 +351,7 @@ def revert(env: Env, check: bool = False, force: bool = False) -> dict:
     restored, problems = [], []
     for name, entry in sorted(state["files"].items()):
         path = Path(name)
-        current = sha256_data(path.read_bytes()) if path.is_file() else None
+        current = sha256_data(read_bytes(path, "patched file")) if path.is_file() else None
         if current == entry["original_sha256"]:
             continue  # already the original (e.g. the package was reinstalled)
         if current != entry["patched_sha256"] and not force:
@@ -359,7 +359,7 @@ def revert(env: Env, check: bool = False, force: bool = False) -> dict:
                             "reinstall the package, or pass --force to restore rig's backup over it")
             continue
         backup = env.prefix / BACKUPS / entry["original_sha256"]
-        if not backup.is_file() or sha256_data(backup.read_bytes()) != entry["original_sha256"]:
+        if not backup.is_file() or sha256_data(read_bytes(backup, "backup")) != entry["original_sha256"]:
             problems.append(f"the backup of {path} is missing or altered; reinstall the package to restore it")
             continue
         restored.append((path, backup))
@@ -371,7 +371,7 @@ def revert(env: Env, check: bool = False, force: bool = False) -> dict:
     if check or not state["files"]:
         return result
     for path, backup in restored:
-        atomic_write(path, backup.read_bytes())
+        atomic_write(path, read_bytes(backup, "backup"))
     for entry in state["files"].values():
         (env.prefix / BACKUPS / entry["original_sha256"]).unlink(missing_ok=True)
     env.state_path.unlink()

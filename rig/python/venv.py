@@ -16,8 +16,8 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from rig.core import RigError, progress
-from rig.core.documents import load_json
-from rig.core.fs import atomic_write, sha256_data, sha256_file
+from rig.core.documents import load_json, read_text
+from rig.core.fs import atomic_write, read_bytes, sha256_data, sha256_file
 from rig.core.proc import ask, run
 from rig.core.schema import Field, sha256
 from rig.python.pip import read_pinned
@@ -84,11 +84,12 @@ def _install(venv: Path, lock_hash: str, wheelhouse: str | None, find_links: str
             progress(f"creating {venv}")
             # the interpreter running the engine is the one whose version was checked above
             run([sys.executable, "-m", "venv", "--without-pip", str(venv)], f"could not create the venv {venv}")
-        progress(f"installing {len(requirements.read_text().splitlines())} wheels into {venv} with {installer} "
+        pinned_text = read_text(requirements, "wheelhouse requirements")
+        progress(f"installing {len(pinned_text.splitlines())} wheels into {venv} with {installer} "
                  "(offline, hash-checked)")
         for step in _installer_steps(installer, venv, house, scratch, find_links):
             run(step, f"could not install the wheels into {venv}")
-        pins = [f"{name}=={version}" for name, version, _ in read_pinned(requirements.read_text())]
+        pins = [f"{name}=={version}" for name, version, _ in read_pinned(pinned_text)]
     atomic_write(venv / MARKER, json.dumps({"lock_hash": lock_hash, "packages": pins}, indent=1) + "\n")
     return result
 
@@ -211,5 +212,5 @@ def add(venv: str | Path, wheelhouse: str | Path | None, requirements_sha256: st
           "--force-reinstall", "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--find-links",
           find_links or str(wheelhouse), "-r", str(requirements), *_trusted(find_links)],
         f"could not install the built wheels into {venv}")
-    atomic_write(venv / BUILT_MARKER, requirements.read_bytes())
+    atomic_write(venv / BUILT_MARKER, read_bytes(requirements, "built requirements"))
     return result

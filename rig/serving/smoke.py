@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rig.core import RigError, progress
+from rig.core.fs import read_tail
 from rig.serving.sglang_api import (
     KEY_ENV,
     accept_length,
@@ -26,9 +27,12 @@ PROMPTS = ("The capital of France is", "Write a haiku about GPUs.", "List three 
 
 
 def log_tail(log: str | None, lines: int = 20) -> str:
-    if not log or not Path(log).is_file():
+    """The last LINES lines of a server's log for an error message; nothing when there is no such file."""
+    try:
+        data, _ = read_tail(log, "log", 1 << 20) if log else (b"", 0)
+    except (RigError, OSError):
         return ""
-    tail = Path(log).read_text(errors="replace").splitlines()[-lines:]
+    tail = data.decode(errors="replace").splitlines()[-lines:]
     return f"\nlast {len(tail)} lines of {log}:\n" + "\n".join(tail)
 
 

@@ -55,7 +55,7 @@ def load(path: str | Path, max_tokens: int) -> list[Prompt]:
     """The prompts of a JSONL or ShareGPT JSON file, validated; MAX_TOKENS where an entry gives none."""
     from rig.core.documents import parse_json, read_text
 
-    text = read_text(path, "prompt file")  # a regular file, UTF-8, at most rig.core.documents.MAX_BYTES
+    text = read_text(path, "prompt file")  # a regular file, UTF-8, at most rig.core.fs.MAX_READ
     if text.lstrip().startswith("["):
         entries = parse_json(text, f"prompt file {path}")
         where = [f"prompt file {path}: entry {i + 1}" for i in range(len(entries))]

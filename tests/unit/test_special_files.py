@@ -1,0 +1,67 @@
+"""Readers take regular files only: a FIFO answers at once instead of hanging, a device is refused instead of
+read until memory runs out. The check is made on the opened file (rig.core.fs.open_regular), so nothing
+swapped in between a check and the open is read."""
+import os
+import signal
+
+import pytest
+from conftest import rig
+
+from rig.core import RigError
+from rig.core.documents import read_text
+from rig.core.fs import read_bytes, read_tail, sha256_file
+from rig.serving.smoke import log_tail
+
+
+@pytest.fixture(autouse=True)
+def no_hang():
+    """A reader that blocks fails the test after 10 s instead of hanging the suite."""
+    def hung(signum, frame):
+        raise AssertionError("a reader blocked on a special file")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("reader", [lambda p: read_text(p, "stack file"), lambda p: read_bytes(p, "stack file"),
+                                    lambda p: sha256_file(p, "stack file"), lambda p: read_tail(p, "stack file", 10)])
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero", "dir"])
+def test_every_reader_refuses_what_is_not_a_regular_file(reader, special, fifo, tmp_path):
+    path = {"fifo": fifo, "dir": tmp_path}.get(special, special)
+    with pytest.raises(RigError, match=f"stack file {path} is not a regular file"):
+        reader(path)
+
+
+def test_a_missing_file_and_an_oversized_one_are_named(tmp_path):
+    with pytest.raises(RigError, match="No such file or directory"):
+        read_bytes(tmp_path / "none", "lock")
+    (tmp_path / "big").write_bytes(b"x" * 2048)
+    with pytest.raises(RigError, match="is larger than"):
+        read_bytes(tmp_path / "big", "lock", limit=1024)
+    assert read_bytes(tmp_path / "big", "lock", limit=2048) == b"x" * 2048
+    assert read_tail(tmp_path / "big", "log", 10) == (b"x" * 10, 2048)
+
+
+def test_a_server_log_that_is_a_fifo_gives_no_tail_and_a_real_one_its_last_lines(fifo, tmp_path):
+    assert log_tail(str(fifo)) == ""
+    (tmp_path / "log").write_text("".join(f"line {i}\n" for i in range(50)))
+    assert log_tail(str(tmp_path / "log"), lines=2).endswith("line 48\nline 49")
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_doctor_log_and_stack_show_refuse_special_files_in_one_line(special, fifo):
+    path = str(fifo) if special == "fifo" else special
+    for args in (["doctor", "--log", path], ["stack", "show", path]):
+        done = rig(*args, timeout=30)
+        assert done.returncode == 2 and done.stderr.count("rig: error:") == 1, done.stderr
+        assert f"{path} is not a regular file" in done.stderr
