@@ -28,6 +28,7 @@ from rig.cli import (
     lock,
     machine,
     patch,
+    plumbing,
     prove,
     server,
     smoke,
@@ -40,7 +41,7 @@ from rig.cli import (
     wheelhouse,
     wheels,
 )
-from rig.cli.common import DEFAULT_BUNDLE, DEFAULT_CACHE, DEFAULT_STACK, ERROR, INTERNAL, INTERRUPTED, SIGNALLED
+from rig.cli.common import DEFAULT_BUNDLE, DEFAULT_CACHE, DEFAULT_STACK, ERROR, INTERNAL, INTERRUPTED, SIGNALLED, moved
 from rig.core import RigError
 
 __all__ = ["DEFAULT_BUNDLE", "DEFAULT_CACHE", "DEFAULT_STACK", "cli", "main"]
@@ -58,11 +59,19 @@ def cli(debug: bool) -> None:
     """
 
 
+# Commands by what users do; the tools under them in their groups (cuda, machine, image, plumbing).
+cuda.cuda.add_command(ldconfig.ldconfig_conf)
+machine.machine.add_command(machine.probe)
+image.image.add_command(image.sbom)
 for _command in (stack.stack, lock.lock_cmd, wheelhouse.wheelhouse, venv.venv, env.env_group, server.server,
-                 smoke.smoke, smoke.bench, tune.tune, prove.prove, testmodel.testmodel, machine.probe, machine.machine,
-                 image.sbom, image.image, cuda.cuda, ldconfig.ldconfig_conf, doctor.doctor, patch.patch, audit.audit,
-                 validate.validate_cmd, wheels.wheels, tool.tool, bundle.bundle):
+                 smoke.smoke, smoke.bench, tune.tune, prove.prove, testmodel.testmodel, machine.machine, image.image,
+                 cuda.cuda, doctor.doctor, patch.patch, audit.audit, validate.validate_cmd, wheels.wheels,
+                 plumbing.plumbing):
     cli.add_command(_command)
+# the old top-level spellings, for one release
+for _command, _now in ((ldconfig.ldconfig_conf, "cuda ldconfig-conf"), (machine.probe, "machine probe"),
+                       (image.sbom, "image sbom"), (tool.tool, "plumbing tool"), (bundle.bundle, "plumbing bundle")):
+    cli.add_command(moved(_command, _now))
 
 
 class Terminated(BaseException):

@@ -1,4 +1,4 @@
-"""`rig bundle`: the engine zipapp roles run on targets."""
+"""`rig plumbing bundle`: the engine zipapp roles run on targets."""
 from __future__ import annotations
 
 import click

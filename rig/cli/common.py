@@ -85,3 +85,16 @@ def emit(result: dict, as_json: bool) -> None:
         click.echo(json.dumps(result, indent=2, sort_keys=True))
     else:
         click.echo(result.get("msg") or "\n".join(f"{k}: {v}" for k, v in result.items()))
+
+
+def moved(command: click.Command, now: str) -> click.Command:
+    """COMMAND under its old top-level name for one release: hidden from `rig --help`, its help and every
+    run saying where it went (on stderr, so --json output stays parseable)."""
+    line = f"`rig {command.name}` is now `rig {now}`; the old name goes in the next release"
+
+    def run(**kwargs):
+        click.echo(f"rig: {line}", err=True)
+        return command.callback(**kwargs) if command.callback else None
+
+    return click.Command(command.name, params=command.params, callback=run, hidden=True,
+                         help=f"Deprecated: {line}.\n\n{command.help or ''}", short_help=f"Deprecated: use rig {now}.")

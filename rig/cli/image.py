@@ -1,4 +1,4 @@
-"""`rig sbom` and the `rig image` group: the venv's SBOM and the stack's serving image."""
+"""`rig image sbom` and the `rig image` group: the venv's SBOM and the stack's serving image."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""`rig ldconfig-conf`: the ld.so.conf.d file of a toolkit."""
+"""`rig cuda ldconfig-conf`: the ld.so.conf.d file of a toolkit."""
 from __future__ import annotations
 
 import click

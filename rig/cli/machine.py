@@ -1,4 +1,4 @@
-"""`rig probe` and the `rig machine` group: the GPUs and the machine under the stack."""
+"""`rig machine probe` and the `rig machine` group: the GPUs and the machine under the stack."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""`rig tool`: the path of an NVIDIA tool rig uses."""
+"""`rig plumbing tool`: the path of an NVIDIA tool rig uses."""
 from __future__ import annotations
 
 import click

@@ -286,7 +286,8 @@ def topology_check(raw: dict, pcie_only_env: bool | None = None) -> list[Check]:
     kind = link_class(topo, bool(raw.get("nvswitch_devices")))
     advice, status, fix = "", "pass", ""
     if kind.startswith("PCIe"):
-        advice = "; all-reduce goes over PCIe: expect speculation to pay at low concurrency only (rig probe measures)"
+        advice = ("; all-reduce goes over PCIe: expect speculation to pay at low concurrency only "
+                  "(rig machine probe measures)")
         if pcie_only_env is False:
             status, fix = "warn", "set environment.nccl_pcie_only: true in the stack (NCCL_P2P_LEVEL=SYS and no NVLS)"
     elif kind in ("NVLink", "NVSwitch") and pcie_only_env:

@@ -1,4 +1,4 @@
-"""`rig probe`: how fast the box's GPUs all-reduce, and what that means for the stack.
+"""`rig machine probe`: how fast the box's GPUs all-reduce, and what that means for the stack.
 
 One process per GPU runs rig/machine/probe_worker.py in the stack venv's Python (torch.distributed,
 NCCL), message sizes from 8 KB to 256 MB. Reported per size, as nccl-tests defines them:
@@ -98,7 +98,7 @@ def analyse(raw: dict) -> dict:
 
 
 def report_markdown(result: dict) -> str:
-    lines = ["# rig probe", "", f"{result['world_size']} x {result['device']}, torch {result['torch']}, "
+    lines = ["# rig machine probe", "", f"{result['world_size']} x {result['device']}, torch {result['torch']}, "
              f"NCCL {result['nccl']}: **{result['link_class']}**, peak bus bandwidth "
              f"{result['peak_busbw_gbps']:.1f} GB/s, small-message latency "
              f"{(result['small_message_latency_us'] or 0):.1f} us (median, 8-512 KB)", "",

@@ -1,4 +1,4 @@
-"""One rank of `rig probe`: all-reduce timings through torch.distributed and NCCL (run in the stack venv's Python).
+"""One rank of `rig machine probe`: all-reduce timings through torch.distributed and NCCL (run in the stack venv's Python).
 
 Standalone on purpose (torch only; never rig). rig starts one process per GPU with RANK,
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT set; rank 0 prints one JSON line.

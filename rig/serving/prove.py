@@ -208,7 +208,7 @@ def _probe(python: Path, gpus: int, record: Step) -> None:
     record.data = probe.analyse(probe.measure(python, gpus))
     record.detail = f"all-reduce across {gpus} GPU(s): {record.data['link_class']}; {'; '.join(record.data['advice'])}"
     if not record.data["correct"]:
-        raise RigError(f"the all-reduce across {gpus} GPU(s) returned wrong sums (rig probe): {record.detail}")
+        raise RigError(f"the all-reduce across {gpus} GPU(s) returned wrong sums (rig machine probe): {record.detail}")
 
 
 def _given_model(models: Path, tps: list[int], record: Step) -> None:

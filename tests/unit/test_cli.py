@@ -1,12 +1,31 @@
 """The CLI's surface: every subcommand explains itself; errors are one clear line."""
 from conftest import REPO, rig
 
+MOVED = {"ldconfig-conf": "cuda ldconfig-conf", "probe": "machine probe", "sbom": "image sbom",
+         "tool": "plumbing tool", "bundle": "plumbing bundle"}
 
-def test_help_lists_every_subcommand_with_a_line_each():
+
+def test_help_lists_the_groups_by_what_users_do_and_the_tools_inside_them():
     out = rig("--help").stdout
-    for command in ("bundle", "cuda", "doctor", "ldconfig-conf", "stack"):
+    for command in ("cuda", "doctor", "image", "machine", "plumbing", "prove", "stack", "tune"):
         assert f"  {command} " in out
+    assert not [old for old in MOVED if f"  {old} " in out]  # the old spellings are hidden
+    for now in MOVED.values():
+        group, command = now.split()
+        assert f"  {command} " in rig(group, "--help").stdout, now
     assert "install" in rig("cuda", "--help").stdout
+
+
+def test_an_old_spelling_still_runs_for_one_release_and_says_where_it_went(tmp_path):
+    for old, now in MOVED.items():
+        helped = rig(old, "--help")
+        assert helped.returncode == 0 and f"`rig {old}` is now `rig {now}`" in helped.stdout, old
+    args = ["--version", "13.0.2", "--prefix", "/usr/local", "--json"]
+    new, old = rig("cuda", "ldconfig-conf", *args), rig("ldconfig-conf", *args)
+    assert new.returncode == old.returncode == 0 and new.stdout == old.stdout and new.stderr == ""
+    assert old.stderr == "rig: `rig ldconfig-conf` is now `rig cuda ldconfig-conf`; the old name goes in the next release\n"
+    done = rig("tool", "nosuch")  # bad input is still refused by the command itself, before it runs
+    assert done.returncode == 2 and done.stderr.startswith("rig: error: Invalid value") and "is now" not in done.stderr
 
 
 def test_an_engine_error_is_one_line_and_exit_2():
@@ -28,9 +47,9 @@ def test_the_engine_bundle_runs_with_python_alone(tmp_path):
     import sys
 
     out = tmp_path / "rig.pyz"
-    assert '"changed": true' in rig("bundle", "--json", "--out", str(out)).stdout
-    assert '"changed": false' in rig("bundle", "--json", "--out", str(out)).stdout
-    done = subprocess.run([sys.executable, "-I", "-S", str(out), "ldconfig-conf", "--version", "13.0.2",
+    assert '"changed": true' in rig("plumbing", "bundle", "--json", "--out", str(out)).stdout
+    assert '"changed": false' in rig("plumbing", "bundle", "--json", "--out", str(out)).stdout
+    done = subprocess.run([sys.executable, "-I", "-S", str(out), "cuda", "ldconfig-conf", "--version", "13.0.2",
                            "--prefix", str(tmp_path)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert str(tmp_path / "cuda-13.0" / "lib64") in done.stdout

@@ -49,7 +49,7 @@ def test_an_image_staging_tree_is_scanned_where_it_is_and_written_as_seen_from_r
     for rel in ("lib64/libcudart.so.13", "nvvm/lib64/libnvvm.so.4"):
         (tree / rel).parent.mkdir(parents=True, exist_ok=True)
         (tree / rel).write_bytes(b"\x7fELF")
-    done = rig("ldconfig-conf", "--version", "13.0.2", "--prefix", "/usr/local", "--root", str(staging),
+    done = rig("cuda", "ldconfig-conf", "--version", "13.0.2", "--prefix", "/usr/local", "--root", str(staging),
                "--write-under", str(staging), "--json")
     assert done.returncode == 0, done.stderr
     written = staging / "etc" / "ld.so.conf.d" / "rig-cuda-13-0.conf"
@@ -57,7 +57,7 @@ def test_an_image_staging_tree_is_scanned_where_it_is_and_written_as_seen_from_r
 
 
 def test_ldconfig_conf_refuses_a_version_that_is_not_a_release(tmp_path):
-    done = rig("ldconfig-conf", "--version", "13/../../etc", "--write-under", str(tmp_path))
+    done = rig("cuda", "ldconfig-conf", "--version", "13/../../etc", "--write-under", str(tmp_path))
     assert done.returncode == 2 and "give a CUDA release like 13.0" in done.stderr
     assert list(tmp_path.iterdir()) == []
 

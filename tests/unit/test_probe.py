@@ -1,4 +1,4 @@
-"""rig probe's arithmetic and advice, on the all-reduce recorded on the lent 2-GPU H200
+"""rig machine probe's arithmetic and advice, on the all-reduce recorded on the lent 2-GPU H200
 (docs/validation/serving-h200/results/probe-2gpu/probe.json) and on a PCIe-shaped variant."""
 import json
 from pathlib import Path

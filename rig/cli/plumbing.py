@@ -1,0 +1,16 @@
+"""`rig plumbing`: what roles and images use under the hood (the engine bundle, NVIDIA tools' paths)."""
+from __future__ import annotations
+
+import click
+
+from rig.cli.bundle import bundle
+from rig.cli.tool import tool
+
+
+@click.group()
+def plumbing() -> None:
+    """What roles and images use under the hood: the engine bundle and NVIDIA tools' paths."""
+
+
+plumbing.add_command(bundle)
+plumbing.add_command(tool)
