@@ -301,7 +301,7 @@ def bench_image(rounds: int) -> None:
     work = Path(tempfile.mkdtemp(prefix="rig-bench-image-"))
     variants = []
     for drop in ("sglang-fusion-preflight-unicast", "sglang-symm-mem-multimem-sm120"):
-        shutil.copytree(REPO / "patches", work / drop)
+        shutil.copytree(REPO / "rig" / "patches" / "set", work / drop)
         (work / drop / f"{drop}.yml").unlink()
         variants.append(work / drop)
     rig = str(BIN / "rig")

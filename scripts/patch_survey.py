@@ -3,7 +3,7 @@
     python scripts/patch_survey.py sglang==0.5.9 sglang==0.5.23 flashinfer-python==0.6.3 ...
 
 Downloads each wheel (no dependencies) into $RIG_CACHE/survey, unpacks only the
-files the patches touch, and prints a Markdown table for patches/README.md.
+files the patches touch, and prints a Markdown table for rig/patches/set/README.md.
 Status is read from the files alone, so no environment is installed.
 """
 from __future__ import annotations

@@ -27,8 +27,8 @@ import rig
 from rig.core import RigError
 from rig.core.fs import atomic_write
 
+PATCH_SET = Path("rig", "patches", "set")  # the patch set, read by rig.patches on targets
 FIXED_MTIME = 1_577_836_800  # 2020-01-01: zip entries carry mtimes, which would differ per checkout
-PATCHES = Path(rig.__file__).resolve().parent.parent / "patches"
 
 
 def _sources(with_patches: bool = True) -> list[tuple[Path, Path]]:
@@ -39,11 +39,11 @@ def _sources(with_patches: bool = True) -> list[tuple[Path, Path]]:
             raise RigError(f"{module.__name__} has no __file__; cannot bundle its sources")
         package = Path(module.__file__).parent
         for path in sorted(package.rglob("*")):
+            inside = Path(package.name) / path.relative_to(package)
+            if not with_patches and inside.parent == PATCH_SET:
+                continue
             if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed", ".j2", ".yml"):
-                files.append((path, Path(package.name) / path.relative_to(package)))
-    # read by rig.patches on targets, where the repo's patches/ is not
-    if with_patches:
-        files += [(path, Path("rig") / "patchset" / path.name) for path in sorted(PATCHES.glob("*.yml"))]
+                files.append((path, inside))
     return files
 
 

@@ -10,6 +10,7 @@ only. Nothing secret is ever a build argument: build arguments are visible in
 """
 from __future__ import annotations
 
+import importlib.resources
 import json
 import shlex
 import shutil
@@ -24,7 +25,7 @@ from rig.core.fs import atomic_write, sha256_data
 from rig.engine.container import client as _client
 from rig.python.wheel_serving import WheelServer, bridge_gateway
 
-DOCKERFILE = Path(__file__).resolve().parents[2] / "docker" / "Dockerfile"
+DOCKERFILE = importlib.resources.files("rig.image") / "Dockerfile"  # package data
 LABEL = "dev.rig"
 
 
@@ -90,7 +91,7 @@ def _context(root: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | 
         if "PRIVATE KEY" in text or "BEGIN CERTIFICATE" not in text:
             raise RigError(f"{cert} is not a PEM certificate (or holds a private key): give only CA certificates")
         (ctx / "ca" / (sha256_data(text)[:16] + ".crt")).write_text(text)
-    shutil.copyfile(DOCKERFILE, ctx / "Dockerfile")
+    (ctx / "Dockerfile").write_bytes(DOCKERFILE.read_bytes())
     return ctx
 
 

@@ -1,4 +1,4 @@
-"""Source patches (patches/*.yml) on an installed environment: status, apply, revert.
+"""Source patches (rig's patch set, rig/patches/set/*.yml) on an installed environment: status, apply, revert.
 
 A patch names its package, the versions that need it and the versions whose
 upstream already has it, the file, and hunks anchored on the exact code they
@@ -60,6 +60,8 @@ for check in job["checks"]:
 print(json.dumps(errors))
 """
 
+PATCH_SET = importlib.resources.files("rig.patches") / "set"  # a directory, or a folder inside the zipapp
+
 
 @dataclass(frozen=True)
 class Patch:
@@ -114,14 +116,11 @@ def _schema():
 
 
 def patch_files(source: str | Path | None):
-    """The patch files: SOURCE, else the repo's patches/, else those packed into the bundle."""
+    """The patch files: SOURCE's, else rig's own patch set (package data: a checkout, an installed rig or the
+    engine bundle alike)."""
     if source:
         return sorted(Path(source).glob("*.yml"))
-    repo = Path(__file__).resolve().parents[2] / "patches"
-    if repo.is_dir():
-        return sorted(repo.glob("*.yml"))
-    packed = importlib.resources.files("rig") / "patchset"
-    return sorted((p for p in packed.iterdir() if p.name.endswith(".yml")), key=lambda p: p.name)
+    return sorted((p for p in PATCH_SET.iterdir() if p.name.endswith(".yml")), key=lambda p: p.name)
 
 
 def load(source: str | Path | None = None) -> list[Patch]:
@@ -142,7 +141,8 @@ def load(source: str | Path | None = None) -> list[Patch]:
         hunks = tuple((h["find"], h["replace"]) for h in data.pop("hunks"))
         patches.append(Patch(hunks=hunks, **data))
     if not patches:
-        raise RigError(f"no patch files (*.yml) in {source or 'patches/'}")
+        raise RigError(f"no patch files (*.yml) in {source or PATCH_SET}: a patch set is never empty; "
+                       "give --patches a directory of patch files")
     return patches
 
 

@@ -137,7 +137,7 @@ def scan_filesystem(tag: str, needles: list[bytes]) -> set:
 
 def test_a_patch_only_change_rebuilds_only_the_last_layers(first, tmp_path):
     patches = tmp_path / "patches"
-    shutil.copytree(REPO / "patches", patches)
+    shutil.copytree(REPO / "rig" / "patches" / "set", patches)
     (patches / "sglang-fusion-preflight-unicast.yml").unlink()
     result = build("--patches", str(patches))
     steps = {s["step"].split(" : ", 1)[1]: s["cached"] for s in result["steps"]}

@@ -164,7 +164,7 @@ def test_drifted_code_is_reported_and_apply_changes_nothing(lab):
 
 def _patch_dir(tmp_path: Path, **changes) -> Path:
     """A copy of the flashinfer patch with some fields changed."""
-    data = yaml.safe_load((REPO / "patches" / "flashinfer-trtllm-comm-sm120.yml").read_text())
+    data = yaml.safe_load((REPO / "rig" / "patches" / "set" / "flashinfer-trtllm-comm-sm120.yml").read_text())
     data.update(changes)
     (tmp_path / "flashinfer-trtllm-comm-sm120.yml").write_text(yaml.safe_dump(data, sort_keys=False))
     return tmp_path

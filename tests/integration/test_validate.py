@@ -68,7 +68,7 @@ def test_a_stack_broken_three_ways_fails_three_checks_in_one_run(tmp_path):
     (tmp_path / "broken.lock").write_text(json.dumps(lock))
     patches = tmp_path / "patches"
     patches.mkdir()
-    patch = yaml.safe_load((REPO / "patches" / "sglang-symm-mem-max-sizes-sm120.yml").read_text())
+    patch = yaml.safe_load((REPO / "rig" / "patches" / "set" / "sglang-symm-mem-max-sizes-sm120.yml").read_text())
     patch.update(id="drifted-anchor")
     patch["hunks"][0]["find"] = "def this_function_is_not_in_sglang_0_5_23():\n"
     (patches / "drifted-anchor.yml").write_text(yaml.safe_dump(patch))

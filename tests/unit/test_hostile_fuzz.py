@@ -180,7 +180,7 @@ def _lock() -> dict:
 
 
 def _patch() -> dict:
-    return yaml.safe_load((REPO / "patches" / "sglang-fusion-gate-sm120.yml").read_text())
+    return yaml.safe_load((REPO / "rig" / "patches" / "set" / "sglang-fusion-gate-sm120.yml").read_text())
 
 
 def _write(path: Path, content) -> Path:

@@ -10,7 +10,7 @@ from conftest import REPO, rig
 from rig.core import RigError
 from rig.patches import Env, _patched, apply, load, status
 
-FLASHINFER = REPO / "patches" / "flashinfer-trtllm-comm-sm120.yml"
+FLASHINFER = REPO / "rig" / "patches" / "set" / "flashinfer-trtllm-comm-sm120.yml"
 
 
 def test_every_patch_in_the_repo_loads_with_provenance():
