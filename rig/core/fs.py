@@ -73,6 +73,11 @@ def atomic_copy(src: str | Path, dest: str | Path) -> Path:
     return dest
 
 
+class MissingFile(RigError, FileNotFoundError):
+    """A file rig was to read is not there: a RigError for the user, a FileNotFoundError for a caller to whom
+    absence is an answer (no marker yet)."""
+
+
 MAX_READ = 16 << 20  # bytes: the largest document, patch target or state file rig reads whole
 
 
@@ -84,7 +89,7 @@ def open_regular(path: str | Path, what: str):
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError as exc:
-        raise RigError(f"cannot read {what} {path}: No such file or directory") from exc
+        raise MissingFile(f"cannot read {what} {path}: No such file or directory") from exc
     except OSError as exc:
         raise RigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
     if not stat.S_ISREG(os.fstat(fd).st_mode):

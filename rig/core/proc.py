@@ -1,4 +1,8 @@
-"""Child processes: one way to run them, so every failure reads the same."""
+"""Child processes: one way to run them, so every failure reads the same.
+
+Every short-lived child of rig goes through run(): a program that cannot start or does not finish is a
+RigError naming what it was for, and an exit status outside OK is one too, unless the caller reads the
+status itself (ok=None). Long-lived ones (servers) go through start() and stop()."""
 from __future__ import annotations
 
 import json
@@ -11,9 +15,13 @@ from pathlib import Path
 from rig.core import RigError
 
 
-def run(argv: list[str], what: str, timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
-    """Run ARGV to completion; a missing program, a timeout or a non-zero exit is a RigError naming WHAT."""
-    kwargs.setdefault("capture_output", True)
+def run(argv: list[str], what: str, timeout: float | None = None, ok: tuple[int, ...] | None = (0,),
+        **kwargs) -> subprocess.CompletedProcess:
+    """Run ARGV to completion; a missing program, a timeout or an exit status outside OK is a RigError naming
+    WHAT. ok=None: any status comes back to the caller, who reads it. Output is captured as text unless the
+    caller says otherwise (capture_output=False, stdout=...)."""
+    if "stdout" not in kwargs and "stderr" not in kwargs:
+        kwargs.setdefault("capture_output", True)
     kwargs.setdefault("text", True)
     try:
         done = subprocess.run(argv, timeout=timeout, check=False, **kwargs)
@@ -21,7 +29,7 @@ def run(argv: list[str], what: str, timeout: float | None = None, **kwargs) -> s
         raise RigError(f"{what}: cannot run {argv[0]}: {exc.strerror or exc}") from exc
     except subprocess.TimeoutExpired as exc:
         raise RigError(f"{what}: {argv[0]} did not finish within {timeout:.0f} s") from exc
-    if done.returncode != 0:
+    if ok is not None and done.returncode not in ok:
         err = (done.stderr or "").strip().splitlines()[-8:] if kwargs.get("text") else []
         raise RigError(f"{what}: {argv[0]} exited {done.returncode}" + (": " + " | ".join(err) if err else ""))
     return done

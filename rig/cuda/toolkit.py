@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import zipfile
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from rig.core import RigError, progress
 from rig.core.cuda_releases import COMPONENTS, RELEASES, major, series
 from rig.core.documents import load_json
 from rig.core.fs import atomic_write, confined, sha256_data, sha256_file
+from rig.core.proc import run
 from rig.core.schema import Field, sha256
 from rig.python.pip import download, target_args
 
@@ -45,8 +45,8 @@ def check_components(components: list[str]) -> None:
 def tool_release(tool: str | Path) -> str | None:
     """The CUDA release (X.Y) a toolkit program (nvcc, ptxas) reports, or None when it cannot say."""
     try:
-        out = subprocess.run([str(tool), "--version"], capture_output=True, text=True, check=False).stdout
-    except OSError:
+        out = run([str(tool), "--version"], f"asking {tool} its release", ok=None).stdout
+    except RigError:  # it cannot run here
         return None
     match = re.search(r"release (\d+\.\d+)", out)
     return match.group(1) if match else None
@@ -280,7 +280,7 @@ def _run_runfile(runfile: Path, staging: Path, link: Path) -> None:
     progress(f"running {runfile.name} into {staging}")
     cmd = ["sh", str(runfile), "--silent", "--toolkit", f"--toolkitpath={staging}",
            "--no-man-page", "--override"]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    done = run(cmd, f"running {runfile.name}", ok=None)
     # The installer may repoint the default link; only make_default may do that.
     if before is not None and os.readlink(link) != before:
         _atomic_symlink(before, link)

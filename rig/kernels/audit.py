@@ -10,7 +10,6 @@ from __future__ import annotations
 import email.parser
 import re
 import shutil
-import subprocess
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rig.core import RigError, progress
-from rig.core.proc import ask
+from rig.core.proc import ask, run
 from rig.cuda.ldconfig import cache as linker_cache
 
 # toolkit libraries whose soname major is the CUDA major (the driver's libcuda.so.1 is not one)
@@ -91,7 +90,7 @@ def cuda_archs(path: Path, cuobjdump: Path) -> tuple[list[str], list[str]]:
     """(cubin archs, PTX archs) embedded in PATH."""
     found = []
     for flag in ("--list-elf", "--list-ptx"):
-        done = subprocess.run([str(cuobjdump), flag, str(path)], capture_output=True, text=True, check=False)
+        done = run([str(cuobjdump), flag, str(path)], f"listing the CUDA archs in {path}", ok=None)
         if done.returncode != 0 and "does not contain" not in done.stderr:
             raise RigError(f"cuobjdump cannot read {path}: {done.stderr.strip()}")
         found.append(sorted(set(re.findall(r"\b(?:sm|compute)_(\d+[a-z]?)\b", done.stdout))))
@@ -162,7 +161,7 @@ def demangle(names: list[str]) -> list[str]:
     tool = shutil.which("c++filt")
     if not tool or not names:
         return names
-    done = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, check=False)
+    done = run([tool], "demangling symbols", input="\n".join(names), ok=None)
     return done.stdout.splitlines() if done.returncode == 0 else names
 
 

@@ -12,13 +12,13 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.fs import atomic_copy, atomic_write, sha256_data, sha256_file
+from rig.core.proc import run
 from rig.kernels.audit import audit_wheel, venv_context
 from rig.python.pip import pinned
 from rig.python.runtime_env import arch_env
@@ -185,8 +185,8 @@ def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home:
             spec = str(copy_source(spec, Path(out) / "src"))
         if "PYTORCH_NVCC" in env:  # paths relative to the fresh copy, so ccache hits across builds
             env.update(CCACHE_BASEDIR=out, CCACHE_NOHASHDIR="true")
-        done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "wheel", "--no-build-isolation",
-                               "--no-deps", "--no-index", "-w", out, spec], env=env, stdout=sys.stderr, check=False)
+        done = run([str(venv / "bin" / "python"), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+                    "--no-index", "-w", out, spec], f"building {source}", env=env, stdout=sys.stderr, ok=None)
         if done.returncode != 0:
             hint = "; an air-gapped builder gives a local checkout or sdist instead" if spec.startswith("git+") else ""
             raise RigError(f"building {source} failed (pip exit {done.returncode}); its output is above{hint}")

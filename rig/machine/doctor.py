@@ -12,12 +12,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from rig.core import RigError
+from rig.core import RigError, proc
 from rig.core.check import Check
 from rig.core.cuda_releases import major, series
 from rig.cuda.ldconfig import cache
@@ -31,8 +30,8 @@ def visible_gpus() -> tuple[list[dict], Check]:
     """The GPUs nvidia-smi lists, and the check that says so."""
     if not shutil.which("nvidia-smi"):
         return [], Check("driver", "nvidia-smi", "skip", "no NVIDIA driver here (nvidia-smi not found)")
-    done = subprocess.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version",
-                           "--format=csv,noheader"], capture_output=True, text=True, check=False)
+    done = proc.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version", "--format=csv,noheader"],
+                    "listing the GPUs", ok=None)
     if done.returncode != 0:
         return [], Check("driver", "nvidia-smi", "fail", (done.stdout + done.stderr).strip()[:300],
                          "check the NVIDIA driver install: nvidia-smi fails")
@@ -46,7 +45,7 @@ def visible_gpus() -> tuple[list[dict], Check]:
 
 
 def _driver_cuda(cuda_major: int) -> Check:
-    out = subprocess.run(["nvidia-smi"], capture_output=True, text=True, check=False).stdout
+    out = proc.run(["nvidia-smi"], "reading the driver's CUDA version", ok=None).stdout
     match = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", out)
     if not match:
         return Check("driver", "driver-cuda", "skip", "nvidia-smi does not report a CUDA version",
@@ -106,8 +105,7 @@ def _nvrtc(cuda_version: str, archs: list[str]) -> list[Check]:
     # A clean environment: the loader must find NVRTC through ldconfig alone.
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # a dir, or the rig.pyz
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": root}
-    done = subprocess.run([sys.executable, "-m", "rig.cuda.nvrtc", soname, *archs],
-                          capture_output=True, text=True, env=env, check=False)
+    done = proc.run([sys.executable, "-m", "rig.cuda.nvrtc", soname, *archs], "compiling with NVRTC", env=env, ok=None)
     try:
         report = json.loads(done.stdout)
     except ValueError:

@@ -13,10 +13,11 @@ import io
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
+from rig.core import RigError
 from rig.core.check import Check
+from rig.core.proc import run
 
 QUERY = ("index", "name", "compute_cap", "driver_version", "persistence_mode", "pcie.link.gen.current",
          "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max")
@@ -61,8 +62,8 @@ def _out(argv: list[str]) -> dict:
     if not shutil.which(argv[0]):
         return {"rc": None, "out": ""}
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        done = run(argv, f"reading the machine with {argv[0]}", timeout=60, ok=None)
+    except RigError as exc:  # it could not start, or hung
         return {"rc": -1, "out": str(exc)}
     return {"rc": done.returncode, "out": done.stdout + done.stderr}
 

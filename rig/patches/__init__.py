@@ -14,14 +14,13 @@ import difflib
 import importlib.resources
 import json
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rig.core import RigError
 from rig.core.fs import atomic_write, confined, read_bytes, sha256_data
-from rig.core.proc import ask
+from rig.core.proc import ask, run
 from rig.core.schema import Field, distribution, sha256, validate
 
 STATE = ".rig-patches.json"
@@ -265,8 +264,8 @@ def refuse_unknown_versions(env: Env, patches: list[Patch]) -> None:
 
 
 def _verify(env: Env, sources: dict[str, str], checks: list[dict]) -> dict:
-    done = subprocess.run([env.python, "-I", "-c", _VERIFY], input=json.dumps(
-        {"sources": sources, "checks": checks}), capture_output=True, text=True, cwd="/", check=False)
+    done = run([env.python, "-I", "-c", _VERIFY], "checking the patched modules", cwd="/", ok=None,
+               input=json.dumps({"sources": sources, "checks": checks}))
     if done.returncode != 0 or not done.stdout.strip():
         return {"checks": done.stderr.strip()[-2000:] or f"exit {done.returncode}"}
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from rig.core import RigError
+from rig.core.proc import run
 
 DEFAULT_GLIBC = "2.35"  # Ubuntu 22.04; Debian 12 has 2.36
 
@@ -46,8 +47,7 @@ def index_args(index_url: str = "", extra_index_urls: tuple[str, ...] = ()) -> l
 
 
 def run_pip(args: list[str], what: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
-                          capture_output=True, text=True, check=False)
+    done = run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], f"pip could not {what}", ok=None)
     if done.returncode != 0:
         raise PipError(what, done.stderr)
     return done

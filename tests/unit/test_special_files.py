@@ -1,8 +1,12 @@
 """Readers take regular files only: a FIFO answers at once instead of hanging, a device is refused instead of
 read until memory runs out. The check is made on the opened file (rig.core.fs.open_regular), so nothing
 swapped in between a check and the open is read."""
+import hashlib
+import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 from conftest import rig
@@ -65,3 +69,17 @@ def test_doctor_log_and_stack_show_refuse_special_files_in_one_line(special, fif
         done = rig(*args, timeout=30)
         assert done.returncode == 2 and done.stderr.count("rig: error:") == 1, done.stderr
         assert f"{path} is not a regular file" in done.stderr
+
+
+def test_absence_stays_an_answer_for_callers_that_ask_whether_a_marker_is_there(tmp_path):
+    """`rig venv add` on a venv rig never added wheels to has no marker yet: that is no error."""
+    with pytest.raises(FileNotFoundError):
+        sha256_file(tmp_path / "no-marker", "marker")
+    venv, house = tmp_path / "v", tmp_path / "house"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    house.mkdir()
+    (house / "built-requirements.txt").write_text("\n")
+    digest = hashlib.sha256(b"\n").hexdigest()
+    done = rig("venv", "add", "--venv", str(venv), "--wheelhouse", str(house), "--requirements-sha256", digest,
+               "--check", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["changed"], done.stderr
