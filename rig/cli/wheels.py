@@ -95,6 +95,7 @@ def wheels_stage(source, stack_path, cache, root, venv_path, cuda_home, jobs, as
 @json_option
 def wheels_export(key, dest, cache, as_json) -> None:
     """Lay the wheels kept under CACHE/built/KEY out in DEST with a hash-pinned requirements file."""
+    from rig.core.fs import confined
     from rig.kernels.wheels import export
 
-    emit(export([Path(cache) / "built" / key], Path(dest)), as_json)
+    emit(export([confined(Path(cache) / "built", key, "KEY")], Path(dest)), as_json)

@@ -25,6 +25,8 @@ def read_text(path, what: str) -> str:
     path = Path(path)
     try:
         return read_bytes(path, what).decode("utf-8")
+    except RigError:  # read_bytes' own answers, MissingFile (also an OSError) among them
+        raise
     except OSError as exc:
         raise RigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:

@@ -6,14 +6,17 @@ input (archive members, lock filenames, patch targets) stay under their root.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from rig.core import RigError
+from rig.core import RigError, progress
 
 
 def confined(root: str | Path, relative: str, what: str) -> Path:
@@ -126,3 +129,29 @@ def sha256_file(path: str | Path, what: str = "file") -> str:
 
 def sha256_data(data: str | bytes) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+@contextmanager
+def held(path: str | Path) -> Iterator[None]:
+    """An exclusive lock on the lock file PATH while the block runs (another run waits, saying so).
+
+    The file is created if need be and opened without following a link or blocking, and must be a regular
+    file: a link someone left there is never written through, a FIFO never waited on."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise RigError(f"cannot open the lock file {path}: {exc.strerror or exc} (a link there is never "
+                       "followed); remove it") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RigError(f"the lock file {path} is not a regular file; remove it")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"waiting for another rig run that holds {path}")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -7,7 +7,6 @@ the leftovers and completes it. A tree rig did not install is never modified.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -20,7 +19,7 @@ from pathlib import Path
 from rig.core import RigError, progress
 from rig.core.cuda_releases import COMPONENTS, RELEASES, major, series
 from rig.core.documents import load_json
-from rig.core.fs import atomic_write, confined, sha256_data, sha256_file
+from rig.core.fs import atomic_write, confined, held, sha256_data, sha256_file
 from rig.core.proc import run
 from rig.core.schema import Field, sha256
 from rig.python.pip import download, target_args
@@ -73,12 +72,7 @@ def _locked(path: Path):
     """Serialise runs that share a place: many hosts, one download; two installs into one prefix,
     one after the other (each would otherwise clean the other's staging as leftovers)."""
     _mkdir(path.parent)
-    with open(path, "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(f"waiting for another rig run that holds {path}")
-            fcntl.flock(handle, fcntl.LOCK_EX)
+    with held(path):
         yield
 
 

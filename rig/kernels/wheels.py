@@ -154,7 +154,7 @@ def export(built_dirs: list[Path], dest: Path, requirements_dir: Path | None = N
     dest.mkdir(parents=True, exist_ok=True)
     lines = []
     for wheel in wheels:
-        shutil.copyfile(wheel, dest / wheel.name)
+        atomic_copy(wheel, dest / wheel.name)  # a link left at DEST is replaced, never written through
         name, version = wheel.name.split("-")[:2]
         lines.append(pinned(name, version, sha256_file(wheel)))
     text = "\n".join(lines) + "\n"

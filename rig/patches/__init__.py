@@ -162,6 +162,11 @@ class Env:
     def state_path(self) -> Path:
         return self.prefix / STATE
 
+    def inside(self, path: str | Path, what: str) -> Path:
+        """PATH resolved, or a RigError when it lies outside this environment (a link out of the venv, a
+        site-packages that is a link elsewhere): rig patches and backs up only files of the environment."""
+        return confined(self.prefix, os.path.relpath(Path(path).resolve(), self.prefix.resolve()), what)
+
     def read_state(self) -> dict:
         """What rig patched here; a record of the wrong shape, or one naming a file outside this
         environment, is refused before anything is read or restored through it."""
@@ -172,8 +177,7 @@ class Env:
         try:
             state = load_json(self.state_path, "patch record", STATE_SPEC)
             for name in state["files"]:  # recorded resolved; the prefix may be reached through a link
-                confined(self.prefix, os.path.relpath(Path(name).resolve(), self.prefix.resolve()),
-                         f"{self.state_path}: file")
+                self.inside(name, f"{self.state_path}: file")
         except (RigError, ValueError) as exc:
             raise RigError(f"{exc}; restore {self.state_path} or remove it after reinstalling the patched "
                            "packages") from exc
@@ -233,7 +237,8 @@ def status(env: Env, patches: list[Patch]) -> list[dict]:
         if not installed:
             rows.append({**row, "version": None, "status": "not-applicable", "detail": "not installed"})
             continue
-        version, path = installed["version"], confined(installed["root"], patch.file, f"patch {patch.id}: file")
+        root = env.inside(installed["root"], f"{patch.package}'s install")
+        version, path = installed["version"], confined(root, patch.file, f"patch {patch.id}: file")
         row.update(version=version, path=str(path))
         if patch.upstream and _in(version, patch.upstream):
             rows.append({**row, "status": "upstream", "detail": f"{patch.package} {version} has it "
@@ -307,7 +312,7 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
         raise RigError(f"a patched module does not compile, nothing was changed: {errors}")
     state = env.read_state()
     before = read_bytes(env.state_path, "patch state") if env.state_path.exists() else None
-    backups, new_backups = env.prefix / BACKUPS, []
+    backups, new_backups = env.inside(env.prefix / BACKUPS, "the patch backups"), []
     backups.mkdir(exist_ok=True)
     for path, text in results.items():
         entry = state["files"].get(str(path))
@@ -357,7 +362,7 @@ def revert(env: Env, check: bool = False, force: bool = False) -> dict:
             problems.append(f"{path} changed since rig patched it (sha256 {current}); "
                             "reinstall the package, or pass --force to restore rig's backup over it")
             continue
-        backup = env.prefix / BACKUPS / entry["original_sha256"]
+        backup = env.inside(env.prefix / BACKUPS / entry["original_sha256"], "a patch backup")
         if not backup.is_file() or sha256_data(read_bytes(backup, "backup")) != entry["original_sha256"]:
             problems.append(f"the backup of {path} is missing or altered; reinstall the package to restore it")
             continue

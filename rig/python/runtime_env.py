@@ -15,7 +15,8 @@ from pathlib import Path
 
 from rig.core import RigError
 from rig.core.cuda_releases import series
-from rig.core.fs import atomic_write
+from rig.core.documents import read_text
+from rig.core.fs import MissingFile, atomic_write, confined
 from rig.core.proc import ask
 
 MODULE = "rig_sitecustomize"
@@ -60,14 +61,14 @@ def site_packages(venv: str | Path) -> Path:
     if len(found) != 1:
         raise RigError(f"{venv} is not a virtualenv (no single lib/python3.X/site-packages); "
                        "install the stack's venv first (python_stack role)")
-    return found[0]
+    return confined(venv, str(found[0].relative_to(venv)), "the venv's site-packages")  # never a link out
 
 
 def install(venv: str | Path, env: dict, stack_name: str, check: bool = False) -> dict:
     """Write the module and its .pth; unchanged files are left alone."""
     site = site_packages(venv)
     wanted = {site / f"{MODULE}.py": render(env, stack_name), site / PTH: f"import {MODULE}\n"}
-    stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
+    stale = [path for path, text in wanted.items() if _current(path) != text]
     diff = "".join(_diff(path, wanted[path]) for path in stale)
     if not check:
         for path in stale:
@@ -103,5 +104,13 @@ def seen_by(python: str | Path) -> dict:
 def _diff(path: Path, text: str) -> str:
     import difflib
 
-    old = path.read_text().splitlines(keepends=True) if path.exists() else []
+    old = (_current(path) or "").splitlines(keepends=True)
     return "".join(difflib.unified_diff(old, text.splitlines(keepends=True), str(path), str(path)))
+
+
+def _current(path: Path) -> str | None:
+    """What PATH holds now, None when it is not there (a FIFO or a device there is refused, never waited on)."""
+    try:
+        return read_text(path, "file")
+    except MissingFile:
+        return None

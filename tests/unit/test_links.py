@@ -1,0 +1,114 @@
+"""Writes never follow a link out of their root: lock files, exported wheels, patch backups and targets, the
+environment module. Each case was an outside attack's: a link left where rig writes, to a victim file or
+directory elsewhere. The victim must come out of every run byte for byte as it went in."""
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, rig
+
+PATCH = {"id": "fakepkg-fix", "summary": "a test patch", "package": "fakepkg", "needed": ">=1.0,<2",
+         "file": "fakepkg/mod.py", "why": "test", "hunks": [{"find": "X = 1\n", "replace": "X = 2\n"}],
+         "check": "import fakepkg.mod\nassert fakepkg.mod.X == 2\n",
+         "provenance": {"mirrors": "none", "fixed_in": "none", "checked": "now", "drop_when": "never"}}
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def victim(tmp_path) -> Path:
+    path = tmp_path / "victim.txt"
+    path.write_text("someone else's file\n")
+    return path
+
+
+def venv_with_fakepkg(root: Path, site_elsewhere: Path | None = None) -> Path:
+    """A venv holding fakepkg 1.0 (X = 1); its site-packages a link to SITE_ELSEWHERE when given."""
+    venv = root / "v"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    if site_elsewhere is not None:
+        site.rmdir()
+        site_elsewhere.mkdir()
+        site.symlink_to(site_elsewhere)
+    (site / "fakepkg").mkdir()
+    (site / "fakepkg" / "__init__.py").write_text("")
+    (site / "fakepkg" / "mod.py").write_text("X = 1\n")
+    (site / "fakepkg-1.0.dist-info").mkdir()
+    (site / "fakepkg-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: fakepkg\nVersion: 1.0\n")
+    (site / "fakepkg-1.0.dist-info" / "RECORD").write_text("fakepkg/__init__.py,,\nfakepkg/mod.py,,\n")
+    return venv
+
+
+@pytest.fixture
+def patch_set(tmp_path) -> Path:
+    found = tmp_path / "pset"
+    found.mkdir()
+    (found / "fakepkg-fix.yml").write_text(yaml.safe_dump(PATCH))
+    return found
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_lock_file_that_is_a_link_or_a_fifo_is_refused_and_the_victim_kept(tmp_path, victim, kind):
+    prefix = tmp_path / "prefix"
+    (prefix / "cuda-13.0").mkdir(parents=True)
+    if kind == "link":
+        (prefix / ".rig-cuda.lock").symlink_to(victim)
+    else:
+        os.mkfifo(prefix / ".rig-cuda.lock")
+    before = digest(victim)
+    done = rig("cuda", "default", "--version", "13.0", "--prefix", str(prefix), "--state-dir", str(tmp_path / "s"),
+               timeout=60)
+    assert done.returncode == 2 and done.stderr.count("rig: error:") == 1, done.stderr
+    assert ("a link there is never followed" if kind == "link" else "is not a regular file") in done.stderr
+    assert digest(victim) == before and not (prefix / "cuda").exists()
+
+
+def test_wheels_export_replaces_a_link_at_its_destination_and_keeps_its_key_in_the_cache(tmp_path, victim):
+    kept = tmp_path / "cache" / "built" / "k1"
+    kept.mkdir(parents=True)
+    (kept / "evil-1.0-py3-none-any.whl").write_bytes(b"the wheel's bytes")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "evil-1.0-py3-none-any.whl").symlink_to(victim)
+    before = digest(victim)
+    done = rig("wheels", "export", "k1", str(dest), "--cache", str(tmp_path / "cache"))
+    assert done.returncode == 0, done.stderr
+    assert digest(victim) == before
+    assert not (dest / "evil-1.0-py3-none-any.whl").is_symlink()
+    assert (dest / "evil-1.0-py3-none-any.whl").read_bytes() == b"the wheel's bytes"
+    climbed = rig("wheels", "export", "../../elsewhere", str(dest), "--cache", str(tmp_path / "cache"))
+    assert climbed.returncode == 2 and "leads outside" in climbed.stderr
+
+
+def test_patch_backups_that_are_a_link_out_are_refused_before_anything_changes(tmp_path, patch_set):
+    venv = venv_with_fakepkg(tmp_path)
+    outside = tmp_path / "outside-backups"
+    outside.mkdir()
+    (venv / ".rig-patches").symlink_to(outside)
+    mod = next((venv / "lib").glob("python3*/site-packages")) / "fakepkg" / "mod.py"
+    done = rig("patch", "apply", "--venv", str(venv), "--patches", str(patch_set))
+    assert done.returncode == 2 and "leads outside" in done.stderr, done.stderr
+    assert list(outside.iterdir()) == [] and mod.read_text() == "X = 1\n"
+    (venv / ".rig-patches").unlink()  # the same venv without the link: applied, backed up inside, reverted
+    assert rig("patch", "apply", "--venv", str(venv), "--patches", str(patch_set)).returncode == 0
+    assert mod.read_text() == "X = 2\n" and len(list((venv / ".rig-patches").iterdir())) == 1
+    assert rig("patch", "revert", "--venv", str(venv), "--patches", str(patch_set)).returncode == 0
+    assert mod.read_text() == "X = 1\n"
+
+
+def test_a_site_packages_that_is_a_link_out_is_neither_patched_nor_given_the_environment(tmp_path, patch_set):
+    outside = tmp_path / "outside-site"
+    venv = venv_with_fakepkg(tmp_path, site_elsewhere=outside)
+    before = {p.name: digest(p) for p in outside.rglob("*") if p.is_file()}
+    done = rig("patch", "apply", "--venv", str(venv), "--patches", str(patch_set))
+    assert done.returncode == 2 and "fakepkg's install" in done.stderr and "leads outside" in done.stderr
+    done = rig("env", "install", "--venv", str(venv), "--stack", str(REPO / "stacks" / "default.yml"))
+    assert done.returncode == 2 and "the venv's site-packages" in done.stderr, done.stderr
+    assert {p.name: digest(p) for p in outside.rglob("*") if p.is_file()} == before
