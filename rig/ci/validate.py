@@ -10,6 +10,7 @@ because an earlier one failed is skipped, saying which.
 """
 from __future__ import annotations
 
+import re
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -192,22 +193,29 @@ def _patches(lock: dict, cache: Path, patch_dir: str | None) -> tuple[list[str],
     return problems, ", ".join(f"{n} {s}" for s, n in counts.items() if n)
 
 
+def _xml(text: str) -> str:
+    """TEXT as XML 1.0 can hold it: control characters (a stack path may carry any) written as \\xNN."""
+    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]",
+                  lambda m: m.group().encode("unicode_escape", "backslashreplace").decode(), text)
+
+
 def junit(result: dict) -> str:
     """One JUnit test case per check, so CI systems list them; failures carry every problem."""
     import xml.etree.ElementTree as ET
 
     checks = result["checks"]
     suites = ET.Element("testsuites")
-    suite = ET.SubElement(suites, "testsuite", name=f"rig validate {result['stack']}", tests=str(len(checks)),
+    suite = ET.SubElement(suites, "testsuite", name=_xml(f"rig validate {result['stack']}"), tests=str(len(checks)),
                           failures=str(sum(c["status"] == "fail" for c in checks)),
                           skipped=str(sum(c["status"] == "skip" for c in checks)), errors="0")
     for check in checks:
-        case = ET.SubElement(suite, "testcase", classname="rig.validate", name=f"{check['name']}: {check['question']}")
+        case = ET.SubElement(suite, "testcase", classname="rig.validate",
+                             name=_xml(f"{check['name']}: {check['question']}"))
         if check["status"] == "fail":
-            failure = ET.SubElement(case, "failure", message=check["problems"][0][:500])
-            failure.text = "\n".join(check["problems"])
+            failure = ET.SubElement(case, "failure", message=_xml(check["problems"][0][:500]))
+            failure.text = _xml("\n".join(check["problems"]))
         elif check["status"] == "skip":
-            ET.SubElement(case, "skipped", message=check["detail"])
+            ET.SubElement(case, "skipped", message=_xml(check["detail"]))
         else:
-            ET.SubElement(case, "system-out").text = check["detail"]
+            ET.SubElement(case, "system-out").text = _xml(check["detail"])
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

@@ -35,6 +35,15 @@ def library_dirs(tree: Path) -> list[str]:
     return list(dirs)
 
 
+def _loader_path(path: str) -> str:
+    """PATH as one line of an ld.so.conf.d file, or a RigError: the loader splits lines on whitespace, colons
+    and commas, so a prefix carrying any of them (or a newline) would add directories nobody chose."""
+    if not re.fullmatch(r"/[A-Za-z0-9._+@/-]*", path):
+        raise RigError(f"{path!r} cannot be a line of an ld.so.conf.d file (only letters, digits and ._+@/- "
+                       "in an absolute path); install the toolkit under a plain prefix")
+    return path
+
+
 def conf_for(version: str, prefix: str = "/usr/local", conf_dir: str = CONF_DIR, root: str = "/") -> dict:
     """The path and content of the ld.so.conf.d file for one toolkit version.
 
@@ -48,7 +57,8 @@ def conf_for(version: str, prefix: str = "/usr/local", conf_dir: str = CONF_DIR,
     if not dirs:  # not installed yet (e.g. under --check): the conventional layout
         dirs = [str(tree / "lib64")]
     name = tree.name.replace(".", "-")
-    content = f"# Managed by rig: shared libraries of {tree}\n" + "".join(f"{d}\n" for d in dirs)
+    content = f"# Managed by rig: shared libraries of {_loader_path(str(tree))}\n" + "".join(
+        f"{_loader_path(d)}\n" for d in dirs)
     return {"path": f"{conf_dir}/rig-{name}.conf", "content": content, "dirs": dirs,
             "installed": seen.is_dir()}
 

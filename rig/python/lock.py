@@ -13,9 +13,9 @@ import os
 import re
 from pathlib import Path
 
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from rig.core import RigError, progress
 from rig.core.cuda_releases import major
@@ -99,7 +99,7 @@ def pin_conflicts(items: dict[str, dict], entries: list[dict], stack: dict, sour
     for entry in entries:
         meta = items[entry["name"]]["metadata"]
         for text in meta.get("requires_dist", []):
-            req = Requirement(text)
+            req = _required(text, f"{entry['name']} {entry['version']}")
             if req.marker and not req.marker.evaluate({**env, "extra": ""}):
                 if not any(req.marker.evaluate({**env, "extra": x}) for x in entry["extras"]):
                     continue
@@ -116,13 +116,26 @@ def pin_conflicts(items: dict[str, dict], entries: list[dict], stack: dict, sour
     return found
 
 
+def _required(text: str, who: str) -> Requirement:
+    """A Requires-Dist line of a wheel's metadata (input like any other), or a RigError naming the wheel."""
+    try:
+        return Requirement(text)
+    except InvalidRequirement as exc:
+        raise RigError(f"{who} declares a dependency rig cannot read ({str(text)[:120]!r}: {exc}); "
+                       "that wheel's metadata is broken: pin another version") from exc
+
+
 def torch_cuda_major(meta: dict) -> int | None:
     """The CUDA major a torch wheel is built for, from its version label or its CUDA dependencies."""
-    local = Version(meta["version"]).local or ""
+    try:
+        local = Version(str(meta["version"])).local or ""
+    except (KeyError, InvalidVersion) as exc:
+        raise RigError(f"the torch wheel's metadata has no PEP 440 version ({meta.get('version')!r}); "
+                       "that wheel is broken: pin another torch") from exc
     if local.startswith("cu"):
         return int(local[2:-1]) if len(local) == 5 else int(local[2:4])
     for text in meta.get("requires_dist", []):
-        req = Requirement(text)
+        req = _required(text, "torch")
         suffix = re.search(r"-cu(\d+)$", req.name)
         if suffix and req.name.startswith("nvidia-"):
             return int(suffix.group(1))

@@ -2,6 +2,7 @@
 typed fields, read by rig.core.documents' strict YAML loader)."""
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,30 @@ def _env_name(value: str) -> str | None:
     return None if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value) else f"{value!r} is not an environment variable name"
 
 
+def _requirement(value: str) -> str | None:
+    """A requirement specifier (name, extras, version, markers), never a pip option or a URL: the stack's
+    text reaches pip's command line."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    if value.startswith("-"):
+        return f"{value!r} is a pip option, not a package; give a requirement like name==1.2"
+    try:
+        req = Requirement(value)
+    except InvalidRequirement as exc:
+        return f"{value!r} is not a requirement specifier ({exc})"
+    return f"{value!r} names a URL; packages come from the stack's indexes" if req.url else None
+
+
 def _env_vars(value: dict) -> str | None:
     for name, val in value.items():
-        if msg := _env_name(str(name)):
+        if not isinstance(name, str):  # YAML reads null, true, 1 or .inf as such, not as names
+            return f"{name!r} is not an environment variable name (YAML read it as {type(name).__name__}; quote it)"
+        if msg := _env_name(name):
             return msg
         if not isinstance(val, (str, int, float)) or isinstance(val, bool):
             return f"{name}: give a string or number, not {type(val).__name__}"
+        if isinstance(val, float) and not math.isfinite(val):
+            return f"{name}: {val} is not a value an environment variable can hold; quote it"
         if any(ord(c) < 32 for c in str(val)):
             return f"{name}: {str(val)[:40]!r} must be one line (no newline, tab or NUL): every start of the venv reads it"
     return None
@@ -113,7 +132,7 @@ SCHEMA = {
         "cubin": Field(bool, default=False),
         "jit_cache": Field(bool, default=False),
     }),
-    "extra_packages": Field(list, default=[], item=Field()),
+    "extra_packages": Field(list, default=[], item=Field(check=_requirement)),
     # torch extensions the site builds from source against the stack's torch (its own ops, a fork):
     # source builds that need no index entry, compiled by `rig wheels build` or an image's builder
     "extensions": Field(list, default=[], item=Field(dict, fields={
