@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 
@@ -33,9 +34,39 @@ def generate_body(prompt: str, max_tokens: int, stream: bool) -> dict:
 
 
 def number(value) -> float | None:
-    """A positive number from a server's answer, or None: answers are input, never trusted to be well formed."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
-    return float(value) if ok else None
+    """A positive number from a server's answer, or None: answers are input, never trusted to be well formed
+    (a 400-digit integer is no float)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        found = float(value)
+    except OverflowError:
+        return None
+    return found if 0 < found < float("inf") else None
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """SGLang never redirects: a 3xx is answered as it is, so the API key never travels to another origin."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+def _read(response, deadline: float) -> bytes | None:
+    """The answer's body, read as it arrives until DEADLINE (the timeout is for the whole answer, not per
+    read: a server that sends a byte every half second ends with it); None past the deadline."""
+    chunks, size = [], 0
+    while chunk := response.read1(1 << 16):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_ANSWER or time.monotonic() > deadline:
+            break
+    if time.monotonic() > deadline:
+        return None
+    return b"".join(chunks)
 
 
 def accept_length(meta: dict) -> float | None:
@@ -54,9 +85,12 @@ def call(url: str, path: str, body: dict | None = None, timeout: float = 30.0,
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url.rstrip("/") + path, data=data, headers=headers(api_key_env),
                                      method="POST" if data is not None else "GET")
+    deadline = time.monotonic() + timeout
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            answer = response.read(MAX_ANSWER + 1)
+        with _OPENER.open(request, timeout=timeout) as response:
+            answer = _read(response, deadline)
+            if answer is None:
+                return 0, f"no whole answer within {timeout:g} s".encode()
             if len(answer) > MAX_ANSWER:
                 return 0, f"an answer larger than {MAX_ANSWER >> 20} MiB".encode()
             return response.status, answer

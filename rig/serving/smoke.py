@@ -28,8 +28,10 @@ PROMPTS = ("The capital of France is", "Write a haiku about GPUs.", "List three 
 
 def log_tail(log: str | None, lines: int = 20) -> str:
     """The last LINES lines of a server's log for an error message; nothing when there is no such file."""
+    if not log:
+        return ""
     try:
-        data, _ = read_tail(log, "log", 1 << 20) if log else (b"", 0)
+        data, _ = read_tail(log, "log", 1 << 20)
     except (RigError, OSError):
         return ""
     tail = data.decode(errors="replace").splitlines()[-lines:]

@@ -1,0 +1,83 @@
+"""rig's one HTTP client (rig.serving.sglang_api.call) against a hostile server: it never follows a redirect
+(so the API key never reaches another origin), its timeout bounds the whole answer, and numbers no float can
+hold are not numbers. Each case was an outside attack's on this tree."""
+import http.server
+import threading
+import time
+
+import pytest
+
+from rig.serving.sglang_api import call, context_length, number, server_accept_length
+
+SEEN: list[tuple[int, str, str | None]] = []  # (port, path, Authorization) of every request a server got
+
+
+class Hostile(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        SEEN.append((self.server.server_port, self.path, self.headers.get("Authorization")))
+        mode = self.server.mode
+        if mode == "redirect":
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{self.server.elsewhere}{self.path}")
+            self.end_headers()
+        elif mode == "dribble":
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            for _ in range(1000):
+                try:
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(0.2)
+        else:
+            body = b"{}"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+
+def serve(mode: str, elsewhere: int = 0):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    server.daemon_threads = True
+    server.mode, server.elsewhere = mode, elsewhere
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def servers():
+    started = []
+    yield lambda mode, elsewhere=0: started.append(serve(mode, elsewhere)) or started[-1]
+    for server in started:
+        server.shutdown()
+
+
+def test_a_redirect_is_answered_as_it_is_and_the_key_never_leaves_the_origin(servers, monkeypatch):
+    monkeypatch.setenv("SGLANG_API_KEY", "secret")
+    other = servers("plain")
+    first = servers("redirect", other.server_port)
+    status, _ = call(f"http://127.0.0.1:{first.server_port}", "/health", timeout=5)
+    assert status == 302
+    assert [s for s in SEEN if s[0] == other.server_port] == []
+    assert (first.server_port, "/health", "Bearer secret") in SEEN
+
+
+def test_the_timeout_bounds_the_whole_answer_not_each_read(servers):
+    slow = servers("dribble")  # a byte every 0.2 s: a per-read timeout of 1 s would wait 200 s
+    status, body = call(f"http://127.0.0.1:{slow.server_port}", "/server_info", timeout=1.0)
+    assert status == 0 and body == b"no whole answer within 1 s"
+
+
+def test_numbers_no_float_can_hold_are_no_numbers():
+    huge = int("1" + "9" * 400)
+    assert number(huge) is None and number(float("nan")) is None and number(True) is None and number(2) == 2.0
+    assert context_length({"context_length": huge}) is None
+    assert server_accept_length({"internal_states": [{"avg_spec_accept_length": huge}]}) is None
