@@ -108,7 +108,9 @@ def _schema():
         "upstream": Field(default="", check=lambda v: v and spec(v)),
         "file": Field(required=True), "why": text, "check": text,
         "hunks": Field(list, required=True, check=lambda v: None if v else "needs at least one hunk",
-                       item=Field(dict, fields={"find": text, "replace": text})),
+                       item=Field(dict, fields={"find": Field(required=True, multiline=True,
+                                                              check=lambda v: None if v else "must not be empty"),
+                                                "replace": text})),
         "provenance": Field(dict, required=True, fields={
             "mirrors": text, "fixed_in": text, "checked": text, "drop_when": text}),
     }
@@ -185,9 +187,18 @@ class Env:
 
 
 def probe(python: str, packages: list[str]) -> Env:
+    from packaging.version import InvalidVersion, Version
+
     info = ask(python, _PROBE, [json.dumps(sorted(set(packages)))], "report its packages")
     try:
-        return Env(python=info["python"], prefix=Path(info["prefix"]), packages=dict(info["packages"]))
+        env = Env(python=info["python"], prefix=Path(info["prefix"]), packages=dict(info["packages"]))
+        for name, installed in env.packages.items():  # an installed package's metadata is input like any other
+            try:
+                Version(installed["version"])
+            except InvalidVersion as exc:
+                raise RigError(f"{name} is installed with version {str(installed['version'])[:60]!r}, which is "
+                               "not a PEP 440 version; reinstall it") from exc
+        return env
     except (KeyError, TypeError, ValueError) as exc:
         raise RigError(f"{python} reported its packages in a shape rig did not write ({exc}); is it a Python?") from exc
 

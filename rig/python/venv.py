@@ -60,12 +60,16 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
     if check:
         return result
     made = [path for path in (venv.parent, venv) if not path.exists()]
+    emptied = venv.is_dir() and not venv.is_symlink() and not any(venv.iterdir())  # a directory made for it
     venv.parent.mkdir(parents=True, exist_ok=True)
     try:
         return _install(venv, lock_hash, wheelhouse, find_links, lock, installer, result)
     except BaseException:
         for path in made:  # a refused or interrupted first install leaves the host as it found it
             shutil.rmtree(path, ignore_errors=True)
+        if emptied:
+            for child in venv.iterdir():
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
         raise
 
 

@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from rig.core import RigError, progress
+from rig.core.documents import load_json
 from rig.core.fs import output_dir
 from rig.core.proc import interpreter, last_json, run
 from rig.serving import numerics
@@ -36,9 +37,21 @@ def _check(out: Path, python: Path, tp: int, draft: str, context: int) -> None:
     if not 256 <= context <= 1 << 20:
         raise RigError(f"--context {context}: give a context length from 256 to 1048576 tokens")
     output_dir(out, "--out")
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+    if out.is_dir() and any(out.iterdir()) and not _ours(out):
         raise RigError(f"--out {out} holds files that are not a rig test model; give an empty or new directory")
     interpreter(python)
+
+
+def _ours(out: Path) -> bool:
+    """Whether OUT is a test model rig wrote (it is replaced whole): its marker must hold rig's record, since
+    mere existence of a testmodel.json is anyone's to fake, and their files would go with the old tree."""
+    try:
+        record = load_json(out / MARKER, "test model record")
+    except RigError:
+        return False
+    spec = record.get("spec") if isinstance(record, dict) else None
+    return isinstance(spec, dict) and {"draft", "seed", "heads"} <= spec.keys() and \
+        all((out / part).is_dir() for part in ("target", "draft"))
 
 
 def _same_tree(a: Path, b: Path) -> bool:

@@ -9,6 +9,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import pytest
 from conftest import BIN, REPO, rig
 
 from rig.python.lock import lock_hash
@@ -58,17 +59,22 @@ def test_a_killed_fetch_leaves_no_pip_running_and_no_scratch(tmp_path):
     assert not list((cache / "wheels").glob(".fetch-*"))
 
 
-def test_a_refused_first_install_leaves_no_venv(tmp_path):
+@pytest.mark.parametrize("made_for_it", [False, True])
+def test_a_refused_first_install_leaves_no_venv(tmp_path, made_for_it):
+    """Into a new directory or into an empty one made for it (an attack's case: a skeleton was left there)."""
     house = tmp_path / "house"
     house.mkdir()
     (house / "requirements.txt").write_text(f"click==8.1.7 --hash=sha256:{'0' * 64}\n")
     with zipfile.ZipFile(house / "pip-0-py3-none-any.whl", "w") as broken:
         broken.writestr("pip/__init__.py", "")  # no __main__: this pip cannot run
     venv = tmp_path / "venv"
+    if made_for_it:
+        venv.mkdir()
     done = rig("venv", "install", "--venv", str(venv), "--lock-hash", "a" * 64, "--python-version",
                ".".join(platform.python_version_tuple()[:2]), "--wheelhouse", str(house))
     assert done.returncode == 2 and "could not install the wheels" in done.stderr, done.stderr
-    assert not venv.exists() and not list(tmp_path.glob(".rig-install-*"))
+    assert (list(venv.iterdir()) == [] if made_for_it else not venv.exists())
+    assert not list(tmp_path.glob(".rig-install-*"))
 
 
 def test_verify_on_a_venv_whose_python_cannot_start_says_so(tmp_path):

@@ -112,3 +112,16 @@ def test_a_site_packages_that_is_a_link_out_is_neither_patched_nor_given_the_env
     done = rig("env", "install", "--venv", str(venv), "--stack", str(REPO / "stacks" / "default.yml"))
     assert done.returncode == 2 and "the venv's site-packages" in done.stderr, done.stderr
     assert {p.name: digest(p) for p in outside.rglob("*") if p.is_file()} == before
+
+
+def test_an_installed_version_or_a_patch_no_rig_can_read_is_named_not_a_crash(tmp_path, patch_set):
+    venv = venv_with_fakepkg(tmp_path)
+    metadata = next((venv / "lib").glob("python3*/site-packages")) / "fakepkg-1.0.dist-info" / "METADATA"
+    metadata.write_text("Metadata-Version: 2.1\nName: fakepkg\nVersion: banana!\n")
+    done = rig("patch", "status", "--venv", str(venv), "--patches", str(patch_set))
+    assert done.returncode == 2 and "fakepkg is installed with version 'banana!'" in done.stderr, done.stderr
+    empty = yaml.safe_load((patch_set / "fakepkg-fix.yml").read_text())
+    empty["hunks"][0]["find"] = ""
+    (patch_set / "fakepkg-fix.yml").write_text(yaml.safe_dump(empty))
+    done = rig("patch", "status", "--venv", str(venv), "--patches", str(patch_set))
+    assert done.returncode == 2 and "hunks[0].find: must not be empty" in done.stderr, done.stderr

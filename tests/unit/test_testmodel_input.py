@@ -33,3 +33,14 @@ def test_an_interpreter_without_torch_fails_cleanly_and_leaves_nothing(tmp_path)
     assert "rig testmodel:" in done.stderr and "No module named 'torch'" in done.stderr
     assert "Traceback" not in done.stderr.split("rig: error:")[0]
     assert list(Path(tmp_path).iterdir()) == []
+
+
+@pytest.mark.parametrize("marker", ["", "{}", '{"spec": "x"}', "[1]"])
+def test_a_testmodel_json_rig_did_not_write_does_not_make_the_directory_rigs(tmp_path, marker):
+    """Replacing a test model replaces the whole tree: an empty or foreign testmodel.json beside someone's
+    files must not pass for rig's record (the attack's case: their files were deleted)."""
+    (tmp_path / "weights.bin").write_text("someone's model")
+    (tmp_path / "testmodel.json").write_text(marker)
+    done = rig("testmodel", "--out", str(tmp_path), "--python", sys.executable)
+    assert done.returncode == 2 and "not a rig test model" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["testmodel.json", "weights.bin"]
