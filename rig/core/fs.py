@@ -84,22 +84,29 @@ class MissingFile(RigError, FileNotFoundError):
 MAX_READ = 16 << 20  # bytes: the largest document, patch target or state file rig reads whole
 
 
-def open_regular(path: str | Path, what: str):
-    """PATH opened for reading, or a RigError when it is not a regular file (a FIFO, a device, a directory).
-
-    The check is on the open file itself (fstat), so nothing swapped in between check and open is read,
-    and the open does not block: a FIFO with no writer answers at once instead of hanging."""
+def open_plain(path: str | Path, flags: int, what: str, follow: bool = True) -> int:
+    """A descriptor of PATH opened with FLAGS, or a RigError when it is not a regular file (a FIFO, a device,
+    a directory). The one way rig opens a file it did not just create: the check is on the open file itself
+    (fstat), so nothing swapped in between is used; the open never blocks (a FIFO answers at once instead of
+    waiting for its other end); follow=False refuses a link at PATH."""
+    verb = "read" if flags & os.O_ACCMODE == os.O_RDONLY else "write"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW), 0o644)
     except FileNotFoundError as exc:
-        raise MissingFile(f"cannot read {what} {path}: No such file or directory") from exc
+        raise MissingFile(f"cannot {verb} {what} {path}: No such file or directory") from exc
     except OSError as exc:
-        raise RigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+        raise RigError(f"cannot {verb} {what} {path}: {exc.strerror or exc}"
+                       + ("" if follow else " (a link there is never followed, a FIFO never opened)")) from exc
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise RigError(f"{what} {path} is not a regular file")
     os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+    return fd
+
+
+def open_regular(path: str | Path, what: str):
+    """PATH opened for reading (open_plain), as a binary file object."""
+    return os.fdopen(open_plain(path, os.O_RDONLY, what), "rb")
 
 
 def read_bytes(path: str | Path, what: str, limit: int = MAX_READ) -> bytes:
@@ -140,13 +147,10 @@ def held(path: str | Path) -> Iterator[None]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise RigError(f"cannot open the lock file {path}: {exc.strerror or exc} (a link there is never "
-                       "followed); remove it") from exc
+        fd = open_plain(path, os.O_RDWR | os.O_CREAT, "the lock file", follow=False)
+    except RigError as exc:
+        raise RigError(f"{exc}; remove it") from exc
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise RigError(f"the lock file {path} is not a regular file; remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

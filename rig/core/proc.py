@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import stat
 import subprocess
 from pathlib import Path
 
 from rig.core import RigError
+from rig.core.fs import open_plain
 
 
 def run(argv: list[str], what: str, timeout: float | None = None, ok: tuple[int, ...] | None = (0,),
@@ -66,15 +66,11 @@ def start(argv: list[str], log: str | Path, what: str, env: dict | None = None) 
     """A long-running child (a server) in a session of its own, stdout and stderr to LOG, which is created
     new or truncated and never followed through a link. stop() ends the whole session: SGLang's scheduler
     and detokenizer are the server's children."""
-    try:  # non-blocking: a FIFO there fails at once (or is refused below) instead of waiting for a reader
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise RigError(f"{what}: cannot write its log {log}: {exc.strerror or exc} (a link is never followed, "
-                       "a FIFO never opened); give another --out") from exc
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise RigError(f"{what}: its log {log} is not a regular file; give another --out")
-        os.set_blocking(fd, True)
+        fd = open_plain(log, os.O_WRONLY | os.O_CREAT, "its log", follow=False)
+    except RigError as exc:
+        raise RigError(f"{what}: {exc}; give another --out") from exc
+    try:
         os.ftruncate(fd, 0)
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
