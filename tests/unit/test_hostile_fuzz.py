@@ -48,15 +48,20 @@ def _audit(event: str, args: tuple) -> None:
     if root is None:
         return
     paths: list = []
+    nofollow = False  # the last component is not followed: a link there is refused, never written through
     if event == "open" and len(args) >= 3:
         path, mode, flags = args[0], args[1], args[2]
         writing = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & WRITE_FLAGS)
+        nofollow = not isinstance(mode, str) and bool((flags or 0) & os.O_NOFOLLOW)
         paths = [path] if writing else []
-    elif event in ("os.rename", "os.replace"):
-        paths = list(args[:2])
+    elif event in ("os.rename", "os.replace"):  # a link at either end is what moves or is replaced
+        paths, nofollow = list(args[:2]), True
     elif event in ("os.symlink", "os.link"):  # (what it points at, the new name): only the name is written
-        paths = [args[1]]
-    elif event in ("os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.truncate", "shutil.rmtree"):
+        paths, nofollow = [args[1]], True
+    elif event in ("os.remove", "os.rmdir", "os.mkdir"):  # these act on a link itself, never on its target
+        dir_fd = args[2] if event == "os.mkdir" else args[1]
+        paths, nofollow = ([args[0]] if dir_fd is None else []), True  # relative to a directory rig holds open
+    elif event in ("os.chmod", "os.truncate", "shutil.rmtree"):
         paths = [args[0]]
     for path in paths:
         if isinstance(path, int):  # a file descriptor rig already holds
@@ -64,7 +69,8 @@ def _audit(event: str, args: tuple) -> None:
         text = os.fsdecode(path)
         if text.startswith("/dev/") or "__pycache__" in text:
             continue
-        resolved = os.path.realpath(text)
+        resolved = (os.path.join(os.path.realpath(os.path.dirname(text)), os.path.basename(text)) if nofollow
+                    else os.path.realpath(text))
         if not (resolved == root or resolved.startswith(root + os.sep)):
             _WATCH["outside"].append(f"{event} {text}")
 
@@ -367,7 +373,10 @@ answers = (st.builds(lambda v: json.dumps(v).encode(), values) | st.binary(max_s
            st.sampled_from([b"<html><body>502 Bad Gateway</body></html>", b"[]", b"null", b'{"text": 5}',
                             b'{"text": "ok", "meta_info": []}', b'{"text": "ok", "meta_info": {"completion_tokens": '
                             b'-1}}', b'{"text": "x", "meta_info": {"completion_tokens": 8, "spec_verify_ct": 0}}',
-                            b'{"internal_states": [1, null, {"avg_spec_accept_length": "x"}]}']))
+                            b'{"internal_states": [1, null, {"avg_spec_accept_length": "x"}]}',
+                            b'{"text": "ok", "meta_info": {"completion_tokens": 1' + b"9" * 400 + b'}}',
+                            b'{"text": "ok", "meta_info": {"completion_tokens": 4, "spec_verify_ct": 1' + b"0" * 400
+                            + b'}}', b"[" * 100000 + b"]" * 100000]))
 
 
 @settings(FUZZ, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -381,3 +390,195 @@ def test_any_server_answer_is_judged_not_crashed_on(answering, body, status):
         if code == 0:  # only a well-formed completion of 1..8 tokens passes
             answer = json.loads(body)
             assert status == 200 and str(answer["text"]).strip() and 0 < answer["meta_info"]["completion_tokens"] <= 8
+
+
+# ------------------------------------------------------------------ the filesystem, generated text, metadata
+
+@contextlib.contextmanager
+def within(seconds: int):
+    """A read that blocks becomes a failure of the case (rig's boundary turns it into exit 70) instead of a
+    hang of the suite."""
+    def hung(signum, frame):
+        raise TimeoutError("blocked on a special file")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _special(tmp: Path, kind: str) -> str:
+    """A path where a regular file belongs that is something else."""
+    if kind in ("/dev/zero", "/dev/null", "/dev/stdin"):
+        return kind
+    path = tmp / "special"
+    if kind == "directory":
+        path.mkdir()
+    elif kind in ("fifo", "link to a fifo"):
+        os.mkfifo(tmp / "fifo")
+        if kind == "fifo":
+            return str(tmp / "fifo")
+        path.symlink_to(tmp / "fifo")
+    else:  # a dangling link
+        path.symlink_to(tmp / "nowhere")
+    return str(path)
+
+
+READERS = [  # every command that reads a document from a path it is given
+    lambda p, tmp: ["stack", "show", p],
+    lambda p, tmp: ["env", "show", "--stack", p],
+    lambda p, tmp: ["lock", "--check", p],
+    lambda p, tmp: ["doctor", "--log", p],
+    lambda p, tmp: ["wheelhouse", "export", p, str(tmp / "out"), "--cache", str(tmp / "cache")],
+    lambda p, tmp: ["patch", "status", "--python", sys.executable, "--stack", p],
+    lambda p, tmp: ["env", "show", "--env-json", p],
+    lambda p, tmp: ["tune", "--stack", str(REPO / "stacks" / "default.yml"), "--prompts", p, "--check"],
+]
+
+
+@FUZZ
+@given(kind=st.sampled_from(["fifo", "link to a fifo", "directory", "dangling link", "/dev/zero", "/dev/null"]),
+       reader=st.sampled_from(range(len(READERS))))
+def test_a_special_file_where_a_document_belongs_is_refused_at_once(kind, reader):
+    with scratch() as tmp, within(20):
+        path = _special(tmp, kind)
+        holds(*rig(*READERS[reader](path, tmp))[::2])
+
+
+def _victim() -> Path:
+    """A file outside any case's scratch directory: a write through a link would reach it."""
+    path = Path(tempfile.mkdtemp(prefix="rig-fuzz-victim-")) / "victim.txt"
+    path.write_text("someone else's file\n")
+    return path
+
+
+def _fakepkg_venv(tmp: Path, version: str = "1.0") -> Path:
+    venv = tmp / "v"
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    (site / "fakepkg").mkdir(parents=True)
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / "pyvenv.cfg").write_text(f"home = {Path(sys.executable).parent}\ninclude-system-site-packages = false\n")
+    (site / "fakepkg" / "mod.py").write_text("X = 1\n")
+    (site / "fakepkg-1.0.dist-info").mkdir()
+    (site / "fakepkg-1.0.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: fakepkg\nVersion: {version}\n")
+    return venv
+
+
+PATCH_SET = {"id": "fakepkg-fix", "summary": "s", "package": "fakepkg", "needed": ">=1.0,<2", "file": "fakepkg/mod.py",
+             "why": "w", "hunks": [{"find": "X = 1\n", "replace": "X = 2\n"}], "check": "pass\n",
+             "provenance": {"mirrors": "m", "fixed_in": "f", "checked": "c", "drop_when": "d"}}
+
+
+def _link_case(tmp: Path, where: str, victim: Path) -> list[str]:
+    """A link to VICTIM (or to its directory) left where the command writes; the command."""
+    if where == "cuda lock":
+        (tmp / "prefix" / "cuda-13.0").mkdir(parents=True)
+        (tmp / "prefix" / ".rig-cuda.lock").symlink_to(victim)
+        return ["cuda", "default", "--version", "13.0", "--prefix", str(tmp / "prefix"), "--state-dir", str(tmp / "s")]
+    if where == "exported wheel":
+        (tmp / "cache" / "built" / "k").mkdir(parents=True)
+        (tmp / "cache" / "built" / "k" / "w-1.0-py3-none-any.whl").write_bytes(b"wheel")
+        (tmp / "dest").mkdir()
+        (tmp / "dest" / "w-1.0-py3-none-any.whl").symlink_to(victim)
+        return ["wheels", "export", "k", str(tmp / "dest"), "--cache", str(tmp / "cache")]
+    if where == "bundle":
+        (tmp / "out").mkdir()
+        (tmp / "out" / "rig.pyz").symlink_to(victim)
+        return ["plumbing", "bundle", "--out", str(tmp / "out" / "rig.pyz")]
+    if where == "ld.so.conf.d file":
+        conf = tmp / "root" / "etc" / "ld.so.conf.d"
+        conf.mkdir(parents=True)
+        (conf / "rig-cuda-13-0.conf").symlink_to(victim)
+        return ["cuda", "ldconfig-conf", "--version", "13.0.2", "--write-under", str(tmp / "root")]
+    venv = _fakepkg_venv(tmp)
+    (tmp / "pset").mkdir()
+    (tmp / "pset" / "fakepkg-fix.yml").write_text(yaml.safe_dump(PATCH_SET))
+    if where == "patch backups":
+        (venv / ".rig-patches").symlink_to(victim.parent)
+        return ["patch", "apply", "--venv", str(venv), "--patches", str(tmp / "pset")]
+    if where == "patch record":
+        (venv / ".rig-patches.json").symlink_to(victim)
+        return ["patch", "apply", "--venv", str(venv), "--patches", str(tmp / "pset")]
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "rig_sitecustomize.py").symlink_to(victim)
+    return ["env", "install", "--venv", str(venv), "--stack", str(REPO / "stacks" / "default.yml")]
+
+
+@FUZZ
+@given(where=st.sampled_from(["cuda lock", "exported wheel", "bundle", "ld.so.conf.d file", "patch backups",
+                              "patch record", "environment module"]))
+def test_a_link_where_rig_writes_never_carries_the_write_out(where):
+    victim = _victim()
+    try:
+        with scratch() as tmp, within(60):
+            code, _, err = rig(*_link_case(tmp, where, victim))
+            holds(code, err)
+        assert victim.read_text() == "someone else's file\n" and sorted(p.name for p in victim.parent.iterdir()) == [
+            "victim.txt"]
+    finally:
+        import shutil
+
+        shutil.rmtree(victim.parent)
+
+
+@FUZZ
+@given(prefix=st.text(max_size=30).map(lambda t: "/" + t))
+def test_any_prefix_gives_an_ld_so_conf_whose_lines_are_plain_directories_or_is_refused(prefix):
+    with scratch():
+        code, out, err = rig("cuda", "ldconfig-conf", "--version", "13.0.2", "--prefix", prefix, "--json")
+        holds(code, err)
+        if code == 0:
+            lines = json.loads(out)["content"].splitlines()
+            assert lines[0].startswith("# Managed by rig") and len(lines) == 2  # the conventional lib64, alone
+            assert lines[1].startswith("/") and not any(c in lines[1] for c in " \t:,\n")
+
+
+keys = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
+
+
+@FUZZ
+@given(env=st.dictionaries(keys, scalars, max_size=3))
+def test_any_environment_section_renders_a_module_that_runs_or_is_refused(env):
+    with scratch() as tmp:
+        stack = tmp / "s.yml"
+        _write(stack, yaml.safe_dump({"name": "t", "cuda": {"version": "13.0.2"}, "environment": {"vars": env}},
+                                     allow_unicode=True))
+        code, out, err = rig("env", "show", "--stack", str(stack))
+        holds(code, err)
+        if code == 0:  # the module every start of the venv runs: it must run, and set only names
+            namespace: dict = {}
+            exec(compile(out, "rig_sitecustomize", "exec"), namespace)  # noqa: S102 - the point of the check
+            assert all(isinstance(k, str) and k.isidentifier() for k in env)
+
+
+@FUZZ
+@given(item=st.text(max_size=40) | st.sampled_from(["--report=/x", "-r x", "a @ file:///etc", "x; os_name=='posix'",
+                                                    "-e.", "pkg[extra]>=1,<2", "--", "pkg --hash=sha256:00"]))
+def test_any_extra_package_is_a_requirement_pip_cannot_take_as_an_option(item):
+    from packaging.requirements import Requirement
+
+    from rig.core import RigError
+    from rig.stack.spec import validate
+
+    TRIED["cases"] += 1
+    try:
+        validate({"name": "t", "cuda": {"version": "13.0.2"}, "extra_packages": [item]})
+    except RigError as exc:
+        assert "extra_packages" in str(exc)
+    else:
+        assert not item.lstrip().startswith("-") and Requirement(item).url is None
+    TRIED["held"] += 1
+
+
+@FUZZ
+@given(version=st.text(max_size=20) | st.sampled_from(["1.0\n folded", "1.0\nVersion: 9", "", "１.０", "1.0 extra"]))
+def test_any_installed_version_is_read_or_named_never_a_crash(version):
+    with scratch() as tmp:
+        venv = _fakepkg_venv(tmp, version.replace("\r", ""))
+        (tmp / "pset").mkdir()
+        (tmp / "pset" / "fakepkg-fix.yml").write_text(yaml.safe_dump(PATCH_SET))
+        holds(*rig("patch", "status", "--venv", str(venv), "--patches", str(tmp / "pset"))[::2])
