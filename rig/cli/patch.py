@@ -18,7 +18,7 @@ def patch() -> None:
 
 
 def _patch_target(func):
-    func = click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's patches/).")(func)
+    func = click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's own patch set).")(func)
     func = click.option("--stack", "stack_path",
                         help="Use this stack's venv when neither --venv nor --python is given.")(func)
     func = click.option("--python", "python", help="The environment's Python interpreter.")(func)

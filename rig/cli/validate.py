@@ -11,7 +11,7 @@ from rig.cli.common import DEFAULT_CACHE, DEFAULT_STACK, emit, json_option, judg
 @click.option("--junit", type=click.Path(dir_okay=False), help="Also write the checks as a JUnit XML file.")
 @click.option("--venv", "venv_path", help="A venv of the stack (its image's): its sglang parses the server line.")
 @click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="The wheelhouse (missing wheels are fetched).")
-@click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's patches/).")
+@click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's own patch set).")
 @json_option
 def validate_cmd(stack_path, junit, venv_path, cache, patch_dir, as_json) -> None:
     """Gate a stack in CI, with no GPU: every check, every problem, in one run.

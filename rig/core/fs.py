@@ -6,6 +6,7 @@ input (archive members, lock filenames, patch targets) stay under their root.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -90,14 +91,24 @@ def open_plain(path: str | Path, flags: int, what: str, follow: bool = True) -> 
     (fstat), so nothing swapped in between is used; the open never blocks (a FIFO answers at once instead of
     waiting for its other end); follow=False refuses a link at PATH."""
     verb = "read" if flags & os.O_ACCMODE == os.O_RDONLY else "write"
+    try:  # before opening: opening a device can act (a watchdog arms, a tape rewinds)
+        seen = os.stat(path, follow_symlinks=follow).st_mode
+    except FileNotFoundError:
+        seen = None  # created by the open, or missing: the open says which
+    except OSError as exc:
+        raise RigError(f"cannot {verb} {what} {path}: {exc.strerror or exc}") from exc
+    if seen is not None and stat.S_ISLNK(seen):
+        raise RigError(f"cannot {verb} {what} {path}: it is a link, and a link there is never followed")
+    if seen is not None and not stat.S_ISREG(seen):
+        raise RigError(f"{what} {path} is not a regular file")
     try:
         fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW), 0o644)
     except FileNotFoundError as exc:
         raise MissingFile(f"cannot {verb} {what} {path}: No such file or directory") from exc
     except OSError as exc:
-        raise RigError(f"cannot {verb} {what} {path}: {exc.strerror or exc}"
-                       + ("" if follow else " (a link there is never followed, a FIFO never opened)")) from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        hint = {errno.ELOOP: " (a link there is never followed)", errno.ENXIO: " (a FIFO is never opened)"}
+        raise RigError(f"cannot {verb} {what} {path}: {exc.strerror or exc}{hint.get(exc.errno or 0, '')}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # checked again on what was opened: it may have been swapped
         os.close(fd)
         raise RigError(f"{what} {path} is not a regular file")
     os.set_blocking(fd, True)

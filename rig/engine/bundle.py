@@ -25,7 +25,7 @@ import yaml
 
 import rig
 from rig.core import RigError
-from rig.core.fs import atomic_write
+from rig.core.fs import atomic_write, read_bytes
 
 PATCH_SET = Path("rig", "patches", "set")  # the patch set, read by rig.patches on targets
 FIXED_MTIME = 1_577_836_800  # 2020-01-01: zip entries carry mtimes, which would differ per checkout
@@ -58,7 +58,7 @@ def build(out: str | Path, with_patches: bool = True) -> dict:
     for path, name in sources:
         digest.update(str(name).encode() + b"\0" + path.read_bytes())
     stamp = out.with_suffix(".sha256")
-    if out.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest():
+    if out.exists() and stamp.exists() and read_bytes(stamp, "bundle stamp") == digest.hexdigest().encode():
         return {"changed": False, "path": str(out), "sha256": digest.hexdigest()}
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

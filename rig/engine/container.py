@@ -13,9 +13,8 @@ INSIDE = "/tmp/rig-engine"
 
 def client():
     """The Docker engine, or an error that says how to start one."""
-    from docker.errors import DockerException
-
     import docker
+    from docker.errors import DockerException
 
     try:
         engine = docker.from_env()

@@ -30,8 +30,12 @@ def visible_gpus() -> tuple[list[dict], Check]:
     """The GPUs nvidia-smi lists, and the check that says so."""
     if not shutil.which("nvidia-smi"):
         return [], Check("driver", "nvidia-smi", "skip", "no NVIDIA driver here (nvidia-smi not found)")
-    done = proc.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version", "--format=csv,noheader"],
-                    "listing the GPUs", ok=None)
+    try:  # a wedged GPU can hang nvidia-smi: bounded, as the machine layer's calls are
+        done = proc.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version", "--format=csv,noheader"],
+                        "listing the GPUs", timeout=60, ok=None)
+    except RigError as exc:
+        return [], Check("driver", "nvidia-smi", "fail", str(exc), "check the NVIDIA driver and the GPUs: "
+                         "nvidia-smi did not answer")
     if done.returncode != 0:
         return [], Check("driver", "nvidia-smi", "fail", (done.stdout + done.stderr).strip()[:300],
                          "check the NVIDIA driver install: nvidia-smi fails")
@@ -45,7 +49,10 @@ def visible_gpus() -> tuple[list[dict], Check]:
 
 
 def _driver_cuda(cuda_major: int) -> Check:
-    out = proc.run(["nvidia-smi"], "reading the driver's CUDA version", ok=None).stdout
+    try:
+        out = proc.run(["nvidia-smi"], "reading the driver's CUDA version", timeout=60, ok=None).stdout
+    except RigError as exc:
+        return Check("driver", "driver-cuda", "fail", str(exc), "check the NVIDIA driver: nvidia-smi did not answer")
     match = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", out)
     if not match:
         return Check("driver", "driver-cuda", "skip", "nvidia-smi does not report a CUDA version",

@@ -33,6 +33,8 @@ def diagnose(path: str | Path) -> dict:
     try:
         data, size = read_tail(path, "log", MAX_BYTES)
         text = data.decode("utf-8", errors="replace")
+    except RigError:  # read_tail's own answers (MissingFile is an OSError too)
+        raise
     except OSError as exc:
         raise RigError(f"cannot read log {path}: {exc.strerror or exc}") from exc
     findings, seen = [], set()

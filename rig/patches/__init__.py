@@ -121,6 +121,8 @@ def patch_files(source: str | Path | None):
     engine bundle alike)."""
     if source:
         return sorted(Path(source).glob("*.yml"))
+    if not PATCH_SET.is_dir():  # an image's engine: its patch set lies beside it
+        raise RigError("this rig carries no patch set of its own; give --patches (in an image: /opt/rig/patches)")
     return sorted((p for p in PATCH_SET.iterdir() if p.name.endswith(".yml")), key=lambda p: p.name)
 
 
@@ -167,7 +169,11 @@ class Env:
     def inside(self, path: str | Path, what: str) -> Path:
         """PATH resolved, or a RigError when it lies outside this environment (a link out of the venv, a
         site-packages that is a link elsewhere): rig patches and backs up only files of the environment."""
-        return confined(self.prefix, os.path.relpath(Path(path).resolve(), self.prefix.resolve()), what)
+        try:
+            return confined(self.prefix, os.path.relpath(Path(path).resolve(), self.prefix.resolve()), what)
+        except RigError as exc:
+            raise RigError(f"{exc}: it lies outside the environment {self.prefix}; rig patches only what an "
+                           "environment holds (patch the one that owns it)") from exc
 
     def read_state(self) -> dict:
         """What rig patched here; a record of the wrong shape, or one naming a file outside this
@@ -273,7 +279,8 @@ def refuse_unknown_versions(env: Env, patches: list[Patch]) -> None:
             ranges = sorted({r for p in mine for r in (p.needed, p.upstream) if r})
             raise RigError(f"{package} {installed['version']} is outside every patch's range "
                            f"({'; '.join(ranges)}): no patch was checked against it. Read its sources "
-                           "and extend patches/, or pass --force to act on the known patches anyway")
+                           "and extend the patch set (or give --patches), or pass --force to act on the known "
+                           "patches anyway")
 
 
 # ------------------------------------------------------------------ apply / revert
@@ -385,13 +392,14 @@ def revert(env: Env, check: bool = False, force: bool = False) -> dict:
                      + "".join(f"\n  {p}" for p, _ in restored)}
     if check or not state["files"]:
         return result
+    backups = env.inside(env.prefix / BACKUPS, "the patch backups")
     for path, backup in restored:
         atomic_write(path, read_bytes(backup, "backup"))
     for entry in state["files"].values():
-        (env.prefix / BACKUPS / entry["original_sha256"]).unlink(missing_ok=True)
+        (backups / entry["original_sha256"]).unlink(missing_ok=True)
     env.state_path.unlink()
-    if (env.prefix / BACKUPS).is_dir() and not any((env.prefix / BACKUPS).iterdir()):
-        (env.prefix / BACKUPS).rmdir()
+    if backups.is_dir() and not any(backups.iterdir()):
+        backups.rmdir()
     return result
 
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from rig.core import RigError
-from rig.core.fs import atomic_write
+from rig.core.fs import atomic_write, open_plain
 
 PORTS = range(20000, 40000)
 START_TIMEOUT = 30
@@ -136,7 +136,8 @@ def detach(directory: str | Path, bind: str, seed: str, idle_exit: float, stats:
     argv = [sys.executable, "-m", "rig", "wheelhouse", "serve", str(directory), "--bind", bind, "--seed", seed,
             "--idle-exit", str(idle_exit), "--foreground"] + (["--stats", stats] if stats else [])
     log = directory.parent / f"{directory.name}.serve.log"
-    with open(log, "ab") as errors:
+    with os.fdopen(open_plain(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "the wheel server's log",
+                              follow=False), "ab") as errors:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
                                 start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stdout  # a pipe
@@ -166,6 +167,7 @@ def route(host: str, port: int, docker: bool = False) -> dict:
     as the server listens on 0.0.0.0 by default)."""
     if docker:
         import docker as docker_sdk
+
         from rig.engine.container import client
 
         engine = client()

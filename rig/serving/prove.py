@@ -159,7 +159,7 @@ def _difference(label: str, against: str, result: dict) -> str:
     return (f"{label}: {result['matched']} of {result['prompts']} prompts give {against}; prompt {first['prompt']} "
             f"differs at token {first['position']}: {first['got']} where {against} has {first['expected']} "
             "(a kernel computing wrong values: check the log, the wheels' archs with rig audit, the all-reduce "
-            "with rig probe)")
+            "with rig machine probe)")
 
 
 # ------------------------------------------------------------------ the run

@@ -94,8 +94,10 @@ def call(url: str, path: str, body: dict | None = None, timeout: float = 30.0,
             if len(answer) > MAX_ANSWER:
                 return 0, f"an answer larger than {MAX_ANSWER >> 20} MiB".encode()
             return response.status, answer
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(MAX_ANSWER)
+    except urllib.error.HTTPError as exc:  # an error answer's body is read under the same deadline
+        answered = _read(exc, deadline)
+        return exc.code, (f"no whole answer within {timeout:g} s".encode() if answered is None
+                          else answered[:MAX_ANSWER])
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # a cut or garbled answer too
         return 0, str(getattr(exc, "reason", exc) or type(exc).__name__).encode()
 

@@ -260,7 +260,7 @@ def test_sigterm_stops_every_server_it_started_and_writes_what_was_measured(tune
 
 
 @pytest.mark.parametrize("setup, args, says", [
-    ("fifo-log", [], "a FIFO never opened"),
+    ("fifo-log", [], "baseline.log is not a regular file"),
     ("link-logs", [], "logs is not a directory of its own"),
     ("dir-output", [], "holds directories where rig writes tune.json"),
     (None, ["--request-rate", "0.0001"], "each value must be from 0.001"),

@@ -25,8 +25,8 @@ class Hostile(http.server.BaseHTTPRequestHandler):
             self.send_response(302)
             self.send_header("Location", f"http://127.0.0.1:{self.server.elsewhere}{self.path}")
             self.end_headers()
-        elif mode == "dribble":
-            self.send_response(200)
+        elif mode in ("dribble", "dribbled error"):
+            self.send_response(200 if mode == "dribble" else 500)
             self.send_header("Content-Length", "1000")
             self.end_headers()
             for _ in range(1000):
@@ -74,6 +74,12 @@ def test_the_timeout_bounds_the_whole_answer_not_each_read(servers):
     slow = servers("dribble")  # a byte every 0.2 s: a per-read timeout of 1 s would wait 200 s
     status, body = call(f"http://127.0.0.1:{slow.server_port}", "/server_info", timeout=1.0)
     assert status == 0 and body == b"no whole answer within 1 s"
+
+
+def test_an_error_answer_is_read_under_the_same_deadline(servers):
+    slow = servers("dribbled error")
+    status, body = call(f"http://127.0.0.1:{slow.server_port}", "/generate", timeout=1.0)
+    assert status == 500 and body == b"no whole answer within 1 s"
 
 
 def test_numbers_no_float_can_hold_are_no_numbers():

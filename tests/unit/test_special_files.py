@@ -56,6 +56,11 @@ def test_a_missing_file_and_an_oversized_one_are_named(tmp_path):
     assert read_tail(tmp_path / "big", "log", 10) == (b"x" * 10, 2048)
 
 
+def test_a_missing_log_is_named_once(tmp_path):
+    done = rig("doctor", "--log", str(tmp_path / "none.log"))
+    assert done.returncode == 2 and done.stderr.count("cannot read log") == 1, done.stderr
+
+
 def test_a_server_log_that_is_a_fifo_gives_no_tail_and_a_real_one_its_last_lines(fifo, tmp_path):
     assert log_tail(str(fifo)) == ""
     (tmp_path / "log").write_text("".join(f"line {i}\n" for i in range(50)))
