@@ -62,6 +62,17 @@ def ask(python: str | Path, code: str, args: list[str], what: str, kind: type = 
     return last_json(done.stdout, f"{python} asked to {what}", kind)
 
 
+PIPE, DEVNULL, TimeoutExpired = subprocess.PIPE, subprocess.DEVNULL, subprocess.TimeoutExpired
+
+
+def spawn(argv: list[str], what: str, **kwargs) -> subprocess.Popen:
+    """A child rig talks to while it runs (pipes, a log): one that cannot start is a RigError naming WHAT."""
+    try:
+        return subprocess.Popen(argv, **kwargs)
+    except OSError as exc:
+        raise RigError(f"{what}: cannot run {argv[0]}: {exc.strerror or exc}") from exc
+
+
 def start(argv: list[str], log: str | Path, what: str, env: dict | None = None) -> subprocess.Popen:
     """A long-running child (a server) in a session of its own, stdout and stderr to LOG, which is created
     new or truncated and never followed through a link. stop() ends the whole session: SGLang's scheduler
@@ -72,10 +83,10 @@ def start(argv: list[str], log: str | Path, what: str, env: dict | None = None) 
         raise RigError(f"{what}: {exc}; give another --out") from exc
     try:
         os.ftruncate(fd, 0)
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        return spawn(argv, what, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT, env=env,
+                     start_new_session=True)
     except OSError as exc:
-        raise RigError(f"{what}: cannot run {argv[0]}: {exc.strerror or exc}") from exc
+        raise RigError(f"{what}: cannot truncate its log {log}: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
 

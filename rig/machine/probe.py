@@ -13,14 +13,13 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import tempfile
 from importlib import resources
 from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.fs import atomic_write
-from rig.core.proc import interpreter, last_json
+from rig.core.proc import PIPE, TimeoutExpired, interpreter, last_json, spawn
 
 SIZES = [8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20, 256 << 20]
 # bus bandwidth at 256 MB: PCIe gen5 x16 moves at most ~50 GB/s each way, NVLink 4 several hundred
@@ -44,16 +43,16 @@ def measure(python: Path, gpus: int, sizes: list[int] = SIZES, timeout: float = 
         procs = []
         for rank in range(gpus):
             log = open(Path(tmp) / f"rank{rank}.log", "w+")
-            procs.append((subprocess.Popen([str(python), "-c", script, json.dumps({"sizes": sizes})],
-                                           env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-                                           stdout=subprocess.PIPE if rank == 0 else log, stderr=log, text=True), log))
+            procs.append((spawn([str(python), "-c", script, json.dumps({"sizes": sizes})], f"probe rank {rank}",
+                                env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                                stdout=PIPE if rank == 0 else log, stderr=log, text=True), log))
         codes: list[int | None] = [None] * gpus
         try:
             out, _ = procs[0][0].communicate(timeout=timeout)
             codes[0] = procs[0][0].returncode
             if codes[0] == 0:  # rank 0 done: the others finish with it; a failed rank 0 leaves them waiting
                 codes = [p.wait(timeout=60) for p, _ in procs]
-        except subprocess.TimeoutExpired as exc:
+        except TimeoutExpired as exc:
             raise RigError(f"the all-reduce probe did not finish within {timeout:.0f} s (a hung NCCL "
                            "communicator: check the GPUs' links and NCCL_DEBUG=INFO)") from exc
         finally:

@@ -17,7 +17,6 @@ import json
 import os
 import selectors
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from rig.core import RigError
 from rig.core.fs import atomic_write, open_plain
+from rig.core.proc import DEVNULL, PIPE, spawn
 
 PORTS = range(20000, 40000)
 START_TIMEOUT = 30
@@ -138,7 +138,7 @@ def detach(directory: str | Path, bind: str, seed: str, idle_exit: float, stats:
     log = directory.parent / f"{directory.name}.serve.log"
     with os.fdopen(open_plain(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "the wheel server's log",
                               follow=False), "ab") as errors:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
+        proc = spawn(argv, "the wheelhouse server", stdin=DEVNULL, stdout=PIPE, stderr=errors,
                                 start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stdout  # a pipe
     try:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.documents import read_text
+from rig.core.proc import PIPE, spawn
 from rig.serving import adaptive
 
 # What the stack asks for -> the spellings sglang releases use, preferred first.
@@ -69,8 +69,8 @@ class _Parser:
         if not python.exists():
             raise RigError(f"{python} does not exist; install the stack's venv first (python_stack role)")
         self.python = python
-        self.proc = subprocess.Popen([str(python), "-c", _PARSER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = spawn([str(python), "-c", _PARSER], "sglang's argument parser", stdin=PIPE, stdout=PIPE,
+                          stderr=PIPE, text=True)
         assert self.proc.stdin and self.proc.stdout and self.proc.stderr  # all three are pipes
         self.stdin, self.stdout, self.stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
 
