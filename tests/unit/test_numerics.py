@@ -1,4 +1,4 @@
-"""The numerics rule (rig/numerics.py) and how rig prove reads a server's answer to it."""
+"""The numerics rule (rig/serving/numerics.py) and how rig prove reads a server's answer to it."""
 from __future__ import annotations
 
 import http.server
