@@ -102,8 +102,9 @@ def _one(url: str, prompt: str, max_tokens: int, api_key_env: str, timeout: floa
 
 def run(url: str, timeout: float = 900.0, max_tokens: int = 64, log: str | None = None,
         speculation: bool | None = None, api_key_env: str = KEY_ENV, pid: int | None = None,
-        request_timeout: float = 300.0) -> dict:
-    """Wait for health, generate, check; speculation=None reads whether it is configured from /server_info."""
+        request_timeout: float = 300.0, min_accept_length: float | None = MIN_ACCEPT_LENGTH) -> dict:
+    """Wait for health, generate, check; speculation=None reads whether it is configured from /server_info.
+    min_accept_length=None reports the accept length without judging it."""
     if not 0 < max_tokens <= 1 << 20:
         raise RigError(f"--max-tokens {max_tokens}: give a positive number of tokens")
     waited = wait_healthy(url, timeout, log, api_key_env, pid=pid)
@@ -126,8 +127,8 @@ def run(url: str, timeout: float = 900.0, max_tokens: int = 64, log: str | None 
         if average is None:  # no lengths
             problems.append("speculation is configured but no request was speculative "
                             "(no spec_verify_ct in meta_info, no avg_spec_accept_length in /server_info)")
-        elif average < MIN_ACCEPT_LENGTH:
-            problems.append(f"accept length {average:.2f} (below {MIN_ACCEPT_LENGTH}): the target "
+        elif min_accept_length is not None and average < min_accept_length:
+            problems.append(f"accept length {average:.2f} (below {min_accept_length}): the target "
                             "accepted almost no draft token; check the draft model matches the target")
     ok = not problems
     summary = (f"{url}: healthy after {waited:.0f} s, {len(results)} completions"

@@ -111,6 +111,18 @@ def test_a_server_with_wrong_numerics_fails_that_step_and_names_the_first_differ
     assert "FAILED" in (out / "report.md").read_text()
 
 
+def test_a_draft_the_target_rejects_is_reported_not_failed(prove_case):
+    """As on the H200: prove's numerics draft proposes one fixed token, so SGLang accepts almost none (1.02);
+    the EAGLE-3 server's verdict is its numerics, and the accept length is reported without a FAILED."""
+    stack, env = prove_case("--accept-length", "1.02")
+    out = prove_case.dir / "out"
+    done = prove(stack, out, env, "--skip", "doctor", "--skip", "testmodel", "--models", str(prove_case.models))
+    assert done.returncode == 0, done.stderr[-3000:]
+    started = steps(out)["eagle3 tp1: start and smoke"]
+    assert started["status"] == "pass" and "accept length 1.02" in started["detail"], started
+    assert "FAILED" not in started["detail"] and steps(out)["eagle3 tp1: numerics"]["status"] == "pass"
+
+
 def test_a_server_that_dies_mid_prove_fails_that_step_and_nothing_keeps_running(prove_case):
     stack, env = prove_case("--die-after", "3")
     out = prove_case.dir / "out"
