@@ -3,7 +3,8 @@
 Each check answers one question about the stack and reports every problem it
 finds, not the first: the schema; its locks current and complete; every pin
 conflict; each locked kernel wheel audited against the locked torch, the CUDA
-major and the stack's archs; the patch plan for the locked sglang and flashinfer,
+major and the stack's archs; torch's CUDA against the toolkit and flashinfer's
+packages at one version (rig.cuda.agreement); the patch plan for the locked sglang and flashinfer,
 read from their wheels; the server command line (parsed by the sglang of a venv,
 when one is given); the environment module rendered. A check that cannot run
 because an earlier one failed is skipped, saying which.
@@ -73,6 +74,9 @@ def run(stack_path: str, cache: str | Path, venv: str | None = None, patch_dir: 
     def kernels():
         return _kernels(_need(state, "stack"), _need(state, "lock"), Path(cache))
 
+    def toolchain():
+        return _toolchain(_need(state, "stack"), _need(state, "lock"))
+
     def patches():
         return _patches(_need(state, "lock"), Path(cache), patch_dir)
 
@@ -101,6 +105,8 @@ def run(stack_path: str, cache: str | Path, venv: str | None = None, patch_dir: 
               ("lock", "Are its locks current and complete?", locks),
               ("conflicts", "Do its pins agree with each package's own requirements?", conflicts),
               ("kernels", "Do the locked kernel wheels fit the locked torch, the CUDA major and the archs?", kernels),
+              ("toolchain", "Do torch's CUDA and the toolkit agree, and flashinfer's packages with each other?",
+               toolchain),
               ("patches", "Does every patch know the locked sglang and flashinfer, and still anchor?", patches),
               ("server", "Does the server command line parse?", server),
               ("environment", "Does the environment module render?", environment)]
@@ -157,6 +163,21 @@ def _kernels(stack: dict, lock: dict, cache: Path) -> tuple[list[str], str]:
     problems = [f"{r['artifact']}: {error}" for r in reports for error in r["errors"]]
     return problems, "; ".join(f"{r['artifact']}: torch {torch.version}, CUDA {r['cuda_major']}, archs "
                                f"{', '.join(f'{a} ({how})' for a, how in r['archs'].items())}" for r in reports)
+
+
+def _toolchain(stack: dict, lock: dict) -> tuple[list[str], str]:
+    from rig.core.cuda_releases import series
+    from rig.cuda.agreement import flashinfer_problems, runtime_problems, torch_cuda
+
+    packages = {w["name"]: w["version"] for w in lock["wheels"]}
+    toolkit = series(stack["cuda"]["version"])
+    problems = flashinfer_problems(packages) + runtime_problems(
+        packages, toolkit, f"the stack's toolkit (cuda.version {stack['cuda']['version']})")
+    seen = torch_cuda(packages)
+    flashinfer = sorted(f"{n} {v}" for n, v in packages.items() if canonicalize_name(n).startswith("flashinfer-"))
+    return problems, (f"torch's CUDA {seen[0]} ({seen[1]}) and toolkit {toolkit}" if seen else
+                      f"no CUDA runtime of torch's in the lock; toolkit {toolkit}") + \
+        f"; {', '.join(flashinfer) or 'no flashinfer package'}"
 
 
 def _patches(lock: dict, cache: Path, patch_dir: str | None) -> tuple[list[str], str]:

@@ -85,11 +85,25 @@ def _toolkit(cuda_series: str, prefix: str) -> list[Check]:
     checks = [Check("toolkit", f"cuda-{cuda_series}", "pass" if wanted else "fail",
                     detail or f"no CUDA toolkit under {prefix}",
                     "" if wanted else f"install CUDA {cuda_series}: the cuda_toolkit role or `rig cuda install`")]
+    for tree in found:  # the tree of the stack's release, whatever its nvcc says
+        if Path(tree["tree"]).name == f"cuda-{cuda_series}":
+            checks.append(_toolkit_agreement(Path(tree["tree"])))
     link = Path(prefix) / "cuda"
     checks.append(Check("toolkit", "default-link", "pass" if link.is_symlink() else "skip",
                         f"{link} -> {os.readlink(link)}" if link.is_symlink() else f"{link} is not a link",
                         required=False))
     return checks
+
+
+def _toolkit_agreement(tree: Path) -> Check:
+    from rig.cuda.agreement import toolkit_parts, toolkit_problems
+
+    parts = toolkit_parts(tree)
+    problems = toolkit_problems(tree, parts)
+    said = ", ".join(f"{k} {v or 'unknown'}" for k, v in parts.items())
+    return Check("toolkit", f"{tree.name}-agreement", "fail" if problems else "pass",
+                 "; ".join(problems) if problems else f"{tree}: {said}",
+                 "reinstall that release (cuda_toolkit role)" if problems else "")
 
 
 def _libraries(cuda_version: str) -> list[Check]:
@@ -143,16 +157,14 @@ def _venv(venv: str) -> Check:
                  f"({result['lock_hash'][:12]})")
 
 
-def _environment(venv: str, cuda_version: str, archs: list[str], prefix: str) -> list[Check]:
-    """A fresh interpreter of the venv, started with an empty environment, must carry the stack's."""
-    from rig.core import RigError
-    from rig.python.runtime_env import MODULE, cuda_env, seen_by
+ENV_FIX = "run `rig env install --venv VENV --stack STACK` (the python_stack role does)"
 
-    fix = "run `rig env install --venv VENV --stack STACK` (the python_stack role does)"
-    try:
-        seen = seen_by(Path(venv) / "bin" / "python")
-    except RigError as exc:
-        return [Check("python", "sitecustomize", "fail", str(exc), fix)]
+
+def _environment(venv: str, seen: dict, cuda_version: str, archs: list[str], prefix: str) -> list[Check]:
+    """A fresh interpreter of the venv, started with an empty environment, must carry the stack's."""
+    from rig.python.runtime_env import MODULE, cuda_env
+
+    fix = ENV_FIX
     if not seen["loaded"]:
         return [Check("python", "sitecustomize", "fail", f"{MODULE} is not loaded when {venv}'s Python starts", fix)]
     wanted = {**seen["declared"], **cuda_env(cuda_version, archs, prefix)}
@@ -169,6 +181,34 @@ def _environment(venv: str, cuda_version: str, archs: list[str], prefix: str) ->
                         f"TRITON_PTXAS_PATH {ptxas!r} is not an executable",
                         "" if good else f"install CUDA {series(cuda_version)} with ptxas (cuda_toolkit role)"))
     return checks
+
+
+def _agreement(venv: str, seen: dict) -> Check:
+    """torch's CUDA against the toolkit at the CUDA_HOME a fresh interpreter has; flashinfer at one version."""
+    from rig.cuda.agreement import flashinfer_problems, runtime_problems, toolkit_parts, torch_cuda
+    from rig.python.venv import installed
+
+    try:
+        packages = installed(venv)
+    except RigError as exc:
+        return Check("python", "cuda-agreement", "fail", str(exc), "install the stack's venv (python_stack role)")
+    problems = flashinfer_problems(packages)
+    home = seen["environ"].get("CUDA_HOME")
+    toolkit = None
+    if home:
+        parts = toolkit_parts(Path(home))
+        toolkit = parts["nvcc"] or parts["headers"]
+        if toolkit:
+            problems += runtime_problems(packages, toolkit, f"CUDA_HOME {home}")
+        else:
+            problems.append(f"CUDA_HOME {home} holds no toolkit that says its release (no bin/nvcc, no "
+                            "include/cuda_runtime_api.h): install the stack's CUDA there or fix CUDA_HOME")
+    seen_cuda = torch_cuda(packages)
+    detail = (f"torch's CUDA {seen_cuda[0] if seen_cuda else 'unknown'}, CUDA_HOME {home or 'unset'} "
+              f"({'CUDA ' + toolkit if toolkit else 'no release'})")
+    return Check("python", "cuda-agreement", "fail" if problems else "pass",
+                 "; ".join(problems) if problems else detail, "see the detail: each problem names its fix"
+                 if problems else "")
 
 
 KERNEL_PACKAGES = ("sglang-kernel", "sgl-kernel", "flashinfer-jit-cache")
@@ -228,7 +268,15 @@ def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: s
     if venv:
         checks.append(_venv(venv))
         if checks[-1].status == "pass":  # the kernels are audited in a venv known to be whole
-            checks += _environment(venv, cuda_version, archs, prefix)
+            from rig.python.runtime_env import seen_by
+
+            try:  # what a fresh interpreter of the venv, started with an empty environment, has
+                seen = seen_by(Path(venv) / "bin" / "python")
+            except RigError as exc:
+                checks.append(Check("python", "sitecustomize", "fail", str(exc), ENV_FIX))
+            else:
+                checks += _environment(venv, seen, cuda_version, archs, prefix)
+                checks.append(_agreement(venv, seen))
             checks += _kernels(venv, cuda_version, archs, prefix)
     return checks
 

@@ -169,17 +169,24 @@ def _trusted(find_links: str | None) -> list[str]:
     return []
 
 
+def installed(venv: str | Path) -> dict[str, str]:
+    """Every distribution the venv's Python sees: canonical name -> version (its metadata, read by that Python)."""
+    names = ask(Path(venv) / "bin" / "python", "import importlib.metadata as m, json;"
+                "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))", [],
+                "list what it holds (its Python must start)")
+    if not isinstance(names, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in names.items()):
+        raise RigError(f"{venv}'s Python listed its packages as something other than names and versions")
+    return {canonicalize_name(k): v for k, v in names.items()}
+
+
 def verify(venv: str | Path) -> dict:
     """Compare what the venv holds with what its marker says was installed."""
     marker = read_marker(venv)
     if marker is None:
         raise RigError(f"{venv} was not installed by rig (no {MARKER})")
-    names = ask(Path(venv) / "bin" / "python", "import importlib.metadata as m, json;"
-                "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))", [],
-                "list what it holds (its Python must start)")
-    installed = {canonicalize_name(k): v for k, v in names.items()}
+    held = installed(venv)
     wanted = dict(pin.split("==") for pin in marker["packages"])
-    wrong = {n: (v, installed.get(n)) for n, v in wanted.items() if installed.get(n) != v}
+    wrong = {n: (v, held.get(n)) for n, v in wanted.items() if held.get(n) != v}
     return {"ok": not wrong, "lock_hash": marker["lock_hash"], "packages": len(wanted),
             "mismatched": {n: {"locked": v, "installed": i} for n, (v, i) in wrong.items()}}
 

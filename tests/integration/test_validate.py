@@ -19,7 +19,7 @@ from rig.python.lock import lock_hash, stack_digest
 from rig.python.wheelhouse import cached_path
 from rig.stack.spec import load
 
-CHECKS = ["schema", "lock", "conflicts", "kernels", "patches", "server", "environment"]
+CHECKS = ["schema", "lock", "conflicts", "kernels", "toolchain", "patches", "server", "environment"]
 
 
 def validate(stack: Path, *extra: str) -> tuple[int, dict, list]:
@@ -85,6 +85,34 @@ def test_a_stack_broken_three_ways_fails_three_checks_in_one_run(tmp_path):
     assert [c.get("name").split(":")[0] for c in cases] == CHECKS
     failed = [c.get("name").split(":")[0] for c in cases if c.find("failure") is not None]
     assert failed == ["conflicts", "kernels", "patches"]
+
+
+def relocked(tmp_path: Path, name: str, wheels: list[dict]) -> Path:
+    """The default stack under NAME with its lock's wheels replaced by WHEELS, the lock current for it."""
+    stack = tmp_path / f"{name}.yml"
+    stack.write_text((REPO / "stacks" / "default.yml").read_text())
+    lock = json.loads(DEFAULT_LOCK.read_text())
+    lock["wheels"] = sorted(wheels, key=lambda w: w["name"])
+    lock["stack_digest"] = stack_digest(load(stack))
+    lock.pop("lock_hash")
+    lock["lock_hash"] = lock_hash(lock)
+    (tmp_path / f"{name}.lock").write_text(json.dumps(lock))
+    return stack
+
+
+def test_flashinfer_packages_of_two_versions_and_a_cuda_12_torch_fail_the_toolchain_check(tmp_path):
+    wheels = json.loads(DEFAULT_LOCK.read_text())["wheels"]
+    runtime = next(w for w in wheels if w["name"] == "nvidia-cuda-runtime")
+    cubin = {"name": "flashinfer-cubin", "version": "0.7.1", "filename": "flashinfer_cubin-0.7.1-py3-none-any.whl",
+             "sha256": "0" * 64, "index": "default"}
+    stack = relocked(tmp_path, "mixed", [w for w in wheels if w is not runtime] + [cubin, {**runtime, "version": "12.8.90"}])
+    code, checks, _ = validate(stack)
+    assert code == 1 and checks["toolchain"]["status"] == "fail", checks["toolchain"]
+    problems = checks["toolchain"]["problems"]
+    assert any(p.startswith("flashinfer-cubin 0.7.1 beside flashinfer-python 0.7.2") for p in problems), problems
+    assert any("torch runs CUDA 12.8 (nvidia-cuda-runtime 12.8.90) but the stack's toolkit (cuda.version 13.0.2) "
+               "is CUDA 13.0" in p for p in problems), problems
+    assert checks["lock"]["status"] == "pass"  # the lock is current: only what it holds disagrees
 
 
 def test_a_stale_lock_fails_and_the_checks_that_need_it_say_so(tmp_path):

@@ -1,0 +1,113 @@
+"""rig.cuda.agreement, the one judge of whether a stack's CUDA pieces agree, on constructed inputs: toolkit trees
+whose nvcc (a script that answers as nvcc does), headers and libcudart say their releases, venvs whose packages'
+metadata say their versions, and what rig doctor and rig validate make of them."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rig.cuda import agreement
+from rig.machine import doctor
+
+
+def toolkit(root: Path, nvcc: str | None, headers: int | None, cudart: str | None) -> Path:
+    """A cuda-X.Y tree whose parts say NVCC (X.Y), HEADERS (CUDART_VERSION) and CUDART (libcudart's version)."""
+    tree = root / "cuda-13.0"
+    (tree / "bin").mkdir(parents=True)
+    (tree / "include").mkdir()
+    (tree / "lib64").mkdir()
+    if nvcc:
+        script = tree / "bin" / "nvcc"
+        script.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {nvcc}, V{nvcc}.88'\n")
+        script.chmod(0o755)
+    if headers:
+        (tree / "include" / "cuda_runtime_api.h").write_text(f"#pragma once\n#define CUDART_VERSION {headers}\n")
+    if cudart:
+        (tree / "lib64" / f"libcudart.so.{cudart}").write_bytes(b"\x7fELF")
+        (tree / "lib64" / "libcudart.so.13").symlink_to(f"libcudart.so.{cudart}")
+    return tree
+
+
+def test_a_toolkit_of_one_release_agrees_and_one_whose_nvcc_and_headers_differ_by_minor_fails_doctor(tmp_path):
+    whole = toolkit(tmp_path / "whole", "13.0", 13000, "13.0.96")
+    assert agreement.toolkit_parts(whole) == {"nvcc": "13.0", "headers": "13.0", "cudart": "13.0"}
+    checks = {c.name: c for c in doctor._toolkit("13.0", str(whole.parent))}
+    assert checks["cuda-13.0-agreement"].status == "pass", checks
+    mixed = toolkit(tmp_path / "mixed", "13.0", 13010, "13.0.96")
+    checks = {c.name: c for c in doctor._toolkit("13.0", str(mixed.parent))}
+    failed = checks["cuda-13.0-agreement"]
+    assert failed.status == "fail" and failed.required
+    assert "mixes CUDA releases (nvcc 13.0, headers 13.1, cudart 13.0)" in failed.detail
+    assert "cuda_toolkit role" in failed.fix
+    # an nvcc of another minor in the tree of 13.0: the release check fails, and the agreement says why
+    newer = toolkit(tmp_path / "newer", "13.1", 13000, None)
+    checks = {c.name: c for c in doctor._toolkit("13.0", str(newer.parent))}
+    assert checks["cuda-13.0"].status == "fail" and checks["cuda-13.0-agreement"].status == "fail"
+    assert "nvcc 13.1, headers 13.0" in checks["cuda-13.0-agreement"].detail
+
+
+def test_a_header_that_is_not_a_regular_file_is_not_read(tmp_path):
+    import os
+
+    tree = toolkit(tmp_path, None, None, None)
+    os.mkfifo(tree / "include" / "cuda_runtime_api.h")  # a reader of it would wait forever
+    assert agreement.header_release(tree) is None
+
+
+@pytest.mark.parametrize("packages, problem", [
+    ({"flashinfer-python": "0.7.2", "flashinfer-cubin": "0.7.1"},
+     "flashinfer-cubin 0.7.1 beside flashinfer-python 0.7.2"),
+    ({"Flashinfer_Python": "0.7.2", "flashinfer-jit-cache": "0.7.1+cu130", "flashinfer-cubin": "0.7.2"},
+     "flashinfer-jit-cache 0.7.1+cu130 beside flashinfer-python 0.7.2"),
+    ({"flashinfer-python": "0.7.2", "flashinfer-cubin": "0.7.2", "flashinfer-jit-cache": "0.7.2+cu130"}, None),
+    ({"torch": "2.14.1"}, None)])
+def test_every_flashinfer_package_is_at_one_version(packages, problem):
+    found = agreement.flashinfer_problems(packages)
+    if problem is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and found[0].startswith(problem) and "flashinfer.version in the stack" in found[0]
+
+
+@pytest.mark.parametrize("packages, seen", [
+    ({"torch": "2.14.1", "nvidia-cuda-runtime": "13.0.96"}, ("13.0", "nvidia-cuda-runtime 13.0.96")),
+    ({"torch": "2.9.1+cu128"}, ("12.8", "torch 2.9.1+cu128")),
+    ({"torch": "2.11.0+cu130", "nvidia_cuda_runtime_cu12": "12.8.90"}, ("12.8", "nvidia-cuda-runtime-cu12 12.8.90")),
+    ({"torch": "2.14.1"}, None)])
+def test_torch_cuda_is_read_from_its_runtime_wheel_or_its_local_tag(packages, seen):
+    assert agreement.torch_cuda(packages) == seen
+
+
+def fake_venv(root: Path, packages: dict[str, str]) -> Path:
+    """A real venv whose site-packages holds a dist-info (METADATA: name and version) for each of PACKAGES."""
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    for name, version in packages.items():
+        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return venv
+
+
+def test_a_venv_whose_cuda_home_is_a_cuda_12_tree_fails_doctor_naming_both(tmp_path):
+    venv = fake_venv(tmp_path, {"torch": "2.14.1", "nvidia-cuda-runtime": "13.0.96", "flashinfer-python": "0.7.2"})
+    old = toolkit(tmp_path / "old", "12.8", 12080, "12.8.90")
+    check = doctor._agreement(str(venv), {"environ": {"CUDA_HOME": str(old)}})
+    assert check.status == "fail" and check.layer == "python" and check.required
+    assert f"torch runs CUDA 13.0 (nvidia-cuda-runtime 13.0.96) but CUDA_HOME {old} is CUDA 12.8" in check.detail
+    assert "cuda.version" in check.detail
+    good = toolkit(tmp_path / "good", "13.0", 13000, "13.0.96")
+    check = doctor._agreement(str(venv), {"environ": {"CUDA_HOME": str(good)}})
+    assert check.status == "pass" and check.detail == f"torch's CUDA 13.0, CUDA_HOME {good} (CUDA 13.0)"
+    check = doctor._agreement(str(venv), {"environ": {"CUDA_HOME": str(tmp_path / "nothing")}})
+    assert check.status == "fail" and "holds no toolkit that says its release" in check.detail
+
+
+def test_a_venv_with_flashinfer_packages_of_two_versions_fails_doctor(tmp_path):
+    venv = fake_venv(tmp_path, {"flashinfer-python": "0.7.2", "flashinfer-cubin": "0.7.1"})
+    check = doctor._agreement(str(venv), {"environ": {}})
+    assert check.status == "fail" and "flashinfer-cubin 0.7.1 beside flashinfer-python 0.7.2" in check.detail
