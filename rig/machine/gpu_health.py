@@ -1,5 +1,6 @@
 """The machine under the stack: driver module, persistence, fabric manager, GPU count and
-capability, PCIe links, ECC and row remapping, container runtime, topology.
+capability, PCIe links, ECC and row remapping, container runtime, topology, and what carries
+peer-to-peer traffic on PCIe boxes (the IOMMU's mode, ACS redirection on the bridges above the GPUs).
 
 `collect()` reads the raw facts (nvidia-smi's outputs, sysfs, systemctl, docker);
 `checks()` judges them. The two are apart so every judgement is tested on recorded
@@ -68,6 +69,40 @@ def _out(argv: list[str]) -> dict:
     return {"rc": done.returncode, "out": done.stdout + done.stderr}
 
 
+def _small_text(path: Path) -> str | None:
+    """A sysfs or procfs file's text; None when it is not there or not a regular file (never waited on)."""
+    from rig.core.documents import read_text
+
+    try:
+        return read_text(path, "machine file").strip()
+    except RigError:
+        return None
+
+
+PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+
+def peer_path(root: str = PCI_ROOT) -> dict:
+    """For each NVIDIA GPU function: its IOMMU group's type (DMA, DMA-FQ: translated; identity: passthrough) and
+    the PCI bridges above it (from the device's sysfs path), with their ACS control line from lspci."""
+    gpus: list[dict] = []
+    for dev in sorted(Path(root).glob("*")) if Path(root).is_dir() else []:
+        if _small_text(dev / "vendor") != NVIDIA_VENDOR or not (_small_text(dev / "class") or "").startswith(
+                ("0x0300", "0x0302")):
+            continue
+        group = dev / "iommu_group"
+        bridges = [part for part in dev.resolve().parts[:-1] if PCI_ADDRESS.fullmatch(part)]
+        gpus.append({"gpu": dev.name, "iommu_type": _small_text(group / "type") if group.exists() else None,
+                     "bridges": bridges})
+    acs: dict[str, str | None] = {}
+    for bridge in sorted({b for g in gpus for b in g["bridges"]}):
+        shown = _out(["lspci", "-vvv", "-s", bridge])
+        line = re.search(r"ACSCtl:\s*(.*)", shown["out"]) if shown["rc"] == 0 else None
+        acs[bridge] = line.group(1).strip() if line else None
+    return {"cmdline": _small_text(Path("/proc/cmdline")), "gpus": gpus, "acs": acs,
+            "lspci": shutil.which("lspci") is not None}
+
+
 def collect(module_path: str = MODULE_VERSION) -> dict:
     """Everything the checks read, as text: one JSON-able record of the machine."""
     smi = "nvidia-smi"
@@ -84,6 +119,7 @@ def collect(module_path: str = MODULE_VERSION) -> dict:
         "fabricmanager": _out(["systemctl", "is-active", "nvidia-fabricmanager"]),
         "docker_runtimes": _out(["docker", "info", "--format", "{{json .Runtimes}}"]),
         "cdi_specs": [p for p in CDI_SPECS if Path(p).is_file()],
+        "peer_path": peer_path(),
     }
 
 
@@ -298,7 +334,50 @@ def topology_check(raw: dict, pcie_only_env: bool | None = None) -> list[Check]:
                   + advice, fix, required=False)]
 
 
+P2P_IOMMU_FIX = ("boot with iommu=pt (intel_iommu=on iommu=pt, or amd_iommu=on iommu=pt) so GPU peer traffic "
+                 "is not translated")
+P2P_ACS_FIX = ("turn ACS redirection off on the switch ports above the GPUs (BIOS: ACS off; or setpci ECAP_ACS+6.w=0 "
+               "on each bridge at boot)")
+P2P_AT_A_COST = "; meanwhile NCCL_P2P_DISABLE=1 in the stack's environment.vars avoids it, at a cost"
+
+
+def peer_check(raw: dict) -> list[Check]:
+    """PCIe peer-to-peer can hang or corrupt under a translating IOMMU with ACS redirecting requests upstream."""
+    topo_out = raw.get("topology") or {}
+    topo: dict = topology(topo_out.get("out", "")) if topo_out.get("rc") == 0 else {"gpus": 0, "links": []}
+    path = raw.get("peer_path")
+    if topo["gpus"] <= 1:
+        return [Check("machine", "pcie-p2p", "skip", "fewer than two GPUs: no peer-to-peer", required=False)]
+    kind = link_class(topo, bool(raw.get("nvswitch_devices")))
+    if not kind.startswith("PCIe"):
+        return [Check("machine", "pcie-p2p", "pass", f"the GPUs peer over {kind}: neither the IOMMU nor ACS "
+                      "carries their traffic", required=False)]
+    if not path or not path.get("gpus"):
+        return [Check("machine", "pcie-p2p", "skip", "the GPUs' PCI paths were not read (no sysfs record)",
+                      required=False)]
+    types = {g["gpu"]: g.get("iommu_type") for g in path["gpus"]}
+    translated = sorted(gpu for gpu, kind_ in types.items() if kind_ in ("DMA", "DMA-FQ"))
+    redirecting = sorted(b for b, line in (path.get("acs") or {}).items()
+                         if line and re.search(r"\b(ReqRedir|CmpltRedir)\+", line))
+    unknown = "" if path.get("lspci") else "; ACS not read (no lspci: install pciutils)"
+    kernel = " ".join(t for t in (path.get("cmdline") or "").split() if "iommu" in t)
+    mode = (f"IOMMU translating for {len(translated)} of {len(types)} GPU(s)" if translated else
+            "IOMMU in passthrough or off") + (f" (kernel: {kernel})" if kernel else "")
+    if translated and redirecting:
+        return [Check("machine", "pcie-p2p", "fail", f"{mode} and ACS redirecting on {', '.join(redirecting)}: "
+                      "PCIe peer-to-peer can hang or return corrupt data", P2P_IOMMU_FIX + "; and " + P2P_ACS_FIX
+                      + P2P_AT_A_COST)]
+    if translated:
+        return [Check("machine", "pcie-p2p", "warn", f"{mode}: peer traffic is translated (slower)" + unknown,
+                      P2P_IOMMU_FIX, required=False)]
+    if redirecting:
+        return [Check("machine", "pcie-p2p", "warn", f"{mode}, ACS redirecting on {', '.join(redirecting)}: peer "
+                      "traffic goes up to the root complex", P2P_ACS_FIX, required=False)]
+    return [Check("machine", "pcie-p2p", "pass", f"{mode}, no ACS redirection above the GPUs" + unknown,
+                  required=False)]
+
+
 def checks(raw: dict, expect_gpus: int | None = None, nvswitch: bool | None = None,
            pcie_only_env: bool | None = None, at_least: bool = False) -> list[Check]:
     return (driver_checks(raw) + gpu_checks(raw, expect_gpus, at_least) + memory_checks(raw) + fabric_checks(raw, nvswitch)
-            + runtime_checks(raw) + topology_check(raw, pcie_only_env))
+            + runtime_checks(raw) + topology_check(raw, pcie_only_env) + peer_check(raw))

@@ -29,8 +29,9 @@ def test_the_recorded_h200_passes_every_layer():
     assert {n: c.status for n, c in checks.items()} == {
         "driver-module": "pass", "gpu-count": "pass", "one-capability": "pass", "persistence": "pass",
         "pcie-link": "pass", "ecc": "pass", "row-remap": "pass", "fabric-manager": "pass",
-        "container-runtime": "skip", "topology": "pass"}
+        "container-runtime": "skip", "topology": "pass", "pcie-p2p": "pass"}
     assert checks["topology"].detail == "2 GPU(s), NVLink (NV18)"
+    assert "peer over NVLink" in checks["pcie-p2p"].detail  # recorded before rig read the peer path: not needed
     assert "gen 5 x16" in checks["pcie-link"].detail
     assert "managed outside this host" in checks["fabric-manager"].detail
 
@@ -116,3 +117,58 @@ def test_a_pcie_box_gets_the_stacks_pcie_advice():
     assert "nccl_pcie_only: true" in check.fix
     assert judged(raw, pcie_only_env=True)["topology"].status == "pass"
     assert judged(H200, pcie_only_env=True)["topology"].status == "warn"  # NVLink box told to act as PCIe
+
+
+def peer_path(iommu: str | None, acs: str | None, cmdline: str = "BOOT_IMAGE=/vmlinuz ro quiet") -> dict:
+    """The peer path of the 8-GPU PCIe box: two GPUs under each of four switch ports, below two root ports;
+    each GPU's IOMMU group type as the kernel writes it, each bridge's ACSCtl line as lspci -vvv prints it."""
+    gpus = [{"gpu": f"0000:{r + 2 + 2 * port + g:02x}:00.0", "iommu_type": iommu,
+             "bridges": [f"0000:{r:02x}:01.0", f"0000:{r + 1:02x}:0{port}.0"]}
+            for r in (0x10, 0x80) for port in range(2) for g in range(2)]
+    every = sorted({b for g in gpus for b in g["bridges"]})
+    return {"cmdline": cmdline, "gpus": gpus, "acs": dict.fromkeys(every, acs), "lspci": True}
+
+
+REDIRECT = "SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-"
+PLAIN = "SrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-"
+
+
+def test_a_translating_iommu_with_acs_redirect_fails_pcie_p2p_with_the_fix_and_passthrough_passes():
+    pcie = {"topology": {"rc": 0, "out": PCIE8}}
+    bad = judged(changed(**pcie, peer_path=peer_path("DMA-FQ", REDIRECT, "ro intel_iommu=on")))["pcie-p2p"]
+    assert bad.status == "fail" and bad.required
+    assert bad.detail.startswith("IOMMU translating for 8 of 8 GPU(s) (kernel: intel_iommu=on) and ACS "
+                                 "redirecting on 0000:10:01.0, 0000:11:00.0") and "hang or return corrupt" in bad.detail
+    assert "iommu=pt" in bad.fix and "ACS" in bad.fix and "NCCL_P2P_DISABLE=1" in bad.fix
+    good = judged(changed(**pcie, peer_path=peer_path("identity", PLAIN, "ro intel_iommu=on iommu=pt")))["pcie-p2p"]
+    assert good.status == "pass" and "passthrough or off (kernel: intel_iommu=on iommu=pt)" in good.detail
+    translated = judged(changed(**pcie, peer_path=peer_path("DMA", PLAIN)))["pcie-p2p"]
+    assert translated.status == "warn" and not translated.required and "iommu=pt" in translated.fix
+    redirect = judged(changed(**pcie, peer_path=peer_path(None, REDIRECT)))["pcie-p2p"]
+    assert redirect.status == "warn" and "root complex" in redirect.detail and "setpci" in redirect.fix
+    unread = judged(changed(**pcie, peer_path={**peer_path("identity", None), "lspci": False}))["pcie-p2p"]
+    assert unread.status == "pass" and "ACS not read (no lspci: install pciutils)" in unread.detail
+    assert judged(changed(**pcie))["pcie-p2p"].status == "skip"  # a record from before rig read the path
+
+
+def test_the_peer_path_is_read_from_sysfs_without_following_special_files(tmp_path, monkeypatch):
+    import os
+
+    devices = tmp_path / "devices"
+    real = tmp_path / "pci0000:00" / "0000:00:01.0" / "0000:01:00.0"
+    real.mkdir(parents=True)
+    (real / "vendor").write_text("0x10de\n")
+    (real / "class").write_text("0x030200\n")
+    group = tmp_path / "groups" / "7"
+    group.mkdir(parents=True)
+    os.mkfifo(group / "type")  # a reader of it would wait forever: rig reads only regular files
+    (real / "iommu_group").symlink_to(group)
+    devices.mkdir()
+    (devices / "0000:01:00.0").symlink_to(real)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-lspci"))
+    found = gpu_health.peer_path(str(devices))
+    assert found["gpus"] == [{"gpu": "0000:01:00.0", "iommu_type": None, "bridges": ["0000:00:01.0"]}]
+    assert found["acs"] == {"0000:00:01.0": None} and found["lspci"] is False
+    (group / "type").unlink()
+    (group / "type").write_text("identity\n")
+    assert gpu_health.peer_path(str(devices))["gpus"][0]["iommu_type"] == "identity"
