@@ -23,7 +23,9 @@ def probe(venv_path, python, gpus, out_dir, as_json) -> None:
 
     One process per GPU through torch.distributed and NCCL in the stack's venv:
     latency of small messages, bus bandwidth (nccl-tests' busbw) of large ones,
-    the link class they imply (NVLink or PCIe) and advice for the stack.
+    the link class they imply (NVLink or PCIe) and advice for the stack. Then
+    every GPU pair's peer-to-peer: offered or not, a copy each way checked and
+    timed, each pair under a deadline (a hang fails that pair, not the probe).
     """
     from rig.machine import gpu_health
     from rig.machine import probe as probing
@@ -32,12 +34,15 @@ def probe(venv_path, python, gpus, out_dir, as_json) -> None:
     count = gpus or len(gpu_health.gpus(gpu_health.collect()))
     if not count:
         raise RigError("nvidia-smi lists no GPUs here: nothing to probe (install the driver, or give --gpus)")
-    result = probing.analyse(probing.measure(Path(python or Path(venv_path) / "bin" / "python"), count))
+    interpreter = Path(python or Path(venv_path) / "bin" / "python")
+    result = probing.analyse(probing.measure(interpreter, count))
+    result["peers"] = probing.measure_peers(interpreter, count)
     files = probing.write(result, out_dir)
     emit({**result, "files": files, "msg": f"{result['world_size']} GPU(s), {result['link_class']}: peak busbw "
           f"{result['peak_busbw_gbps']:.1f} GB/s, small-message latency {result['small_message_latency_us'] or 0:.1f} us"
-          f"; wrote {', '.join(files)}\n" + "\n".join(f"advice: {a}" for a in result["advice"])}, as_json)
-    judged(result["correct"])
+          f"; wrote {', '.join(files)}\n" + "\n".join(f"advice: {a}" for a in result["advice"] + result["peers"]["advice"])},
+         as_json)
+    judged(result["correct"] and result["peers"]["ok"])
 
 
 @click.group()

@@ -70,6 +70,58 @@ def measure(python: Path, gpus: int, sizes: list[int] = SIZES, timeout: float = 
     return last_json(out, "the all-reduce probe")
 
 
+PEER_BYTES = 64 << 20
+PEER_DEADLINE = 60.0  # a 64 MB copy takes milliseconds; a minute is a hang
+PEER_FIX = ("set NCCL_P2P_DISABLE: '1' in the stack's environment.vars and add --disable-custom-all-reduce to "
+            "server.extra_args (both cost speed), or fix what breaks peer traffic (rig doctor's pcie-p2p check: "
+            "iommu=pt, ACS off)")
+
+
+def measure_peers(python: Path, gpus: int, deadline: float = PEER_DEADLINE, script: str | None = None) -> dict:
+    """Every GPU pair's peer-to-peer (rig/machine/peer_worker.py), each pair a child of its own under DEADLINE."""
+    if gpus < 2:
+        return {"pairs": [], "ok": True, "advice": ["one GPU: nothing to pair"]}
+    code = script or resources.files("rig.machine").joinpath("peer_worker.py").read_text()
+    pairs = []
+    for a in range(gpus):
+        for b in range(a + 1, gpus):
+            progress(f"peer-to-peer: GPU {a} <-> GPU {b}")
+            pairs.append(_pair(python, code, a, b, deadline))
+    bad = [f"{p['a']}<->{p['b']}" for p in pairs if not p["ok"]]
+    unoffered = [f"{p['a']}<->{p['b']}" for p in pairs if p["ok"] and not p["offered"]]
+    advice = [f"peer-to-peer failed between GPUs {', '.join(bad)}: {PEER_FIX}"] if bad else []
+    if unoffered:
+        advice.append(f"CUDA offers no peer access between GPUs {', '.join(unoffered)}: their copies go through host "
+                      "memory (NCCL does the same); expect a slower all-reduce there")
+    return {"pairs": pairs, "ok": not bad, "advice": advice or [f"all {len(pairs)} pair(s) copy correctly both ways"]}
+
+
+def _pair(python: Path, code: str, a: int, b: int, deadline: float) -> dict:
+    spec = {"a": a, "b": b, "bytes": PEER_BYTES, "iters": 5}
+    child = spawn([str(python), "-c", code, json.dumps(spec)], f"peer probe GPU {a} <-> GPU {b}", stdout=PIPE,
+                  stderr=PIPE, text=True, start_new_session=True)
+    try:
+        out, err = child.communicate(timeout=deadline)
+    except TimeoutExpired:
+        child.kill()
+        child.communicate()
+        return {"a": a, "b": b, "ok": False, "offered": None,
+                "error": f"the copy did not complete within {deadline:.0f} s (a hung peer-to-peer transfer)"}
+    if child.returncode != 0:
+        return {"a": a, "b": b, "ok": False, "offered": None,
+                "error": f"exited {child.returncode}: {(err or out).strip()[-400:]}"}
+    try:
+        got = last_json(out, f"the peer probe of GPU {a} <-> GPU {b}")
+        directions = [{"from": int(d["from"]), "to": int(d["to"]), "correct": d["correct"] is True,
+                       "gbps": float(d["gbps"])} for d in got["directions"]]
+        offered = got["offered"] is True
+    except (RigError, KeyError, TypeError, ValueError) as exc:
+        return {"a": a, "b": b, "ok": False, "offered": None, "error": f"an answer rig cannot read: {exc}"}
+    wrong = [f"{d['from']}->{d['to']}" for d in directions if not d["correct"]]
+    return {"a": a, "b": b, "offered": offered, "directions": directions, "ok": not wrong and len(directions) == 2,
+            **({"error": f"the copy {', '.join(wrong)} arrived with wrong values"} if wrong else {})}
+
+
 def analyse(raw: dict) -> dict:
     n = raw["world_size"]
     rows = []
@@ -107,6 +159,14 @@ def report_markdown(result: dict) -> str:
         size = f"{r['bytes'] >> 20} MB" if r["bytes"] >= 1 << 20 else f"{r['bytes'] >> 10} KB"
         lines.append(f"| {size} | {r['latency_us']:.1f} | {r['algbw_gbps']:.2f} | {r['busbw_gbps']:.2f} | "
                      f"{'yes' if r['correct'] else 'NO'} |")
+    peers = result.get("peers")
+    if peers:
+        rows = [f"| {p['a']}<->{p['b']} | {p['offered']} | "
+                + (", ".join(f"{d['from']}->{d['to']} {d['gbps']:.1f}{'' if d['correct'] else ' WRONG'}"
+                             for d in p.get("directions", [])) or "-")
+                + f" | {'ok' if p['ok'] else 'FAILED: ' + p['error']} |" for p in peers["pairs"]]
+        table = ["| pair | offered | each way (GB/s) | verdict |", "|---|---|---|---|", *rows, ""] if rows else []
+        lines += ["", "## Peer-to-peer", "", *table, *(f"- {a}" for a in peers["advice"])]
     lines += ["", "## Advice for the stack", ""] + [f"- {a}" for a in result["advice"]]
     return "\n".join(lines) + "\n"
 

@@ -205,10 +205,13 @@ def _doctor(stack: dict, venv: str, record: Step) -> None:
 def _probe(python: Path, gpus: int, record: Step) -> None:
     from rig.machine import probe
 
-    record.data = probe.analyse(probe.measure(python, gpus))
-    record.detail = f"all-reduce across {gpus} GPU(s): {record.data['link_class']}; {'; '.join(record.data['advice'])}"
+    record.data = {**probe.analyse(probe.measure(python, gpus)), "peers": probe.measure_peers(python, gpus)}
+    record.detail = (f"all-reduce across {gpus} GPU(s): {record.data['link_class']}; {'; '.join(record.data['advice'])}"
+                     f"; peer-to-peer: {'; '.join(record.data['peers']['advice'])}")
     if not record.data["correct"]:
         raise RigError(f"the all-reduce across {gpus} GPU(s) returned wrong sums (rig machine probe): {record.detail}")
+    if not record.data["peers"]["ok"]:
+        raise RigError(f"peer-to-peer failed (rig machine probe): {record.detail}")
 
 
 def _given_model(models: Path, tps: list[int], record: Step) -> None:

@@ -43,3 +43,67 @@ def test_eight_gpus_on_pcie_get_the_pcie_advice(tmp_path):
 def test_one_gpu_has_nothing_to_reduce():
     result = probe.analyse(raw(1, 0.001))
     assert result["link_class"] == "single GPU" and result["rows"][0]["busbw_gbps"] == 0.0
+
+
+# Stand-ins for rig/machine/peer_worker.py, run as the worker is (python -c CODE SPEC): they answer as a pair of
+# GPUs would, or hang as a peer copy under a translating IOMMU with ACS redirect can.
+ANSWER = """
+import json, sys
+spec = json.loads(sys.argv[1])
+bad = {bad}
+print(json.dumps({{"a": spec["a"], "b": spec["b"], "offered": spec["b"] != {unoffered},
+                   "directions": [{{"from": s, "to": d, "correct": (s, d) not in bad, "gbps": 25.0}}
+                                  for s, d in ((spec["a"], spec["b"]), (spec["b"], spec["a"]))]}}))
+"""
+HANGS_ON_PAIR_0_2 = """
+import json, sys, time
+spec = json.loads(sys.argv[1])
+if (spec["a"], spec["b"]) == (0, 2):
+    time.sleep(3600)
+print(json.dumps({"a": spec["a"], "b": spec["b"], "offered": True,
+                  "directions": [{"from": 0, "to": 1, "correct": True, "gbps": 25.0},
+                                 {"from": 1, "to": 0, "correct": True, "gbps": 25.0}]}))
+"""
+
+
+def test_every_pair_is_copied_both_ways_and_a_wrong_copy_fails_its_pair_with_the_fix(tmp_path):
+    import sys
+
+    good = probe.measure_peers(Path(sys.executable), 3, script=ANSWER.format(bad="set()", unoffered=-1))
+    assert [(p["a"], p["b"]) for p in good["pairs"]] == [(0, 1), (0, 2), (1, 2)]
+    assert good["ok"] and good["advice"] == ["all 3 pair(s) copy correctly both ways"]
+    bad = probe.measure_peers(Path(sys.executable), 3, script=ANSWER.format(bad="{(2, 1)}", unoffered=2))
+    assert not bad["ok"] and [p["ok"] for p in bad["pairs"]] == [True, True, False]
+    assert bad["pairs"][2]["error"] == "the copy 2->1 arrived with wrong values"
+    assert "failed between GPUs 1<->2" in bad["advice"][0] and "NCCL_P2P_DISABLE" in bad["advice"][0]
+    assert "no peer access between GPUs 0<->2" in bad["advice"][1]
+    report = probe.report_markdown({**probe.analyse(raw(3, (256 << 20) / 25e9)), "peers": bad})
+    assert "| 1<->2 | False | 1->2 25.0, 2->1 25.0 WRONG | FAILED: the copy 2->1 arrived with wrong values |" in report
+
+
+def test_a_pair_that_never_completes_fails_within_its_deadline_and_the_others_are_measured():
+    import sys
+    import time
+
+    started = time.monotonic()
+    found = probe.measure_peers(Path(sys.executable), 3, deadline=3, script=HANGS_ON_PAIR_0_2)
+    assert time.monotonic() - started < 60  # bounded by the deadline, not the child's hour of sleep
+    assert [p["ok"] for p in found["pairs"]] == [True, False, True]
+    assert found["pairs"][1]["error"] == "the copy did not complete within 3 s (a hung peer-to-peer transfer)"
+    assert not found["ok"]
+
+
+@pytest.mark.parametrize("script, error", [
+    ("print('not json')", "an answer rig cannot read"),
+    ("import json; print(json.dumps({'offered': True, 'directions': [{'from': 0}]}))", "an answer rig cannot read"),
+    ("raise SystemExit('CUDA error: peer access is not supported')", "exited 1: CUDA error: peer access")])
+def test_an_answer_that_is_not_a_pairs_report_fails_that_pair(script, error):
+    import sys
+
+    found = probe.measure_peers(Path(sys.executable), 2, script=script)
+    assert not found["ok"] and found["pairs"][0]["error"].startswith(error), found
+
+
+def test_one_gpu_has_nothing_to_pair():
+    assert probe.measure_peers(Path("/nonexistent/python"), 1) == {"pairs": [], "ok": True,
+                                                                   "advice": ["one GPU: nothing to pair"]}
