@@ -154,7 +154,8 @@ async def _stream(session, url: str, body: dict) -> dict:
     done = False
     arrivals: list[float] = []  # each chunk's time: the inter-token latencies (a chunk may carry several tokens)
     try:
-        async with session.post(url + "/generate", json=body) as response:
+        # a redirect is answered as it is: followed, the request (and its API key) would reach another origin
+        async with session.post(url + "/generate", json=body, allow_redirects=False) as response:
             if response.status != 200:
                 return _refused(response.status, await response.read())
             async for payload in _events(response):
@@ -204,6 +205,9 @@ def _refused(status: int, body: bytes) -> dict:
         reason = str(error.get("message", error) if isinstance(error, dict) else error)[:300]
     except (ValueError, KeyError, TypeError):
         pass
+    if 300 <= status < 400:
+        return {"ok": False, "refused": True, "error": f"redirected (HTTP {status}): rig does not follow redirects; "
+                "give --url the server's own address"}
     kind = "refused" if 400 <= status < 500 or status == 200 else "server error"
     return {"ok": False, "refused": kind == "refused", "error": f"{kind} (HTTP {status}): {reason}"}
 

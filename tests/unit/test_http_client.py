@@ -18,6 +18,9 @@ class Hostile(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def do_POST(self):  # the bench client's /generate
+        self.do_GET()
+
     def do_GET(self):
         SEEN.append((self.server.server_port, self.path, self.headers.get("Authorization")))
         mode = self.server.mode
@@ -68,6 +71,25 @@ def test_a_redirect_is_answered_as_it_is_and_the_key_never_leaves_the_origin(ser
     assert status == 302
     assert [s for s in SEEN if s[0] == other.server_port] == []
     assert (first.server_port, "/health", "Bearer secret") in SEEN
+
+
+def test_the_bench_client_does_not_follow_a_redirect_either(servers, monkeypatch):
+    import asyncio
+
+    from rig.serving.bench import Plan, _session, _stream
+
+    monkeypatch.setenv("SGLANG_API_KEY", "secret")
+    other = servers("plain")
+    first = servers("redirect", other.server_port)
+
+    async def one() -> dict:
+        async with _session(Plan(concurrency=[1]), "SGLANG_API_KEY", 1) as session:
+            return await _stream(session, f"http://127.0.0.1:{first.server_port}", {"text": "hi"})
+
+    result = asyncio.run(one())
+    assert result["ok"] is False and result["error"].startswith("redirected (HTTP 302): rig does not follow")
+    assert [s for s in SEEN if s[0] == other.server_port] == []
+    assert (first.server_port, "/generate", "Bearer secret") in SEEN
 
 
 def test_the_timeout_bounds_the_whole_answer_not_each_read(servers):
