@@ -58,11 +58,12 @@ test-quick: venv lint  ## The fast loop: the tests that need no Docker engine, t
 unit: venv  ## Run only the tests that need no Docker engine
 	$(QUICK) tests
 
-lint: venv  ## ansible-lint (production profile, .ansible-lint), ruff, mypy, and the example CI workflows' schemas
+lint: venv  ## ansible-lint (production profile), ruff, mypy, rig's layers, and the example CI workflows' schemas
 	for p in playbooks/*.yml; do ansible-playbook -i inventory/local --syntax-check $$p; done
 	ansible-lint -q
 	ruff check rig tests scripts roles
 	mypy
+	pytest -q -p no:cacheprovider tests/unit/test_layers.py  # each layer imports only those before it
 	check-jsonschema --builtin-schema vendor.github-workflows docs/ci/github-actions.yml
 	check-jsonschema --builtin-schema vendor.gitlab-ci docs/ci/gitlab-ci.yml
 
