@@ -30,12 +30,13 @@ def _environment(stack_path: str, env_json: str | None, prefix: str) -> tuple[di
 
         spec = Field(dict, fields={"pinned": Field(dict, required=True, values=Field()),
                                    "defaults": Field(dict, required=True, values=Field()),
+                                   "home": Field(dict, default={}, values=Field()),
                                    "stack": Field(required=True, check=distribution)})
         try:
             data = parse_json(env_json, "--env-json", spec)
         except RigError as exc:
             raise RigError(f"--env-json is not what `rig env show --json` prints: {exc}") from exc
-        return {"pinned": data["pinned"], "defaults": data["defaults"]}, data["stack"]
+        return {"pinned": data["pinned"], "defaults": data["defaults"], "home": data["home"]}, data["stack"]
     from rig.python.runtime_env import environment
     from rig.stack.spec import load
 

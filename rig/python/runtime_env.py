@@ -40,12 +40,24 @@ def cuda_env(cuda_version: str, archs: list[str], prefix: str = "/usr/local") ->
     return {"CUDA_HOME": home, "TRITON_PTXAS_PATH": f"{home}/bin/ptxas", **arch_env(archs)}
 
 
+def jit_cache(cuda_version: str, flashinfer_version: str | None) -> dict:
+    """Where flashinfer JIT-compiles, under the home of the user a process runs as (the server's user must
+    write there), keyed by the toolkit and flashinfer releases: an upgrade of either never loads kernels the
+    old one built. flashinfer 0.6.3 to 0.7.2 read FLASHINFER_WORKSPACE_BASE (flashinfer/jit/env.py) and put
+    their cache under it, in .cache/flashinfer/VERSION/ARCH."""
+    if not flashinfer_version:
+        return {}
+    return {"FLASHINFER_WORKSPACE_BASE": f".cache/rig/flashinfer-jit/cuda-{cuda_version}-flashinfer-{flashinfer_version}"}
+
+
 def environment(stack: dict, prefix: str = "/usr/local") -> dict:
-    """{"pinned": ..., "defaults": ...}: defaults give way to a value the process already has."""
+    """{"pinned": ..., "defaults": ..., "home": ...}: defaults give way to a value the process already has;
+    home holds defaults that are paths under the user's home, joined to it at each interpreter start."""
     env = stack["environment"]
     defaults = {**(NCCL_PCIE_ONLY if env["nccl_pcie_only"] else {}),
                 **{name: str(value) for name, value in env["vars"].items()}}
-    return {"pinned": cuda_env(stack["cuda"]["version"], stack["archs"], prefix), "defaults": defaults}
+    return {"pinned": cuda_env(stack["cuda"]["version"], stack["archs"], prefix), "defaults": defaults,
+            "home": jit_cache(stack["cuda"]["version"], stack["flashinfer"].get("version"))}
 
 
 def render(env: dict, stack_name: str) -> str:
@@ -53,7 +65,11 @@ def render(env: dict, stack_name: str) -> str:
 
     text = (importlib.resources.files("rig") / "templates" / "sitecustomize.py.j2").read_text()  # a zipapp too
     template = jinja2.Template(text, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-    return template.render(stack=stack_name, pinned=env["pinned"], defaults=env["defaults"])
+    for name, value in env.get("home", {}).items():
+        if not isinstance(value, str) or value.startswith("/") or ".." in value.split("/") or not value.strip() \
+                or any(ord(c) < 32 for c in value):
+            raise RigError(f"environment {name}: {value!r} is not a path under the user's home (relative, no ..)")
+    return template.render(stack=stack_name, pinned=env["pinned"], defaults=env["defaults"], home=env.get("home", {}))
 
 
 def site_packages(venv: str | Path) -> Path:
@@ -96,7 +112,8 @@ def seen_by(python: str | Path) -> dict:
     Run with an empty environment, so only what startup sets can show up.
     """
     code = ("import json, os, sys; m = sys.modules.get(%r); "
-            "print(json.dumps({'loaded': m is not None, 'declared': {**m.PINNED, **m.DEFAULTS} if m else {}, "
+            "home = {k: os.path.join(os.path.expanduser('~'), v) for k, v in getattr(m, 'HOME', {}).items()}; "
+            "print(json.dumps({'loaded': m is not None, 'declared': {**m.PINNED, **m.DEFAULTS, **home} if m else {}, "
             "'environ': dict(os.environ)}))" % MODULE)
     return ask(python, code, [], "start and report its environment", env={})
 

@@ -69,6 +69,31 @@ def test_a_sitecustomize_already_in_the_venv_keeps_running(venv):
     assert (site / "sitecustomize.py").read_text() == theirs and "CUDA_HOME" not in environ_of(venv / "bin" / "python")
 
 
+def test_flashinfer_jit_compiles_under_the_users_home_keyed_by_the_toolkit_and_flashinfer(venv, tmp_path):
+    runtime_env.install(venv, runtime_env.environment(stack()), "s")
+    home = tmp_path / "home"
+    seen = environ_of(venv / "bin" / "python", HOME=str(home))
+    assert seen["FLASHINFER_WORKSPACE_BASE"] == str(home / ".cache/rig/flashinfer-jit/cuda-13.0.2-flashinfer-0.7.2")
+    assert environ_of(venv / "bin" / "python", HOME=str(home), FLASHINFER_WORKSPACE_BASE="/srv/jit")[
+        "FLASHINFER_WORKSPACE_BASE"] == "/srv/jit"  # a default: the process's own value wins
+    upgraded = stack()
+    upgraded["cuda"]["version"] = "13.0.3"
+    runtime_env.install(venv, runtime_env.environment(upgraded), "s")
+    assert environ_of(venv / "bin" / "python", HOME=str(home))["FLASHINFER_WORKSPACE_BASE"].endswith(
+        "/cuda-13.0.3-flashinfer-0.7.2")  # an upgraded toolkit never loads what the old one compiled
+    no_flashinfer = stack()
+    no_flashinfer["flashinfer"] = {}
+    assert runtime_env.environment(no_flashinfer)["home"] == {}
+    assert "HOME = {\n}" not in runtime_env.render(runtime_env.environment(stack()), "s")
+
+
+@pytest.mark.parametrize("value", ["/etc/jit", "../../etc", "a/../../b", "", "a\nb"])
+def test_a_home_path_that_leaves_the_home_is_refused(value):
+    env = {**runtime_env.environment(stack()), "home": {"FLASHINFER_WORKSPACE_BASE": value}}
+    with pytest.raises(runtime_env.RigError, match="is not a path under the user's home"):
+        runtime_env.render(env, "s")
+
+
 def test_install_is_idempotent_check_writes_nothing_and_remove_undoes_it(venv):
     env = runtime_env.environment(stack())
     site = runtime_env.site_packages(venv)
