@@ -216,14 +216,11 @@ def _probe(python: Path, gpus: int, record: Step) -> None:
 
 def _given_model(models: Path, tps: list[int], record: Step) -> None:
     """--skip testmodel: the model in MODELS must be rig's numerics test model, split for every TP size."""
-    from rig.core.documents import load_json
-
-    made = load_json(models / testmodel.MARKER, "test model record")
-    spec = made.get("spec") if isinstance(made, dict) else None
-    spec = spec if isinstance(spec, dict) else {}
+    spec = testmodel.made_by_rig(models) or {}
     if spec.get("kind") != "numerics":
-        raise RigError(f"{models} holds no numerics test model ({testmodel.MARKER} says kind {spec.get('kind')!r}); write "
-                       f"one with rig testmodel --kind numerics --out {models}, or leave out --skip testmodel")
+        said = f"its {testmodel.MARKER} says kind {spec['kind']!r}" if spec else f"no {testmodel.MARKER} of rig's"
+        raise RigError(f"{models} holds no numerics test model ({said}); write one with rig testmodel --kind "
+                       f"numerics --out {models}, or leave out --skip testmodel")
     heads = spec.get("heads")
     if isinstance(heads, int) and not isinstance(heads, bool) and any(heads % tp for tp in tps):
         raise RigError(f"{models}: the model's {heads} heads do not split over TP {max(tps)}; rebuild it with --tp")

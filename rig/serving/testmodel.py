@@ -37,21 +37,24 @@ def _check(out: Path, python: Path, tp: int, draft: str, context: int) -> None:
     if not 256 <= context <= 1 << 20:
         raise RigError(f"--context {context}: give a context length from 256 to 1048576 tokens")
     output_dir(out, "--out")
-    if out.is_dir() and any(out.iterdir()) and not _ours(out):
+    if out.is_dir() and any(out.iterdir()) and made_by_rig(out) is None:
         raise RigError(f"--out {out} holds files that are not a rig test model; give an empty or new directory")
     interpreter(python)
 
 
-def _ours(out: Path) -> bool:
-    """Whether OUT is a test model rig wrote (it is replaced whole): its marker must hold rig's record, since
-    mere existence of a testmodel.json is anyone's to fake, and their files would go with the old tree."""
+def made_by_rig(out: Path) -> dict | None:
+    """The spec of the test model rig wrote in OUT, or None: its marker must hold rig's record and both trees
+    be there, since mere existence of a testmodel.json is anyone's to fake (and their files would go when
+    rig replaces the tree whole)."""
     try:
         record = load_json(out / MARKER, "test model record")
     except RigError:
-        return False
+        return None
     spec = record.get("spec") if isinstance(record, dict) else None
-    return isinstance(spec, dict) and {"draft", "seed", "heads"} <= spec.keys() and \
-        all((out / part).is_dir() for part in ("target", "draft"))
+    if isinstance(spec, dict) and {"draft", "seed", "heads"} <= spec.keys() and \
+            all((out / part).is_dir() for part in ("target", "draft")):
+        return spec
+    return None
 
 
 def _same_tree(a: Path, b: Path) -> bool:
