@@ -48,7 +48,7 @@ def last_json(out: str, what: str, kind: type = dict):
     lines = (out or "").strip().splitlines()
     try:
         value = json.loads(lines[-1])
-    except (IndexError, ValueError) as exc:
+    except (IndexError, ValueError, RecursionError) as exc:  # RecursionError: nested past what the parser takes
         raise RigError(f"{what}: expected one JSON line at the end of its output, got {(out or '')[-300:]!r}") from exc
     if not isinstance(value, kind):
         raise RigError(f"{what}: expected a JSON {kind.__name__}, got {lines[-1][:200]!r}")

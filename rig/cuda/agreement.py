@@ -26,7 +26,7 @@ def release(version: str) -> str | None:
     """'13.0.96' -> '13.0'; None for what is not a version."""
     try:
         parts = Version(version).release
-    except InvalidVersion:
+    except (InvalidVersion, ValueError):  # ValueError: a number int() refuses (thousands of digits)
         return None
     return f"{parts[0]}.{parts[1] if len(parts) > 1 else 0}"
 
@@ -51,7 +51,7 @@ def _named(packages: dict[str, str]) -> dict[str, str]:
 def _public(version: str) -> str:
     try:
         return Version(version).public  # flashinfer-jit-cache carries a local tag (+cu130)
-    except InvalidVersion:
+    except (InvalidVersion, ValueError):
         return version
 
 
@@ -61,7 +61,7 @@ def torch_cuda(packages: dict[str, str]) -> tuple[str, str] | None:
     for wheel in RUNTIME_WHEELS:
         if wheel in named and release(named[wheel]):
             return str(release(named[wheel])), f"{wheel} {named[wheel]}"
-    tag = re.search(r"\+cu(\d+)(\d)$", named.get("torch", ""))
+    tag = re.search(r"\+cu([1-9]\d?)(\d)\Z", named.get("torch", ""))
     if tag:
         return f"{int(tag.group(1))}.{tag.group(2)}", f"torch {named['torch']}"
     return None
@@ -84,14 +84,15 @@ def header_release(tree: Path) -> str | None:
         text = read_text(tree / "include" / "cuda_runtime_api.h", "CUDA header")
     except RigError:
         return None
-    match = re.search(r"^#define\s+CUDART_VERSION\s+(\d+)\s*$", text, re.M)
+    match = re.search(r"^#define\s+CUDART_VERSION\s+(\d{4,6})\s*$", text, re.M)
     return f"{int(match.group(1)) // 1000}.{int(match.group(1)) % 1000 // 10}" if match else None
 
 
 def runtime_release(tree: Path) -> str | None:
     """The release of the toolkit's own libcudart (its file name: libcudart.so.13.0.96 -> '13.0')."""
-    names = sorted(p.name for p in (tree / "lib64").glob("libcudart.so.*.*") if p.is_file() and not p.is_symlink())
-    return release(names[-1].split(".so.", 1)[1]) if names else None
+    found = {release(p.name.split(".so.", 1)[1]) for p in (tree / "lib64").glob("libcudart.so.*.*")
+             if p.is_file() and not p.is_symlink()} - {None}
+    return ", ".join(sorted(str(r) for r in found)) if found else None  # two releases: named, and never agree
 
 
 def toolkit_parts(tree: Path) -> dict[str, str | None]:

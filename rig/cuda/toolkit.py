@@ -44,8 +44,8 @@ def check_components(components: list[str]) -> None:
 def tool_release(tool: str | Path) -> str | None:
     """The CUDA release (X.Y) a toolkit program (nvcc, ptxas) reports, or None when it cannot say."""
     try:
-        out = run([str(tool), "--version"], f"asking {tool} its release", ok=None).stdout
-    except RigError:  # it cannot run here
+        out = run([str(tool), "--version"], f"asking {tool} its release", ok=None, timeout=60).stdout
+    except RigError:  # it cannot run here, or hangs
         return None
     match = re.search(r"release (\d+\.\d+)", out)
     return match.group(1) if match else None

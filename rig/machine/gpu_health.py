@@ -79,7 +79,7 @@ def _small_text(path: Path) -> str | None:
         return None
 
 
-PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+PCI_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")  # VMD domains are 5 digits
 
 
 def peer_path(root: str = PCI_ROOT) -> dict:
@@ -341,6 +341,16 @@ P2P_ACS_FIX = ("turn ACS redirection off on the switch ports above the GPUs (BIO
 P2P_AT_A_COST = "; meanwhile NCCL_P2P_DISABLE=1 in the stack's environment.vars avoids it, at a cost"
 
 
+def _peer_record(path: dict) -> bool:
+    """Whether a (possibly recorded, possibly edited) peer path has the shape peer_path() writes."""
+    text = (str, type(None))
+    return (isinstance(path.get("gpus"), list) and isinstance(path.get("acs", {}), dict)
+            and isinstance(path.get("cmdline"), text)
+            and all(isinstance(g, dict) and isinstance(g.get("gpu"), str) and isinstance(g.get("iommu_type"), text)
+                    for g in path["gpus"])
+            and all(isinstance(v, text) for v in (path.get("acs") or {}).values()))
+
+
 def peer_check(raw: dict) -> list[Check]:
     """PCIe peer-to-peer can hang or corrupt under a translating IOMMU with ACS redirecting requests upstream."""
     topo_out = raw.get("topology") or {}
@@ -352,9 +362,12 @@ def peer_check(raw: dict) -> list[Check]:
     if not kind.startswith("PCIe"):
         return [Check("machine", "pcie-p2p", "pass", f"the GPUs peer over {kind}: neither the IOMMU nor ACS "
                       "carries their traffic", required=False)]
-    if not path or not path.get("gpus"):
+    if not path or not isinstance(path, dict) or not path.get("gpus"):
         return [Check("machine", "pcie-p2p", "skip", "the GPUs' PCI paths were not read (no sysfs record)",
                       required=False)]
+    if not _peer_record(path):
+        return [Check("machine", "pcie-p2p", "skip", "the record's peer_path is not one rig.machine.gpu_health "
+                      "wrote (record the machine again)", required=False)]
     types = {g["gpu"]: g.get("iommu_type") for g in path["gpus"]}
     translated = sorted(gpu for gpu, kind_ in types.items() if kind_ in ("DMA", "DMA-FQ"))
     redirecting = sorted(b for b, line in (path.get("acs") or {}).items()

@@ -103,8 +103,7 @@ def _pair(python: Path, code: str, a: int, b: int, deadline: float) -> dict:
     try:
         out, err = child.communicate(timeout=deadline)
     except TimeoutExpired:
-        child.kill()
-        child.communicate()
+        _kill_session(child)
         return {"a": a, "b": b, "ok": False, "offered": None,
                 "error": f"the copy did not complete within {deadline:.0f} s (a hung peer-to-peer transfer)"}
     if child.returncode != 0:
@@ -112,14 +111,42 @@ def _pair(python: Path, code: str, a: int, b: int, deadline: float) -> dict:
                 "error": f"exited {child.returncode}: {(err or out).strip()[-400:]}"}
     try:
         got = last_json(out, f"the peer probe of GPU {a} <-> GPU {b}")
-        directions = [{"from": int(d["from"]), "to": int(d["to"]), "correct": d["correct"] is True,
-                       "gbps": float(d["gbps"])} for d in got["directions"]]
-        offered = got["offered"] is True
+        directions = [_direction(d) for d in got["directions"]]
+        if sorted((d["from"], d["to"]) for d in directions) != sorted([(a, b), (b, a)]) or \
+                not isinstance(got["offered"], bool):
+            raise ValueError(f"it reports {[(d['from'], d['to']) for d in directions]}, not {a}->{b} and {b}->{a}")
     except (RigError, KeyError, TypeError, ValueError) as exc:
         return {"a": a, "b": b, "ok": False, "offered": None, "error": f"an answer rig cannot read: {exc}"}
     wrong = [f"{d['from']}->{d['to']}" for d in directions if not d["correct"]]
-    return {"a": a, "b": b, "offered": offered, "directions": directions, "ok": not wrong and len(directions) == 2,
+    return {"a": a, "b": b, "offered": got["offered"], "directions": directions, "ok": not wrong,
             **({"error": f"the copy {', '.join(wrong)} arrived with wrong values"} if wrong else {})}
+
+
+def _direction(d: object) -> dict:
+    """One way of a pair as the worker reports it: GPU indexes (ints, not bools), whether the copy arrived
+    intact (a bool) and its speed (a finite, positive number)."""
+    if not isinstance(d, dict):
+        raise TypeError(f"a direction is {type(d).__name__}, not an object")
+    ends, speed = (d.get("from"), d.get("to")), d.get("gbps")
+    if not all(isinstance(e, int) and not isinstance(e, bool) for e in ends) or not isinstance(d.get("correct"), bool):
+        raise TypeError(f"a direction of {ends} with correct={d.get('correct')!r}")
+    if not isinstance(speed, (int, float)) or isinstance(speed, bool) or not 0 < speed < float("inf"):
+        raise ValueError(f"a speed of {speed!r} GB/s")
+    return {"from": ends[0], "to": ends[1], "correct": d["correct"], "gbps": float(speed)}
+
+
+def _kill_session(child) -> None:
+    """The child and whatever it started (its own session): a hung copy may sit in a grandchild."""
+    import signal
+
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        child.communicate(timeout=10)
+    except TimeoutExpired:  # a pipe held open by what survived: rig stops waiting for it
+        pass
 
 
 def analyse(raw: dict) -> dict:

@@ -65,11 +65,29 @@ def render(env: dict, stack_name: str) -> str:
 
     text = (importlib.resources.files("rig") / "templates" / "sitecustomize.py.j2").read_text()  # a zipapp too
     template = jinja2.Template(text, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-    for name, value in env.get("home", {}).items():
-        if not isinstance(value, str) or value.startswith("/") or ".." in value.split("/") or not value.strip() \
-                or any(ord(c) < 32 for c in value):
+    home = env.get("home", {})
+    _refuse_unwritable(env["pinned"], env["defaults"], home)
+    return template.render(stack=stack_name, pinned=env["pinned"], defaults=env["defaults"], home=home)
+
+
+def _refuse_unwritable(pinned: dict, defaults: dict, home: dict) -> None:
+    """What the module cannot hold: a name os.environ refuses (every Python start of the venv would raise), a
+    value that is not text or holds a NUL, a home path that leaves the home, a name in two sections."""
+    from rig.stack.spec import env_name
+
+    seen: set[str] = set()
+    for section in (pinned, defaults, home):
+        for name, value in section.items():
+            problem = (env_name(name) if isinstance(name, str) else f"{name!r} is not an environment variable name")
+            if problem or name in seen:
+                raise RigError(f"environment: {problem or f'{name} is set twice (pinned, defaults, home)'}; fix "
+                               "the stack's environment (or the --env-json that rig env show printed)")
+            if not isinstance(value, str) or "\0" in value:
+                raise RigError(f"environment {name}: {value!r} is not a text value")
+            seen.add(name)
+    for name, value in home.items():
+        if value.startswith("/") or ".." in value.split("/") or not value.strip() or any(ord(c) < 32 for c in value):
             raise RigError(f"environment {name}: {value!r} is not a path under the user's home (relative, no ..)")
-    return template.render(stack=stack_name, pinned=env["pinned"], defaults=env["defaults"], home=env.get("home", {}))
 
 
 def site_packages(venv: str | Path) -> Path:
@@ -89,10 +107,21 @@ def install(venv: str | Path, env: dict, stack_name: str, check: bool = False) -
     if not check:
         for path in stale:
             atomic_write(path, wanted[path])  # never a half-written module for every start to import
+        if stale:
+            _drop_bytecode(site)
     verb = "would write" if check else "wrote"
     return {"changed": bool(stale), "files": [str(p) for p in stale], "diff": diff,
             "msg": f"{verb} {', '.join(p.name for p in stale)} in {site}" if stale else
                    f"{site} already has the stack's environment"}
+
+
+def _drop_bytecode(site: Path) -> None:
+    """Python trusts a module's cached bytecode while the source's size and mtime (in seconds) match: a module
+    rewritten within the second, at the same size (13.0.2 -> 13.0.3), would still run the old one."""
+    cache = site / "__pycache__"
+    if cache.is_dir() and not cache.is_symlink():
+        for compiled in cache.glob(f"{MODULE}.*.pyc"):
+            compiled.unlink(missing_ok=True)
 
 
 def remove(venv: str | Path, check: bool = False) -> dict:

@@ -188,8 +188,8 @@ async def _stream(session, url: str, body: dict) -> dict:
         if tokens <= 0:
             raise ValueError(f"completion_tokens {tokens}")
         prompt_tokens = number(meta.get("prompt_tokens")) or 0
-    except (ValueError, KeyError, TypeError, OverflowError) as exc:
-        return {"ok": False, "error": f"malformed chunk: {exc.__class__.__name__}: {exc}"}
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
+        return {"ok": False, "error": f"malformed chunk: {exc.__class__.__name__}: {str(exc)[:200]}"}
     e2e = end - start
     return {"ok": True, "tokens": tokens, "prompt_tokens": int(prompt_tokens), "start": start, "end": end,
             "ttft": ttft, "e2e": e2e, "tpot": (e2e - ttft) / (tokens - 1) if tokens > 1 else None,
@@ -203,7 +203,7 @@ def _refused(status: int, body: bytes) -> dict:
     try:
         error = json.loads(body)["error"]
         reason = str(error.get("message", error) if isinstance(error, dict) else error)[:300]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: nested past the parser
         pass
     if 300 <= status < 400:
         return {"ok": False, "refused": True, "error": f"redirected (HTTP {status}): rig does not follow redirects; "

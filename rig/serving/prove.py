@@ -218,7 +218,7 @@ def _given_model(models: Path, tps: list[int], record: Step) -> None:
     """--skip testmodel: the model in MODELS must be rig's numerics test model, split for every TP size."""
     spec = testmodel.made_by_rig(models) or {}
     if spec.get("kind") != "numerics":
-        said = f"its {testmodel.MARKER} says kind {spec['kind']!r}" if spec else f"no {testmodel.MARKER} of rig's"
+        said = f"its {testmodel.MARKER} says kind {spec.get('kind')!r}" if spec else f"no {testmodel.MARKER} of rig's"
         raise RigError(f"{models} holds no numerics test model ({said}); write one with rig testmodel --kind "
                        f"numerics --out {models}, or leave out --skip testmodel")
     heads = spec.get("heads")

@@ -63,7 +63,7 @@ def _port(value: int) -> str | None:
     return None if 0 < value < 65536 else "must be a TCP port (1-65535)"
 
 
-def _env_name(value: str) -> str | None:
+def env_name(value: str) -> str | None:
     return None if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value) else f"{value!r} is not an environment variable name"
 
 
@@ -85,7 +85,7 @@ def _env_vars(value: dict) -> str | None:
     for name, val in value.items():
         if not isinstance(name, str):  # YAML reads null, true, 1 or .inf as such, not as names
             return f"{name!r} is not an environment variable name (YAML read it as {type(name).__name__}; quote it)"
-        if msg := _env_name(name):
+        if msg := env_name(name):
             return msg
         if not isinstance(val, (str, int, float)) or isinstance(val, bool):
             return f"{name}: give a string or number, not {type(val).__name__}"
@@ -179,7 +179,7 @@ SCHEMA = {
         "torch_symm_mem": Field(bool, default=False),
         "host": Field(default="127.0.0.1", check=_host),
         "port": Field(int, default=30000, check=_port),
-        "api_key_env": Field(default=KEY_ENV, check=_env_name),
+        "api_key_env": Field(default=KEY_ENV, check=env_name),
         # SGLang's load-aware speculation (0.5.17+): the JSON config `rig tune` writes, on the server's host;
         # "" serves fixed speculation
         "speculative_adaptive_config": Field(default="", check=lambda v: v and _absolute(v)),

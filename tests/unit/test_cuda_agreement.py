@@ -111,3 +111,41 @@ def test_a_venv_with_flashinfer_packages_of_two_versions_fails_doctor(tmp_path):
     venv = fake_venv(tmp_path, {"flashinfer-python": "0.7.2", "flashinfer-cubin": "0.7.1"})
     check = doctor._agreement(str(venv), {"environ": {}})
     assert check.status == "fail" and "flashinfer-cubin 0.7.1 beside flashinfer-python 0.7.2" in check.detail
+
+
+def test_numbers_no_int_can_hold_and_nested_answers_are_not_versions(tmp_path):
+    huge = "1" * 5000  # int() refuses more than 4300 digits with a ValueError, not an InvalidVersion
+    assert agreement.release(huge) is None
+    assert agreement.flashinfer_problems({"flashinfer-python": "0.7.2", "flashinfer-cubin": huge})[0].startswith(
+        "flashinfer-cubin 1111")
+    assert agreement.torch_cuda({"nvidia-cuda-runtime": huge, "torch": "2.9.1+cu00"}) is None
+    tree = toolkit(tmp_path / "huge", None, None, None)
+    (tree / "include" / "cuda_runtime_api.h").write_text(f"#define CUDART_VERSION {huge}\n")
+    assert agreement.toolkit_parts(tree) == {"nvcc": None, "headers": None, "cudart": None}
+    two = toolkit(tmp_path / "two", "13.0", 13000, "13.0.96")
+    (two / "lib64" / "libcudart.so.9.2.148").write_bytes(b"\x7fELF")
+    assert agreement.toolkit_parts(two)["cudart"] == "13.0, 9.2"
+    assert "cudart 13.0, 9.2" in agreement.toolkit_problems(two, agreement.toolkit_parts(two))[0]
+
+
+def test_a_venv_python_that_answers_nested_json_fails_the_check_not_doctor(tmp_path):
+    venv = fake_venv(tmp_path, {})
+    python = venv / "bin" / "python"
+    python.unlink()
+    python.write_text("#!/bin/sh\nprintf '%0100000d' 0 | tr 0 '['\n")
+    python.chmod(0o755)
+    check = doctor._agreement(str(venv), {"environ": {}})
+    assert check.status == "fail" and "expected one JSON line" in check.detail
+
+
+def test_a_hanging_nvcc_is_a_release_rig_cannot_read(tmp_path, monkeypatch):
+    from rig.cuda import toolkit as tk
+
+    tree = toolkit(tmp_path, None, 13000, None)
+    nvcc = tree / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\nexec sleep 600\n")
+    nvcc.chmod(0o755)
+    calls = []
+    real_run = tk.run
+    monkeypatch.setattr(tk, "run", lambda *a, **kw: calls.append(kw.get("timeout")) or real_run(*a, **{**kw, "timeout": 1}))
+    assert agreement.toolkit_parts(tree)["nvcc"] is None and calls == [60]  # bounded: 60 s in rig, 1 s here

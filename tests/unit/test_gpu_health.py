@@ -5,6 +5,8 @@ import copy
 import json
 from pathlib import Path
 
+import pytest
+
 from rig.machine import gpu_health
 
 H200 = json.loads((Path(__file__).parent.parent / "data" / "gpu-health" / "h200x2-vm.json").read_text())
@@ -172,3 +174,11 @@ def test_the_peer_path_is_read_from_sysfs_without_following_special_files(tmp_pa
     (group / "type").unlink()
     (group / "type").write_text("identity\n")
     assert gpu_health.peer_path(str(devices))["gpus"][0]["iommu_type"] == "identity"
+
+
+@pytest.mark.parametrize("record", ["x", {"gpus": ["x"]}, {"gpus": [{}]}, {"gpus": [{"gpu": "a", "iommu_type": 5}]},
+                                    {**peer_path("DMA", PLAIN), "acs": ["x"]}, {**peer_path("DMA", PLAIN), "cmdline": 5},
+                                    {**peer_path("DMA", PLAIN), "acs": {"0000:10:01.0": 5}}])
+def test_a_peer_path_record_of_another_shape_is_skipped_not_a_crash(record):
+    check = judged(changed(topology={"rc": 0, "out": PCIE8}, peer_path=record))["pcie-p2p"]
+    assert check.status == "skip" and not check.required

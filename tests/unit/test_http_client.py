@@ -109,3 +109,10 @@ def test_numbers_no_float_can_hold_are_no_numbers():
     assert number(huge) is None and number(float("nan")) is None and number(True) is None and number(2) == 2.0
     assert context_length({"context_length": huge}) is None
     assert server_accept_length({"internal_states": [{"avg_spec_accept_length": huge}]}) is None
+
+
+def test_an_error_body_nested_past_the_parser_is_a_reason_not_a_crash():
+    from rig.serving.bench import _refused
+
+    refused = _refused(500, b"[" * 100_000)
+    assert refused["ok"] is False and refused["error"].startswith("server error (HTTP 500): [[[")

@@ -61,8 +61,8 @@ spec = json.loads(sys.argv[1])
 if (spec["a"], spec["b"]) == (0, 2):
     time.sleep(3600)
 print(json.dumps({"a": spec["a"], "b": spec["b"], "offered": True,
-                  "directions": [{"from": 0, "to": 1, "correct": True, "gbps": 25.0},
-                                 {"from": 1, "to": 0, "correct": True, "gbps": 25.0}]}))
+                  "directions": [{"from": spec["a"], "to": spec["b"], "correct": True, "gbps": 25.0},
+                                 {"from": spec["b"], "to": spec["a"], "correct": True, "gbps": 25.0}]}))
 """
 
 
@@ -93,15 +93,41 @@ def test_a_pair_that_never_completes_fails_within_its_deadline_and_the_others_ar
     assert not found["ok"]
 
 
+def reply(directions: str, offered: str = "True") -> str:
+    return f"import json; print(json.dumps({{'offered': {offered}, 'directions': {directions}}}))"
+
+
+GOOD_WAY = "{'from': 0, 'to': 1, 'correct': True, 'gbps': 25.0}"
+
+
 @pytest.mark.parametrize("script, error", [
     ("print('not json')", "an answer rig cannot read"),
-    ("import json; print(json.dumps({'offered': True, 'directions': [{'from': 0}]}))", "an answer rig cannot read"),
+    (reply("[{'from': 0}]"), "an answer rig cannot read"),
+    ("print('[' * 100000)", "an answer rig cannot read"),  # nested past what the parser takes
+    (reply(f"[{GOOD_WAY}, {GOOD_WAY}]"), "an answer rig cannot read: it reports [(0, 1), (0, 1)]"),  # one way twice
+    (reply(f"[{GOOD_WAY}, {{'from': True, 'to': 0, 'correct': True, 'gbps': 25.0}}]"), "an answer rig cannot read"),
+    (reply(f"[{GOOD_WAY}, {{'from': 1, 'to': 0, 'correct': True, 'gbps': float('nan')}}]"), "an answer rig cannot"),
+    (reply(f"[{GOOD_WAY}, {{'from': 1, 'to': 0, 'correct': True, 'gbps': float('inf')}}]"), "an answer rig cannot"),
+    (reply(f"[{GOOD_WAY}, {{'from': 1, 'to': 0, 'correct': 1, 'gbps': 2.0}}]"), "an answer rig cannot read"),
+    (reply(f"[{GOOD_WAY}, {{'from': 1, 'to': 0, 'correct': True, 'gbps': 2.0}}]", offered="1"), "an answer rig"),
     ("raise SystemExit('CUDA error: peer access is not supported')", "exited 1: CUDA error: peer access")])
 def test_an_answer_that_is_not_a_pairs_report_fails_that_pair(script, error):
     import sys
 
     found = probe.measure_peers(Path(sys.executable), 2, script=script)
     assert not found["ok"] and found["pairs"][0]["error"].startswith(error), found
+
+
+def test_a_hung_copy_in_a_grandchild_is_killed_with_its_pair_within_the_deadline(tmp_path):
+    import sys
+    import time
+
+    script = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(100)']); " \
+             "import time; time.sleep(100)"
+    started = time.monotonic()
+    found = probe.measure_peers(Path(sys.executable), 2, deadline=2, script=script)
+    assert time.monotonic() - started < 30 and not found["ok"]  # the grandchild held the pipes: killed with it
+    assert "did not complete within 2 s" in found["pairs"][0]["error"]
 
 
 def test_one_gpu_has_nothing_to_pair():

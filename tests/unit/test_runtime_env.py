@@ -94,6 +94,23 @@ def test_a_home_path_that_leaves_the_home_is_refused(value):
         runtime_env.render(env, "s")
 
 
+@pytest.mark.parametrize("section, name, value, problem", [
+    ("home", "A=B", "x", "'A=B' is not an environment variable name"),
+    ("defaults", "", "x", "'' is not an environment variable name"),
+    ("home", "CUDA_HOME", "x", "CUDA_HOME is set twice"),
+    ("defaults", "NCCL_DEBUG", 5, "5 is not a text value"),
+    ("pinned", "NCCL_DEBUG", "a\0b", "is not a text value")])
+def test_what_the_module_cannot_hold_is_refused_before_anything_is_written(venv, section, name, value, problem):
+    env = runtime_env.environment(stack())
+    env[section] = {**env[section], name: value}
+    with pytest.raises(runtime_env.RigError, match=problem):
+        runtime_env.install(venv, env, "s")
+    assert not (runtime_env.site_packages(venv) / runtime_env.PTH).exists()
+    shown = {**env, "stack": "s"}
+    done = rig("env", "install", "--venv", str(venv), "--env-json", json.dumps(shown))
+    assert done.returncode == 2 and (name or "''") in done.stderr and "Traceback" not in done.stderr
+
+
 def test_install_is_idempotent_check_writes_nothing_and_remove_undoes_it(venv):
     env = runtime_env.environment(stack())
     site = runtime_env.site_packages(venv)

@@ -44,3 +44,21 @@ def test_a_testmodel_json_rig_did_not_write_does_not_make_the_directory_rigs(tmp
     done = rig("testmodel", "--out", str(tmp_path), "--python", sys.executable)
     assert done.returncode == 2 and "not a rig test model" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["testmodel.json", "weights.bin"]
+
+
+@pytest.mark.parametrize("spec, says", [
+    ({"draft": "x", "seed": 0, "heads": 4}, "says kind None"),  # rig's record in shape, but no kind
+    ({"kind": "serving", "draft": "agree", "seed": 0, "heads": 8}, "says kind 'serving'"),
+    ({"kind": "numerics"}, "no testmodel.json of rig's")])  # not rig's record: no draft, seed, heads
+def test_prove_takes_a_given_model_only_when_rigs_record_says_numerics(tmp_path, spec, says):
+    import json
+
+    from rig.core import RigError
+    from rig.serving.prove import Step, _given_model
+
+    for part in ("target", "draft"):
+        (tmp_path / part).mkdir()
+    (tmp_path / "testmodel.json").write_text(json.dumps({"spec": spec}))
+    with pytest.raises(RigError, match="holds no numerics test model") as refused:
+        _given_model(tmp_path, [1], Step("testmodel (given)"))
+    assert says in str(refused.value)
