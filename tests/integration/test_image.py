@@ -34,9 +34,17 @@ def installed(tag: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def first(base_image) -> dict:
+def ca(tmp_path_factory):
+    return make_ca(tmp_path_factory.mktemp("ca"))
+
+
+@pytest.fixture(scope="module")
+def first(base_image, ca) -> dict:
+    """The default stack's image, built once, as a site with its own CA and a token-bearing index URL builds
+    it: every test reads this one image (a second 11.7 GB build would sit on the suite's longest path)."""
     os.environ.setdefault("RIG_BASE_IMAGE", base_image)
-    result = build()
+    env = {**os.environ, "SGLANG_API_KEY": TOKEN, "RIG_TORCH_CU130_INDEX": f"https://ci:{TOKEN}@index.invalid/"}
+    result = build("--ca-cert", str(ca[1]), env=env)
     yield {**result, "content": installed(result["tag"])}
     run(["docker", "rmi", "-f", result["tag"]])
     prune(DEFAULT_LOCK)
@@ -66,19 +74,18 @@ def test_the_default_stack_image_builds_and_verifies(first):
     assert held == {(canonicalize_name(w["name"]), w["version"], w["sha256"]) for w in lock["wheels"]}
 
 
-def test_no_ca_private_material_tokens_or_secrets_in_history_or_filesystem(first, tmp_path):
-    key, cert = make_ca(tmp_path)
+def test_no_ca_private_material_tokens_or_secrets_in_history_or_filesystem(first, ca):
+    key, cert = ca
     refused = rig("image", "build", "--ca-cert", str(key))
     assert refused.returncode == 2 and "not a PEM certificate (or holds a private key)" in refused.stderr
-    env = {**os.environ, "SGLANG_API_KEY": TOKEN, "RIG_TORCH_CU130_INDEX": f"https://ci:{TOKEN}@index.invalid/"}
-    result = build("--ca-cert", str(cert), env=env)
-    # the token, and stretches of the key's and the certificate's base64 (a generic "PRIVATE KEY"
-    # marker would match the test keys and PEM parsers that libraries in the venv ship)
+    # the first build had the CA and the token in its environment: the token, and stretches of the key's and
+    # the certificate's base64 (a generic "PRIVATE KEY" marker would match the test keys and PEM parsers that
+    # libraries in the venv ship), must be nowhere in its history, its config or its files
     needles = [TOKEN.encode(), *(pem_body(path).encode() for path in (key, cert))]
-    history = run(["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", result["tag"]]).stdout
+    history = run(["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", first["tag"]]).stdout
     assert history and not [n for n in needles if n.decode() in history]
-    assert not [n for n in needles if n.decode() in run(["docker", "image", "inspect", result["tag"]]).stdout]
-    found = scan_filesystem(result["tag"], needles)
+    assert not [n for n in needles if n.decode() in run(["docker", "image", "inspect", first["tag"]]).stdout]
+    found = scan_filesystem(first["tag"], needles)
     assert found == set(), f"found in the image's files: {found}"
 
 
