@@ -448,7 +448,8 @@ tokens, {concurrency} at a time, one token per chunk (no speculation: the most c
 
 
 HOSTILE = ["tests/unit/test_hostile_fuzz.py", "tests/unit/test_confinement.py", "tests/unit/test_cuda_state.py",
-           "tests/unit/test_leftovers.py", "tests/unit/test_server.py"]
+           "tests/unit/test_leftovers.py", "tests/unit/test_server.py", "tests/unit/test_links.py",
+           "tests/unit/test_special_files.py", "tests/unit/test_generated_text.py", "tests/unit/test_http_client.py"]
 
 
 def bench_hostile(examples: int) -> None:
