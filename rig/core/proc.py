@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import TypeAlias
 
 from rig.core import RigError
 from rig.core.fs import open_plain
@@ -63,6 +64,9 @@ def ask(python: str | Path, code: str, args: list[str], what: str, kind: type = 
 
 
 PIPE, DEVNULL, TimeoutExpired = subprocess.PIPE, subprocess.DEVNULL, subprocess.TimeoutExpired
+# the types callers annotate with, so that no module but this one imports subprocess
+Completed: TypeAlias = subprocess.CompletedProcess
+Child: TypeAlias = subprocess.Popen
 
 
 def spawn(argv: list[str], what: str, **kwargs) -> subprocess.Popen:

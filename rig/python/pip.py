@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from rig.core import RigError
-from rig.core.proc import run
+from rig.core.proc import Completed, run
 
 DEFAULT_GLIBC = "2.35"  # Ubuntu 22.04; Debian 12 has 2.36
 
@@ -46,7 +45,7 @@ def index_args(index_url: str = "", extra_index_urls: tuple[str, ...] = ()) -> l
     return args
 
 
-def run_pip(args: list[str], what: str) -> subprocess.CompletedProcess:
+def run_pip(args: list[str], what: str) -> Completed:
     done = run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], f"pip could not {what}", ok=None)
     if done.returncode != 0:
         raise PipError(what, done.stderr)

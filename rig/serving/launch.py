@@ -7,7 +7,6 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from subprocess import Popen
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,7 +21,7 @@ class Launched:
     label: str
     url: str
     log: Path
-    child: Popen
+    child: proc.Child
     smoke: dict = field(default_factory=dict)
     started_s: float = 0.0
 
