@@ -167,12 +167,11 @@ def _kernels(stack: dict, lock: dict, cache: Path) -> tuple[list[str], str]:
 
 def _toolchain(stack: dict, lock: dict) -> tuple[list[str], str]:
     from rig.core.cuda_releases import series
-    from rig.cuda.agreement import flashinfer_problems, runtime_problems, torch_cuda
+    from rig.cuda.agreement import package_problems, torch_cuda
 
     packages = {w["name"]: w["version"] for w in lock["wheels"]}
     toolkit = series(stack["cuda"]["version"])
-    problems = flashinfer_problems(packages) + runtime_problems(
-        packages, toolkit, f"the stack's toolkit (cuda.version {stack['cuda']['version']})")
+    problems = package_problems(packages, toolkit, f"the stack's toolkit (cuda.version {stack['cuda']['version']})")
     seen = torch_cuda(packages)
     flashinfer = sorted(f"{n} {v}" for n, v in packages.items() if canonicalize_name(n).startswith("flashinfer-"))
     return problems, (f"torch's CUDA {seen[0]} ({seen[1]}) and toolkit {toolkit}" if seen else

@@ -78,6 +78,11 @@ def runtime_problems(packages: dict[str, str], toolkit: str, where: str) -> list
             f"index) or set cuda.version to a {seen[0].split('.')[0]}.x release"]
 
 
+def package_problems(packages: dict[str, str], toolkit: str, where: str) -> list[str]:
+    """What a lock's or a venv's packages get wrong together: flashinfer's versions, torch's CUDA against WHERE."""
+    return flashinfer_problems(packages) + runtime_problems(packages, toolkit, where)
+
+
 def header_release(tree: Path) -> str | None:
     """The release a toolkit's headers are (CUDART_VERSION in cuda_runtime_api.h: 13000 -> '13.0')."""
     try:

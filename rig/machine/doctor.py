@@ -164,14 +164,13 @@ def _environment(venv: str, seen: dict, cuda_version: str, archs: list[str], pre
     """A fresh interpreter of the venv, started with an empty environment, must carry the stack's."""
     from rig.python.runtime_env import MODULE, cuda_env
 
-    fix = ENV_FIX
     if not seen["loaded"]:
-        return [Check("python", "sitecustomize", "fail", f"{MODULE} is not loaded when {venv}'s Python starts", fix)]
+        return [Check("python", "sitecustomize", "fail", f"{MODULE} is not loaded when {venv}'s Python starts", ENV_FIX)]
     wanted = {**seen["declared"], **cuda_env(cuda_version, archs, prefix)}
     wrong = [f"{k}={seen['environ'].get(k)!r} (want {v!r})" for k, v in wanted.items() if seen["environ"].get(k) != v]
     checks = [Check("python", "sitecustomize", "fail" if wrong else "pass",
                     "; ".join(wrong) if wrong else f"a fresh interpreter has {len(wanted)} variables set, "
-                    f"CUDA_HOME={wanted['CUDA_HOME']}", fix if wrong else "")]
+                    f"CUDA_HOME={wanted['CUDA_HOME']}", ENV_FIX if wrong else "")]
     ptxas = seen["environ"].get("TRITON_PTXAS_PATH", "")
     runs = os.access(ptxas, os.X_OK)
     release = tool_release(ptxas) if runs else None
@@ -185,24 +184,22 @@ def _environment(venv: str, seen: dict, cuda_version: str, archs: list[str], pre
 
 def _agreement(venv: str, seen: dict) -> Check:
     """torch's CUDA against the toolkit at the CUDA_HOME a fresh interpreter has; flashinfer at one version."""
-    from rig.cuda.agreement import flashinfer_problems, runtime_problems, toolkit_parts, torch_cuda
+    from rig.cuda.agreement import flashinfer_problems, package_problems, toolkit_parts, torch_cuda
     from rig.python.venv import installed
 
     try:
         packages = installed(venv)
     except RigError as exc:
         return Check("python", "cuda-agreement", "fail", str(exc), "install the stack's venv (python_stack role)")
-    problems = flashinfer_problems(packages)
     home = seen["environ"].get("CUDA_HOME")
-    toolkit = None
-    if home:
-        parts = toolkit_parts(Path(home))
-        toolkit = parts["nvcc"] or parts["headers"]
-        if toolkit:
-            problems += runtime_problems(packages, toolkit, f"CUDA_HOME {home}")
-        else:
-            problems.append(f"CUDA_HOME {home} holds no toolkit that says its release (no bin/nvcc, no "
-                            "include/cuda_runtime_api.h): install the stack's CUDA there or fix CUDA_HOME")
+    parts = toolkit_parts(Path(home)) if home else {}
+    toolkit = parts.get("nvcc") or parts.get("headers")
+    if toolkit:
+        problems = package_problems(packages, toolkit, f"CUDA_HOME {home}")
+    else:  # flashinfer's versions are judged whatever CUDA_HOME holds
+        problems = flashinfer_problems(packages) + ([
+            f"CUDA_HOME {home} holds no toolkit that says its release (no bin/nvcc, no "
+            "include/cuda_runtime_api.h): install the stack's CUDA there or fix CUDA_HOME"] if home else [])
     seen_cuda = torch_cuda(packages)
     detail = (f"torch's CUDA {seen_cuda[0] if seen_cuda else 'unknown'}, CUDA_HOME {home or 'unset'} "
               f"({'CUDA ' + toolkit if toolkit else 'no release'})")

@@ -31,6 +31,17 @@ DRIVER_FIX = "install the NVIDIA driver (the nvidia_driver role: 580 branch, ope
 
 PCI_ROOT = "/sys/bus/pci/devices"
 NVIDIA_VENDOR = "0x10de"
+GPU_CLASSES = ("0x0300", "0x0302")  # PCI display and 3D controllers
+
+
+def _small_text(path: Path) -> str | None:
+    """A sysfs or procfs file's text; None when it is not there or not a regular file (never waited on)."""
+    from rig.core.documents import read_text
+
+    try:
+        return read_text(path, "machine file").strip()
+    except RigError:
+        return None
 
 
 def pci_devices(root: str = PCI_ROOT) -> dict:
@@ -38,13 +49,10 @@ def pci_devices(root: str = PCI_ROOT) -> dict:
     GPUs are display (0x0300) or 3D (0x0302) controllers; NVSwitches are 'other bridges' (0x0680)."""
     found = {"gpus": 0, "nvswitches": 0}
     for dev in sorted(Path(root).glob("*")) if Path(root).is_dir() else []:
-        try:
-            vendor, kind = (dev / "vendor").read_text().strip(), (dev / "class").read_text().strip()
-        except OSError:
-            continue
+        vendor, kind = _small_text(dev / "vendor"), _small_text(dev / "class") or ""
         if vendor != NVIDIA_VENDOR:
             continue
-        if kind.startswith(("0x0300", "0x0302")):
+        if kind.startswith(GPU_CLASSES):
             found["gpus"] += 1
         elif kind.startswith("0x0680"):
             found["nvswitches"] += 1
@@ -52,10 +60,7 @@ def pci_devices(root: str = PCI_ROOT) -> dict:
 
 
 def module_version(path: str = MODULE_VERSION) -> str | None:
-    try:
-        return Path(path).read_text().strip() or None
-    except OSError:
-        return None
+    return _small_text(Path(path)) or None
 
 
 def _out(argv: list[str]) -> dict:
@@ -69,16 +74,6 @@ def _out(argv: list[str]) -> dict:
     return {"rc": done.returncode, "out": done.stdout + done.stderr}
 
 
-def _small_text(path: Path) -> str | None:
-    """A sysfs or procfs file's text; None when it is not there or not a regular file (never waited on)."""
-    from rig.core.documents import read_text
-
-    try:
-        return read_text(path, "machine file").strip()
-    except RigError:
-        return None
-
-
 PCI_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")  # VMD domains are 5 digits
 
 
@@ -87,8 +82,7 @@ def peer_path(root: str = PCI_ROOT) -> dict:
     the PCI bridges above it (from the device's sysfs path), with their ACS control line from lspci."""
     gpus: list[dict] = []
     for dev in sorted(Path(root).glob("*")) if Path(root).is_dir() else []:
-        if _small_text(dev / "vendor") != NVIDIA_VENDOR or not (_small_text(dev / "class") or "").startswith(
-                ("0x0300", "0x0302")):
+        if _small_text(dev / "vendor") != NVIDIA_VENDOR or not (_small_text(dev / "class") or "").startswith(GPU_CLASSES):
             continue
         group = dev / "iommu_group"
         bridges = [part for part in dev.resolve().parts[:-1] if PCI_ADDRESS.fullmatch(part)]

@@ -141,8 +141,8 @@ def seen_by(python: str | Path) -> dict:
     Run with an empty environment, so only what startup sets can show up.
     """
     code = ("import json, os, sys; m = sys.modules.get(%r); "
-            "home = {k: os.path.join(os.path.expanduser('~'), v) for k, v in getattr(m, 'HOME', {}).items()}; "
-            "print(json.dumps({'loaded': m is not None, 'declared': {**m.PINNED, **m.DEFAULTS, **home} if m else {}, "
+            "print(json.dumps({'loaded': m is not None, "
+            "'declared': {**m.PINNED, **m.DEFAULTS, **getattr(m, 'HOME_PATHS', {})} if m else {}, "
             "'environ': dict(os.environ)}))" % MODULE)
     return ask(python, code, [], "start and report its environment", env={})
 
