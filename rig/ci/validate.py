@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 from rig.core import RigError, progress
 from rig.core.fs import confined
 
-KERNELS = ("sglang-kernel", "sgl-kernel")
+KERNELS = ("sglang-kernel", "sgl-kernel", "flashinfer-cubin")  # compiled kernels, audited from their files
 
 
 @dataclass
@@ -159,7 +159,7 @@ def _kernels(stack: dict, lock: dict, cache: Path) -> tuple[list[str], str]:
     reports = [audit.audit_path(str(path), {}, common) for name, (_, path) in sorted(found.items())
                if name in KERNELS]
     if not reports:
-        raise Skip("the lock has no kernel wheel (sglang-kernel or sgl-kernel)")
+        raise Skip("the lock has no kernel wheel (sglang-kernel, sgl-kernel or flashinfer-cubin)")
     problems = [f"{r['artifact']}: {error}" for r in reports for error in r["errors"]]
     return problems, "; ".join(f"{r['artifact']}: torch {torch.version}, CUDA {r['cuda_major']}, archs "
                                f"{', '.join(f'{a} ({how})' for a, how in r['archs'].items())}" for r in reports)

@@ -3,13 +3,15 @@
 From the files alone: the CUDA sonames each object needs (major against the
 stack's, and whether the host can resolve them), the torch symbols it expects
 against those the torch in use exports, the torch its metadata pins, its
-cubin/PTX archs against the stack's targets, and the C++ string ABI.
+cubin/PTX archs against the stack's targets (those inside each object's fatbinary, and
+the raw .cubin files a package such as flashinfer-cubin ships), and the C++ string ABI.
 """
 from __future__ import annotations
 
 import email.parser
 import re
 import shutil
+import struct
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -41,6 +43,22 @@ class SharedObject:
     has_fatbin: bool
     cubins: list[str] = field(default_factory=list)
     ptx: list[str] = field(default_factory=list)
+
+
+def object_notes(name: str, archs: list[str], cubins: list[str], ptx: list[str]) -> list[str]:
+    """Each object loads its own kernels, so what the union of a package's objects hides is named per object:
+    a target this one cannot run at all (sgl-kernel's FlashAttention-3 ops have no sm_120), and an
+    arch-specific (a) target it serves only from another arch's SASS or from PTX (JIT at first load,
+    without the a-only instructions). Notes, not errors: packages ship per-arch objects on purpose."""
+    found = []
+    for target in archs:
+        how, own = covers(target, cubins, ptx), f"sm_{target.replace('.', '')}"
+        if not how:
+            found.append(f"{name}: no kernel image for {target} (it has "
+                         f"{', '.join(['sm_' + a for a in cubins] + ['compute_' + a for a in ptx])})")
+        elif target.endswith("a") and how != f"cubin {own}":
+            found.append(f"{name}: {target} runs {how}, not {own} SASS")
+    return found
 
 
 def _tag_string(tag: DynamicTag) -> str:
@@ -97,8 +115,55 @@ def cuda_archs(path: Path, cuobjdump: Path) -> tuple[list[str], list[str]]:
     return found[0], found[1]
 
 
+CUBIN_LIMIT = 512 << 20  # bytes: far above any kernel image; a larger "cubin" is not one
+CUDA_ARCH_OPTION = re.compile(rb"-arch sm_(\d+)([af]?)\b")
+EM_CUDA, SHT_NOTE = 190, 7
+
+
+def cubin_arch(data: bytes, name: str) -> str:
+    """The SM a raw CUDA ELF (a .cubin file) holds SASS for, spelt as cuobjdump does after sm_ (120, 120a,
+    100f). The number is in e_flags: bits 8-15 from ELF ABI 8 (CUDA 12.8 on), bits 0-7 before. The arch-specific
+    (a) or family (f) suffix is only in the -arch that ptxas records in .note.nv.tkinfo; without it, the plain SM.
+    Read with struct, not pyelftools: a cubin wheel holds thousands (pyelftools takes five times as long)."""
+    def bad(why: str) -> RigError:
+        return RigError(f"{name} is not a CUDA kernel image (cubin) rig can read: {why}")
+
+    if len(data) < 64 or data[:6] != b"\x7fELF\x02\x01":
+        raise bad("not a 64-bit little-endian ELF file")
+    machine, = struct.unpack_from("<H", data, 18)
+    if machine != EM_CUDA:
+        raise bad(f"its ELF machine is {machine}, not CUDA's {EM_CUDA}")
+    flags, = struct.unpack_from("<I", data, 48)
+    sm = (flags >> 8) & 0xFF if data[8] >= 8 else flags & 0xFF
+    section_table, = struct.unpack_from("<Q", data, 40)
+    entry_size, count, names_index = struct.unpack_from("<HHH", data, 58)
+    if entry_size != 64 or names_index >= count or section_table + count * 64 > len(data):
+        raise bad("its section table lies outside the file")
+    sections = [struct.unpack_from("<II16xQQ", data, section_table + i * 64) for i in range(count)]
+    names_at, names_size = sections[names_index][2:4]
+
+    def body(offset: int, size: int) -> bytes:
+        if offset + size > len(data):
+            raise bad("a section lies outside the file")
+        return data[offset:offset + size]
+
+    names = body(names_at, names_size)
+    option = None
+    for name_at, kind, offset, size in sections:
+        if kind == SHT_NOTE and names[name_at:].split(b"\0", 1)[0] == b".note.nv.tkinfo":
+            option = CUDA_ARCH_OPTION.search(body(offset, size))
+    return f"{sm}{option[2].decode()}" if option and int(option[1]) == sm else str(sm)
+
+
+def cubin_archs(images) -> list[tuple[str, str]]:
+    """(name, arch) of each (name, bytes) in IMAGES, which may be a generator: one image is held at a time."""
+    return [(name, cubin_arch(data, name)) for name, data in images]
+
+
 def covers(target: str, cubins: list[str], ptx: list[str]) -> str | None:
-    """How TARGET (e.g. 12.0a) can run this code: a cubin, PTX to JIT, or None (no kernel image)."""
+    """How TARGET (e.g. 12.0a) can run this code: a cubin, PTX to JIT, or None (no kernel image).
+    Arch-specific code (a) runs on its own arch only; family code (f) and plain code on their major at the
+    same or a higher minor, plain PTX on any later arch."""
     major, minor_text = target.split(".")
     specific = minor_text.endswith("a")
     minor = int(minor_text.rstrip("a"))
@@ -106,12 +171,14 @@ def covers(target: str, cubins: list[str], ptx: list[str]) -> str | None:
     if exact in cubins:
         return f"cubin sm_{exact}"
     for arch in cubins:  # SASS runs on its own major at the same or a higher minor
-        m = re.fullmatch(r"(\d+)(\d)(a?)", arch)
-        if m and int(m[1]) == int(major) and int(m[2]) <= minor and (not m[3] or (specific and int(m[2]) == minor)):
+        m = re.fullmatch(r"(\d+)(\d)([af]?)", arch)
+        if m and int(m[1]) == int(major) and int(m[2]) <= minor and (
+                m[3] != "a" or (specific and int(m[2]) == minor)):
             return f"cubin sm_{arch}"
     for arch in ptx:  # PTX JITs forward, except arch-specific (a) PTX, which is for its own arch only
-        m = re.fullmatch(r"(\d+)(\d)(a?)", arch)
-        if m and (m[3] and f"{m[1]}.{m[2]}a" == target or
+        m = re.fullmatch(r"(\d+)(\d)([af]?)", arch)
+        if m and (m[3] == "a" and f"{m[1]}.{m[2]}a" == target or
+                  m[3] == "f" and int(m[1]) == int(major) and int(m[2]) <= minor or
                   not m[3] and (int(m[1]), int(m[2])) <= (int(major), minor)):
             return f"PTX compute_{arch}"
     return None
@@ -176,19 +243,21 @@ def shared_objects(root: Path) -> list[tuple[Path, str]]:
 
 def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None, *, cuda_major: int,
                 archs: list[str], torch: Torch | None, extra_dirs: list[Path], cuobjdump: Path | None,
-                resolve: bool) -> dict:
-    """Audit shared objects (path, name to report) that make up one artifact.
+                resolve: bool, cubins: list[tuple[str, str]] | None = None) -> dict:
+    """Audit shared objects (path, name to report) and raw kernel images (CUBINS: name, arch) that make up
+    one artifact.
 
     RESOLVE: check that each needed soname is found where it will load (the venv's
     torch and NVIDIA wheel libraries, RUNPATH, this host's loader cache); the
     driver's libcuda.so.1 is left to `rig doctor`. Without CUOBJDUMP (no cuobjdump
     at hand) archs are not read.
     """
-    errors, objects = [], []
+    errors, objects, notes = [], [], []
+    cubins = cubins or []
     cache = set(linker_cache()) if resolve else set()
-    union_cubins, union_ptx = set(), set()
-    if not files:
-        errors.append(f"{label} holds no shared objects")
+    union_cubins, union_ptx = {arch for _, arch in cubins}, set()
+    if not files and not cubins:
+        errors.append(f"{label} holds no shared objects and no kernel images")
     for path, rel in files:
         so = read_elf(path, rel)
         search = [Path(d.replace("$ORIGIN", str(path.parent))) for d in so.runpath] + extra_dirs
@@ -219,6 +288,7 @@ def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None,
             row["cubins"], row["ptx"] = cuda_archs(path, cuobjdump)
             union_cubins |= set(row["cubins"])
             union_ptx |= set(row["ptx"])
+            notes += object_notes(rel, archs, row["cubins"], row["ptx"])
         objects.append(row)
     pin = _torch_pin(metadata)
     if pin and torch:
@@ -231,12 +301,20 @@ def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None,
         for target in archs:
             coverage[target] = covers(target, sorted(union_cubins), sorted(union_ptx))
             if not coverage[target]:
+                # prebuilt .cubin files are not rebuilt for another arch: the fix is to leave them out
+                fix = (f" ({len(cubins)} .cubin files): leave the prebuilt kernels out (for flashinfer-cubin, "
+                       f"flashinfer.cubin: false in the stack, and flashinfer JIT-compiles for {target}) or lock a "
+                       f"version that ships SASS for {target}") if cubins else ""
                 errors.append(f"no kernel image for {target}: {label} has cubins "
                               f"{', '.join('sm_' + a for a in sorted(union_cubins)) or 'none'} and PTX "
-                              f"{', '.join('compute_' + a for a in sorted(union_ptx)) or 'none'}")
+                              f"{', '.join('compute_' + a for a in sorted(union_ptx)) or 'none'}{fix}")
+    per_arch: dict[str, int] = {}
+    for _, arch in cubins:
+        per_arch[arch] = per_arch.get(arch, 0) + 1
     return {"artifact": label, "ok": not errors, "errors": errors, "torch_pin": pin,
             "torch": torch.version if torch else None, "cuda_major": cuda_major,
-            "cubins": sorted(union_cubins), "ptx": sorted(union_ptx), "archs": coverage, "objects": objects}
+            "cubins": sorted(union_cubins), "ptx": sorted(union_ptx), "archs": coverage, "objects": objects,
+            "cubin_files": dict(sorted(per_arch.items())), "notes": notes}
 
 
 def _torch_pin(metadata: str | None) -> str | None:
@@ -249,16 +327,23 @@ def _torch_pin(metadata: str | None) -> str | None:
 
 
 def audit_wheel(wheel: Path, **kw) -> dict:
-    """Unpack only the wheel's shared objects and metadata, then audit them."""
+    """Unpack only the wheel's shared objects and metadata, read its .cubin files in place, then audit them."""
     with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
         metadata = None
-        for member in archive.namelist():
-            if member.endswith(".dist-info/METADATA"):
-                metadata = archive.read(member).decode()
-            elif re.search(r"\.so(\.\d+)*$", member):
-                archive.extract(member, tmp)
-        progress(f"auditing {wheel.name}")
-        return audit_files(shared_objects(Path(tmp)), wheel.name, metadata, **kw)
+        images = []
+        for info in archive.infolist():
+            if info.filename.endswith(".dist-info/METADATA"):
+                metadata = archive.read(info).decode()
+            elif re.search(r"\.so(\.\d+)*$", info.filename):
+                archive.extract(info, tmp)
+            elif info.filename.endswith(".cubin"):
+                if info.file_size > CUBIN_LIMIT:
+                    raise RigError(f"{wheel.name}: {info.filename} is {info.file_size >> 20} MiB, larger than any "
+                                   "kernel image; the wheel is not one rig audits")
+                images.append(info)
+        progress(f"auditing {wheel.name}" + (f" ({len(images)} .cubin files)" if images else ""))
+        return audit_files(shared_objects(Path(tmp)), wheel.name, metadata,
+                           cubins=cubin_archs((i.filename, archive.read(i)) for i in images), **kw)
 
 
 _VENV_PROBE = """
@@ -275,7 +360,8 @@ for name in sys.argv[1:]:
     except m.PackageNotFoundError:
         continue
     out["dists"][name] = {"version": d.version, "metadata": d.read_text("METADATA") or "",
-                          "files": [str(d.locate_file(f)) for f in d.files or [] if ".so" in f.name]}
+                          "files": [str(d.locate_file(f)) for f in d.files or []
+                                    if ".so" in f.name or f.name.endswith(".cubin")]}
 print(json.dumps(out))
 """
 
@@ -323,13 +409,22 @@ def audit_path(target: str, installed: dict, common: dict) -> dict:
     if path.is_file():
         return audit_files([(path, path.name)], path.name, None, **common)
     if path.is_dir():
-        return audit_files(shared_objects(path), str(path), None, **common)
+        images = [(p, str(p.relative_to(path))) for p in sorted(path.rglob("*.cubin")) if not p.is_symlink()]
+        return audit_files(shared_objects(path), str(path), None, cubins=_read_cubins(images), **common)
     if target in installed:
         dist = installed[target]
         files = [(Path(f), Path(f).name) for f in dist["files"] if re.search(r"\.so(\.\d+)*$", f)]
-        return audit_files(files, f"{target} {dist['version']}", dist["metadata"], **common)
+        images = [(Path(f), Path(f).name) for f in dist["files"] if f.endswith(".cubin")]
+        return audit_files(files, f"{target} {dist['version']}", dist["metadata"], cubins=_read_cubins(images),
+                           **common)
     raise RigError(f"{target}: no such wheel, shared object or directory, nor a distribution installed in "
                    "--venv; give a path, or --venv with the distribution's name")
+
+
+def _read_cubins(images: list[tuple[Path, str]]) -> list[tuple[str, str]]:
+    from rig.core.fs import read_bytes
+
+    return cubin_archs((name, read_bytes(path, "CUDA kernel image", CUBIN_LIMIT)) for path, name in images)
 
 
 def render(reports: list[dict]) -> str:
@@ -340,9 +435,12 @@ def render(reports: list[dict]) -> str:
         if r["cubins"] or r["ptx"]:
             lines.append(f"      cubins: {' '.join('sm_' + a for a in r['cubins']) or 'none'}; "
                          f"PTX: {' '.join('compute_' + a for a in r['ptx']) or 'none'}")
+            if r["cubin_files"]:
+                lines.append("      .cubin files: " + ", ".join(f"{n} sm_{a}" for a, n in r["cubin_files"].items()))
             lines += [f"      {target}: {how or 'NO KERNEL IMAGE'}" for target, how in r["archs"].items()]
         cuda = sorted({s for o in r["objects"] for s in o["needed_cuda"]})
         if cuda:
             lines.append(f"      CUDA libraries: {' '.join(cuda)}")
+        lines += [f"  note: {n}" for n in r["notes"]]
         lines += [f"  error: {e}" for e in r["errors"]]
     return "\n".join(lines)

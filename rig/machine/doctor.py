@@ -208,7 +208,7 @@ def _agreement(venv: str, seen: dict) -> Check:
                  if problems else "")
 
 
-KERNEL_PACKAGES = ("sglang-kernel", "sgl-kernel", "flashinfer-jit-cache")
+KERNEL_PACKAGES = ("sglang-kernel", "sgl-kernel", "flashinfer-jit-cache", "flashinfer-cubin")
 
 
 def _kernels(venv: str, cuda_version: str, archs: list[str], prefix: str) -> list[Check]:
@@ -232,10 +232,13 @@ def _kernels(venv: str, cuda_version: str, archs: list[str], prefix: str) -> lis
         report = audit_path(name, installed, common)
         coverage = ", ".join(f"{a}: {how}" for a, how in report["archs"].items()) or \
             ("archs not read (no cuobjdump)" if not cuobjdump else "no device code")
+        coverage += "".join(f"; {note}" for note in report["notes"])
         checks.append(Check("python", f"audit-{name}", "pass" if report["ok"] else "fail",
                             f"{report['artifact']}: " + (coverage if report["ok"] else "; ".join(report["errors"])[:600]),
-                            f"rebuild {name} against this venv's torch {report['torch']} for CUDA "
-                            f"{major(cuda_version)} and {', '.join(archs)} (rig wheels build), or pin a wheel built so"))
+                            "see the detail: prebuilt .cubin files are left out, not rebuilt" if report["cubin_files"]
+                            else f"rebuild {name} against this venv's torch {report['torch']} for CUDA "
+                                 f"{major(cuda_version)} and {', '.join(archs)} (rig wheels build), or pin a wheel "
+                                 "built so"))
     return checks
 
 

@@ -1,5 +1,5 @@
 """rig audit and rig wheels build on real wheels: sgl-kernel 0.3.21, sglang-kernel 0.4.10,
-torch 2.14.1 and 2.9.1, and a small torch CUDA extension built here without a GPU."""
+torch 2.14.1 and 2.9.1, flashinfer-cubin 0.6.13, and a small torch CUDA extension built here without a GPU."""
 from __future__ import annotations
 
 import json
@@ -56,6 +56,22 @@ def built(lab, cuda_home, tmp_path_factory) -> Path:
     return Path(result["wheel"])
 
 
+def test_a_cubin_wheel_without_sm_120_sass_fails_a_12_0a_stack_and_fits_the_archs_it_carries(tmp_path):
+    """flashinfer-cubin 0.6.13 ships its prebuilt kernels as .cubin files for Blackwell's datacenter
+    parts only: the audit reads each file's arch and names the 12.0a target it leaves without a kernel."""
+    stack = tmp_path / "archs.yml"
+    data = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    stack.write_text(yaml.safe_dump({**data, "archs": ["12.0a", "10.0a", "9.0a"]}))
+    code, [report] = audit(str(index_wheel("flashinfer-cubin==0.6.13")), "--stack", str(stack))
+    assert code == 1
+    assert report["archs"] == {"12.0a": None, "10.0a": "cubin sm_100a", "9.0a": None}
+    assert sum(report["cubin_files"].values()) > 10000 and {"100f", "103a"} <= set(report["cubin_files"])
+    assert not [arch for arch in report["cubin_files"] if arch.startswith("12")]
+    assert [e.split(":")[0] for e in report["errors"]] == ["no kernel image for 12.0a", "no kernel image for 9.0a"]
+    assert "flashinfer_cubin-0.6.13-py3-none-any.whl has cubins sm_100, sm_100a, sm_100f" in report["errors"][0]
+    assert "flashinfer.cubin: false in the stack, and flashinfer JIT-compiles for 12.0a" in report["errors"][0]
+
+
 def test_sgl_kernel_0_3_21_fails_a_cuda_13_stack_naming_its_cuda_12_libraries():
     code, [report] = audit(str(index_wheel("sgl-kernel==0.3.21")))
     assert code == 1 and not report["ok"]
@@ -72,6 +88,9 @@ def test_sglang_kernel_0_4_10_against_torch_2_14_1_passes(lab):
     assert code == 0 and report["ok"] and installed["ok"], report["errors"] + installed["errors"]
     assert report["torch"] == "2.14.1" and report["torch_pin"] == "torch==2.14.1"
     assert {"120a", "90a"} <= set(report["cubins"])
+    # the union covers both archs; per object, FlashAttention-3's and FlashMLA's ops have no sm_120 kernel
+    assert {n.split(":")[0] for n in report["notes"] if "no kernel image for 12.0a" in n} == \
+        {"sgl_kernel/flash_ops.abi3.so", "sgl_kernel/flashmla_ops.abi3.so"}
     needed = {s for o in report["objects"] for s in o["needed_cuda"]}
     assert "libcudart.so.13" in needed and not any(s.endswith(".so.12") for s in needed)
 

@@ -1,9 +1,12 @@
 """The audit's rules and the build's settings, without wheels or a GPU."""
+import os
+import struct
+
 import pytest
 from conftest import REPO
 
 from rig.core import RigError
-from rig.kernels.audit import _torch_pin, abi_of, covers
+from rig.kernels.audit import _torch_pin, abi_of, covers, cubin_arch, object_notes
 from rig.kernels.wheels import GIB, build_env, max_jobs, source_spec, stack_source, wheelhouse_key
 from rig.stack.spec import load
 
@@ -17,9 +20,62 @@ from rig.stack.spec import load
     ("9.0a", [], ["120"], None),                     # but never backward
     ("12.0a", [], ["90a"], None),                    # arch-specific PTX is for its own arch only
     ("9.0a", ["90", "90a"], [], "cubin sm_90a"),     # the exact cubin is named first
+    ("10.0a", ["100f"], [], "cubin sm_100f"),        # family SASS runs on its family
+    ("12.0a", ["100f", "103a"], [], None),           # but not on another major
+    ("12.0a", [], ["100f"], None),                   # nor does family PTX
+    ("12.0a", [], ["120f"], "PTX compute_120f"),
 ])
 def test_which_code_runs_on_a_target(target, cubins, ptx, how):
     assert covers(target, cubins, ptx) == how
+
+
+def test_what_one_object_cannot_run_well_or_at_all_is_named_for_that_object():
+    archs = ["12.0a", "9.0a", "12.0"]
+    assert object_notes("sm120/ops.so", archs, ["120a", "90a"], []) == \
+        ["sm120/ops.so: no kernel image for 12.0 (it has sm_120a, sm_90a)"]
+    assert object_notes("ops.so", archs[:2], ["90a"], ["90"]) == ["ops.so: 12.0a runs PTX compute_90, not sm_120a SASS"]
+    assert object_notes("ops.so", archs[:2], ["120", "90a"], []) == ["ops.so: 12.0a runs cubin sm_120, not sm_120a SASS"]
+    assert object_notes("flash_ops.so", archs[:2], ["80", "90a"], []) == \
+        ["flash_ops.so: no kernel image for 12.0a (it has sm_80, sm_90a)"]
+
+
+def cuda_elf(flags: int, abi: int = 8, tkinfo: bytes | None = b"ptxas\0-arch sm_120a -m 64 \0",
+             machine: int = 190) -> bytes:
+    """A CUDA ELF as ptxas lays one out, reduced to what the audit reads: the header, the section names and
+    the toolkit note (made by hand: nvcc is not on this machine)."""
+    names = b"\0.shstrtab\0.note.nv.tkinfo\0"
+    note = struct.pack("<III", 13, len(tkinfo), 2000) + b"NVIDIA Corp\0\0\0\0" + tkinfo if tkinfo else b""
+    body = names + note
+    table = 64 + len(body)
+    sections = [struct.pack("<IIQQQQIIQQ", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, 64, len(names), 0, 0, 1, 0)]
+    if tkinfo:
+        sections.append(struct.pack("<IIQQQQIIQQ", 11, 7, 0, 0, 64 + len(names), len(note), 0, 0, 4, 0))
+    header = b"\x7fELF\x02\x01\x01" + bytes([0x41, abi]) + bytes(7) + struct.pack(
+        "<HHIQQQIHHHHHH", 2, machine, 1, 0, 0, table, flags, 64, 0, 0, 64, len(sections), 1)
+    return header + body + b"".join(sections)
+
+
+@pytest.mark.parametrize("flags, abi, tkinfo, arch", [
+    (0x6007802, 8, b"ptxas\0-arch sm_120a -m 64 \0", "120a"),   # ptxas 13.0's flags for sm_120a
+    (0x6006402, 8, b"ptxas\0-arch sm_100f -m 64 \0", "100f"),
+    (0x6005a04, 8, None, "90"),                                  # no note: the plain SM
+    (0x6005a04, 8, b"ptxas\0-arch sm_120a -m 64 \0", "90"),     # a note that disagrees with e_flags is not used
+    (0x0005a, 7, None, "90"),                                    # ABI 7 and older: the SM in the low byte
+])
+def test_a_cubins_arch_is_read_from_its_flags_and_its_toolkit_note(flags, abi, tkinfo, arch):
+    assert cubin_arch(cuda_elf(flags, abi, tkinfo), "k.cubin") == arch
+
+
+@pytest.mark.parametrize("data, why", [
+    (b"\x7fELF", "not a 64-bit little-endian ELF file"),
+    (cuda_elf(0x6007802, machine=62), "its ELF machine is 62, not CUDA's 190"),
+    (cuda_elf(0x6007802)[:-10], "its section table lies outside the file"),
+    (b"#!/bin/sh\n" + bytes(80), "not a 64-bit little-endian ELF file"),
+])
+def test_what_is_not_a_cubin_is_named_and_refused(data, why):
+    with pytest.raises(RigError, match=f"k.cubin is not a CUDA kernel image \\(cubin\\) rig can read: {why}"):
+        cubin_arch(data, "k.cubin")
 
 
 def test_the_torch_pin_is_read_from_metadata_but_not_from_extras():
@@ -81,3 +137,17 @@ def test_a_stacks_source_entry_is_its_build_recipe(tmp_path):
     assert stack_source(load(extension), "rig-scale-ext", str(extension)) == str(REPO / "tests" / "data" / "rig_scale_ext")
     with pytest.raises(RigError, match="no kernel, flashinfer, sglang or extension named 'deep-gemm'"):
         stack_source(load(extension), "deep-gemm", str(extension))
+
+
+def test_a_directory_of_cubins_is_audited_file_by_file_and_a_fifo_among_them_is_refused(tmp_path):
+    from rig.kernels.audit import audit_path
+
+    (tmp_path / "gemm_sm120a.cubin").write_bytes(cuda_elf(0x6007802))
+    common = {"cuda_major": 13, "archs": ["12.0a", "9.0a"], "torch": None, "extra_dirs": [], "cuobjdump": None,
+              "resolve": False}
+    report = audit_path(str(tmp_path), {}, common)
+    assert report["cubin_files"] == {"120a": 1} and report["archs"] == {"12.0a": "cubin sm_120a", "9.0a": None}
+    assert [e.split(":")[0] for e in report["errors"]] == ["no kernel image for 9.0a"]
+    os.mkfifo(tmp_path / "stuck.cubin")  # read, it would block the audit for ever
+    with pytest.raises(RigError, match="stuck.cubin is not a regular file"):
+        audit_path(str(tmp_path), {}, common)
