@@ -103,9 +103,13 @@ def _fetch_wheels_locked(version: str, components: list[str], dest: Path, platfo
     return {"changed": True, "dir": str(dest), **record}
 
 
+RUNFILE_LIMIT = 16 << 30  # bytes: CUDA 13.0's runfile is 4.3 GB
+RUNFILE_TIMEOUT = 4 * 3600.0  # seconds for the whole runfile: a slow mirror, not a stalled one (http.IDLE)
+
+
 def fetch_runfile(url: str, sha256: str, cache: str | Path) -> dict:
     """Download a runfile into the controller cache, refusing one whose hash differs."""
-    import urllib.request
+    from rig.core import http
 
     if not url or not sha256:
         raise RigError("the runfile method needs both cuda.runfile.url and cuda.runfile.sha256")
@@ -115,8 +119,8 @@ def fetch_runfile(url: str, sha256: str, cache: str | Path) -> dict:
     tmp = Path(tempfile.mkstemp(prefix=".download-", dir=_mkdir(dest.parent))[1])
     try:
         progress(f"downloading {url}")
-        with urllib.request.urlopen(url) as response, open(tmp, "wb") as out:
-            shutil.copyfileobj(response, out, 1 << 20)
+        with open(tmp, "wb") as out:
+            http.download(url, out, "the CUDA runfile", RUNFILE_LIMIT, timeout=RUNFILE_TIMEOUT)
         actual = sha256_file(tmp)
         if actual != sha256:
             raise RigError(f"runfile {url} has sha256 {actual}, expected {sha256}; "

@@ -129,9 +129,10 @@ PULL_LIMIT = 64 << 20  # pip's wheel is 2 MB, uv's 17 MB
 def _pull(lock: dict | None, find_links: str | None, scratch: Path, installer: str) -> Path:
     """The requirements file (from the lock) and the installer's wheel (pulled from FIND_LINKS and checked
     against the lock, or rig's pin for uv) into SCRATCH, which then serves as the wheelhouse."""
+    import io
     import urllib.parse
-    import urllib.request
 
+    from rig.core import http
     from rig.python.installer import uv_wheel
     from rig.python.wheelhouse import requirements
 
@@ -142,13 +143,14 @@ def _pull(lock: dict | None, find_links: str | None, scratch: Path, installer: s
         raise RigError("the lock has no pip wheel to install with; lock the stack again with this rig")
     url = find_links.rstrip("/") + "/" + urllib.parse.quote(wheel["filename"])
     progress(f"taking {installer} from {url}")
+    taken = io.BytesIO()
     try:
-        with urllib.request.urlopen(url, timeout=60) as answer:
-            data = answer.read(PULL_LIMIT + 1)
-    except OSError as exc:  # URLError, HTTPError, timeouts
+        http.download(url, taken, wheel["filename"], PULL_LIMIT, timeout=120)
+    except RigError as exc:
         hint = ("; a wheelhouse exported by an older rig has no uv wheel: export it again, or install with pip "
                 "(python_stack_installer: pip)") if installer == "uv" else ""
-        raise RigError(f"could not take {wheel['filename']} from {url}: {getattr(exc, 'reason', exc)}{hint}") from exc
+        raise RigError(f"{exc}{hint}") from exc
+    data = taken.getvalue()
     if sha256_data(data) != wheel["sha256"]:
         raise RigError(f"{url} is not the pinned {wheel['filename']} (sha256 differs): the server at {find_links} "
                        "does not serve this lock's wheels")

@@ -9,17 +9,11 @@ internal_states[i].avg_spec_accept_length.
 """
 from __future__ import annotations
 
-import http.client
 import json
 import os
-import time
-import urllib.error
-import urllib.request
 
-from rig.core import RigError, progress
+from rig.core import RigError, http, progress
 from rig.stack.spec import KEY_ENV
-
-MAX_ANSWER = 64 << 20  # bytes: no answer rig asks for comes near it
 
 
 def headers(api_key_env: str = KEY_ENV) -> dict:
@@ -45,30 +39,6 @@ def number(value) -> float | None:
     return found if 0 < found < float("inf") else None
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """SGLang never redirects: a 3xx is answered as it is, so the API key never travels to another origin."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects)
-
-
-def _read(response, deadline: float) -> bytes | None:
-    """The answer's body, read as it arrives until DEADLINE (the timeout is for the whole answer, not per
-    read: a server that sends a byte every half second ends with it); None past the deadline."""
-    chunks, size = [], 0
-    while chunk := response.read1(1 << 16):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > MAX_ANSWER or time.monotonic() > deadline:
-            break
-    if time.monotonic() > deadline:
-        return None
-    return b"".join(chunks)
-
-
 def accept_length(meta: dict) -> float | None:
     """Tokens per verify step of one finished request, or None when it was not speculative."""
     if not isinstance(meta, dict):
@@ -81,25 +51,9 @@ def accept_length(meta: dict) -> float | None:
 
 def call(url: str, path: str, body: dict | None = None, timeout: float = 30.0,
          api_key_env: str = KEY_ENV) -> tuple[int, bytes]:
-    """(HTTP status, body); status 0 when nothing answered."""
+    """(HTTP status, body); status 0 when nothing answered (rig.core.http: no redirects, one deadline)."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url.rstrip("/") + path, data=data, headers=headers(api_key_env),
-                                     method="POST" if data is not None else "GET")
-    deadline = time.monotonic() + timeout
-    try:
-        with _OPENER.open(request, timeout=timeout) as response:
-            answer = _read(response, deadline)
-            if answer is None:
-                return 0, f"no whole answer within {timeout:g} s".encode()
-            if len(answer) > MAX_ANSWER:
-                return 0, f"an answer larger than {MAX_ANSWER >> 20} MiB".encode()
-            return response.status, answer
-    except urllib.error.HTTPError as exc:  # an error answer's body is read under the same deadline
-        answered = _read(exc, deadline)
-        return exc.code, (f"no whole answer within {timeout:g} s".encode() if answered is None
-                          else answered[:MAX_ANSWER])
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # a cut or garbled answer too
-        return 0, str(getattr(exc, "reason", exc) or type(exc).__name__).encode()
+    return http.request(url.rstrip("/") + path, data, headers(api_key_env), timeout)
 
 
 def server_info(url: str, api_key_env: str = KEY_ENV) -> dict:

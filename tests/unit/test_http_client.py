@@ -1,6 +1,7 @@
-"""rig's one HTTP client (rig.serving.sglang_api.call) against a hostile server: it never follows a redirect
-(so the API key never reaches another origin), its timeout bounds the whole answer, and numbers no float can
-hold are not numbers. Each case was an outside attack's on this tree."""
+"""rig's one HTTP client (rig.core.http, under rig.serving.sglang_api.call and every download) against a
+hostile server: it never follows a redirect (so the API key never reaches another origin), its timeout bounds
+the whole answer, no answer is read past its limit, and numbers no float can hold are not numbers. Each case
+was an outside attack's on this tree."""
 import http.server
 import threading
 import time
@@ -116,3 +117,23 @@ def test_an_error_body_nested_past_the_parser_is_a_reason_not_a_crash():
 
     refused = _refused(500, b"[" * 100_000)
     assert refused["ok"] is False and refused["error"].startswith("server error (HTTP 500): [[[")
+
+
+@pytest.mark.parametrize("mode, limit, timeout, why", [
+    ("redirect", 1 << 20, 5, "it answered 302"),
+    ("plain", 1, 5, "an answer larger than 1 bytes"),   # the 2-byte body is over a 1-byte limit
+    ("dribble", 1 << 20, 1, "no whole answer within 1 s"),
+    ("dribbled error", 1 << 20, 5, "it answered 500"),
+])
+def test_a_download_is_refused_whole_when_the_answer_is_not_the_file(servers, tmp_path, mode, limit, timeout, why):
+    import io
+
+    from rig.core import RigError, http
+
+    other = servers("plain")
+    server = servers(mode, other.server_port)
+    out = io.BytesIO()
+    url = f"http://127.0.0.1:{server.server_port}/x.whl"
+    with pytest.raises(RigError, match=f"could not download x.whl from {url}: {why}"):
+        http.download(url, out, "x.whl", limit, timeout)
+    assert [s for s in SEEN if s[0] == other.server_port] == []  # the redirect was not followed

@@ -1,0 +1,82 @@
+"""rig's one HTTP client, for every question it asks and every file it fetches (stdlib only: the engine
+bundle runs it on targets). Answers are untrusted: a redirect is answered as it is (a key or a token never
+travels to another origin), the whole answer has one deadline (error answers too; a server that sends a byte
+every half second ends with it), and no answer is read past its size limit.
+"""
+from __future__ import annotations
+
+import http.client
+import time
+import urllib.error
+import urllib.request
+from typing import BinaryIO, Iterator
+
+from rig.core import RigError
+
+MAX_ANSWER = 64 << 20  # bytes: no answer rig asks a server for comes near it
+IDLE = 60.0  # seconds a download may wait for its next bytes
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+class _Cut(Exception):
+    """The answer went past its deadline or its size limit; the message says which."""
+
+
+def _chunks(response, deadline: float, timeout: float, limit: int) -> Iterator[bytes]:
+    size = 0
+    while chunk := response.read1(1 << 20):
+        size += len(chunk)
+        if size > limit:
+            raise _Cut(f"an answer larger than {f'{limit >> 20} MiB' if limit >= 1 << 20 else f'{limit} bytes'}")
+        if time.monotonic() > deadline:
+            raise _Cut(f"no whole answer within {timeout:g} s")
+        yield chunk
+
+
+def _reason(exc: BaseException) -> str:
+    return str(getattr(exc, "reason", exc) or type(exc).__name__)
+
+
+def request(url: str, data: bytes | None = None, headers: dict | None = None, timeout: float = 30.0,
+            limit: int = MAX_ANSWER) -> tuple[int, bytes]:
+    """(HTTP status, body) of one request (POST when DATA is given); status 0 when nothing answered whole,
+    the body then saying why."""
+    ask = urllib.request.Request(url, data=data, headers=headers or {}, method="POST" if data is not None else "GET")
+    deadline = time.monotonic() + timeout
+    try:
+        with _OPENER.open(ask, timeout=timeout) as response:
+            return response.status, b"".join(_chunks(response, deadline, timeout, limit))
+    except urllib.error.HTTPError as exc:  # an error answer's body is read under the same deadline
+        try:
+            return exc.code, b"".join(_chunks(exc, deadline, timeout, limit))
+        except _Cut as cut:
+            return exc.code, str(cut).encode()
+    except _Cut as cut:
+        return 0, str(cut).encode()
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # a cut or garbled answer too
+        return 0, _reason(exc).encode()
+
+
+def download(url: str, out: BinaryIO, what: str, limit: int, timeout: float) -> None:
+    """Stream URL's answer into OUT, or a RigError naming WHAT and URL: an answer other than 200, one larger
+    than LIMIT bytes, none whole within TIMEOUT seconds, or IDLE seconds without a byte."""
+    deadline = time.monotonic() + timeout
+    try:
+        with _OPENER.open(urllib.request.Request(url), timeout=min(timeout, IDLE)) as response:
+            if response.status not in (200, None):  # None: a file:// URL, which has no status
+                raise RigError(f"could not download {what} from {url}: it answered {response.status}")
+            for chunk in _chunks(response, deadline, timeout, limit):
+                out.write(chunk)
+    except _Cut as cut:
+        raise RigError(f"could not download {what} from {url}: {cut}") from cut
+    except urllib.error.HTTPError as exc:
+        raise RigError(f"could not download {what} from {url}: it answered {exc.code}") from exc
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        raise RigError(f"could not download {what} from {url}: {_reason(exc)}") from exc
