@@ -20,13 +20,19 @@ from pathlib import Path
 from rig.core import RigError, progress
 
 
-def confined(root: str | Path, relative: str, what: str) -> Path:
+def confined(root: str | Path, relative: str, what: str, follow: bool = True) -> Path:
     """ROOT/RELATIVE, resolved, or a RigError when it would land outside ROOT (`..`, an absolute path,
-    a link out): nothing is written through a path that escapes its root."""
+    a link out): nothing is written through a path that escapes its root. follow=False leaves a link at the
+    last component unresolved, for a caller that replaces what is there (and never writes through it)."""
     base = Path(root).resolve()
     if not relative or "\0" in relative or Path(relative).is_absolute():
         raise RigError(f"{what}: {relative!r} is not a relative path under {base}; refusing it")
-    target = (base / relative).resolve()
+    if follow:
+        target = (base / relative).resolve()
+    elif ".." in Path(relative).parts or (base / relative).parent.resolve() / Path(relative).name == base:
+        raise RigError(f"{what}: {relative!r} leads outside {base}; refusing it (path traversal)")
+    else:
+        target = (base / relative).parent.resolve() / Path(relative).name
     if target != base and base not in target.parents:
         raise RigError(f"{what}: {relative!r} leads outside {base}; refusing it (path traversal)")
     return target

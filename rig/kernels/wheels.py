@@ -20,9 +20,9 @@ from rig.core import RigError, progress
 from rig.core.fs import atomic_copy, atomic_write, sha256_data, sha256_file
 from rig.core.proc import run
 from rig.kernels.audit import audit_wheel, venv_context
-from rig.python.pip import pinned
 from rig.python.runtime_env import arch_env
 from rig.python.venv import BUILT_REQUIREMENTS
+from rig.python.wheelhouse import lay_out
 
 GIB = 1 << 30
 NVCC_JOB_MEMORY = 4 * GIB  # a heavy nvcc translation unit peaks around here
@@ -151,18 +151,10 @@ def export(built_dirs: list[Path], dest: Path, requirements_dir: Path | None = N
     if not wheels:
         raise RigError(f"{', '.join(map(str, built_dirs))} holds no built wheels; run the wheel_build role "
                        "(or rig wheels build) first")
-    dest.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for wheel in wheels:
-        atomic_copy(wheel, dest / wheel.name)  # a link left at DEST is replaced, never written through
-        name, version = wheel.name.split("-")[:2]
-        lines.append(pinned(name, version, sha256_file(wheel)))
-    text = "\n".join(lines) + "\n"
-    (requirements_dir or dest).mkdir(parents=True, exist_ok=True)
-    atomic_write((requirements_dir or dest) / BUILT_REQUIREMENTS, text)
-    return {"changed": False, "dest": str(dest), "wheels": [w.name for w in wheels],
-            "requirements_sha256": sha256_data(text), "msg": f"exported {len(wheels)} wheel(s)"}
-
+    entries = [(w, {"filename": w.name, "name": w.name.split("-")[0], "version": w.name.split("-")[1],
+                    "sha256": sha256_file(w)}) for w in wheels]
+    laid = lay_out(entries, dest, (requirements_dir or dest) / BUILT_REQUIREMENTS)
+    return {**laid, "dest": str(dest), "msg": f"exported {len(wheels)} wheel(s)"}
 
 
 def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home: Path, cache: Path,

@@ -155,7 +155,7 @@ def _pull(lock: dict | None, find_links: str | None, scratch: Path, installer: s
         raise RigError(f"{url} is not the pinned {wheel['filename']} (sha256 differs): the server at {find_links} "
                        "does not serve this lock's wheels")
     (scratch / wheel["filename"]).write_bytes(data)
-    (scratch / REQUIREMENTS).write_text(requirements(lock))
+    (scratch / REQUIREMENTS).write_text(requirements(lock["wheels"]))
     return scratch
 
 

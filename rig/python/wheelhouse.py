@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from rig.core import RigError, progress
-from rig.core.fs import atomic_copy, atomic_write, confined, sha256_file
+from rig.core.fs import atomic_copy, atomic_write, confined, sha256_data, sha256_file
 from rig.python.pip import download, index_args, pinned, target_args
 
 REQUIREMENTS = "requirements.txt"
@@ -84,27 +84,49 @@ def _download(wheels: list[dict], lock: dict, cache: Path) -> int:
     return total
 
 
-def requirements(lock: dict) -> str:
-    """The lock as a hash-pinned requirements file, for pip's --require-hashes."""
-    lines = [pinned(w["name"], w["version"], w["sha256"]) for w in lock["wheels"]]
-    return "\n".join(sorted(lines)) + "\n"
+def requirements(wheels: list[dict]) -> str:
+    """WHEELS (lock entries: name, version, sha256) as a hash-pinned requirements file, for pip's
+    --require-hashes."""
+    return "\n".join(sorted(pinned(w["name"], w["version"], w["sha256"]) for w in wheels)) + "\n"
+
+
+def lay_out(wheels: list[tuple[Path, dict]], dest: Path, requirements_file: Path,
+            listed: list[dict] | None = None) -> dict:
+    """The one export: each (source, entry) wheel placed in DEST as its entry's filename (a hard link where
+    the filesystem allows, else a copy; a link or a differing file there is replaced, never written through),
+    and REQUIREMENTS_FILE pinning LISTED (default: every wheel placed). changed: whether DEST or the file now
+    differs from before."""
+    dest.mkdir(parents=True, exist_ok=True)
+    changed = False
+    for src, entry in wheels:
+        target = confined(dest, entry["filename"], f"wheel {entry['name']}", follow=False)
+        if target.is_symlink() or not target.is_file() or sha256_file(target) != entry["sha256"]:
+            if target.is_symlink() or target.is_file():
+                target.unlink()
+            try:
+                os.link(src, target)
+            except OSError:
+                atomic_copy(src, target)
+            changed = True
+    text = requirements(listed if listed is not None else [entry for _, entry in wheels])
+    requirements_file.parent.mkdir(parents=True, exist_ok=True)
+    if requirements_file.is_symlink() or not requirements_file.is_file() or \
+            sha256_file(requirements_file) != sha256_data(text):
+        atomic_write(requirements_file, text)
+        changed = True
+    return {"changed": changed, "dir": str(dest), "wheels": [entry["filename"] for _, entry in wheels],
+            "requirements_sha256": sha256_data(text)}
 
 
 def export(lock: dict, cache: str | Path, dest: str | Path) -> dict:
-    """Lay the lock's wheels out in DEST (hard links where possible) with a hash-pinned requirements file."""
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
+    """Lay the lock's wheels (and the installer's) out in DEST with a hash-pinned requirements file."""
+    placed = []
     for wheel in wanted(lock):
         src = cached_path(cache, wheel)
         if not _intact(src, wheel["sha256"]):
             raise RigError(f"{wheel['filename']} is missing from the wheelhouse or altered; "
                            "run `rig wheelhouse fetch` first")
-        target = confined(dest, wheel["filename"], f"lock entry {wheel['name']}")
-        if not target.exists() or sha256_file(target) != wheel["sha256"]:
-            target.unlink(missing_ok=True)
-            try:
-                os.link(src, target)
-            except OSError:
-                atomic_copy(src, target)
-    atomic_write(dest / REQUIREMENTS, requirements(lock))
-    return {"changed": True, "dir": str(dest), "wheels": len(wanted(lock)), "lock_hash": lock["lock_hash"]}
+        placed.append((src, wheel))
+    # the requirements pin the lock's wheels only: the installer's wheel is served, not installed
+    laid = lay_out(placed, Path(dest), Path(dest) / REQUIREMENTS, listed=lock["wheels"])
+    return {**laid, "lock_hash": lock["lock_hash"], "msg": f"exported {len(placed)} wheel(s) to {dest}"}

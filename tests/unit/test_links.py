@@ -2,6 +2,7 @@
 environment module. Each case was an outside attack's: a link left where rig writes, to a victim file or
 directory elsewhere. The victim must come out of every run byte for byte as it went in."""
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -125,3 +126,22 @@ def test_an_installed_version_or_a_patch_no_rig_can_read_is_named_not_a_crash(tm
     (patch_set / "fakepkg-fix.yml").write_text(yaml.safe_dump(empty))
     done = rig("patch", "status", "--venv", str(venv), "--patches", str(patch_set))
     assert done.returncode == 2 and "hunks[0].find: must not be empty" in done.stderr, done.stderr
+
+
+def test_both_exports_lay_wheels_out_one_way_and_say_changed_only_when_something_changed(tmp_path, victim):
+    """rig wheels export and rig wheelhouse export share rig.python.wheelhouse.lay_out: a second run changes
+    nothing and says so; a link planted at the requirements file is replaced, not written through."""
+    kept = tmp_path / "cache" / "built" / "k1"
+    kept.mkdir(parents=True)
+    (kept / "ext-1.0-py3-none-any.whl").write_bytes(b"the wheel's bytes")
+    dest = tmp_path / "dest"
+    argv = ["wheels", "export", "k1", str(dest), "--cache", str(tmp_path / "cache"), "--json"]
+    first, second = (json.loads(rig(*argv).stdout) for _ in range(2))
+    assert first["changed"] and not second["changed"]
+    assert (dest / "built-requirements.txt").read_text().startswith("ext==1.0 --hash=sha256:")
+    (dest / "built-requirements.txt").unlink()
+    (dest / "built-requirements.txt").symlink_to(victim)
+    before = digest(victim)
+    third = json.loads(rig(*argv).stdout)
+    assert third["changed"] and digest(victim) == before
+    assert not (dest / "built-requirements.txt").is_symlink()
