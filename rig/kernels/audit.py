@@ -124,7 +124,8 @@ def cubin_arch(data: bytes, name: str) -> str:
     """The SM a raw CUDA ELF (a .cubin file) holds SASS for, spelt as cuobjdump does after sm_ (120, 120a,
     100f). The number is in e_flags: bits 8-15 from ELF ABI 8 (CUDA 12.8 on), bits 0-7 before. The arch-specific
     (a) or family (f) suffix is only in the -arch that ptxas records in .note.nv.tkinfo; without it, the plain SM.
-    Read with struct, not pyelftools: a cubin wheel holds thousands (pyelftools takes five times as long)."""
+    Read with struct, not pyelftools: a cubin wheel holds thousands, and pyelftools reads them ~100x slower
+    (`python scripts/bench.py cubins`)."""
     def bad(why: str) -> RigError:
         return RigError(f"{name} is not a CUDA kernel image (cubin) rig can read: {why}")
 
