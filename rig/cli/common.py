@@ -8,8 +8,10 @@ from pathlib import Path
 
 import click
 
+from rig.core import defaults
+
 DEFAULT_STACK = "stacks/default.yml"
-DEFAULT_CACHE = os.environ.get("RIG_CACHE", str(Path.home() / ".cache" / "rig"))
+DEFAULT_CACHE = defaults.cache_dir()
 DEFAULT_BUNDLE = os.environ.get("RIG_BUNDLE", str(Path(DEFAULT_CACHE) / "engine" / "rig.pyz"))
 
 # exit statuses, named once: every command and the error boundary in rig.cli use these

@@ -6,6 +6,7 @@ import json
 import click
 
 from rig.cli.common import DEFAULT_CACHE, Url, check_option, emit, json_option, prefix_option
+from rig.core import defaults
 
 
 @click.group()
@@ -53,7 +54,7 @@ def cuda_install(version, method, components, source, sha256, prefix, check, as_
 @cuda.command("default")
 @click.option("--version", "version", required=True, help="Toolkit release or series, e.g. 13.0.")
 @prefix_option
-@click.option("--state-dir", default="/var/lib/rig", show_default=True, help="Where rollback state is kept.")
+@click.option("--state-dir", default=defaults.STATE_DIR, show_default=True, help="Where rollback state is kept.")
 @check_option
 @click.option("--installing", is_flag=True,
               help="With --check: this run installs the toolkit first, so it need not exist yet.")
@@ -67,7 +68,7 @@ def cuda_default(version, prefix, state_dir, check, installing, as_json) -> None
 
 @cuda.command("rollback")
 @prefix_option
-@click.option("--state-dir", default="/var/lib/rig", show_default=True, help="Where rollback state is kept.")
+@click.option("--state-dir", default=defaults.STATE_DIR, show_default=True, help="Where rollback state is kept.")
 @check_option
 @json_option
 def cuda_rollback(prefix, state_dir, check, as_json) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from rig.cli.common import DEFAULT_CACHE, DEFAULT_STACK, emit, json_option, prefix_option
-from rig.core import RigError
+from rig.core import RigError, defaults
 
 
 @click.group()
@@ -73,7 +73,7 @@ def wheels_plan(source, stack_path, cache, as_json) -> None:
 @click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True)
 @click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="The staged dir is CACHE/staged/KEY.")
 @click.option("--root", required=True, help="The absolute path at which the builder will see the staged dir.")
-@click.option("--venv", "venv_path", default="/opt/rig/venv", show_default=True,
+@click.option("--venv", "venv_path", default=defaults.VENV, show_default=True,
               help="The builder's venv whose torch the build links against.")
 @click.option("--cuda-home", help="The builder's CUDA toolkit with nvcc (default: PREFIX/cuda-X.Y there).")
 @click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs on the builder (default: sized there).")

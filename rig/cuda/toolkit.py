@@ -16,7 +16,7 @@ import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from rig.core import RigError, progress
+from rig.core import RigError, defaults, progress
 from rig.core.cuda_releases import COMPONENTS, RELEASES, major, series
 from rig.core.documents import load_json
 from rig.core.fs import atomic_write, confined, held, sha256_data, sha256_file
@@ -26,7 +26,7 @@ from rig.python.pip import download, target_args
 
 MARKER = ".rig-toolkit.json"
 MANIFEST = "manifest.json"
-DEFAULT_STATE_DIR = "/var/lib/rig"
+DEFAULT_STATE_DIR = defaults.STATE_DIR
 
 
 def check_release(version: str) -> None:

@@ -18,7 +18,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from rig.core import RigError, progress
+from rig.core import RigError, defaults, progress
 from rig.core.cuda_releases import series
 from rig.core.documents import read_text
 from rig.core.fs import atomic_write, sha256_data
@@ -57,7 +57,7 @@ def labels(stack: dict, lock: dict, patch_ids: list[str]) -> dict:
         **{f"{LABEL}.{k}": v for k, v in pick.items()},
         f"{LABEL}.patches": ",".join(patch_ids),
         f"{LABEL}.builds": ",".join(f"{b['name']}=={b['version']}" for b in lock["source_builds"]),
-        f"{LABEL}.sbom": "/opt/rig/sbom.cdx.json",
+        f"{LABEL}.sbom": f"{defaults.IMAGE_ROOT}/sbom.cdx.json",
     }
 
 
@@ -95,7 +95,7 @@ def _context(root: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | 
     return ctx
 
 
-BUILD_ROOT = "/opt/rig/build"  # the builder stage's scratch: sources, stack file, cuobjdump, its cache
+BUILD_ROOT = f"{defaults.IMAGE_ROOT}/build"  # the builder stage's scratch: sources, stack file, cuobjdump, its cache
 
 
 def source_builds(stack_path: str, stack: dict, lock: dict, cache: Path) -> list[dict]:
@@ -123,11 +123,11 @@ def _builder_context(ctx: Path, stack_path: str, lock: dict, missing: list[dict]
     build = ctx / "build"
     lines = ["# written by rig image build: the lock's source builds the controller's cache lacks"]
     if missing:
-        staged = stage(missing, stack_path, lock["lock_hash"], cache, build, BUILD_ROOT, "/opt/rig/venv", cuda_home)
+        staged = stage(missing, stack_path, lock["lock_hash"], cache, build, BUILD_ROOT, defaults.VENV, cuda_home)
         tools = " ".join(staged["tools"])
         lines.append(f"dpkg -s {tools} >/dev/null 2>&1 || {{ apt-get update && "
                      f"apt-get install -y --no-install-recommends {tools}; }}")
-        lines += [shlex.join(["python3", "/opt/rig/rig.pyz", *b["argv"]]) for b in staged["builds"]]
+        lines += [shlex.join(["python3", f"{defaults.IMAGE_ROOT}/rig.pyz", *b["argv"]]) for b in staged["builds"]]
     else:
         build.mkdir()
     (build / "build.sh").write_text("\n".join(lines) + "\n")
@@ -283,7 +283,8 @@ def verify(tag: str) -> dict:
 
     def inside(*args: str) -> dict:
         """Run the image's engine (as the image's user) and read its JSON report, whatever its exit status."""
-        container = client.containers.run(tag, ["/opt/rig/rig.pyz", *args], entrypoint="python3", detach=True)
+        container = client.containers.run(tag, [f"{defaults.IMAGE_ROOT}/rig.pyz", *args], entrypoint="python3",
+                                          detach=True)
         try:
             code = container.wait()["StatusCode"]
             out = container.logs(stdout=True, stderr=False).decode()
@@ -295,9 +296,9 @@ def verify(tag: str) -> dict:
         finally:
             container.remove(force=True)
 
-    doctor = inside("doctor", "--json", "--cuda", meta[f"{LABEL}.cuda"], "--venv", "/opt/rig/venv",
+    doctor = inside("doctor", "--json", "--cuda", meta[f"{LABEL}.cuda"], "--venv", defaults.VENV,
                     *[f"--arch={a}" for a in archs])
-    patches = inside("patch", "status", "--json", "--venv", "/opt/rig/venv", "--patches", "/opt/rig/patches")
+    patches = inside("patch", "status", "--json", "--venv", defaults.VENV, "--patches", f"{defaults.IMAGE_ROOT}/patches")
     applied = sorted(r["id"] for r in patches["patches"] if r["status"] == "applied")
     pending = sorted(r["id"] for r in patches["patches"] if r["status"] in ("needed", "drifted"))
     wanted = sorted(filter(None, meta[f"{LABEL}.patches"].split(",")))

@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from rig.core import RigError, proc
+from rig.core import RigError, defaults, proc
 from rig.core.check import Check
 from rig.core.cuda_releases import major, series
 from rig.cuda.ldconfig import cache
@@ -223,7 +223,7 @@ def _kernels(venv: str, cuda_version: str, archs: list[str], prefix: str) -> lis
     from rig.python.tools import find_tool
 
     # no download here: rig's cached cuobjdump, one on PATH, or the toolkit's own
-    cuobjdump = find_tool("cuobjdump", os.environ.get("RIG_CACHE", Path.home() / ".cache" / "rig"),
+    cuobjdump = find_tool("cuobjdump", defaults.cache_dir(),
                           Path(prefix) / f"cuda-{series(cuda_version)}" / "bin")
     common = {"cuda_major": major(cuda_version), "archs": archs, "torch": torch, "extra_dirs": dirs,
               "cuobjdump": cuobjdump, "resolve": True}

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rig.core import RigError
+from rig.core import RigError, defaults
 from rig.core.cuda_releases import COMPONENTS, RELEASES
 from rig.core.schema import Field, between, distribution, sha256, version
 from rig.core.schema import validate as validate_document
@@ -118,7 +118,7 @@ SCHEMA = {
     # by the host's python3 (rig lock writes STACK.pyXY.lock)
     "pythons": Field(list, default=[], item=Field(check=_python)),
     "glibc": Field(default="2.35", check=lambda v: None if re.fullmatch(r"2\.\d+", v) else "like 2.35"),
-    "venv": Field(default="/opt/rig/venv"),
+    "venv": Field(default=defaults.VENV),
     # index_url "" means the installer's configured default index (PyPI unless set);
     # ${VAR} is taken from the environment, for indexes and mirrors named per site.
     "torch": Field(dict, default={}, fields={
@@ -168,7 +168,7 @@ SCHEMA = {
         # "testmodel": the generated tiny target and draft under testmodel_dir (rig testmodel)
         "model": Field(default=""),
         "draft_model": Field(default=""),            # EAGLE-3 draft; "" serves without speculation
-        "testmodel_dir": Field(default="/var/lib/rig/testmodel", check=_absolute),
+        "testmodel_dir": Field(default=defaults.TESTMODEL_DIR, check=_absolute),
         "speculative_num_steps": Field(int, default=2, check=between(1, 32)),
         "speculative_eagle_topk": Field(int, default=4, check=between(1, 64)),
         "speculative_num_draft_tokens": Field(int, default=8, check=between(1, 1024)),

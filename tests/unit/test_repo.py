@@ -68,3 +68,19 @@ def test_plays_become_root_on_real_hosts_not_in_containers_unless_the_inventory_
         for play in yaml.safe_load(playbook.read_text()):
             assert play.get("become", "{{ rig_become | default(rig_become_default) }}") == \
                 "{{ rig_become | default(rig_become_default) }}", playbook.name
+
+
+def test_the_roles_and_the_dockerfile_spell_the_paths_rig_core_defaults_names():
+    """Ansible and Docker cannot import rig.core.defaults: their own spellings are held to it here."""
+    from rig.core import defaults
+
+    def role(name: str) -> dict:
+        return yaml.safe_load((REPO / "roles" / name / "defaults" / "main.yml").read_text())
+
+    venvs = {role("python_stack")["python_stack_venv"], role("sglang_patches")["sglang_patches_venv"],
+             role("wheel_build")["wheel_build_venv"]}
+    assert venvs == {defaults.VENV}
+    assert role("cuda_toolkit")["cuda_toolkit_state_dir"] == defaults.STATE_DIR
+    dockerfile = (REPO / "rig" / "image" / "Dockerfile").read_text()
+    assert f"--venv {defaults.VENV} " in dockerfile and f" {defaults.IMAGE_ROOT}/patches/" in dockerfile
+    assert f"{defaults.IMAGE_ROOT}/rig.pyz" in dockerfile
