@@ -5,17 +5,16 @@ import json
 
 import click
 
-from rig.cli.common import DEFAULT_CACHE, DEFAULT_STACK, json_option, judged
+from rig.cli.common import cache_option, json_option, judged, stack_option, venv_option
 
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
-              help="The CUDA major and target archs to hold the files to.")
-@click.option("--venv", "venv_path", help="Take torch from this venv, and audit PATHS that are its installed "
+@stack_option(help="The CUDA major and target archs to hold the files to.")
+@venv_option(help="Take torch from this venv, and audit PATHS that are its installed "
               "distributions (e.g. sglang-kernel).")
 @click.option("--torch", "torch_path", help="Take torch from this torch wheel or torch/lib directory instead.")
-@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Where cuobjdump is kept.")
+@cache_option(help="Where cuobjdump is kept.")
 @json_option
 def audit(paths, stack_path, venv_path, torch_path, cache, as_json) -> None:
     """Audit wheels, installed packages or shared objects before anything loads them.

@@ -24,6 +24,22 @@ INTERRUPTED = 130  # Ctrl-C
 SIGNALLED = 128  # plus the signal's number: SIGTERM or SIGHUP
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+
+
+def venv_option(**settings):
+    """--venv, declared once (the command's VENV_PATH); SETTINGS say what it is to that command."""
+    return click.option("--venv", "venv_path", **{"help": "The stack's virtualenv.", **settings})
+
+
+def stack_option(**settings):
+    """--stack, declared once (STACK_PATH), the default stack unless SETTINGS say otherwise."""
+    return click.option("--stack", "stack_path", **{"default": DEFAULT_STACK, "show_default": True, **settings})
+
+
+def cache_option(**settings):
+    """--cache, declared once: the controller's cache (wheels, CUDA wheels, tools, the engine bundle)."""
+    return click.option("--cache", **{"default": DEFAULT_CACHE, "show_default": True,
+                                      "help": "The controller's cache.", **settings})
 check_option = click.option("--check", is_flag=True, help="Dry run: say what would change, change nothing.")
 prefix_option = click.option("--prefix", default="/usr/local", show_default=True,
                              help="Where the cuda-X.Y trees live.")

@@ -5,7 +5,7 @@ import json
 
 import click
 
-from rig.cli.common import DEFAULT_CACHE, Url, check_option, emit, json_option, prefix_option
+from rig.cli.common import Url, cache_option, check_option, emit, json_option, prefix_option
 from rig.core import defaults
 
 
@@ -21,7 +21,7 @@ def cuda() -> None:
 @click.option("--url", type=Url(("https", "http", "file")), default="", help="Runfile URL (runfile method).")
 @click.option("--sha256", default="", help="Expected runfile sha256 (runfile method).")
 @click.option("--platform", default="x86_64", show_default=True, help="Target machine (uname -m).")
-@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller-side download cache.")
+@cache_option(help="Controller-side download cache.")
 @json_option
 def cuda_fetch(version, components, method, url, sha256, platform, cache, as_json) -> None:
     """Download a toolkit's artifacts once into the controller cache (verified)."""

@@ -5,14 +5,14 @@ import json
 
 import click
 
-from rig.cli.common import DEFAULT_BUNDLE, DEFAULT_STACK, emit, json_option, judged, prefix_option
+from rig.cli.common import DEFAULT_BUNDLE, DEFAULT_STACK, emit, json_option, judged, prefix_option, stack_option, venv_option
 
 
 @click.command()
-@click.option("--stack", "stack_path", help="Take the CUDA version and archs from this stack file.")
+@stack_option(default=None, show_default=False, help="Take the CUDA version and archs from this stack file.")
 @click.option("--cuda", "cuda_version", help="CUDA release to expect (default: the stack's).")
 @click.option("--arch", "archs", multiple=True, help="Target arch, e.g. 12.0a; repeat (default: the stack's).")
-@click.option("--venv", "venv_path", help="Check this stack venv against its lock (default: the stack's, "
+@venv_option(help="Check this stack venv against its lock (default: the stack's, "
               "when it pins packages).")
 @prefix_option
 @click.option("--container", help="Run the checks inside this running container instead of here.")

@@ -5,7 +5,7 @@ import json
 
 import click
 
-from rig.cli.common import DEFAULT_STACK, check_option, emit, json_option, prefix_option
+from rig.cli.common import check_option, emit, json_option, prefix_option, stack_option, venv_option
 from rig.core import RigError
 
 
@@ -17,8 +17,7 @@ def env_group() -> None:
 def _env_source(func):
     func = click.option("--env-json", help="The environment as `rig env show --json` prints it "
                         "(roles pass this; default: from --stack).")(func)
-    func = click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
-                        help="Render the stack's environment section, CUDA version and archs.")(func)
+    func = stack_option(help="Render the stack's environment section, CUDA version and archs.")(func)
     return prefix_option(func)
 
 
@@ -56,7 +55,7 @@ def env_show(stack_path, env_json, prefix, as_json) -> None:
 
 
 @env_group.command("install")
-@click.option("--venv", "venv_path", required=True, help="The stack's venv (never the system Python).")
+@venv_option(required=True, help="The stack's venv (never the system Python).")
 @_env_source
 @check_option
 @json_option
@@ -72,7 +71,7 @@ def env_install(venv_path, stack_path, env_json, prefix, check, as_json) -> None
 
 
 @env_group.command("remove")
-@click.option("--venv", "venv_path", required=True)
+@venv_option(required=True)
 @check_option
 @json_option
 def env_remove(venv_path, check, as_json) -> None:

@@ -6,12 +6,20 @@ import os
 
 import click
 
-from rig.cli.common import DEFAULT_CACHE, DEFAULT_STACK, emit, json_option, judged, to_file_or_stdout
+from rig.cli.common import (
+    cache_option,
+    emit,
+    json_option,
+    judged,
+    stack_option,
+    to_file_or_stdout,
+    venv_option,
+)
 from rig.core import RigError
 
 
 @click.command()
-@click.option("--venv", "venv_path", required=True)
+@venv_option(required=True)
 @click.option("--requirements", required=True, multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="The hash-pinned requirements the venv was installed from (the wheels' sha256); "
                    "repeat it for the wheels rig built.")
@@ -30,7 +38,7 @@ def image() -> None:
 
 
 @image.command("build")
-@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True, help="Its lock must be complete.")
+@stack_option(help="Its lock must be complete.")
 @click.option("--base", default=lambda: os.environ.get("RIG_BASE_IMAGE", ""),
               help="The base image: NVIDIA's CUDA 13 image by digest where a registry answers, else rig's "
                    "bootstrapped base (scripts/base-image.sh prints it; default $RIG_BASE_IMAGE).")
@@ -38,8 +46,7 @@ def image() -> None:
 @click.option("--ca-cert", "ca_certs", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="An extra CA certificate for the builder stage only (its apt and git); repeat.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
-@click.option("--cache", default=DEFAULT_CACHE, show_default=True,
-              help="Controller cache (wheels, CUDA wheels, built wheels).")
+@cache_option(help="Controller cache (wheels, CUDA wheels, built wheels).")
 @json_option
 def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, as_json) -> None:
     """Build the stack's image, tagged rig/NAME:LOCKHASH, with OCI labels and an SBOM inside.

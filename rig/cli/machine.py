@@ -5,13 +5,13 @@ from pathlib import Path
 
 import click
 
-from rig.cli.common import emit, json_option, judged
+from rig.cli.common import emit, json_option, judged, venv_option
 from rig.core import RigError, defaults
 from rig.core.fs import output_dir
 
 
 @click.command()
-@click.option("--venv", "venv_path", default=defaults.VENV, show_default=True,
+@venv_option(default=defaults.VENV, show_default=True,
               help="The stack's venv: its torch and NCCL run the all-reduce.")
 @click.option("--python", "python", help="Use this interpreter instead of the venv's.")
 @click.option("--gpus", type=int, help="GPUs to all-reduce across (default: every GPU nvidia-smi lists).")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import check_option, emit, json_option
+from rig.cli.common import check_option, emit, json_option, stack_option, venv_option
 
 
 @click.group()
@@ -19,10 +19,10 @@ def patch() -> None:
 
 def _patch_target(func):
     func = click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's own patch set).")(func)
-    func = click.option("--stack", "stack_path",
+    func = stack_option(default=None, show_default=False,
                         help="Use this stack's venv when neither --venv nor --python is given.")(func)
     func = click.option("--python", "python", help="The environment's Python interpreter.")(func)
-    func = click.option("--venv", "venv_path", help="The environment: a virtualenv directory.")(func)
+    func = venv_option(help="The environment: a virtualenv directory.")(func)
     return json_option(func)
 
 

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import DEFAULT_STACK, check_option, emit, json_option, judged
+from rig.cli.common import check_option, emit, json_option, judged, stack_option, venv_option
 from rig.cli.smoke import api_key_env_option
 
 
 @click.command()
-@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
-              help="The stack: its CUDA and archs for the doctor, its server line for the servers.")
-@click.option("--venv", "venv_path", help="The venv whose sglang serves (default: the stack's).")
+@stack_option(help="The stack: its CUDA and archs for the doctor, its server line for the servers.")
+@venv_option(help="The venv whose sglang serves (default: the stack's).")
 @click.option("--tp", type=click.IntRange(1, 64), help="The TP size to prove beside 1 (default: the stack's server.tp).")
 @click.option("--out", "out_dir", default="prove-results", show_default=True,
               help="prove.json, report.md, prove.png, logs/ and (without --models) models/.")

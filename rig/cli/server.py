@@ -6,7 +6,7 @@ import os
 
 import click
 
-from rig.cli.common import DEFAULT_STACK, json_option
+from rig.cli.common import json_option, stack_option, venv_option
 from rig.core import RigError
 
 
@@ -16,9 +16,9 @@ def server() -> None:
 
 
 @server.command("args")
-@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True)
+@stack_option()
 @click.option("--stack-json", help="The stack as JSON instead of a file (roles pass the validated stack).")
-@click.option("--venv", "venv_path", help="The venv whose sglang parses the flags (default: the stack's).")
+@venv_option(help="The venv whose sglang parses the flags (default: the stack's).")
 @click.option("--baseline", is_flag=True, help="Drop speculation, keep everything else (the benchmark's baseline).")
 @click.option("--api-key/--no-api-key", default=None,
               help="Add --api-key ${NAME} (default: when server.api_key_env is set here).")

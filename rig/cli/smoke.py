@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import DEFAULT_STACK, Seconds, Url, emit, json_option, judged
+from rig.cli.common import Seconds, Url, emit, json_option, judged, stack_option
 from rig.core import RigError
 from rig.core.fs import output_dir
 from rig.serving.sglang_api import KEY_ENV
@@ -53,7 +53,7 @@ def smoke(url, timeout, max_tokens, log_path, speculation, health_only, pid, req
 @click.option("--baseline-url", type=Url(), help="A server without speculation, measured with the same plan.")
 @click.option("--baseline-results", type=click.Path(exists=True, dir_okay=False),
               help="results.json of an earlier run against the baseline (when both cannot run at once).")
-@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True, help="Plan defaults: its bench section.")
+@stack_option(help="Plan defaults: its bench section.")
 @click.option("--concurrency", help="Comma-separated levels, e.g. 1,2,5,10 (default: the stack's).")
 @click.option("--max-tokens", type=int, help="Output tokens per sweep request (default: the stack's).")
 @click.option("--serial-runs", type=int, help="Serial runs (default: the stack's).")

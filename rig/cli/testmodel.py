@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from rig.cli.common import check_option, emit, json_option
+from rig.cli.common import check_option, emit, json_option, venv_option
 from rig.core import defaults
 from rig.serving.testmodel import DRAFTS as _TESTMODEL_DRAFTS
 from rig.serving.testmodel import KINDS as _TESTMODEL_KINDS
@@ -14,7 +14,7 @@ from rig.serving.testmodel import KINDS as _TESTMODEL_KINDS
 @click.command()
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Where DIR/target and DIR/draft go (replaced only when their content changes).")
-@click.option("--venv", "venv_path", default=defaults.VENV, show_default=True,
+@venv_option(default=defaults.VENV, show_default=True,
               help="The stack's venv: its torch, safetensors and tokenizers write the model.")
 @click.option("--python", "python", help="Use this interpreter instead of the venv's.")
 @click.option("--tp", type=int, default=1, show_default=True, help="GPUs the server will split it over (1, 2, 4, 8...).")

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import DEFAULT_CACHE
+from rig.cli.common import cache_option
 
 
 @click.command("tool")
 @click.argument("name", type=click.Choice(["cuobjdump"]))
-@click.option("--cache", default=DEFAULT_CACHE, show_default=True)
+@cache_option()
 def tool(name, cache) -> None:
     """Print the path of an NVIDIA tool rig uses, fetching it from its wheel into the cache if needed."""
     from rig.python.tools import fetch_tool

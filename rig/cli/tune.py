@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import DEFAULT_STACK, Seconds, check_option, emit, json_option, judged
+from rig.cli.common import Seconds, check_option, emit, json_option, judged, stack_option, venv_option
 from rig.cli.smoke import api_key_env_option
 from rig.core import RigError
 
@@ -24,9 +24,8 @@ def _numbers(text: str | None, option: str, kind: type, low: float) -> list | No
 
 
 @click.command()
-@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
-              help="The stack: its server line, bench (levels, rounds, min_seconds) and tune sections.")
-@click.option("--venv", "venv_path", help="The venv whose sglang serves (default: the stack's).")
+@stack_option(help="The stack: its server line, bench (levels, rounds, min_seconds) and tune sections.")
+@venv_option(help="The venv whose sglang serves (default: the stack's).")
 @click.option("--out", "out_dir", default="tune-results", show_default=True,
               help="tune.json, report.md, tune.png, adaptive.json, proposed-stack.yml and logs/.")
 @click.option("--prompts", "prompts_path", type=click.Path(dir_okay=False),

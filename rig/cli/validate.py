@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import DEFAULT_CACHE, DEFAULT_STACK, emit, json_option, judged
+from rig.cli.common import DEFAULT_STACK, cache_option, emit, json_option, judged, venv_option
 
 
 @click.command("validate")
 @click.argument("stack_path", metavar="STACK", default=DEFAULT_STACK)
 @click.option("--junit", type=click.Path(dir_okay=False), help="Also write the checks as a JUnit XML file.")
-@click.option("--venv", "venv_path", help="A venv of the stack (its image's): its sglang parses the server line.")
-@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="The wheelhouse (missing wheels are fetched).")
+@venv_option(help="A venv of the stack (its image's): its sglang parses the server line.")
+@cache_option(help="The wheelhouse (missing wheels are fetched).")
 @click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's own patch set).")
 @json_option
 def validate_cmd(stack_path, junit, venv_path, cache, patch_dir, as_json) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import check_option, emit, json_option, judged
+from rig.cli.common import check_option, emit, json_option, judged, venv_option
 from rig.core import defaults
 from rig.python.installer import INSTALLERS
 
@@ -14,7 +14,7 @@ def venv() -> None:
 
 
 @venv.command("install")
-@click.option("--venv", "venv_path", default=defaults.VENV, show_default=True)
+@venv_option(default=defaults.VENV, show_default=True)
 @click.option("--lock", "lock_file", help="The stack's lock: with --find-links, pull everything from that URL, "
               "pip's wheel and requirements checked against the lock (hosts of a fleet).")
 @click.option("--lock-hash", help="lock_hash of the lock being installed (without --lock).")
@@ -41,7 +41,7 @@ def venv_install(venv_path, lock_file, lock_hash, python_version, house, find_li
 
 
 @venv.command("verify")
-@click.option("--venv", "venv_path", default=defaults.VENV, show_default=True)
+@venv_option(default=defaults.VENV, show_default=True)
 @json_option
 def venv_verify(venv_path, as_json) -> None:
     """Check every locked package is installed at its locked version."""
@@ -54,7 +54,7 @@ def venv_verify(venv_path, as_json) -> None:
 
 
 @venv.command("add")
-@click.option("--venv", "venv_path", default=defaults.VENV, show_default=True)
+@venv_option(default=defaults.VENV, show_default=True)
 @click.option("--requirements-sha256", required=True, help="sha256 of the export's list (rig wheels export prints it).")
 @click.option("--wheelhouse", help="The exported dir holding the wheels (needed only when something changes).")
 @click.option("--find-links", help="Take the wheels from this URL; the wheelhouse dir then needs only its "

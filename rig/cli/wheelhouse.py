@@ -5,7 +5,7 @@ import re
 
 import click
 
-from rig.cli.common import DEFAULT_CACHE, Seconds, emit, json_option
+from rig.cli.common import Seconds, cache_option, emit, json_option
 
 
 @click.group()
@@ -15,7 +15,7 @@ def wheelhouse() -> None:
 
 @wheelhouse.command("fetch")
 @click.argument("lock_path", metavar="LOCK")
-@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller-side cache.")
+@cache_option(help="Controller-side cache.")
 @json_option
 def wheelhouse_fetch(lock_path, cache, as_json) -> None:
     """Download every wheel of LOCK once, verifying each sha256; refetch altered ones."""
@@ -28,7 +28,7 @@ def wheelhouse_fetch(lock_path, cache, as_json) -> None:
 @wheelhouse.command("export")
 @click.argument("lock_path", metavar="LOCK")
 @click.argument("dest")
-@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller-side cache.")
+@cache_option(help="Controller-side cache.")
 @json_option
 def wheelhouse_export(lock_path, dest, cache, as_json) -> None:
     """Lay LOCK's wheels out in DEST with a hash-pinned requirements.txt."""

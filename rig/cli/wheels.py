@@ -5,7 +5,14 @@ from pathlib import Path
 
 import click
 
-from rig.cli.common import DEFAULT_CACHE, DEFAULT_STACK, emit, json_option, prefix_option
+from rig.cli.common import (
+    cache_option,
+    emit,
+    json_option,
+    prefix_option,
+    stack_option,
+    venv_option,
+)
 from rig.core import RigError, defaults
 
 
@@ -19,13 +26,12 @@ def wheels() -> None:
 @click.option("--from-stack", "from_stack", metavar="KEY",
               help="Build from the stack's own source entry (git+ref or path, subdirectory): kernel, "
                    "flashinfer, sglang, or the package name of one of its extensions.")
-@click.option("--venv", "venv_path", required=True, help="The venv whose torch the build links against.")
-@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True,
-              help="Target archs and CUDA major; its lock's hash keys the built wheel.")
+@venv_option(required=True, help="The venv whose torch the build links against.")
+@stack_option(help="Target archs and CUDA major; its lock's hash keys the built wheel.")
 @click.option("--cuda-home", help="The CUDA toolkit with nvcc (default: PREFIX/cuda-X.Y of the stack's CUDA).")
 @prefix_option
 @click.option("--jobs", type=int, help="Parallel compile jobs (default: cores, capped by memory at 4 GiB a job).")
-@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="Controller cache; wheels go to built/KEY/.")
+@cache_option(help="Controller cache; wheels go to built/KEY/.")
 @click.option("--lock-hash", help="The stack lock's hash (default: read from the stack's lock file).")
 @click.option("--cuobjdump", help="cuobjdump to read the wheel's archs with (default: cached, on PATH, or fetched).")
 @json_option
@@ -57,8 +63,8 @@ def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, j
 
 @wheels.command("plan")
 @click.argument("source")
-@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True)
-@click.option("--cache", default=DEFAULT_CACHE, show_default=True)
+@stack_option()
+@cache_option()
 @json_option
 def wheels_plan(source, stack_path, cache, as_json) -> None:
     """Say whether the controller's wheelhouse already holds SOURCE built for the stack."""
@@ -70,10 +76,10 @@ def wheels_plan(source, stack_path, cache, as_json) -> None:
 
 @wheels.command("stage")
 @click.argument("source")
-@click.option("--stack", "stack_path", default=DEFAULT_STACK, show_default=True)
-@click.option("--cache", default=DEFAULT_CACHE, show_default=True, help="The staged dir is CACHE/staged/KEY.")
+@stack_option()
+@cache_option(help="The staged dir is CACHE/staged/KEY.")
 @click.option("--root", required=True, help="The absolute path at which the builder will see the staged dir.")
-@click.option("--venv", "venv_path", default=defaults.VENV, show_default=True,
+@venv_option(default=defaults.VENV, show_default=True,
               help="The builder's venv whose torch the build links against.")
 @click.option("--cuda-home", help="The builder's CUDA toolkit with nvcc (default: PREFIX/cuda-X.Y there).")
 @click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs on the builder (default: sized there).")
@@ -91,7 +97,7 @@ def wheels_stage(source, stack_path, cache, root, venv_path, cuda_home, jobs, as
 @wheels.command("export")
 @click.argument("key")
 @click.argument("dest")
-@click.option("--cache", default=DEFAULT_CACHE, show_default=True)
+@cache_option()
 @json_option
 def wheels_export(key, dest, cache, as_json) -> None:
     """Lay the wheels kept under CACHE/built/KEY out in DEST with a hash-pinned requirements file."""
