@@ -12,6 +12,7 @@ import urllib.request
 from typing import BinaryIO, Iterator
 
 from rig.core import RigError
+from rig.core.fs import open_regular
 
 MAX_ANSWER = 64 << 20  # bytes: no answer rig asks a server for comes near it
 IDLE = 60.0  # seconds a download may wait for its next bytes
@@ -30,14 +31,27 @@ class _Cut(Exception):
 
 
 def _chunks(response, deadline: float, timeout: float, limit: int) -> Iterator[bytes]:
+    """The body as it arrives, cut at LIMIT bytes or DEADLINE; one that ends short of its Content-Length (the
+    server closed mid-answer: read1 then returns nothing rather than raising) is not a whole answer."""
+    too_large = _Cut(f"an answer larger than {f'{limit >> 20} MiB' if limit >= 1 << 20 else f'{limit} bytes'}")
+    announced = getattr(response, "length", None)
+    if isinstance(announced, int) and announced > limit:
+        raise too_large
     size = 0
     while chunk := response.read1(1 << 20):
         size += len(chunk)
         if size > limit:
-            raise _Cut(f"an answer larger than {f'{limit >> 20} MiB' if limit >= 1 << 20 else f'{limit} bytes'}")
+            raise too_large
         if time.monotonic() > deadline:
             raise _Cut(f"no whole answer within {timeout:g} s")
         yield chunk
+    if isinstance(announced, int) and size < announced:
+        raise _Cut(f"the answer ended after {size} of the {announced} bytes it announced")
+
+
+def _http_only(url: str) -> None:
+    if not url.startswith(("http://", "https://")):
+        raise RigError(f"{url!r} is not an http(s) URL; give one, e.g. http://127.0.0.1:30000")
 
 
 def _reason(exc: BaseException) -> str:
@@ -48,6 +62,7 @@ def request(url: str, data: bytes | None = None, headers: dict | None = None, ti
             limit: int = MAX_ANSWER) -> tuple[int, bytes]:
     """(HTTP status, body) of one request (POST when DATA is given); status 0 when nothing answered whole,
     the body then saying why."""
+    _http_only(url)
     ask = urllib.request.Request(url, data=data, headers=headers or {}, method="POST" if data is not None else "GET")
     deadline = time.monotonic() + timeout
     try:
@@ -58,6 +73,8 @@ def request(url: str, data: bytes | None = None, headers: dict | None = None, ti
             return exc.code, b"".join(_chunks(exc, deadline, timeout, limit))
         except _Cut as cut:
             return exc.code, str(cut).encode()
+        except (OSError, http.client.HTTPException) as cut:  # reset or stalled mid-body
+            return exc.code, _reason(cut).encode()
     except _Cut as cut:
         return 0, str(cut).encode()
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # a cut or garbled answer too
@@ -66,11 +83,15 @@ def request(url: str, data: bytes | None = None, headers: dict | None = None, ti
 
 def download(url: str, out: BinaryIO, what: str, limit: int, timeout: float) -> None:
     """Stream URL's answer into OUT, or a RigError naming WHAT and URL: an answer other than 200, one larger
-    than LIMIT bytes, none whole within TIMEOUT seconds, or IDLE seconds without a byte."""
+    than LIMIT bytes or shorter than it announced, none whole within TIMEOUT seconds, or IDLE seconds without
+    a byte. A file:// URL is read as a local regular file (never a FIFO or a device)."""
+    if url.startswith("file://"):
+        return _copy_local(urllib.request.url2pathname(url[len("file://"):]), out, what, limit)
+    _http_only(url)
     deadline = time.monotonic() + timeout
     try:
         with _OPENER.open(urllib.request.Request(url), timeout=min(timeout, IDLE)) as response:
-            if response.status not in (200, None):  # None: a file:// URL, which has no status
+            if response.status != 200:
                 raise RigError(f"could not download {what} from {url}: it answered {response.status}")
             for chunk in _chunks(response, deadline, timeout, limit):
                 out.write(chunk)
@@ -80,3 +101,13 @@ def download(url: str, out: BinaryIO, what: str, limit: int, timeout: float) -> 
         raise RigError(f"could not download {what} from {url}: it answered {exc.code}") from exc
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         raise RigError(f"could not download {what} from {url}: {_reason(exc)}") from exc
+
+
+def _copy_local(path: str, out: BinaryIO, what: str, limit: int) -> None:
+    with open_regular(path, what) as source:
+        size = 0
+        while block := source.read(1 << 20):
+            size += len(block)
+            if size > limit:
+                raise RigError(f"{what} {path} is larger than {limit >> 20} MiB; it is not {what}")
+            out.write(block)

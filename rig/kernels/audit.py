@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rig.core import RigError, progress
+from rig.core.fs import open_regular
 from rig.core.proc import ask, run
 from rig.cuda.ldconfig import cache as linker_cache
 
@@ -74,7 +75,7 @@ def read_elf(path: Path, name: str) -> SharedObject:
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
 
-    with open(path, "rb") as handle:
+    with open_regular(path, "shared object") as handle:  # never a FIFO or a device a RECORD names
         try:
             elf = ELFFile(handle)
         except ELFError as exc:
@@ -116,7 +117,9 @@ def cuda_archs(path: Path, cuobjdump: Path) -> tuple[list[str], list[str]]:
 
 
 CUBIN_LIMIT = 512 << 20  # bytes: far above any kernel image; a larger "cubin" is not one
-CUDA_ARCH_OPTION = re.compile(rb"-arch sm_(\d+)([af]?)\b")
+CUDA_ARCH_OPTION = re.compile(rb"-arch sm_(\d{2,3})([af]?)\b")
+MAX_NOTE = 64 << 10  # bytes: ptxas's toolkit note is a few hundred
+TKINFO = b".note.nv.tkinfo\0"
 EM_CUDA, SHT_NOTE = 190, 7
 
 
@@ -136,6 +139,8 @@ def cubin_arch(data: bytes, name: str) -> str:
         raise bad(f"its ELF machine is {machine}, not CUDA's {EM_CUDA}")
     flags, = struct.unpack_from("<I", data, 48)
     sm = (flags >> 8) & 0xFF if data[8] >= 8 else flags & 0xFF
+    if sm < 20:  # sm_20 is the oldest SASS there was
+        raise bad(f"its e_flags {flags:#x} name no SM (sm_{sm})")
     section_table, = struct.unpack_from("<Q", data, 40)
     entry_size, count, names_index = struct.unpack_from("<HHH", data, 58)
     if entry_size != 64 or names_index >= count or section_table + count * 64 > len(data):
@@ -151,8 +156,11 @@ def cubin_arch(data: bytes, name: str) -> str:
     names = body(names_at, names_size)
     option = None
     for name_at, kind, offset, size in sections:
-        if kind == SHT_NOTE and names[name_at:].split(b"\0", 1)[0] == b".note.nv.tkinfo":
+        if kind == SHT_NOTE and names[name_at:name_at + len(TKINFO)] == TKINFO:
+            if size > MAX_NOTE:
+                raise bad(f"its toolkit note is {size} bytes, far more than ptxas writes")
             option = CUDA_ARCH_OPTION.search(body(offset, size))
+            break  # the first is ptxas's: a crafted file may carry thousands
     return f"{sm}{option[2].decode()}" if option and int(option[1]) == sm else str(sm)
 
 
@@ -344,7 +352,17 @@ def audit_wheel(wheel: Path, **kw) -> dict:
                 images.append(info)
         progress(f"auditing {wheel.name}" + (f" ({len(images)} .cubin files)" if images else ""))
         return audit_files(shared_objects(Path(tmp)), wheel.name, metadata,
-                           cubins=cubin_archs((i.filename, archive.read(i)) for i in images), **kw)
+                           cubins=cubin_archs((i.filename, _member(archive, i, wheel)) for i in images), **kw)
+
+
+def _member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, wheel: Path) -> bytes:
+    import zlib
+
+    try:
+        return archive.read(info)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise RigError(f"{wheel.name}: its member {info.filename} cannot be read ({exc}); the wheel is damaged "
+                       "or crafted: fetch it again from the lock") from exc
 
 
 _VENV_PROBE = """
@@ -410,8 +428,12 @@ def audit_path(target: str, installed: dict, common: dict) -> dict:
     if path.is_file():
         return audit_files([(path, path.name)], path.name, None, **common)
     if path.is_dir():
-        images = [(p, str(p.relative_to(path))) for p in sorted(path.rglob("*.cubin")) if not p.is_symlink()]
-        return audit_files(shared_objects(path), str(path), None, cubins=_read_cubins(images), **common)
+        found = sorted(path.rglob("*.cubin"))
+        images = [(p, str(p.relative_to(path))) for p in found if not p.is_symlink() and not p.is_dir()]
+        report = audit_files(shared_objects(path), str(path), None, cubins=_read_cubins(images), **common)
+        report["notes"] += [f"{p.relative_to(path)}: a link, not followed and not audited"
+                            for p in found if p.is_symlink()]
+        return report
     if target in installed:
         dist = installed[target]
         files = [(Path(f), Path(f).name) for f in dist["files"] if re.search(r"\.so(\.\d+)*$", f)]

@@ -98,6 +98,9 @@ def lay_out(wheels: list[tuple[Path, dict]], dest: Path, requirements_file: Path
     differs from before."""
     dest.mkdir(parents=True, exist_ok=True)
     changed = False
+    for path in [requirements_file] + [dest / entry["filename"] for _, entry in wheels]:
+        if path.is_dir() and not path.is_symlink():
+            raise RigError(f"{path} is a directory where the export puts a file; remove it (nothing was exported)")
     for src, entry in wheels:
         target = confined(dest, entry["filename"], f"wheel {entry['name']}", follow=False)
         if target.is_symlink() or not target.is_file() or sha256_file(target) != entry["sha256"]:

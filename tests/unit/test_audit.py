@@ -72,10 +72,32 @@ def test_a_cubins_arch_is_read_from_its_flags_and_its_toolkit_note(flags, abi, t
     (cuda_elf(0x6007802, machine=62), "its ELF machine is 62, not CUDA's 190"),
     (cuda_elf(0x6007802)[:-10], "its section table lies outside the file"),
     (b"#!/bin/sh\n" + bytes(80), "not a 64-bit little-endian ELF file"),
+    (cuda_elf(0x6000002), "its e_flags 0x6000002 name no SM"),
+    (cuda_elf(0x6007802, tkinfo=b"-arch sm_" + b"9" * 5000), None),  # digits no int() takes: not an -arch
 ])
 def test_what_is_not_a_cubin_is_named_and_refused(data, why):
+    if why is None:
+        assert cubin_arch(data, "k.cubin") == "120"
+        return
     with pytest.raises(RigError, match=f"k.cubin is not a CUDA kernel image \\(cubin\\) rig can read: {why}"):
         cubin_arch(data, "k.cubin")
+
+
+def test_only_the_first_toolkit_note_is_read_and_a_huge_one_is_refused():
+    """A crafted file may carry thousands of notes (each would be searched) or one of megabytes."""
+    one = cuda_elf(0x6007802)
+    table, = struct.unpack_from("<Q", one, 40)
+    many = 60000
+    other = b"ptxas\0-arch sm_120f -m 64 \0"  # what the later notes would say, were they read
+    at = table + (3 + many) * 64
+    later = struct.pack("<IIQQQQIIQQ", 11, 7, 0, 0, at, len(other), 0, 0, 4, 0)
+    crafted = bytearray(one[:table] + one[table:table + 192] + later * many + other)
+    struct.pack_into("<H", crafted, 60, 3 + many)
+    assert cubin_arch(bytes(crafted), "k.cubin") == "120a"
+    huge = bytearray(one)
+    struct.pack_into("<Q", huge, table + 128 + 32, 1 << 20)  # the note section's size
+    with pytest.raises(RigError, match="its toolkit note is 1048576 bytes"):
+        cubin_arch(bytes(huge), "k.cubin")
 
 
 def test_the_torch_pin_is_read_from_metadata_but_not_from_extras():
@@ -148,6 +170,27 @@ def test_a_directory_of_cubins_is_audited_file_by_file_and_a_fifo_among_them_is_
     report = audit_path(str(tmp_path), {}, common)
     assert report["cubin_files"] == {"120a": 1} and report["archs"] == {"12.0a": "cubin sm_120a", "9.0a": None}
     assert [e.split(":")[0] for e in report["errors"]] == ["no kernel image for 9.0a"]
+    (tmp_path / "kernels.cubin").mkdir()  # a directory of that name is no kernel image
+    (tmp_path / "elsewhere.cubin").symlink_to("/dev/zero")  # nor is a link followed: it is named
+    report = audit_path(str(tmp_path), {}, common)
+    assert report["cubin_files"] == {"120a": 1}
+    assert report["notes"] == ["elsewhere.cubin: a link, not followed and not audited"]
     os.mkfifo(tmp_path / "stuck.cubin")  # read, it would block the audit for ever
     with pytest.raises(RigError, match="stuck.cubin is not a regular file"):
         audit_path(str(tmp_path), {}, common)
+
+
+def test_a_wheel_whose_cubin_member_is_damaged_is_named_with_the_member(tmp_path):
+    import zipfile
+
+    from rig.kernels.audit import audit_wheel
+
+    wheel = tmp_path / "crafted-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("crafted/k.cubin", cuda_elf(0x6007802))
+    data = bytearray(wheel.read_bytes())
+    at = data.index(b"\x7fELF")  # stored, not deflated: flip a byte of the member's body
+    data[at + 100] ^= 0xFF
+    wheel.write_bytes(bytes(data))
+    with pytest.raises(RigError, match="crafted-1.0-py3-none-any.whl: its member crafted/k.cubin cannot be read"):
+        audit_wheel(wheel, cuda_major=13, archs=["12.0a"], torch=None, extra_dirs=[], cuobjdump=None, resolve=False)

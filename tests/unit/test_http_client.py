@@ -3,6 +3,7 @@ hostile server: it never follows a redirect (so the API key never reaches anothe
 the whole answer, no answer is read past its limit, and numbers no float can hold are not numbers. Each case
 was an outside attack's on this tree."""
 import http.server
+import os
 import threading
 import time
 
@@ -40,6 +41,13 @@ class Hostile(http.server.BaseHTTPRequestHandler):
                 except OSError:
                     return
                 time.sleep(0.2)
+        elif mode in ("short", "short error"):  # announces 1000 bytes, sends 10, closes
+            self.send_response(200 if mode == "short" else 503)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b"0123456789")
+            self.wfile.flush()
+            self.close_connection = True
         else:
             body = b"{}"
             self.send_response(200)
@@ -124,6 +132,7 @@ def test_an_error_body_nested_past_the_parser_is_a_reason_not_a_crash():
     ("plain", 1, 5, "an answer larger than 1 bytes"),   # the 2-byte body is over a 1-byte limit
     ("dribble", 1 << 20, 1, "no whole answer within 1 s"),
     ("dribbled error", 1 << 20, 5, "it answered 500"),
+    ("short", 1 << 20, 5, "the answer ended after 10 of the 1000 bytes it announced"),
 ])
 def test_a_download_is_refused_whole_when_the_answer_is_not_the_file(servers, tmp_path, mode, limit, timeout, why):
     import io
@@ -137,3 +146,20 @@ def test_a_download_is_refused_whole_when_the_answer_is_not_the_file(servers, tm
     with pytest.raises(RigError, match=f"could not download x.whl from {url}: {why}"):
         http.download(url, out, "x.whl", limit, timeout)
     assert [s for s in SEEN if s[0] == other.server_port] == []  # the redirect was not followed
+
+
+def test_an_answer_cut_short_is_not_a_whole_answer_and_a_url_that_is_not_http_is_refused(servers, tmp_path):
+    from rig.core import RigError, http
+
+    short = servers("short")
+    status, body = call(f"http://127.0.0.1:{short.server_port}", "/generate", {"text": "x"}, timeout=5)
+    assert (status, body) == (0, b"the answer ended after 10 of the 1000 bytes it announced")
+    loading = servers("short error")  # an error answer cut short still says its status, never raises
+    status, body = call(f"http://127.0.0.1:{loading.server_port}", "/health", timeout=5)
+    assert status == 503 and b"10 of the 1000" in body
+    for url in ("/srv/wheels/x.whl", "ftp://host/x.whl"):
+        with pytest.raises(RigError, match="is not an http\\(s\\) URL"):
+            http.download(url, open(tmp_path / "out", "wb"), "x.whl", 1 << 20, 5)
+    os.mkfifo(tmp_path / "fifo.whl")  # a local file:// source is read only when it is a regular file
+    with pytest.raises(RigError, match="fifo.whl is not a regular file"):
+        http.download(f"file://{tmp_path}/fifo.whl", open(tmp_path / "out", "wb"), "x.whl", 1 << 20, 5)

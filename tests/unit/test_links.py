@@ -145,3 +145,9 @@ def test_both_exports_lay_wheels_out_one_way_and_say_changed_only_when_something
     third = json.loads(rig(*argv).stdout)
     assert third["changed"] and digest(victim) == before
     assert not (dest / "built-requirements.txt").is_symlink()
+    (dest / "built-requirements.txt").unlink()
+    (dest / "built-requirements.txt").mkdir()  # a directory there is named, and nothing is laid out
+    (dest / "ext-1.0-py3-none-any.whl").unlink()
+    refused = rig(*argv)
+    assert refused.returncode == 2 and "built-requirements.txt is a directory" in refused.stderr
+    assert not (dest / "ext-1.0-py3-none-any.whl").exists()
