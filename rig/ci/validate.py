@@ -11,27 +11,17 @@ because an earlier one failed is skipped, saying which.
 """
 from __future__ import annotations
 
-import re
 import tempfile
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from rig.core import RigError, progress
+from rig.core.check import Check, as_json, failed, render
 from rig.core.fs import confined
 
 KERNELS = ("sglang-kernel", "sgl-kernel", "flashinfer-cubin")  # compiled kernels, audited from their files
-
-
-@dataclass
-class Check:
-    name: str
-    question: str
-    status: str = "pass"           # pass | fail | skip
-    problems: list[str] = field(default_factory=list)
-    detail: str = ""
 
 
 class Skip(Exception):
@@ -112,7 +102,7 @@ def run(stack_path: str, cache: str | Path, venv: str | None = None, patch_dir: 
               ("environment", "Does the environment module render?", environment)]
     results = []
     for name, question, body in checks:
-        check = Check(name, question)
+        check = Check("validate", name, "pass", "", question=question)
         progress(f"validate: {name}")
         try:
             check.problems, check.detail = body()
@@ -123,11 +113,9 @@ def run(stack_path: str, cache: str | Path, venv: str | None = None, patch_dir: 
         if check.problems:
             check.status = "fail"
         results.append(check)
-    ok = all(c.status != "fail" for c in results)
-    lines = [f"{c.status.upper():4}  {c.name}: " + ("; ".join(c.problems) if c.problems else c.detail)
-             for c in results]
-    return {"ok": ok, "stack": stack_path, "checks": [c.__dict__ for c in results],
-            "msg": "\n".join(lines) + f"\n{'valid' if ok else 'NOT valid'}: {stack_path}"}
+    ok = not failed(results)
+    return {**as_json(results), "stack": stack_path, "suite": f"rig validate {stack_path}",
+            "msg": render(results, f"{'valid' if ok else 'NOT valid'}: {stack_path}")}
 
 
 def _need(state: dict, key: str):
@@ -211,31 +199,3 @@ def _patches(lock: dict, cache: Path, patch_dir: str | None) -> tuple[list[str],
                  if r["status"] == "drifted"]
     counts = {s: sum(r["status"] == s for r in rows) for s in ("needed", "applied", "upstream", "not-applicable")}
     return problems, ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-
-
-def _xml(text: str) -> str:
-    """TEXT as XML 1.0 can hold it: control characters (a stack path may carry any) written as \\xNN."""
-    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]",
-                  lambda m: m.group().encode("unicode_escape", "backslashreplace").decode(), text)
-
-
-def junit(result: dict) -> str:
-    """One JUnit test case per check, so CI systems list them; failures carry every problem."""
-    import xml.etree.ElementTree as ET
-
-    checks = result["checks"]
-    suites = ET.Element("testsuites")
-    suite = ET.SubElement(suites, "testsuite", name=_xml(f"rig validate {result['stack']}"), tests=str(len(checks)),
-                          failures=str(sum(c["status"] == "fail" for c in checks)),
-                          skipped=str(sum(c["status"] == "skip" for c in checks)), errors="0")
-    for check in checks:
-        case = ET.SubElement(suite, "testcase", classname="rig.validate",
-                             name=_xml(f"{check['name']}: {check['question']}"))
-        if check["status"] == "fail":
-            failure = ET.SubElement(case, "failure", message=_xml(check["problems"][0][:500]))
-            failure.text = _xml("\n".join(check["problems"]))
-        elif check["status"] == "skip":
-            ET.SubElement(case, "skipped", message=_xml(check["detail"]))
-        else:
-            ET.SubElement(case, "system-out").text = _xml(check["detail"])
-    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

@@ -20,8 +20,10 @@ from rig.cli.common import DEFAULT_BUNDLE, DEFAULT_STACK, emit, json_option, jud
               "the stack's server.tp).")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False),
               help="Instead: read a server or build log and name each known failure, its cause and fix.")
+@click.option("--junit", type=click.Path(dir_okay=False), help="Also write the checks as a JUnit XML file.")
 @json_option
-def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect_gpus, log_path, as_json) -> None:
+def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect_gpus, log_path, junit,
+           as_json) -> None:
     """Check the machine, driver, GPUs, toolkits, ldconfig, an NVRTC compile and the venv, layer by layer.
 
     The machine layer: the loaded kernel module against the userspace driver
@@ -31,6 +33,7 @@ def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect
     check names its fix. With --log, the log's known failures instead (rules in
     rig/log_rules.yml); exit 1 when one is found.
     """
+    from rig.core import check as report
     from rig.machine import doctor as checks
 
     if log_path:
@@ -54,5 +57,11 @@ def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect
                                          expect_gpus)
     else:
         result = checks.run(cuda_version, list(archs), prefix, venv_path, expect_gpus, default_gpus, pcie_only)
-    click.echo(json.dumps(checks.as_json(result), indent=2) if as_json else checks.render(result))
-    judged(not checks.failed(result))
+    if junit:
+        import socket
+
+        from rig.core.fs import atomic_write
+
+        atomic_write(junit, report.junit(result, f"rig doctor {container or socket.gethostname()}"))
+    click.echo(json.dumps(report.as_json(result), indent=2) if as_json else checks.render(result))
+    judged(not report.failed(result))

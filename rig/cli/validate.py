@@ -22,12 +22,12 @@ def validate_cmd(stack_path, junit, venv_path, cache, patch_dir, as_json) -> Non
     command line (with --venv); the environment module. Exit 1 when a check fails,
     2 on bad input.
     """
-    from rig.ci.validate import junit as to_junit
     from rig.ci.validate import run
+    from rig.core import check
     from rig.core.fs import atomic_write
 
     result = run(stack_path, cache, venv_path, patch_dir)
     if junit:
-        atomic_write(junit, to_junit(result))
+        atomic_write(junit, check.junit([check.Check(**c) for c in result["checks"]], result["suite"]))
     emit(result, as_json)
     judged(result["ok"])

@@ -13,11 +13,10 @@ import os
 import re
 import shutil
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
-from rig.core import RigError, defaults, proc
-from rig.core.check import Check
+from rig.core import RigError, check, defaults, proc
+from rig.core.check import Check, failed
 from rig.core.cuda_releases import major, series
 from rig.cuda.ldconfig import cache
 from rig.cuda.nvrtc import sm_name
@@ -297,20 +296,5 @@ def run_in_container(container: str, bundle: str | Path, cuda_version: str, arch
     return [Check(**c) for c in report["checks"]]
 
 
-def failed(checks: list[Check]) -> bool:
-    return any(c.status == "fail" and c.required for c in checks)
-
-
-def as_json(checks: list[Check]) -> dict:
-    return {"checks": [asdict(c) for c in checks], "ok": not failed(checks)}
-
-
 def render(checks: list[Check]) -> str:
-    marks = {"pass": "PASS", "fail": "FAIL", "skip": "skip", "warn": "WARN"}
-    lines = []
-    for c in checks:
-        lines.append(f"{marks[c.status]:4}  {c.layer:9} {c.name:26} {c.detail}")
-        if c.status in ("fail", "warn") and c.fix:
-            lines.append(f"{'':16}{'':26} fix: {c.fix}")
-    lines.append("doctor: " + ("FAILED" if failed(checks) else "all required checks passed"))
-    return "\n".join(lines)
+    return check.render(checks, "doctor: " + ("FAILED" if failed(checks) else "all required checks passed"))

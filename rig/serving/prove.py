@@ -191,11 +191,12 @@ def versions(python: Path) -> dict:
 
 
 def _doctor(stack: dict, venv: str, record: Step) -> None:
+    from rig.core.check import as_json
     from rig.machine import doctor
 
     checks = doctor.run(stack["cuda"]["version"], stack["archs"], venv=venv, default_gpus=stack["server"]["tp"],
                         pcie_only_env=stack["environment"]["nccl_pcie_only"])
-    record.data = doctor.as_json(checks)
+    record.data = as_json(checks)
     failed = [f"{c.layer}/{c.name}: {c.detail}" for c in checks if c.status == "fail" and c.required]
     if failed:
         raise RigError("; ".join(failed))

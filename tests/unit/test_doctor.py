@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 
+from rig.core import check as report
 from rig.machine import doctor
 
 
@@ -15,8 +16,9 @@ def test_a_missing_venv_fails_with_the_fix_and_the_report_has_every_layer(tmp_pa
     assert venv.status == "fail" and "python_stack role" in venv.fix
     toolkit = next(c for c in checks if c.name == "cuda-13.0")
     assert toolkit.status == "fail" and "no CUDA toolkit under" in toolkit.detail
-    assert doctor.failed(checks)
-    assert set(doctor.as_json(checks)["checks"][0]) == {"layer", "name", "status", "detail", "fix", "required"}
+    assert report.failed(checks)
+    assert set(report.as_json(checks)["checks"][0]) == {"layer", "name", "status", "detail", "fix", "required",
+                                                       "question", "problems"}
 
 
 def test_a_venv_that_matches_its_marker_passes(tmp_path):
@@ -28,6 +30,24 @@ def test_a_venv_that_matches_its_marker_passes(tmp_path):
     (venv / ".rig-stack.json").write_text(json.dumps({"lock_hash": "ab" * 32, "packages": ["click==0.1"]}))
     check = _named(doctor.run("13.0.2", ["12.0a"], prefix=str(tmp_path), venv=str(venv)), "venv")
     assert check.status == "fail" and "click" in check.detail
+
+
+def test_doctor_writes_its_checks_as_junit_one_case_per_check_each_failure_with_its_fix(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    out = tmp_path / "doctor.xml"
+    done = subprocess.run([sys.executable, "-m", "rig", "doctor", "--cuda", "13.0.2", "--arch", "12.0a", "--prefix",
+                           str(tmp_path), "--venv", str(tmp_path / "venv"), "--json", "--junit", str(out)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 1, done.stderr
+    checks = json.loads(done.stdout)["checks"]
+    suite = ET.parse(out).getroot().find("testsuite")
+    cases = suite.findall("testcase")
+    assert [(c.get("classname"), c.get("name")) for c in cases] == [(f"rig.{c['layer']}", c["name"]) for c in checks]
+    failures = [c for c in cases if c.find("failure") is not None]
+    assert int(suite.get("failures")) == len(failures) == sum(c["status"] == "fail" for c in checks) > 0
+    venv = next(c for c in failures if c.get("name") == "venv").find("failure")
+    assert "fix: " in venv.text and "python_stack role" in venv.text
 
 
 def _named(checks, name):

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from conftest import rig
 
-from rig.ci.validate import junit
 from rig.core import RigError
+from rig.core.check import Check, junit
 from rig.python.lock import _required, torch_cuda_major
 from rig.stack.spec import validate
 
@@ -46,9 +46,8 @@ def test_a_value_no_environment_can_hold_is_refused():
 
 def test_control_characters_in_a_stack_path_leave_the_junit_report_well_formed():
     stack = "bad\x01\x1b[31m\x0bname\ud800.yml"
-    check = {"name": "schema", "question": "q\x02?", "status": "fail", "problems": ["in \x07 " + stack],
-             "detail": ""}
-    text = junit({"stack": stack, "checks": [check]})
+    check = Check("validate", "schema", "fail", "", question="q\x02?", problems=["in \x07 " + stack])
+    text = junit([check], f"rig validate {stack}")
     root = ET.fromstring(text.split("?>", 1)[1])
     suite = root.find("testsuite")
     assert suite.get("name") == "rig validate bad\\x01\\x1b[31m\\x0bname\\ud800.yml"
