@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import BinaryIO, Iterator
 
@@ -49,9 +50,21 @@ def _chunks(response, deadline: float, timeout: float, limit: int) -> Iterator[b
         raise _Cut(f"the answer ended after {size} of the {announced} bytes it announced")
 
 
+def _scheme(url: str) -> str:
+    return urllib.parse.urlsplit(url).scheme.lower()
+
+
 def _http_only(url: str) -> None:
-    if not url.startswith(("http://", "https://")):
+    if _scheme(url) not in ("http", "https"):
         raise RigError(f"{url!r} is not an http(s) URL; give one, e.g. http://127.0.0.1:30000")
+
+
+def _local_path(url: str) -> str:
+    """The path a file: URL names on this machine (file:/p, file:///p, file://localhost/p), or a RigError."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+        raise RigError(f"{url!r} is not a file URL of this machine; give file:///ABSOLUTE/PATH")
+    return urllib.request.url2pathname(parts.path)
 
 
 def _reason(exc: BaseException) -> str:
@@ -85,8 +98,8 @@ def download(url: str, out: BinaryIO, what: str, limit: int, timeout: float) -> 
     """Stream URL's answer into OUT, or a RigError naming WHAT and URL: an answer other than 200, one larger
     than LIMIT bytes or shorter than it announced, none whole within TIMEOUT seconds, or IDLE seconds without
     a byte. A file:// URL is read as a local regular file (never a FIFO or a device)."""
-    if url.startswith("file://"):
-        return _copy_local(urllib.request.url2pathname(url[len("file://"):]), out, what, limit)
+    if _scheme(url) == "file":
+        return _copy_local(_local_path(url), out, what, limit)
     _http_only(url)
     deadline = time.monotonic() + timeout
     try:

@@ -163,3 +163,19 @@ def test_an_answer_cut_short_is_not_a_whole_answer_and_a_url_that_is_not_http_is
     os.mkfifo(tmp_path / "fifo.whl")  # a local file:// source is read only when it is a regular file
     with pytest.raises(RigError, match="fifo.whl is not a regular file"):
         http.download(f"file://{tmp_path}/fifo.whl", open(tmp_path / "out", "wb"), "x.whl", 1 << 20, 5)
+
+
+def test_schemes_are_read_as_urls_are_uppercase_http_and_every_spelling_of_a_local_file(servers, tmp_path):
+    from rig.core import RigError, http
+
+    plain = servers("plain")
+    assert http.request(f"HTTP://127.0.0.1:{plain.server_port}/health", timeout=5) == (200, b"{}")
+    (tmp_path / "x.whl").write_bytes(b"wheel")
+    for url in (f"file://{tmp_path}/x.whl", f"file://localhost{tmp_path}/x.whl", f"file:{tmp_path}/x.whl",
+                f"FILE://{tmp_path}/x.whl"):
+        out = tmp_path / "out"
+        with open(out, "wb") as handle:
+            http.download(url, handle, "x.whl", 1 << 20, 5)
+        assert out.read_bytes() == b"wheel", url
+    with pytest.raises(RigError, match="is not a file URL of this machine"):
+        http.download(f"file://otherhost{tmp_path}/x.whl", open(tmp_path / "out", "wb"), "x.whl", 1 << 20, 5)
