@@ -21,10 +21,12 @@ SITE = "/opt/rig/venv/lib/python3.11/site-packages"
 HEALTH = ("python3 -c \"import urllib.request, urllib.error\ntry: print(urllib.request.urlopen("
           "'http://127.0.0.1:30000/health', timeout=5).status)\nexcept urllib.error.HTTPError as e: print(e.code)\n"
           "except OSError: print('down')\"")
-# a streamed request of 3000 tokens at 50 tokens/s (the first box's rate): in flight for about a minute, while
-# the rollout reaches that box
+# a streamed request of 6000 tokens at 50 tokens/s (the first box's rate): in flight for two minutes, while
+# the rollout reaches that box (on 2 cores shared by 4 test workers that took over one minute)
+IN_FLIGHT_TOKENS = 6000
 IN_FLIGHT = ("import json, urllib.request\n"
-             "body = json.dumps({'text': 'hi', 'sampling_params': {'max_new_tokens': 3000}, 'stream': True})\n"
+             f"body = json.dumps({{'text': 'hi', 'sampling_params': {{'max_new_tokens': {IN_FLIGHT_TOKENS}}}, "
+             "'stream': True})\n"
              "req = urllib.request.Request('http://127.0.0.1:30000/generate', body.encode(), "
              "{'Content-Type': 'application/json'})\n"
              "last = None\n"
@@ -112,7 +114,7 @@ def test_a_rollout_stops_at_the_first_failing_batch_and_leaves_the_rest_serving(
     # the request in flight on the first box when it was drained finished whole
     assert "Gracefully exiting... Remaining number of requests 1" in first.sh("cat /var/log/rig/sglang-server.log").stdout
     finished = json.loads(first.sh("cat /tmp/in-flight.json").stdout)
-    assert finished["completion_tokens"] == 3000 and finished["finish_reason"]["length"] == 3000
+    assert finished["completion_tokens"] == IN_FLIGHT_TOKENS and finished["finish_reason"]["length"] == IN_FLIGHT_TOKENS
 
 
 def test_the_unit_restarts_a_server_that_dies(start_box, standin_site, tmp_path):
