@@ -98,11 +98,14 @@ def download(url: str, out: BinaryIO, what: str, limit: int, timeout: float) -> 
     """Stream URL's answer into OUT, or a RigError naming WHAT and URL: an answer other than 200, one larger
     than LIMIT bytes or shorter than it announced, none whole within TIMEOUT seconds, or IDLE seconds without
     a byte. A file:// URL is read as a local regular file (never a FIFO or a device)."""
-    if _scheme(url) == "file":
-        return _copy_local(_local_path(url), out, what, limit)
-    _http_only(url)
     deadline = time.monotonic() + timeout
     try:
+        if _scheme(url) == "file":  # the same limit and deadline, on a local regular file
+            with open_regular(_local_path(url), what) as source:
+                for chunk in _chunks(source, deadline, timeout, limit):
+                    out.write(chunk)
+            return
+        _http_only(url)
         with _OPENER.open(urllib.request.Request(url), timeout=min(timeout, IDLE)) as response:
             if response.status != 200:
                 raise RigError(f"could not download {what} from {url}: it answered {response.status}")
@@ -115,12 +118,3 @@ def download(url: str, out: BinaryIO, what: str, limit: int, timeout: float) -> 
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         raise RigError(f"could not download {what} from {url}: {_reason(exc)}") from exc
 
-
-def _copy_local(path: str, out: BinaryIO, what: str, limit: int) -> None:
-    with open_regular(path, what) as source:
-        size = 0
-        while block := source.read(1 << 20):
-            size += len(block)
-            if size > limit:
-                raise RigError(f"{what} {path} is larger than {limit >> 20} MiB; it is not {what}")
-            out.write(block)

@@ -14,6 +14,7 @@ import shutil
 import struct
 import tempfile
 import zipfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -317,9 +318,7 @@ def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None,
                 errors.append(f"no kernel image for {target}: {label} has cubins "
                               f"{', '.join('sm_' + a for a in sorted(union_cubins)) or 'none'} and PTX "
                               f"{', '.join('compute_' + a for a in sorted(union_ptx)) or 'none'}{fix}")
-    per_arch: dict[str, int] = {}
-    for _, arch in cubins:
-        per_arch[arch] = per_arch.get(arch, 0) + 1
+    per_arch = Counter(arch for _, arch in cubins)
     return {"artifact": label, "ok": not errors, "errors": errors, "torch_pin": pin,
             "torch": torch.version if torch else None, "cuda_major": cuda_major,
             "cubins": sorted(union_cubins), "ptx": sorted(union_ptx), "archs": coverage, "objects": objects,

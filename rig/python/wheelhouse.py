@@ -25,7 +25,8 @@ def cached_path(cache: str | Path, wheel: dict) -> Path:
 
 
 def _intact(path: Path, sha256: str) -> bool:
-    return path.exists() and sha256_file(path) == sha256
+    """PATH is a regular file (never a link, which is replaced rather than trusted) with that sha256."""
+    return path.is_file() and not path.is_symlink() and sha256_file(path) == sha256
 
 
 def wanted(lock: dict) -> list[dict]:
@@ -103,7 +104,7 @@ def lay_out(wheels: list[tuple[Path, dict]], dest: Path, requirements_file: Path
             raise RigError(f"{path} is a directory where the export puts a file; remove it (nothing was exported)")
     for src, entry in wheels:
         target = confined(dest, entry["filename"], f"wheel {entry['name']}", follow=False)
-        if target.is_symlink() or not target.is_file() or sha256_file(target) != entry["sha256"]:
+        if not _intact(target, entry["sha256"]):
             if target.is_symlink() or target.is_file():
                 target.unlink()
             try:
@@ -113,8 +114,7 @@ def lay_out(wheels: list[tuple[Path, dict]], dest: Path, requirements_file: Path
             changed = True
     text = requirements(listed if listed is not None else [entry for _, entry in wheels])
     requirements_file.parent.mkdir(parents=True, exist_ok=True)
-    if requirements_file.is_symlink() or not requirements_file.is_file() or \
-            sha256_file(requirements_file) != sha256_data(text):
+    if not _intact(requirements_file, sha256_data(text)):
         atomic_write(requirements_file, text)
         changed = True
     return {"changed": changed, "dir": str(dest), "wheels": [entry["filename"] for _, entry in wheels],
