@@ -10,7 +10,7 @@ from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 setup(
     name="rig-scale-ext",
     version="0.1.0",
-    ext_modules=[CUDAExtension("rig_scale_ext", ["scale.cu"])],
+    ext_modules=[CUDAExtension("rig_scale_ext", ["scale.cpp", "scale_kernel.cu"])],
     cmdclass={"build_ext": BuildExtension},
     install_requires=[f"torch=={torch.__version__.split('+')[0]}"],
 )
