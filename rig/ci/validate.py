@@ -12,14 +12,12 @@ because an earlier one failed is skipped, saying which.
 from __future__ import annotations
 
 import tempfile
-import zipfile
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from rig.core import RigError, progress
+from rig.core import RigError, progress, wheelfile
 from rig.core.check import Check, as_json, failed, render
-from rig.core.fs import confined
 
 KERNELS = ("sglang-kernel", "sgl-kernel", "flashinfer-cubin")  # compiled kernels, audited from their files
 
@@ -182,12 +180,10 @@ def _patches(lock: dict, cache: Path, patch_dir: str | None) -> tuple[list[str],
                 continue
             entry, wheel = found[canonicalize_name(package)]
             root = Path(tmp) / package
-            with zipfile.ZipFile(wheel) as archive:
-                members = set(archive.namelist())
+            with wheelfile.opened(wheel) as archive:
+                members = {info.filename: info for info in archive.infolist()}
                 for patch in (p for p in plan if p.package == package and p.file in members):
-                    target = confined(root, patch.file, f"{wheel.name}: {patch.file}")
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(archive.read(patch.file))
+                    wheelfile.unpack(archive, members[patch.file], root)
             env.packages[package] = {"version": entry["version"], "root": str(root)}
         problems = []
         try:

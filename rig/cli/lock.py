@@ -10,9 +10,10 @@ from rig.cli.common import DEFAULT_STACK, PARTIAL, emit, json_option
 
 @click.command("lock")
 @click.argument("stack_path", metavar="STACK", default=DEFAULT_STACK)
-@click.option("--check", is_flag=True, help="Fail if STACK.lock is missing or stale; write nothing.")
+@click.option("--verify", is_flag=True,
+              help="Fail if STACK.lock is missing or stale; write nothing (CI runs this before any box sees the stack).")
 @json_option
-def lock_cmd(stack_path, check, as_json) -> None:
+def lock_cmd(stack_path, verify, as_json) -> None:
     """Resolve a stack into STACK.lock: every wheel with version, file and sha256.
 
     A stack whose hosts have other Pythons lists them under `pythons`; each gets a
@@ -22,7 +23,7 @@ def lock_cmd(stack_path, check, as_json) -> None:
     from rig.stack.spec import load
 
     stack = load(stack_path)
-    if check:
+    if verify:
         emit(locking.check(stack, stack_path), as_json)
         return
     result = locking.lock_all(stack, stack_path)

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+from importlib import resources
 from pathlib import Path
 from typing import TypeAlias
 
@@ -44,6 +45,14 @@ def interpreter(python: str | Path) -> Path:
     return python
 
 
+def venv_python(venv: str | Path) -> Path:
+    """VENV's interpreter: the one check of whether a directory is a venv."""
+    python = Path(venv) / "bin" / "python"
+    if not python.exists():
+        raise RigError(f"{venv} is not a virtualenv (no bin/python); install the stack first (python_stack role)")
+    return python
+
+
 def last_json(out: str, what: str, kind: type = dict):
     """The JSON value (a KIND) a child printed on its last line."""
     lines = (out or "").strip().splitlines()
@@ -56,10 +65,16 @@ def last_json(out: str, what: str, kind: type = dict):
     return value
 
 
-def ask(python: str | Path, code: str, args: list[str], what: str, kind: type = dict, **kwargs):
-    """What an environment's own Python says about itself: CODE run there (isolated from the caller's
-    PYTHONPATH and user site), its last line read as JSON. One way for every probe of a venv."""
-    done = run([str(python), "-I", "-c", code, *args], f"{python} could not {what}", **kwargs)
+def script(name: str) -> str:
+    """The source of rig/foreign/NAME.py, a script another interpreter runs (never imported by rig): read from
+    the package, so that it travels in the engine bundle too."""
+    return resources.files("rig").joinpath("foreign", f"{name}.py").read_text()
+
+
+def ask(python: str | Path, name: str, args: list[str], what: str, kind: type = dict, **kwargs):
+    """What an environment's own Python says about itself: the script NAME (rig/foreign) run there, isolated
+    from the caller's PYTHONPATH and user site, its last line read as JSON."""
+    done = run([str(python), "-I", "-c", script(name), *args], f"{python} could not {what}", **kwargs)
     return last_json(done.stdout, f"{python} asked to {what}", kind)
 
 

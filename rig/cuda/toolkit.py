@@ -12,11 +12,10 @@ import os
 import re
 import shutil
 import tempfile
-import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from rig.core import RigError, defaults, progress
+from rig.core import RigError, defaults, progress, wheelfile
 from rig.core.cuda_releases import COMPONENTS, RELEASES, major, series
 from rig.core.documents import load_json
 from rig.core.fs import atomic_write, confined, held, sha256_data, sha256_file
@@ -250,17 +249,11 @@ def _assemble_from_wheels(wheel_dir: Path, record: dict, staging: Path) -> None:
     wheels = [n for n in record["wheels"] if n.startswith("nvidia_")]
     for index, name in enumerate(wheels, 1):
         progress(f"unpacking {name} ({index}/{len(wheels)})")
-        with zipfile.ZipFile(wheel_dir / name) as archive:
+        with wheelfile.opened(wheel_dir / name) as archive:
             for info in archive.infolist():
                 target = _wheel_target(info.filename)
-                if target is None:
-                    continue
-                path = confined(staging, target, f"{name}: member {info.filename}")
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with archive.open(info) as src, open(path, "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-                # as pip does: NVIDIA ships nvcc and ptxas 0744, which only root could run
-                os.chmod(path, 0o755 if (info.external_attr >> 16) & 0o100 else 0o644)
+                if target is not None:  # as pip does: NVIDIA ships nvcc and ptxas 0744, which only root could run
+                    wheelfile.unpack(archive, info, staging, target)
     _add_development_links(staging)
 
 

@@ -1,7 +1,10 @@
-"""Run the engine inside a container through the Docker API (docker SDK)."""
+"""rig's engine in a container, through the Docker API (docker SDK): in a running one, with the bundle copied
+in (`rig doctor --container`, the tests' boxes), or in a throwaway one of an image that carries its own
+(`rig image verify`). Either way the engine's JSON report is read the same way."""
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from pathlib import Path
 
@@ -46,3 +49,26 @@ def run_engine(container_name: str, args: list[str], bundle: str | Path) -> tupl
         container.exec_run(["rm", "-rf", INSIDE])
     stdout, stderr = output
     return code, (stdout or b"").decode(), (stderr or b"").decode()
+
+
+def run_image_engine(tag: str, engine: str, args: list[str]) -> tuple[int, str, str]:
+    """`rig ARGS` by the ENGINE an image carries, in a throwaway container of TAG as the image's own user."""
+    container = client().containers.run(tag, [engine, *args], entrypoint="python3", detach=True)
+    try:
+        code = container.wait()["StatusCode"]
+        return code, container.logs(stdout=True, stderr=False).decode(), container.logs(stdout=False, stderr=True).decode()
+    finally:
+        container.remove(force=True)
+
+
+def report(done: tuple[int, str, str], what: str) -> dict:
+    """The JSON report the engine printed, whatever its exit status (a failed check exits 1 and still reports);
+    none at all is a RigError naming WHAT, with the end of what it printed."""
+    code, out, err = done
+    try:
+        found = json.loads(out)
+    except ValueError as exc:
+        raise RigError(f"{what} exited {code} with no report: {(out + err)[-1500:]}") from exc
+    if not isinstance(found, dict):
+        raise RigError(f"{what} exited {code} with a report that is not an object: {out[:200]!r}")
+    return found

@@ -23,6 +23,7 @@ from rig.core.cuda_releases import series
 from rig.core.documents import read_text
 from rig.core.fs import atomic_write, sha256_data
 from rig.engine.container import client as _client
+from rig.engine.container import report, run_image_engine
 from rig.python.wheel_serving import WheelServer, bridge_gateway
 
 DOCKERFILE = importlib.resources.files("rig.image") / "Dockerfile"  # package data
@@ -282,19 +283,8 @@ def verify(tag: str) -> dict:
     archs = meta[f"{LABEL}.archs"].split()
 
     def inside(*args: str) -> dict:
-        """Run the image's engine (as the image's user) and read its JSON report, whatever its exit status."""
-        container = client.containers.run(tag, [f"{defaults.IMAGE_ROOT}/rig.pyz", *args], entrypoint="python3",
-                                          detach=True)
-        try:
-            code = container.wait()["StatusCode"]
-            out = container.logs(stdout=True, stderr=False).decode()
-            try:
-                return json.loads(out)
-            except ValueError as exc:
-                err = container.logs(stdout=False, stderr=True).decode()
-                raise RigError(f"`rig {' '.join(args[:2])}` in {tag} exited {code}: {(out + err)[-1500:]}") from exc
-        finally:
-            container.remove(force=True)
+        return report(run_image_engine(tag, f"{defaults.IMAGE_ROOT}/rig.pyz", list(args)),
+                      f"`rig {' '.join(args[:2])}` in {tag}")
 
     doctor = inside("doctor", "--json", "--cuda", meta[f"{LABEL}.cuda"], "--venv", defaults.VENV,
                     *[f"--arch={a}" for a in archs])

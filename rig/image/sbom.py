@@ -12,11 +12,9 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from rig.core.documents import read_text
-from rig.core.proc import ask
+from rig.core.proc import venv_python
+from rig.python.introspect import held
 from rig.python.pip import read_pinned
-
-_LIST = ("import importlib.metadata as m, json; print(json.dumps(sorted("
-         "[d.metadata['Name'], d.version] for d in m.distributions())))")
 
 
 def locked_hashes(requirements: str | Path) -> dict:
@@ -27,12 +25,12 @@ def locked_hashes(requirements: str | Path) -> dict:
 
 def cyclonedx(venv: str | Path, requirements: list, name: str = "") -> dict:
     """REQUIREMENTS: the lock's list and that of the wheels rig built for it."""
-    listed = ask(Path(venv) / "bin" / "python", _LIST, [], "list its distributions", kind=list)
+    listed = sorted(held(venv_python(venv), every=True).every)
     hashes = {k: v for path in requirements for k, v in locked_hashes(path).items()}
     components = []
     for dist, version in listed:
         key = canonicalize_name(dist)
-        component = {"type": "library", "bom-ref": f"pkg:pypi/{key}@{version}", "name": dist, "version": version,
+        component: dict = {"type": "library", "bom-ref": f"pkg:pypi/{key}@{version}", "name": dist, "version": version,
                      "purl": f"pkg:pypi/{key}@{version}"}
         if key in hashes and hashes[key][0] == version:
             component["hashes"] = [{"alg": "SHA-256", "content": hashes[key][1]}]

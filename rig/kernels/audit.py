@@ -13,16 +13,16 @@ import re
 import shutil
 import struct
 import tempfile
-import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rig.core import RigError, progress
-from rig.core.fs import open_regular
-from rig.core.proc import ask, run
+from rig.core import RigError, progress, wheelfile
+from rig.core.fs import MAX_READ, open_regular
+from rig.core.proc import run, venv_python
 from rig.cuda.ldconfig import cache as linker_cache
+from rig.python.introspect import held
 
 # toolkit libraries whose soname major is the CUDA major (the driver's libcuda.so.1 is not one)
 CUDA_SONAME = re.compile(r"^lib(cudart|nvrtc|nvrtc-builtins|cublas|cublasLt|cufft|curand|cusolver|cusparse|"
@@ -214,11 +214,11 @@ def torch_from_dir(lib_dir: Path, version: str) -> Torch:
 
 def torch_from_wheel(wheel: Path) -> Torch:
     """The torch a wheel file would install: its version and exported symbols."""
-    with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
+    with wheelfile.opened(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
         version = wheel.name.split("-")[1]
-        for member in archive.namelist():
-            if member.startswith("torch/lib/lib") and ".so" in member:
-                archive.extract(member, tmp)
+        for info in archive.infolist():
+            if info.filename.startswith("torch/lib/lib") and ".so" in info.filename:
+                wheelfile.unpack(archive, info, Path(tmp))
         return torch_from_dir(Path(tmp) / "torch" / "lib", version)
 
 
@@ -336,14 +336,14 @@ def _torch_pin(metadata: str | None) -> str | None:
 
 def audit_wheel(wheel: Path, **kw) -> dict:
     """Unpack only the wheel's shared objects and metadata, read its .cubin files in place, then audit them."""
-    with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
+    with wheelfile.opened(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
         metadata = None
         images = []
         for info in archive.infolist():
             if info.filename.endswith(".dist-info/METADATA"):
-                metadata = archive.read(info).decode()
+                metadata = wheelfile.read(archive, info, MAX_READ).decode()
             elif re.search(r"\.so(\.\d+)*$", info.filename):
-                archive.extract(info, tmp)
+                wheelfile.unpack(archive, info, Path(tmp))
             elif info.filename.endswith(".cubin"):
                 if info.file_size > CUBIN_LIMIT:
                     raise RigError(f"{wheel.name}: {info.filename} is {info.file_size >> 20} MiB, larger than any "
@@ -351,54 +351,20 @@ def audit_wheel(wheel: Path, **kw) -> dict:
                 images.append(info)
         progress(f"auditing {wheel.name}" + (f" ({len(images)} .cubin files)" if images else ""))
         return audit_files(shared_objects(Path(tmp)), wheel.name, metadata,
-                           cubins=cubin_archs((i.filename, _member(archive, i, wheel)) for i in images), **kw)
-
-
-def _member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, wheel: Path) -> bytes:
-    import zlib
-
-    try:
-        return archive.read(info)
-    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
-        raise RigError(f"{wheel.name}: its member {info.filename} cannot be read ({exc}); the wheel is damaged "
-                       "or crafted: fetch it again from the lock") from exc
-
-
-_VENV_PROBE = """
-import json, sys, sysconfig, importlib.metadata as m
-out = {"site": sysconfig.get_paths()["purelib"], "torch": None, "dists": {}}
-try:
-    d = m.distribution("torch")
-    out["torch"] = {"version": d.version, "lib": str(d.locate_file("torch/lib"))}
-except m.PackageNotFoundError:
-    pass
-for name in sys.argv[1:]:
-    try:
-        d = m.distribution(name)
-    except m.PackageNotFoundError:
-        continue
-    out["dists"][name] = {"version": d.version, "metadata": d.read_text("METADATA") or "",
-                          "files": [str(d.locate_file(f)) for f in d.files or []
-                                    if ".so" in f.name or f.name.endswith(".cubin")]}
-print(json.dumps(out))
-"""
-
-
-def venv_probe(venv: Path, names: list[str]) -> dict:
-    python = venv / "bin" / "python"
-    if not python.exists():
-        raise RigError(f"{venv} is not a virtualenv (no bin/python)")
-    return ask(python, _VENV_PROBE, names, "describe its packages")
+                           cubins=cubin_archs((i.filename, wheelfile.read(archive, i, CUBIN_LIMIT)) for i in images),
+                           **kw)
 
 
 def venv_context(venv: Path, names: list[str]) -> tuple[Torch | None, list[Path], dict]:
-    """The venv's torch, the library dirs its wheels bring (torch preloads them), and NAMES installed there."""
-    info = venv_probe(venv, names)
-    torch = torch_from_dir(Path(info["torch"]["lib"]), info["torch"]["version"]) if info["torch"] else None
-    site = Path(info["site"])
-    dirs = [Path(info["torch"]["lib"])] if info["torch"] else []
-    dirs += sorted(p for p in site.glob("nvidia/*/lib") if p.is_dir())
-    return torch, dirs, info["dists"]
+    """The venv's torch, the library dirs its wheels bring (torch preloads them), and NAMES installed there
+    (each with its version, METADATA and .so/.cubin files)."""
+    found = held(venv_python(venv), ["torch", *names], files=True, metadata=True)
+    wheel = found.packages.get("torch")
+    lib = Path(wheel["root"]) / "torch" / "lib" if wheel else None
+    torch = torch_from_dir(lib, wheel["version"]) if lib and wheel else None
+    dirs = [lib] if lib else []
+    dirs += sorted(p for p in found.site.glob("nvidia/*/lib") if p.is_dir())
+    return torch, dirs, {name: found.packages[name] for name in names if name in found.packages}
 
 
 def context(stack: dict, venv: str | None, torch_path: str | None, names: list[str],

@@ -8,7 +8,6 @@ that is wrong; the exit status is non-zero when a required check fails.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -127,8 +126,8 @@ def _nvrtc(cuda_version: str, archs: list[str]) -> list[Check]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": root}
     done = proc.run([sys.executable, "-m", "rig.cuda.nvrtc", soname, *archs], "compiling with NVRTC", env=env, ok=None)
     try:
-        report = json.loads(done.stdout)
-    except ValueError:
+        report = proc.last_json(done.stdout, "NVRTC's compile check")
+    except RigError:
         report = {"ok": False, "error": (done.stdout + done.stderr).strip()[-300:]}
     if "results" not in report:
         return [Check("nvrtc", f"compile-{sm_name(a)}", "fail", report["error"], LDCONFIG_FIX)
@@ -283,17 +282,13 @@ def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: s
 def run_in_container(container: str, bundle: str | Path, cuda_version: str, archs: list[str], prefix: str,
                      venv: str | None = None, expect_gpus: int | None = None) -> list[Check]:
     """The same checks inside a running container, by the engine BUNDLE copied in (`rig doctor --container`)."""
-    from rig.engine.container import run_engine
+    from rig.engine.container import report, run_engine
 
     args = ["doctor", "--json", "--cuda", cuda_version, "--prefix", prefix]
     args += [f"--arch={a}" for a in archs] + (["--venv", venv] if venv else [])
     args += ["--expect-gpus", str(expect_gpus)] if expect_gpus else []
-    code, out, err = run_engine(container, args, bundle)
-    try:
-        report = json.loads(out)
-    except ValueError as exc:
-        raise RigError(f"doctor in {container} printed no report ({code}): {out}{err}") from exc
-    return [Check(**c) for c in report["checks"]]
+    found = report(run_engine(container, args, bundle), f"doctor in {container}")
+    return [Check(**c) for c in found["checks"]]
 
 
 def render(checks: list[Check]) -> str:

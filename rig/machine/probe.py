@@ -1,6 +1,6 @@
 """`rig machine probe`: how fast the box's GPUs all-reduce, and what that means for the stack.
 
-One process per GPU runs rig/machine/probe_worker.py in the stack venv's Python (torch.distributed,
+One process per GPU runs rig/foreign/probe_worker.py in the stack venv's Python (torch.distributed,
 NCCL), message sizes from 8 KB to 256 MB. Reported per size, as nccl-tests defines them:
 algbw = bytes / time and busbw = algbw x 2(n-1)/n (the bytes each link carries in a ring);
 small messages tell the latency a decode step's all-reduce pays, large ones the bandwidth.
@@ -14,12 +14,10 @@ import os
 import socket
 import statistics
 import tempfile
-from importlib import resources
 from pathlib import Path
 
-from rig.core import RigError, progress
-from rig.core.fs import atomic_write
-from rig.core.proc import PIPE, TimeoutExpired, interpreter, last_json, spawn
+from rig.core import RigError, outdir, progress
+from rig.core.proc import PIPE, TimeoutExpired, interpreter, last_json, script, spawn
 
 SIZES = [8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20, 256 << 20]
 # bus bandwidth at 256 MB: PCIe gen5 x16 moves at most ~50 GB/s each way, NVLink 4 several hundred
@@ -36,14 +34,14 @@ def measure(python: Path, gpus: int, sizes: list[int] = SIZES, timeout: float = 
     interpreter(python)
     if gpus < 1:
         raise RigError(f"--gpus {gpus}: give the number of GPUs to all-reduce across (1 or more)")
-    script = resources.files("rig.machine").joinpath("probe_worker.py").read_text()
+    worker = script("probe_worker")
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(gpus)}
     progress(f"all-reduce across {gpus} GPU(s), {len(sizes)} sizes from {sizes[0] >> 10} KB to {sizes[-1] >> 20} MB")
     with tempfile.TemporaryDirectory(prefix="rig-probe-") as tmp:
         procs = []
         for rank in range(gpus):
             log = open(Path(tmp) / f"rank{rank}.log", "w+")
-            procs.append((spawn([str(python), "-c", script, json.dumps({"sizes": sizes})], f"probe rank {rank}",
+            procs.append((spawn([str(python), "-c", worker, json.dumps({"sizes": sizes})], f"probe rank {rank}",
                                 env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
                                 stdout=PIPE if rank == 0 else log, stderr=log, text=True), log))
         codes: list[int | None] = [None] * gpus
@@ -77,11 +75,11 @@ PEER_FIX = ("set NCCL_P2P_DISABLE: '1' in the stack's environment.vars and add -
             "iommu=pt, ACS off)")
 
 
-def measure_peers(python: Path, gpus: int, deadline: float = PEER_DEADLINE, script: str | None = None) -> dict:
-    """Every GPU pair's peer-to-peer (rig/machine/peer_worker.py), each pair a child of its own under DEADLINE."""
+def measure_peers(python: Path, gpus: int, deadline: float = PEER_DEADLINE, worker: str | None = None) -> dict:
+    """Every GPU pair's peer-to-peer (rig/foreign/peer_worker.py), each pair a child of its own under DEADLINE."""
     if gpus < 2:
         return {"pairs": [], "ok": True, "advice": ["one GPU: nothing to pair"]}
-    code = script or resources.files("rig.machine").joinpath("peer_worker.py").read_text()
+    code = worker or script("peer_worker")
     pairs = []
     for a in range(gpus):
         for b in range(a + 1, gpus):
@@ -199,17 +197,16 @@ def report_markdown(result: dict) -> str:
 
 
 def write(result: dict, out: str | Path) -> list[str]:
-    """probe.json first (nothing measured is lost if the plot fails), then probe.md and probe.png."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "probe.json", json.dumps(result, indent=2) + "\n")
-    atomic_write(out / "probe.md", report_markdown(result))
-    import matplotlib
+    return outdir.write(out, {"probe.json": outdir.record(result), "probe.md": report_markdown(result)},
+                         lambda: figures(result))
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, (bw, lat) = plt.subplots(1, 2, figsize=(11, 4.2))
+def figures(result: dict) -> dict:
+    """probe.png: bus bandwidth and time per all-reduce against the message size."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2))
+    bw, lat = fig.subplots(1, 2)
     sizes = [r["bytes"] for r in result["rows"]]
     bw.plot(sizes, [r["busbw_gbps"] for r in result["rows"]], marker="o")
     bw.set_ylabel("bus bandwidth (GB/s)")
@@ -222,6 +219,4 @@ def write(result: dict, out: str | Path) -> list[str]:
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(f"all-reduce, {result['world_size']} x {result['device']}: {result['link_class']}")
     fig.tight_layout()
-    fig.savefig(out / "probe.png", dpi=110)
-    plt.close(fig)
-    return [str(out / n) for n in ("probe.json", "probe.md", "probe.png")]
+    return {"probe.png": fig}

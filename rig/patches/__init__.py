@@ -20,44 +20,14 @@ from typing import Any
 
 from rig.core import RigError
 from rig.core.fs import atomic_write, confined, read_bytes, sha256_data
-from rig.core.proc import ask, run
+from rig.core.proc import last_json, run, script, venv_python
 from rig.core.schema import Field, distribution, sha256, validate
+from rig.python.introspect import held
 
 STATE = ".rig-patches.json"
 BACKUPS = ".rig-patches"
 STATUSES = ("applied", "needed", "upstream", "not-applicable", "drifted")
 
-# Run by the environment's own Python: versions, install roots and prefix.
-_PROBE = """
-import json, sys, importlib.metadata as m
-out = {"prefix": sys.prefix, "python": sys.executable, "packages": {}}
-for name in json.loads(sys.argv[1]):
-    try:
-        dist = m.distribution(name)
-    except m.PackageNotFoundError:
-        continue
-    out["packages"][name] = {"version": dist.version, "root": str(dist.locate_file(""))}
-print(json.dumps(out))
-"""
-
-# Compiles every patched source, then runs each check on its own; one JSON line back.
-_VERIFY = """
-import json, sys, traceback
-job = json.load(sys.stdin)
-errors = {}
-for path, text in job["sources"].items():
-    try:
-        compile(text, path, "exec")
-    except SyntaxError as exc:
-        errors["compile " + path] = f"{exc.msg} (line {exc.lineno})"
-for check in job["checks"]:
-    try:
-        exec(compile(check["code"], check["id"] + " check", "exec"),
-             {"__name__": "__rig_check__", "PATCHED_FILE": check["file"]})
-    except BaseException:
-        errors[check["id"]] = traceback.format_exc(limit=-3).strip()
-print(json.dumps(errors))
-"""
 
 PATCH_SET = importlib.resources.files("rig.patches") / "set"  # a directory, or a folder inside the zipapp
 
@@ -195,18 +165,16 @@ class Env:
 def probe(python: str, packages: list[str]) -> Env:
     from packaging.version import InvalidVersion, Version
 
-    info = ask(python, _PROBE, [json.dumps(sorted(set(packages)))], "report its packages")
-    try:
-        env = Env(python=info["python"], prefix=Path(info["prefix"]), packages=dict(info["packages"]))
-        for name, installed in env.packages.items():  # an installed package's metadata is input like any other
-            try:
-                Version(installed["version"])
-            except InvalidVersion as exc:
-                raise RigError(f"{name} is installed with version {str(installed['version'])[:60]!r}, which is "
-                               "not a PEP 440 version; reinstall it") from exc
-        return env
-    except (KeyError, TypeError, ValueError) as exc:
-        raise RigError(f"{python} reported its packages in a shape rig did not write ({exc}); is it a Python?") from exc
+    found = held(python, packages)
+    env = Env(python=found.python, prefix=found.prefix,
+              packages={name: {"version": p["version"], "root": p["root"]} for name, p in found.packages.items()})
+    for name, installed in env.packages.items():  # an installed package's metadata is input like any other
+        try:
+            Version(installed["version"])
+        except InvalidVersion as exc:
+            raise RigError(f"{name} is installed with version {str(installed['version'])[:60]!r}, which is "
+                           "not a PEP 440 version; reinstall it") from exc
+    return env
 
 
 def environment(venv: str | None, python: str | None, stack_path: str | None,
@@ -222,9 +190,7 @@ def environment(venv: str | None, python: str | None, stack_path: str | None,
             from rig.stack.spec import load as load_stack
 
             venv = load_stack(stack_path)["venv"]
-        python = str(Path(venv) / "bin" / "python")
-        if not Path(python).exists():
-            raise RigError(f"{venv} is not a virtualenv (no bin/python); install the stack first")
+        python = str(venv_python(venv))
     found = load(source)
     return probe(python, [p.package for p in found]), found
 
@@ -287,11 +253,14 @@ def refuse_unknown_versions(env: Env, patches: list[Patch]) -> None:
 
 
 def _verify(env: Env, sources: dict[str, str], checks: list[dict]) -> dict:
-    done = run([env.python, "-I", "-c", _VERIFY], "checking the patched modules", cwd="/", ok=None,
+    done = run([env.python, "-I", "-c", script("patch_checks")], "checking the patched modules", cwd="/", ok=None,
                input=json.dumps({"sources": sources, "checks": checks}))
     if done.returncode != 0 or not done.stdout.strip():
         return {"checks": done.stderr.strip()[-2000:] or f"exit {done.returncode}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        return last_json(done.stdout, "checking the patched modules")
+    except RigError as exc:  # the environment's startup printed over the answer: the check did not run
+        return {"checks": str(exc)}
 
 
 def _diff(path: str, old: str, new: str) -> str:

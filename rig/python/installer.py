@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import platform
 import stat
-import zipfile
 from pathlib import Path
 
-from rig.core import RigError
+from rig.core import RigError, wheelfile
 from rig.core.fs import sha256_file
 
 INSTALLERS = ("uv", "pip")
@@ -36,7 +35,7 @@ def uv_binary(wheel: Path, scratch: Path) -> Path:
     if sha256_file(wheel) != pinned["sha256"]:
         raise RigError(f"{wheel} is not the pinned {pinned['filename']} (sha256 differs); refusing to run it")
     member = f"uv-{UV_VERSION}.data/scripts/uv"
-    with zipfile.ZipFile(wheel) as archive:
-        (scratch / "uv").write_bytes(archive.read(member))
-    (scratch / "uv").chmod(stat.S_IRWXU)
-    return scratch / "uv"
+    with wheelfile.opened(wheel) as archive:
+        uv = wheelfile.unpack(archive, member, scratch, "uv")
+    uv.chmod(stat.S_IRWXU)
+    return uv

@@ -296,7 +296,7 @@ def stale(stack: dict, stack_path: str | Path) -> tuple[list[dict], list[str]]:
 
 
 def check(stack: dict, stack_path: str | Path) -> dict:
-    """`rig lock --check`: every lock of the stack current, else one answer naming each that is not."""
+    """`rig lock --verify`: every lock of the stack current, else one answer naming each that is not."""
     done, problems = stale(stack, stack_path)
     refuse(problems)
     return {"changed": False, "lock": str(lock_path(stack_path)), "lock_hash": done[0]["lock_hash"],
@@ -369,7 +369,7 @@ LOCK_SPEC = Field(dict, open=True, fields={
 
 
 def stack_digest(stack: dict) -> str:
-    """What the lock was made from, so `rig lock --check` can tell a stale lock."""
+    """What the lock was made from, so `rig lock --verify` can tell a stale lock."""
     packages = {k: v for k, v in stack.items() if k not in RUNTIME_KEYS}
     for later in ("extensions", "pythons"):  # later keys: absent or empty, the locks made before them stay current
         if not packages.get(later):

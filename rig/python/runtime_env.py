@@ -140,11 +140,7 @@ def seen_by(python: str | Path) -> dict:
 
     Run with an empty environment, so only what startup sets can show up.
     """
-    code = ("import json, os, sys; m = sys.modules.get(%r); "
-            "print(json.dumps({'loaded': m is not None, "
-            "'declared': {**m.PINNED, **m.DEFAULTS, **getattr(m, 'HOME_PATHS', {})} if m else {}, "
-            "'environ': dict(os.environ)}))" % MODULE)
-    return ask(python, code, [], "start and report its environment", env={})
+    return ask(python, "startup_env", [MODULE], "start and report its environment", env={})
 
 
 def _diff(path: Path, text: str) -> str:

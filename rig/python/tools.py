@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import zipfile
 from pathlib import Path
 
+from rig.core import wheelfile
 from rig.core.fs import atomic_write
 from rig.python.pip import download, target_args
 
@@ -38,6 +38,6 @@ def fetch_tool(name: str, cache: str | Path) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         download([f"{package}=={version}"], Path(tmp), target_args(None), [])
         wheel = next(Path(tmp).glob("*.whl"))
-        with zipfile.ZipFile(wheel) as archive:
-            atomic_write(binary, archive.read(member), mode=0o755)
+        with wheelfile.opened(wheel) as archive:
+            atomic_write(binary, wheelfile.read(archive, member), mode=0o755)
     return binary

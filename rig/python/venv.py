@@ -18,8 +18,9 @@ from packaging.utils import canonicalize_name
 from rig.core import RigError, progress
 from rig.core.documents import load_json, read_text
 from rig.core.fs import atomic_write, read_bytes, sha256_data, sha256_file
-from rig.core.proc import ask, run
+from rig.core.proc import run, venv_python
 from rig.core.schema import Field, sha256
+from rig.python.introspect import held
 from rig.python.pip import read_pinned
 from rig.python.wheelhouse import REQUIREMENTS
 
@@ -173,12 +174,7 @@ def _trusted(find_links: str | None) -> list[str]:
 
 def installed(venv: str | Path) -> dict[str, str]:
     """Every distribution the venv's Python sees: canonical name -> version (its metadata, read by that Python)."""
-    names = ask(Path(venv) / "bin" / "python", "import importlib.metadata as m, json;"
-                "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))", [],
-                "list what it holds (its Python must start)")
-    if not isinstance(names, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in names.items()):
-        raise RigError(f"{venv}'s Python listed its packages as something other than names and versions")
-    return {canonicalize_name(k): v for k, v in names.items()}
+    return {canonicalize_name(name): version for name, version in held(venv_python(venv), every=True).every}
 
 
 def verify(venv: str | Path) -> dict:
@@ -215,8 +211,7 @@ def add(venv: str | Path, wheelhouse: str | Path | None, requirements_sha256: st
               "msg": f"{'would install' if check else 'installed'} the wheels rig built into {venv}"}
     if check:
         return result
-    if not (venv / "bin" / "python").exists():
-        raise RigError(f"{venv} is not a virtualenv; install the stack first (python_stack role)")
+    venv_python(venv)
     requirements = Path(wheelhouse or "") / BUILT_REQUIREMENTS
     if not requirements.is_file() or sha256_file(requirements) != requirements_sha256:
         raise RigError(f"{wheelhouse} is not the `rig wheels export` dir whose {BUILT_REQUIREMENTS} has sha256 "

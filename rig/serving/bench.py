@@ -33,8 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rig.core import RigError, progress
-from rig.core.fs import atomic_write
+from rig.core import RigError, outdir, progress
 from rig.core.schema import Field, between
 from rig.serving.sglang_api import (
     KEY_ENV,
@@ -531,17 +530,16 @@ def report_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict, out: Path) -> list[str]:
-    import matplotlib
+def figures(result: dict) -> dict:
+    """throughput.png and per_request.png: each run's line against concurrency."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    written = []
+    drawn = {}
     for name, title, value in (
             ("throughput.png", "Total output tokens/s", lambda lv: lv.get("throughput")),
             ("per_request.png", "Per-request tokens/s (p50)", lambda lv: (lv.get("per_request_speed") or {}).get("p50"))):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fig = Figure(figsize=(7, 4.5))
+        ax = fig.subplots()
         for run in result["runs"]:
             points = [(lv["concurrency"], value(lv)) for lv in run["levels"] if value(lv)]
             if points:
@@ -554,31 +552,14 @@ def plot(result: dict, out: Path) -> list[str]:
         if ax.get_legend_handles_labels()[0]:  # a run that measured nothing has no line to name
             ax.legend()
         fig.tight_layout()
-        written.append(save_figure(fig, out / name))
-    return written
-
-
-def save_figure(fig, path: Path) -> str:
-    """A plot as a PNG, written like every other file (atomic_write: never through a link or into a FIFO)."""
-    import io
-
-    import matplotlib.pyplot as plt
-
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write(path, png.getvalue())
-    return str(path)
+        drawn[name] = fig
+    return drawn
 
 
 def write(result: dict, out: str | Path) -> dict:
     """results.json, report.md and the plots; written even for a run that stopped early."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "results.json", json.dumps(result, indent=2) + "\n")
-    atomic_write(out / "report.md", report_markdown(result))
-    files = [str(out / "results.json"), str(out / "report.md"), *plot(result, out)]
-    return {"files": files}
+    return {"files": outdir.write(out, {"results.json": outdir.record(result), "report.md": report_markdown(result)},
+                                   lambda: figures(result))}
 
 
 _NUMBER = Field((int, float, type(None)))

@@ -11,18 +11,17 @@ run passes only when no step fails.
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from rig.core import RigError, progress
+from rig.core import RigError, outdir, progress
 from rig.core.fs import atomic_write
-from rig.core.proc import ask
+from rig.python.introspect import held
 from rig.serving import numerics, testmodel
-from rig.serving.bench import Plan, Server, ServerDown, _num, save_figure
+from rig.serving.bench import Plan, Server, ServerDown, _num
 from rig.serving.launch import Launched, Servers, make_logs, results_dir, with_server
 from rig.serving.server import health_url, render
 from rig.serving.sglang_api import call, expect_json
@@ -33,26 +32,6 @@ OUTPUTS = ("prove.json", "report.md", "prove.png")
 STEPS = ("doctor", "probe", "testmodel", "servers")
 BASELINE, EAGLE = "baseline", "eagle3"
 BENCH_LEVELS = [Level(1), Level(8)]
-
-# what the venv holds, asked of the venv's own Python (its packages' metadata; never imported by rig)
-VERSIONS = """
-import importlib.metadata as m, json
-def v(*names):
-    for n in names:
-        try:
-            return m.version(n)
-        except m.PackageNotFoundError:
-            pass
-out = {"torch": v("torch"), "sglang": v("sglang"), "kernel": v("sglang-kernel", "sgl-kernel"),
-       "flashinfer": v("flashinfer-python"), "transformers": v("transformers")}
-try:
-    import torch
-    out["torch_cuda"] = torch.version.cuda
-    out["nccl"] = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
-except Exception as exc:
-    out["torch_error"] = str(exc)[:200]
-print(json.dumps(out))
-"""
 
 
 @dataclass
@@ -183,11 +162,23 @@ def plan(stack: dict, venv: str, models: Path, tps: list[int]) -> dict[str, list
     return lines
 
 
+# the packages a result names, each under one key whatever it was published as
+NAMED = {"torch": ("torch",), "sglang": ("sglang",), "kernel": ("sglang-kernel", "sgl-kernel"),
+         "flashinfer": ("flashinfer-python",), "transformers": ("transformers",)}
+
+
 def versions(python: Path) -> dict:
+    """What the venv holds of NAMED, and the CUDA and NCCL its torch was built with (its metadata and torch,
+    read by the venv's own Python; never imported by rig)."""
     try:
-        return ask(python, VERSIONS, [], "list its packages' versions", timeout=120)
+        found = held(python, [n for names in NAMED.values() for n in names], torch=True, timeout=120)
     except RigError as exc:
         return {"error": str(exc)[:300]}
+    out = {key: next((found.packages[n]["version"] for n in names if n in found.packages), None)
+           for key, names in NAMED.items()}
+    runtime = found.torch
+    return {**out, **({"torch_error": runtime["error"]} if "error" in runtime else
+                      {"torch_cuda": runtime.get("cuda"), "nccl": runtime.get("nccl")})}
 
 
 def _doctor(stack: dict, venv: str, record: Step) -> None:
@@ -402,20 +393,16 @@ def report_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict, out: Path) -> list[str]:
+def figures(result: dict) -> dict:
+    """prove.png: each server's throughput at the bench levels (none when no bench passed)."""
     benches = {s["name"].rsplit(":", 1)[0]: s["data"] for s in result["steps"]
                if s["name"].endswith(": bench") and s["status"] == "pass"}
     if not benches:
-        return []
-    try:
-        import matplotlib
-    except ImportError:  # a host's venv: the report and prove.json say it all, the table goes to the controller
-        progress("prove.png not drawn: matplotlib does not import here")
-        return []
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        return {}
+    from matplotlib.figure import Figure
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig = Figure(figsize=(6, 3.5))
+    ax = fig.subplots()
     names = [lv.name for lv in BENCH_LEVELS]
     width = 0.8 / len(benches)
     for i, (label, data) in enumerate(benches.items()):
@@ -424,15 +411,14 @@ def plot(result: dict, out: Path) -> list[str]:
     ax.set_xticks([x + width * (len(benches) - 1) / 2 for x in range(len(names))], names)
     ax.set_ylabel("output tok/s (numerics model)")
     ax.legend(fontsize=8)
-    return [save_figure(fig, out / "prove.png")]
+    return {"prove.png": fig}
 
 
 def write(result: dict, report: Report, out: Path) -> list[str]:
     result.update(ok=report.ok and not result.get("stopped"), steps=[s.__dict__ for s in report.steps],
                   finished=time.time())
-    files = [str(atomic_write(out / "prove.json", json.dumps(result, indent=2, default=str) + "\n")),
-             str(atomic_write(out / "report.md", report_markdown(result)))]
-    return files + plot(result, out)
+    return outdir.write(out, {"prove.json": outdir.record(result), "report.md": report_markdown(result)},
+                         lambda: figures(result))
 
 
 def _write_quietly(result: dict, report: Report, out: Path) -> None:

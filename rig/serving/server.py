@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.documents import read_text
-from rig.core.proc import PIPE, spawn
+from rig.core.proc import PIPE, script, spawn
 from rig.serving import adaptive
 
 # What the stack asks for -> the spellings sglang releases use, preferred first.
@@ -28,38 +28,6 @@ SPELLINGS = {
 
 # Runs in the venv's Python, one JSON request per line: "options" lists the parser's
 # flags, "parse" parses an argv. One process serves both, so sglang is imported once.
-_PARSER = r"""
-import argparse, importlib.metadata, json, sys
-from sglang.srt.server_args import ServerArgs
-parser = argparse.ArgumentParser(prog="sglang serve")
-ServerArgs.add_cli_args(parser)
-def error(message):
-    raise ValueError(message)
-parser.error = error
-version = importlib.metadata.version("sglang")
-for line in sys.stdin:
-    request, out = json.loads(line), {"version": version}
-    if request["mode"] == "options":
-        out["options"] = sorted(o for a in parser._actions for o in a.option_strings)
-    elif request["mode"] == "adaptive":
-        try:
-            import sglang.srt.speculative.adaptive_spec_params as adaptive
-            loader = getattr(adaptive, "_load_adaptive_config", None)
-            if loader is None:
-                out["note"] = "its adaptive_spec_params has no _load_adaptive_config: only rig read the file"
-            else:
-                loader(request["path"])
-        except ImportError as exc:
-            out["error"] = f"it has no adaptive speculation ({exc}); SGLang 0.5.17 and later have it"
-        except Exception as exc:
-            out["error"] = f"{type(exc).__name__}: {exc}"
-    else:
-        try:
-            parser.parse_args(request["argv"])
-        except (ValueError, SystemExit) as exc:
-            out["error"] = str(exc)
-    print(json.dumps(out), flush=True)
-"""
 
 
 class _Parser:
@@ -69,8 +37,8 @@ class _Parser:
         if not python.exists():
             raise RigError(f"{python} does not exist; install the stack's venv first (python_stack role)")
         self.python = python
-        self.proc = spawn([str(python), "-c", _PARSER], "sglang's argument parser", stdin=PIPE, stdout=PIPE,
-                          stderr=PIPE, text=True)
+        self.proc = spawn([str(python), "-c", script("sglang_parser")], "sglang's argument parser", stdin=PIPE,
+                          stdout=PIPE, stderr=PIPE, text=True)
         assert self.proc.stdin and self.proc.stdout and self.proc.stderr  # all three are pipes
         self.stdin, self.stdout, self.stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
 

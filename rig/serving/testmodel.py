@@ -2,7 +2,7 @@
 
 They prove a box's whole serving path (EAGLE-3, CUDA graphs, tensor parallelism,
 NCCL) in minutes, before hundreds of GB of weights arrive. The weights are made by
-testmodel_build.py in the stack venv's own Python (its torch, safetensors and
+rig/foreign/testmodel_build.py in the stack venv's own Python (its torch, safetensors and
 tokenizers), offline and deterministically: the same options give the same bytes,
 so a second run changes nothing.
 """
@@ -13,13 +13,12 @@ import json
 import os
 import shutil
 import tempfile
-from importlib import resources
 from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.documents import load_json
 from rig.core.fs import output_dir
-from rig.core.proc import interpreter, last_json, run
+from rig.core.proc import interpreter, last_json, run, script
 from rig.serving import numerics
 
 DRAFTS = ("agree", "random")
@@ -105,8 +104,7 @@ def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree"
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=None if check else out.parent))
     try:
         progress(f"writing the test model with {python}")
-        script = resources.files("rig.serving").joinpath("testmodel_build.py").read_text()
-        done = run([str(python), "-c", script, json.dumps({**spec, "out": str(staging / "model")})],
+        done = run([str(python), "-c", script("testmodel_build"), json.dumps({**spec, "out": str(staging / "model")})],
                    "rig testmodel", timeout=600, env={**os.environ, "PYTHONHASHSEED": "0"})
         info = last_json(done.stdout, "rig testmodel")
         if kind == "numerics":

@@ -30,10 +30,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rig.core import RigError, progress
+from rig.core import RigError, outdir, progress
 from rig.core.fs import atomic_write
 from rig.serving import adaptive
-from rig.serving.bench import Plan, Server, ServerDown, _num, aggregate, check_fits, save_figure, summarize, within_range
+from rig.serving.bench import Plan, Server, ServerDown, _num, aggregate, check_fits, summarize, within_range
 from rig.serving.launch import Servers, make_logs, results_dir, with_server
 from rig.serving.server import health_url, render
 from rig.serving.sglang_api import server_accept_length, server_info
@@ -364,13 +364,12 @@ def report_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(result: dict, out: Path) -> list[str]:
-    import matplotlib
+def figures(result: dict) -> dict:
+    """tune.png: each variant's median per level, its bars spanning the rounds."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.8))
+    fig = Figure(figsize=(8, 4.8))
+    ax = fig.subplots()
     xs = list(range(len(result["levels"])))
     for name, variant in result["variants"].items():
         points = [(x, lv) for x, level in zip(xs, result["levels"], strict=True)
@@ -389,13 +388,12 @@ def plot(result: dict, out: Path) -> list[str]:
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
     fig.tight_layout()
-    return [save_figure(fig, out / "tune.png")]
+    return {"tune.png": fig}
 
 
 def write(result: dict, out: Path) -> list[str]:
-    atomic_write(out / "tune.json", json.dumps(result, indent=2) + "\n")
-    atomic_write(out / "report.md", report_markdown(result))
-    return [str(out / "tune.json"), str(out / "report.md"), *plot(result, out)]
+    return outdir.write(out, {"tune.json": outdir.record(result), "report.md": report_markdown(result)},
+                         lambda: figures(result))
 
 
 # ------------------------------------------------------------------ the run

@@ -140,7 +140,7 @@ def test_a_wrong_kernel_changes_the_numerics_tokens_and_noise_does_not(numerics_
     root, _ = numerics_model
     asked = numerics.prompts()
     rule = json.dumps({"prompts": asked, "expected": [numerics.continuation(p) for p in asked]})
-    builder = str(REPO / "rig" / "serving" / "testmodel_build.py")
+    builder = str(REPO / "rig" / "foreign" / "testmodel_build.py")
     done = ok(subprocess.run([str(lab["v23"] / "bin" / "python"), "-c", PERTURB, builder, str(root), str(tmp_path),
                               how, rule], capture_output=True, text=True, check=False))
     seen = json.loads(done.stdout.strip().splitlines()[-1])

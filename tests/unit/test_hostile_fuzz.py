@@ -216,7 +216,7 @@ def test_an_edited_stack_file_is_taken_or_refused_cleanly(data):
 def test_any_bytes_as_a_stack_file_are_refused_cleanly(content):
     with scratch() as tmp:
         stack = _write(tmp / "s.yml", content)
-        holds(*rig("lock", "--check", str(stack))[::2], allowed=(2,))
+        holds(*rig("lock", "--verify", str(stack))[::2], allowed=(2,))
 
 
 # ------------------------------------------------------------------ locks
@@ -430,7 +430,7 @@ def _special(tmp: Path, kind: str) -> str:
 READERS = [  # every command that reads a document from a path it is given
     lambda p, tmp: ["stack", "show", p],
     lambda p, tmp: ["env", "show", "--stack", p],
-    lambda p, tmp: ["lock", "--check", p],
+    lambda p, tmp: ["lock", "--verify", p],
     lambda p, tmp: ["doctor", "--log", p],
     lambda p, tmp: ["wheelhouse", "export", p, str(tmp / "out"), "--cache", str(tmp / "cache")],
     lambda p, tmp: ["patch", "status", "--python", sys.executable, "--stack", p],

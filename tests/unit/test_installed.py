@@ -17,6 +17,8 @@ def test_an_installed_rig_builds_a_bundle_with_its_patch_set_and_reads_it(tmp_pa
     [wheel] = dist.glob("rig-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {"rig/image/Dockerfile", "rig/templates/sitecustomize.py.j2", "rig/log_rules.yml"} <= set(names)
+    # the scripts a venv's Python runs travel as package data (the patch status below runs one from the bundle)
+    assert {f"rig/foreign/{p.name}" for p in (REPO / "rig" / "foreign").glob("*.py")} <= set(names)
     assert sorted(n.rsplit("/", 1)[1][:-4] for n in names if n.startswith("rig/patches/set/") and
                   n.endswith(".yml")) == PATCH_SET
     done = run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)])

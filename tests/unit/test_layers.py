@@ -33,9 +33,12 @@ def imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+FOREIGN = RIG / "foreign"  # scripts other interpreters run: read as text, never imported
+
+
 def modules() -> list[tuple[Path, str]]:
     return [(path, layer_of("rig." + ".".join(path.relative_to(RIG).with_suffix("").parts)))
-            for path in sorted(RIG.rglob("*.py"))]
+            for path in sorted(RIG.rglob("*.py")) if FOREIGN not in path.parents]
 
 
 def test_the_package_docstring_lists_the_layers_in_order():
@@ -45,7 +48,21 @@ def test_the_package_docstring_lists_the_layers_in_order():
 def test_every_module_sits_in_a_layer():
     assert [str(p.relative_to(RIG)) for p, layer in modules() if layer == "rig"] == ["__init__.py", "__main__.py"]
     assert sorted(p.name for p in RIG.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(
-        LAYERS + ["templates"])
+        LAYERS + ["templates", "foreign"])
+
+
+def test_the_foreign_scripts_import_no_rig_and_are_read_only_through_core_proc():
+    """They run in a venv's Python, where rig is not installed; each one is run by its name, and the table of
+    rig/foreign/README.md lists every one."""
+    scripts = sorted(p.stem for p in FOREIGN.glob("*.py"))
+    assert scripts and not (FOREIGN / "__init__.py").exists()
+    assert [f"{s}:{line} imports {n}" for s in scripts for line, n in imports(FOREIGN / f"{s}.py")
+            if n.split(".")[0] == "rig"] == []
+    sources = "\n".join(path.read_text() for path, _ in modules())
+    assert [s for s in scripts if f'"{s}"' not in sources] == []
+    assert "foreign" not in "".join(n for path, _ in modules() for _, n in imports(path))
+    table = (FOREIGN / "README.md").read_text()
+    assert [s for s in scripts if f"`{s}.py`" not in table] == []
 
 
 def test_each_layer_imports_only_itself_and_the_layers_before_it():

@@ -26,7 +26,7 @@ def variant(tmp_path, change: dict, base=DEFAULT) -> str:
 
 
 def test_the_shipped_default_lock_is_current_and_complete():
-    done = rig("lock", str(DEFAULT), "--check", "--json")
+    done = rig("lock", str(DEFAULT), "--verify", "--json")
     assert done.returncode == 0, done.stderr
     lock = read(DEFAULT.with_suffix(".lock"))
     assert lock["complete"] and not lock["unresolved"]
@@ -40,7 +40,7 @@ def test_the_shipped_default_lock_is_current_and_complete():
 def test_an_extension_is_a_source_build_that_needs_no_index_entry():
     """rig's test extension is on no index: the lock lists it to build, beside torch's closure."""
     stack = REPO / "tests" / "data" / "stacks" / "torch-extension.yml"
-    done = rig("lock", str(stack), "--check", "--json")
+    done = rig("lock", str(stack), "--verify", "--json")
     assert done.returncode == 0, done.stderr
     lock = read(stack.with_suffix(".lock"))
     assert lock["complete"] and lock["source_builds"] == [
@@ -52,7 +52,7 @@ def test_an_extension_is_a_source_build_that_needs_no_index_entry():
 def test_a_stale_lock_is_detected(tmp_path):
     path = variant(tmp_path, {"description": "changed"})
     (tmp_path / "variant.lock").write_text(DEFAULT.with_suffix(".lock").read_text())
-    done = rig("lock", path, "--check")
+    done = rig("lock", path, "--verify")
     assert done.returncode == 2 and "is stale" in done.stderr
 
 
@@ -104,7 +104,7 @@ def test_the_0_5_9_stack_locks_what_it_can_and_says_what_it_cannot(tmp_path, mon
 
 
 def test_the_shipped_0_5_9_lock_is_partial_and_says_why():
-    done = rig("lock", str(REPO / "stacks" / "sm120-sglang-0.5.9.yml"), "--check")
+    done = rig("lock", str(REPO / "stacks" / "sm120-sglang-0.5.9.yml"), "--verify")
     assert done.returncode == 0, done.stderr
     lock = read(REPO / "stacks" / "sm120-sglang-0.5.9.lock")
     assert not lock["complete"] and lock["unresolved"][0]["name"] == "torch"

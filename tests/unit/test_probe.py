@@ -45,7 +45,7 @@ def test_one_gpu_has_nothing_to_reduce():
     assert result["link_class"] == "single GPU" and result["rows"][0]["busbw_gbps"] == 0.0
 
 
-# Stand-ins for rig/machine/peer_worker.py, run as the worker is (python -c CODE SPEC): they answer as a pair of
+# Stand-ins for rig/foreign/peer_worker.py, run as the worker is (python -c CODE SPEC): they answer as a pair of
 # GPUs would, or hang as a peer copy under a translating IOMMU with ACS redirect can.
 ANSWER = """
 import json, sys
@@ -69,10 +69,10 @@ print(json.dumps({"a": spec["a"], "b": spec["b"], "offered": True,
 def test_every_pair_is_copied_both_ways_and_a_wrong_copy_fails_its_pair_with_the_fix(tmp_path):
     import sys
 
-    good = probe.measure_peers(Path(sys.executable), 3, script=ANSWER.format(bad="set()", unoffered=-1))
+    good = probe.measure_peers(Path(sys.executable), 3, worker=ANSWER.format(bad="set()", unoffered=-1))
     assert [(p["a"], p["b"]) for p in good["pairs"]] == [(0, 1), (0, 2), (1, 2)]
     assert good["ok"] and good["advice"] == ["all 3 pair(s) copy correctly both ways"]
-    bad = probe.measure_peers(Path(sys.executable), 3, script=ANSWER.format(bad="{(2, 1)}", unoffered=2))
+    bad = probe.measure_peers(Path(sys.executable), 3, worker=ANSWER.format(bad="{(2, 1)}", unoffered=2))
     assert not bad["ok"] and [p["ok"] for p in bad["pairs"]] == [True, True, False]
     assert bad["pairs"][2]["error"] == "the copy 2->1 arrived with wrong values"
     assert "failed between GPUs 1<->2" in bad["advice"][0] and "NCCL_P2P_DISABLE" in bad["advice"][0]
@@ -86,7 +86,7 @@ def test_a_pair_that_never_completes_fails_within_its_deadline_and_the_others_ar
     import time
 
     started = time.monotonic()
-    found = probe.measure_peers(Path(sys.executable), 3, deadline=3, script=HANGS_ON_PAIR_0_2)
+    found = probe.measure_peers(Path(sys.executable), 3, deadline=3, worker=HANGS_ON_PAIR_0_2)
     assert time.monotonic() - started < 60  # bounded by the deadline, not the child's hour of sleep
     assert [p["ok"] for p in found["pairs"]] == [True, False, True]
     assert found["pairs"][1]["error"] == "the copy did not complete within 3 s (a hung peer-to-peer transfer)"
@@ -114,7 +114,7 @@ GOOD_WAY = "{'from': 0, 'to': 1, 'correct': True, 'gbps': 25.0}"
 def test_an_answer_that_is_not_a_pairs_report_fails_that_pair(script, error):
     import sys
 
-    found = probe.measure_peers(Path(sys.executable), 2, script=script)
+    found = probe.measure_peers(Path(sys.executable), 2, worker=script)
     assert not found["ok"] and found["pairs"][0]["error"].startswith(error), found
 
 
@@ -125,7 +125,7 @@ def test_a_hung_copy_in_a_grandchild_is_killed_with_its_pair_within_the_deadline
     script = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(100)']); " \
              "import time; time.sleep(100)"
     started = time.monotonic()
-    found = probe.measure_peers(Path(sys.executable), 2, deadline=2, script=script)
+    found = probe.measure_peers(Path(sys.executable), 2, deadline=2, worker=script)
     assert time.monotonic() - started < 30 and not found["ok"]  # the grandchild held the pipes: killed with it
     assert "did not complete within 2 s" in found["pairs"][0]["error"]
 

@@ -3,6 +3,7 @@ SGLang stand-in's own reading of the config (its routing and EMA, which the end-
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import sglang_api_server as standin
@@ -130,19 +131,29 @@ def test_knobs_and_keys_sglang_would_misread_are_refused(config, says):
         adaptive.slots(config, "adaptive.json")
 
 
-def test_a_figure_replaces_a_link_and_never_writes_through_it(tmp_path):
-    import matplotlib
+def test_the_files_writer_puts_the_record_first_replaces_links_and_leaves_out_plots_it_cannot_draw(tmp_path):
+    """rig.core.outdir, the one writer of probe, bench, tune and prove: a link where a file goes is replaced,
+    never written through; a plot that cannot be drawn leaves the record and the report written."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from rig.serving.bench import save_figure
+    from rig.core import outdir
 
     victim = tmp_path / "victim"
     victim.write_text("keep me")
     (tmp_path / "tune.png").symlink_to(victim)
-    save_figure(plt.subplots()[0], tmp_path / "tune.png")
+    (tmp_path / "tune.json").symlink_to(victim)
+    files = outdir.write(tmp_path, {"tune.json": outdir.record({"a": 1}), "report.md": "# r\n"},
+                         lambda: {"tune.png": Figure()})
+    assert [Path(f).name for f in files] == ["tune.json", "report.md", "tune.png"]
     assert victim.read_text() == "keep me" and not (tmp_path / "tune.png").is_symlink()
+    assert json.loads((tmp_path / "tune.json").read_text()) == {"a": 1}
+    assert (tmp_path / "tune.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    def no_matplotlib():
+        raise ImportError("No module named 'matplotlib'", name="matplotlib")
+
+    assert [Path(f).name for f in outdir.write(tmp_path / "host", {"prove.json": "{}\n"}, no_matplotlib)] == \
+        ["prove.json"]
     assert (tmp_path / "tune.png").read_bytes().startswith(b"\x89PNG")
 
 

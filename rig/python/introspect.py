@@ -1,0 +1,63 @@
+"""What a Python environment holds, asked of its own interpreter: one script (rig/foreign/distributions.py)
+and one answer, checked here, for everything that needs to know (audit, patches, the SBOM, venv verify,
+doctor, prove). rig never imports a venv's packages; their metadata is input like any other."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rig.core import RigError
+from rig.core.proc import ask
+
+FIELDS = {"version": str, "root": str, "files": list, "metadata": str}
+
+
+@dataclass(frozen=True)
+class Held:
+    python: str
+    prefix: Path
+    site: Path
+    packages: dict[str, dict] = field(default_factory=dict)  # each name asked and found -> {version, root, ...}
+    every: list[tuple[str, str]] = field(default_factory=list)  # (name, version) of each one, when asked
+    torch: dict = field(default_factory=dict)  # the CUDA and NCCL torch was built with, when asked
+
+
+def held(python: str | Path, names: list[str] | tuple[str, ...] = (), *, files: bool = False,
+         metadata: bool = False, every: bool = False, torch: bool = False, timeout: float | None = None) -> Held:
+    """What PYTHON's environment holds of NAMES (with each one's .so/.cubin FILES and METADATA text when asked),
+    EVERY distribution's version, and torch's build (TORCH: imports torch there)."""
+    request = {"names": sorted(set(names)), "files": files, "metadata": metadata, "every": every, "torch": torch}
+    answer = ask(python, "distributions", [json.dumps(request)], "report what its environment holds (its Python must start)",
+                 timeout=timeout)
+    try:
+        packages = {name: _package(name, answer["packages"][name]) for name in answer["packages"]}
+        listed = answer.get("every", [])
+        for entry in listed:
+            if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(v, str) for v in entry)):
+                raise ValueError(f"a distribution listed as {entry!r:.80}, without a name or a version")
+        found = Held(python=_text(answer["python"]), prefix=Path(_text(answer["prefix"])),
+                     site=Path(_text(answer["site"])), packages=packages,
+                     every=[(name, version) for name, version in listed],
+                     torch=dict(answer.get("torch") or {}))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise RigError(f"{python} reported its environment in a shape rig did not write ({exc}); is it a Python "
+                       "with intact package metadata?") from exc
+    return found
+
+
+def _text(value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r:.60} is not text")
+    return value
+
+
+def _package(name: str, entry: dict) -> dict:
+    for key, kind in FIELDS.items():
+        if key in ("version", "root") and key not in entry:
+            raise KeyError(f"{name} without its {key}")
+        if key in entry and not isinstance(entry[key], kind):
+            raise TypeError(f"{name}'s {key} is {entry[key]!r:.60}")
+    if not all(isinstance(f, str) for f in entry.get("files", [])):
+        raise TypeError(f"{name} lists a file that is not a path")
+    return {key: entry[key] for key in FIELDS if key in entry}

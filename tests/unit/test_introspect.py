@@ -1,0 +1,62 @@
+"""rig.python.introspect: one question to a venv's own Python (rig/foreign/distributions.py), asked by audit,
+patches, the SBOM, venv verify, doctor and prove; its answer is checked in one place."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from rig.core import RigError
+from rig.python.introspect import held
+from rig.python.venv import installed
+from rig.serving.prove import versions
+
+
+def venv_with(tmp_path, version: str = "1.0"):
+    """A venv over this interpreter holding fakepkg (a .so and a .cubin in its RECORD)."""
+    venv = tmp_path / "v"
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    info = site / "fakepkg-1.0.dist-info"
+    (site / "fakepkg").mkdir(parents=True)
+    info.mkdir()
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / "pyvenv.cfg").write_text("include-system-site-packages = false\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: FakePkg\nVersion: {version}\n"
+                                   "Requires-Dist: torch==2.14.1\n")
+    (info / "RECORD").write_text("fakepkg/_ops.abi3.so,,\nfakepkg/k.cubin,,\nfakepkg/mod.py,,\n")
+    return venv
+
+
+def test_one_answer_carries_versions_roots_files_metadata_and_every_distribution(tmp_path):
+    venv = venv_with(tmp_path)
+    found = held(venv / "bin" / "python", ["fakepkg", "absent"], files=True, metadata=True, every=True)
+    assert set(found.packages) == {"fakepkg"} and found.packages["fakepkg"]["version"] == "1.0"
+    assert found.site.name == "site-packages" and found.packages["fakepkg"]["root"] == str(found.site)
+    assert [f.rsplit("/", 1)[-1] for f in found.packages["fakepkg"]["files"]] == ["_ops.abi3.so", "k.cubin"]
+    assert "Requires-Dist: torch==2.14.1" in found.packages["fakepkg"]["metadata"]
+    assert ("FakePkg", "1.0") in found.every
+    assert installed(venv)["fakepkg"] == "1.0"  # venv verify reads the same answer, by canonical name
+    # prove's record: the names it reports, None where the venv lacks one, and torch's build or why not
+    record = versions(venv / "bin" / "python")
+    assert record["sglang"] is None and record["kernel"] is None and ("torch_error" in record or "torch_cuda" in record)
+
+
+def test_an_answer_in_another_shape_is_one_error_naming_the_python(tmp_path):
+    liar = tmp_path / "python"
+    answer = {"python": "/x", "prefix": "/x", "site": "/x", "packages": {"fakepkg": {"version": 1, "root": "/x"}}}
+    liar.write_text(f"#!/bin/sh\necho '{json.dumps(answer)}'\n")
+    liar.chmod(0o755)
+    with pytest.raises(RigError, match=r"reported its environment in a shape rig did not write \(fakepkg's version"):
+        held(liar, ["fakepkg"])
+    answer["packages"] = {}
+    answer["every"] = [["fakepkg", None]]
+    liar.write_text(f"#!/bin/sh\necho '{json.dumps(answer)}'\n")
+    with pytest.raises(RigError, match="a distribution listed as"):
+        held(liar, every=True)
+
+
+def test_a_directory_without_a_python_is_not_a_venv(tmp_path):
+    with pytest.raises(RigError, match="is not a virtualenv"):
+        installed(tmp_path)
