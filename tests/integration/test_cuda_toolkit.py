@@ -108,7 +108,7 @@ def test_a_run_killed_mid_install_leaves_no_partial_tree_and_a_rerun_converges(b
     while not box.exists("/usr/local/.cuda-13.0.rig-staging-*/lib64/libcudart.so.13"):
         assert play.poll() is None and time.monotonic() < deadline, "the install never started staging"
         time.sleep(0.2)
-    box.sh("pkill -9 -f 'rig.pyz cuda install '")
+    box.sh("pkill -9 -f '[.]pyz cuda install '")  # the engine, from the bundle the host keeps
     play.communicate(timeout=120)
     assert play.returncode != 0
     assert not box.exists("/usr/local/cuda-13.0")

@@ -77,7 +77,8 @@ def play(tmp_path, tasks: list[dict], *args: str, host: str = "localhost") -> tu
         "faraway": {"ansible_connection": "ssh", "ansible_host": "192.0.2.1"}}}}))  # TEST-NET-1: never routed
     book.write_text(yaml.safe_dump([{
         "hosts": host, "gather_facts": False,
-        "vars": {"rig_engine_python": sys.executable, "rig_engine_bundle": str(tmp_path / "rig.pyz")},
+        "vars": {"rig_engine_python": sys.executable, "rig_engine_bundle": str(tmp_path / "rig.pyz"),
+                 "rig_engine_keep_dir": str(tmp_path / "kept")},
         "roles": ["rig_engine"], "tasks": tasks}]))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}
     done = run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(book), *args], env=env, cwd=tmp_path)
@@ -144,3 +145,52 @@ def test_a_target_without_the_interpreter_fails_saying_so(tmp_path):
     rc, result = play(tmp_path, [task], "-e", "rig_engine_python=/nonexistent/python3")
     assert rc != 0 and result["failed"] is True
     assert result["msg"].startswith("rig stack show failed (exit 127): ") and "/nonexistent/python3" in result["msg"]
+
+
+SHOW = {"name": "Show a stack", "rig": {"argv": ["stack", "show", str(REPO / "stacks" / "default.yml")], "mode": "read"}}
+
+
+def kept(tmp_path) -> list:
+    return sorted(p.name for p in (tmp_path / "kept").iterdir()) if (tmp_path / "kept").is_dir() else []
+
+
+def test_the_bundle_is_kept_on_the_target_by_its_sha256_and_checked_before_every_run(tmp_path):
+    import hashlib
+    import stat
+
+    rc, first = play(tmp_path, [SHOW])
+    digest = hashlib.sha256((tmp_path / "rig.pyz").read_bytes()).hexdigest()
+    assert rc == 0 and first["name"] == "sm120-sglang-0.5.23" and kept(tmp_path) == [f"rig-{digest[:16]}.pyz"]
+    held = tmp_path / "kept" / f"rig-{digest[:16]}.pyz"
+    assert stat.S_IMODE(held.stat().st_mode) == 0o644 and held.read_bytes() == (tmp_path / "rig.pyz").read_bytes()
+    # altered on the host: refused by its sha256 and sent again; a link there is replaced, never written through
+    held.write_bytes(b"import sys; sys.exit(0)\n")
+    assert play(tmp_path, [SHOW])[0] == 0 and held.read_bytes() == (tmp_path / "rig.pyz").read_bytes()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    held.unlink()
+    held.symlink_to(victim)
+    assert play(tmp_path, [SHOW])[0] == 0 and victim.read_bytes() == b"keep me" and not held.is_symlink()
+    # another rig version's bundle is removed when this one is kept
+    (tmp_path / "kept" / "rig-0000000000000000.pyz").write_bytes(b"old")
+    held.unlink()
+    assert play(tmp_path, [SHOW])[0] == 0 and kept(tmp_path) == [held.name]
+
+
+def test_check_mode_keeps_nothing_and_a_keep_dir_that_is_a_link_is_never_used(tmp_path):
+    rc, dry = play(tmp_path, [SHOW], "--check")
+    assert rc == 0 and dry["name"] == "sm120-sglang-0.5.23" and kept(tmp_path) == []
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "kept").symlink_to(elsewhere)
+    rc, result = play(tmp_path, [SHOW])  # the task still runs, from its temporary directory
+    assert rc == 0 and result["name"] == "sm120-sglang-0.5.23" and list(elsewhere.iterdir()) == []
+
+
+def test_the_tasks_environment_reaches_the_engine(tmp_path):
+    task = {"name": "Show a missing stack", "rig": {"argv": ["stack", "show", str(tmp_path / "none.yml")],
+                                                   "mode": "read"}}
+    rc, plain = play(tmp_path, [task])
+    rc_debug, debug = play(tmp_path, [{**task, "environment": {"RIG_DEBUG": "1"}}])
+    assert rc != 0 and rc_debug != 0 and "Traceback" not in plain["stderr"]
+    assert "Traceback" in debug["stderr"] and "rig: error:" in debug["msg"]

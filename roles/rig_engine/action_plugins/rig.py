@@ -14,6 +14,12 @@ mode says how the subcommand meets check mode:
   needed. The task reports a change in check mode only, where the plan is the answer.
 - read: it only reads; it runs in check mode too and never reports a change.
 
+On a target the bundle is kept in rig_engine_keep_dir, named by its sha256 and checked against it
+before every run, so it crosses the connection once per rig version, not once per task (a
+target the connection user cannot write there, and check mode, which leaves the host as it
+was, get it in the task's temporary directory as before). The task's `environment:` reaches
+the engine.
+
 controller: true runs the subcommand on the controller instead (with the Python that runs
 Ansible, where rig is installed): steps on the controller's cache and wheelhouse, whose
 changes are no host's. Give them mode read.
@@ -26,7 +32,10 @@ msg of a failure.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import secrets
 import shlex
 import subprocess
 import sys
@@ -36,6 +45,24 @@ from ansible.plugins.action import ActionBase
 
 # What the action sets itself: the engine's own values for these are mapped, not copied.
 RESERVED = frozenset(("changed", "failed", "skipped", "diff", "msg", "rc", "stdout", "stderr", "invocation"))
+NOT_KEPT = 200  # the run script's status when the kept bundle is absent or another one (the engine exits 0-3)
+# The engine from the kept bundle: its sha256 checked first, stderr after a marker line on stdout when it
+# fails (over SSH with become a tty merges the two streams, and stdout must stay one JSON object).
+RUN = """k={kept}
+[ -f "$k" ] && [ ! -L "$k" ] && [ "$(sha256sum < "$k")" = "{digest}  -" ] || exit {not_kept}
+e=$(mktemp) || exit {not_kept}
+{command} 2>"$e"; rc=$?
+[ "$rc" -eq 0 ] || {{ printf '\\n%s\\n' {marker}; cat "$e"; }}
+rm -f "$e"; exit "$rc"
+"""
+# The bundle sent once, put in place by one rename from a file mktemp made (never through a link), the
+# bundles of other versions removed.
+KEEP = """d={keep}; k={kept}; n=
+trap 'rm -f "$n"' EXIT
+[ ! -L "$d" ] && mkdir -p -m 0755 "$d" && [ -d "$d" ] && [ ! -L "$d" ] && n=$(mktemp "$d/.rig-XXXXXX") &&
+cat {sent} > "$n" && chmod 0644 "$n" && [ "$(sha256sum < "$n")" = "{digest}  -" ] && mv -f "$n" "$k" || exit 1
+for f in "$d"/rig-*.pyz; do [ "$f" = "$k" ] || rm -f "$f"; done
+"""
 
 
 class ActionModule(ActionBase):
@@ -65,22 +92,42 @@ class ActionModule(ActionBase):
 
     def _on_target(self, argv: list[str], task_vars: dict) -> dict:
         bundle = self._engine_var(task_vars, "rig_engine_bundle")
-        python = self._engine_var(task_vars, "rig_engine_python")
-        shell = self._connection._shell
+        python = shlex.split(self._engine_var(task_vars, "rig_engine_python"))
+        keep = self._engine_var(task_vars, "rig_engine_keep_dir").rstrip("/") or "/"
+        digest = _sha256(bundle)
+        kept = f"{keep}/rig-{digest[:16]}.pyz"
+        out = self._run(python, kept, argv, digest)
+        if out["rc"] == NOT_KEPT and not self._task.check_mode:  # check mode leaves the host as it was
+            if self._send(bundle, lambda sent: self._keep(sent, keep, kept, digest)):
+                out = self._run(python, kept, argv, digest)
+        if out["rc"] == NOT_KEPT:  # a target rig cannot keep it on: the bundle for this task alone
+            out = self._send(bundle, lambda sent: self._run(python, sent, argv, digest))
+        return out
+
+    def _run(self, python: list[str], bundle: str, argv: list[str], digest: str) -> dict:
+        """The engine from BUNDLE on the target, once its sha256 is DIGEST; NOT_KEPT where it is not."""
+        marker = f"--- rig stderr {secrets.token_hex(8)} ---"
+        env = self._compute_environment_string()  # the task's `environment:`, as VAR=value words
+        command = " ".join([env] * bool(env) + [shlex.quote(p) for p in (*python, bundle, *argv)])
+        script = RUN.format(kept=shlex.quote(bundle), digest=digest, not_kept=NOT_KEPT, command=command,
+                                 marker=shlex.quote(marker))
+        out = self._low_level_execute_command(f"sh -c {shlex.quote(script)}", sudoable=True)
+        stdout, _, said = out.get("stdout", "").partition(f"\n{marker}\n")
+        return {**out, "stdout": stdout, "stderr": said + out.get("stderr", "")}
+
+    def _keep(self, sent: str, keep: str, kept: str, digest: str) -> bool:
+        script = KEEP.format(keep=shlex.quote(keep), kept=shlex.quote(kept), sent=shlex.quote(sent), digest=digest)
+        return self._low_level_execute_command(f"sh -c {shlex.quote(script)}", sudoable=True)["rc"] == 0
+
+    def _send(self, bundle: str, then):
+        """THEN(path) with the bundle copied into the task's temporary directory, which is removed after."""
         try:
-            tmpdir = self._make_tmp_path()
-            remote, err = shell.join_path(tmpdir, "rig.pyz"), shell.join_path(tmpdir, "rig.err")
+            remote = self._connection._shell.join_path(self._make_tmp_path(), "rig.pyz")
             self._transfer_file(bundle, remote)
-            self._fixup_perms2((tmpdir, remote))
-            # stderr to a file: over SSH with become a tty merges it into stdout, which must stay one JSON object
-            cmd = " ".join(shlex.quote(part) for part in (*shlex.split(python), remote, *argv))
-            out = self._low_level_execute_command(shell.wrap_for_exec(f"{cmd} 2>{shlex.quote(err)}"), sudoable=True)
-            if out["rc"] != 0:
-                said = self._low_level_execute_command(f"cat {shlex.quote(err)}", sudoable=True)
-                out["stderr"] = said.get("stdout", "") + out.get("stderr", "")
-            return out
+            self._fixup_perms2((os.path.dirname(remote), remote))
+            return then(remote)
         finally:
-            self._remove_tmp_path(shell.tmpdir)
+            self._remove_tmp_path(self._connection._shell.tmpdir)
 
     @staticmethod
     def _on_controller(argv: list[str]) -> dict:
@@ -91,6 +138,19 @@ class ActionModule(ActionBase):
         if name not in task_vars:
             raise AnsibleActionFail(f"{name} is not set: run the task in a role that depends on rig_engine")
         return str(self._templar.template(task_vars[name]))
+
+
+_DIGESTS: dict = {}
+
+
+def _sha256(path: str) -> str:
+    """The bundle's sha256, computed once per file version in this controller process."""
+    seen = os.stat(path)
+    key = (path, seen.st_size, seen.st_mtime_ns, seen.st_ino)
+    if key not in _DIGESTS:
+        with open(path, "rb") as handle:
+            _DIGESTS[key] = hashlib.file_digest(handle, "sha256").hexdigest()
+    return _DIGESTS[key]
 
 
 def _mapped(argv: list[str], out: dict, mode: str, check_mode: bool) -> dict:
