@@ -68,7 +68,7 @@ lint: venv  ## ansible-lint (production profile), ruff, mypy, rig's layers, and 
 	check-jsonschema --builtin-schema vendor.gitlab-ci docs/ci/gitlab-ci.yml
 
 # BENCH=provision or BENCH=lock runs one of them.
-BENCH ?= provision installer lock wheels client image hostile checks cubins
+BENCH ?= provision installer lock wheels client image hostile checks cubins tasks
 bench: venv docker  ## Run the benchmarks and update docs/BENCHMARKS.md (see scripts/bench.py)
 	for b in $(BENCH); do python scripts/bench.py $$b; done
 

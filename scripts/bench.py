@@ -18,6 +18,9 @@
     python scripts/bench.py checks [--rounds 3]      what each agreement and peer check costs: validate's
                                                      toolchain, doctor's toolkit / venv agreement, pcie-p2p,
                                                      one probed GPU pair (stand-in worker)
+    python scripts/bench.py tasks [--rounds 3]       what one role task costs on a box (docker_api): the rig
+                                                     action with the bundle kept on the host against sent per
+                                                     task, a command task with pipelining on against off
     python scripts/bench.py suite [--rounds 1]       make test on a fresh clone of HEAD as CI runs it: the
                                                      install, each pytest run, lint and the rest
 
@@ -574,7 +577,7 @@ def bench_checks(rounds: int) -> None:
             lambda: doctor._agreement(str(venv), {"environ": {"CUDA_HOME": str(tree)}}),
         "doctor: pcie-p2p judged (8 GPUs, 6 bridges)": lambda: gpu_health.peer_check(raw),
         "probe: one GPU pair (a child per pair)":
-            lambda: probe.measure_peers(Path(sys.executable), 2, script=ANSWER.format(bad="set()", unoffered=-1)),
+            lambda: probe.measure_peers(Path(sys.executable), 2, worker=ANSWER.format(bad="set()", unoffered=-1)),
     }
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
@@ -731,10 +734,69 @@ The slowest tests of the last round (a test's time includes the fixtures it set 
 """)
 
 
+TASKS = 10
+
+
+def bench_tasks(rounds: int) -> None:
+    """Seconds per task of a play of TASKS rig actions (stack show, read) and of TASKS command tasks on one box,
+    each play run under both settings, interleaved round by round. A bundle sent per task is what a host
+    rig cannot keep it on gets (a keep dir that cannot be made, under /proc)."""
+    import yaml
+
+    image = subprocess.run(["bash", "scripts/base-image.sh"], cwd=REPO, capture_output=True, text=True,
+                           check=True).stdout.split()[-1]
+    work = Path(tempfile.mkdtemp(prefix="rig-bench-tasks-"))
+    box = f"rig-bench-tasks-{os.getpid()}"
+    subprocess.run(["docker", "run", "-d", "--name", box, image, "sleep", "infinity"], capture_output=True, check=True)
+    try:
+        (work / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {box: {
+            "ansible_connection": "community.docker.docker_api", "ansible_python_interpreter": "/usr/bin/python3"}}}}))
+        loop = {"loop": list(range(TASKS))}
+        plays = {
+            "rig": [{"hosts": "all", "gather_facts": False, "roles": ["rig_engine"], "tasks": [
+                {"name": "Show the stack", "rig": {"argv": ["stack", "show", "/nonexistent.yml"], "mode": "read"},
+                 "failed_when": False, **loop}]}],
+            "command": [{"hosts": "all", "gather_facts": False, "tasks": [
+                {"name": "A command", "ansible.builtin.command": "true", "changed_when": False, **loop}]}]}
+        for name, play in plays.items():
+            (work / f"{name}.yml").write_text(yaml.safe_dump(play))
+        env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(REPO / "roles")}
+        cases = {
+            "rig action, bundle kept on the host (rig's default)": ("rig", {}, []),
+            "rig action, bundle sent with every task": ("rig", {}, ["-e", "rig_engine_keep_dir=/proc/rig-keep"]),
+            "command task, pipelining on (rig's ansible.cfg)": ("command", {}, []),
+            "command task, pipelining off": ("command", {"ANSIBLE_PIPELINING": "0"}, []),
+        }
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(rounds):
+            for name, (book, extra, args) in cases.items():
+                seconds, _ = timed([str(BIN / "ansible-playbook"), "-i", str(work / "inventory.yml"),
+                                    str(work / f"{book}.yml"), *args], {**env, **extra})
+                times[name].append(seconds / TASKS)
+    finally:
+        subprocess.run(["docker", "rm", "-f", box], capture_output=True, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    rows = ["| task | median s per task | range |", "| --- | --- | --- |"]
+    rows += [f"| {name} | {statistics.median(t):.2f} | {min(t):.2f}-{max(t):.2f} |" for name, t in times.items()]
+    kept, sent = (statistics.median(times[n]) for n in list(cases)[:2])
+    piped, unpiped = (statistics.median(times[n]) for n in list(cases)[2:])
+    write_section("tasks", f"""## What one role task costs on a box (docker_api, {datetime.now(timezone.utc):%Y-%m-%d})
+
+`python scripts/bench.py tasks`: a play of {TASKS} tasks against one box from rig's base image, {rounds} rounds,
+the four cases interleaved, {os.cpu_count()} cores; a play's wall time (ansible-playbook's start included)
+divided by its tasks.
+
+{chr(10).join(rows)}
+
+Keeping the bundle on the host: {sent / kept:.2f}x as fast per rig task. Pipelining: {unpiped / piped:.2f}x per
+command task.
+""")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("which", choices=["provision", "lock", "wheels", "client", "image", "hostile", "installer",
-                                          "checks", "cubins", "suite"])
+                                          "checks", "cubins", "tasks", "suite"])
     parser.add_argument("--examples", type=int, default=200, help="hostile: examples per generated property")
     parser.add_argument("--rounds", type=int, help="default 3; 1 for image (a cold build takes minutes)")
     args = parser.parse_args()
@@ -757,6 +819,8 @@ def main() -> None:
         bench_cubins(args.rounds)
     elif args.which == "checks":
         bench_checks(args.rounds)
+    elif args.which == "tasks":
+        bench_tasks(args.rounds)
     else:
         bench_lock(args.rounds)
 

@@ -1,12 +1,13 @@
 """Wheels, and every zip rig opens: one reader, so that each is opened, read and unpacked the same way.
 
 A wheel is input like any other. It is opened only as a regular file (a FIFO or a device is refused, never
-waited on); a damaged or crafted one is a RigError naming the wheel and the member; a member is read up to a
-limit whatever its header claims; and one is unpacked only under its root, never through a link."""
+waited on); a damaged or crafted one is a RigError naming the wheel and the member; a member is read, or
+unpacked, up to a limit whatever its header claims; and one is unpacked only under its root, never through a
+link."""
 from __future__ import annotations
 
+import lzma
 import os
-import shutil
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -17,21 +18,26 @@ from rig.core import RigError
 from rig.core.fs import confined, open_plain, open_regular
 
 MEMBER_LIMIT = 1 << 30  # read into memory: metadata, a kernel image, a tool's binary
-DAMAGED = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError)
+UNPACK_LIMIT = 8 << 30  # written to disk: the largest library a wheel ships (libtorch_cuda.so) is under 2 GiB
+# what zipfile raises on a damaged or crafted archive: bad headers and offsets (OSError: a seek before the
+# start), corrupt deflate, bzip2 (OSError) or LZMA data, encrypted members (RuntimeError), unknown methods
+DAMAGED = (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, NotImplementedError, RuntimeError, OSError,
+           ValueError)
 
 
 @contextmanager
 def opened(path: str | Path, what: str = "wheel") -> Iterator[zipfile.ZipFile]:
-    """PATH as a zip archive; a damaged one, while it is open or read, is a RigError naming it."""
+    """PATH as a zip archive; one whose directory cannot be read is a RigError naming it."""
     path = Path(path)
     with open_regular(path, what) as handle:
         try:
-            with zipfile.ZipFile(handle) as archive:
-                archive.filename = str(path)  # opened through a descriptor: errors name the file
-                yield archive
+            archive = zipfile.ZipFile(handle)
         except DAMAGED as exc:
             raise RigError(f"{path.name} is not a readable {what} ({exc}); it is damaged or crafted: fetch it "
                            "again") from exc
+        with archive:
+            archive.filename = str(path)  # opened through a descriptor: errors name the file
+            yield archive
 
 
 def read(archive: zipfile.ZipFile, member: str | zipfile.ZipInfo, limit: int = MEMBER_LIMIT) -> bytes:
@@ -41,32 +47,57 @@ def read(archive: zipfile.ZipFile, member: str | zipfile.ZipInfo, limit: int = M
         with archive.open(info) as src:
             data = src.read(limit + 1)
     except DAMAGED as exc:
-        raise RigError(f"{_name(archive)}: its member {info.filename} cannot be read ({exc}); the archive is "
-                       "damaged or crafted: fetch it again") from exc
+        raise _damaged(archive, info, exc) from exc
     if len(data) > limit:
-        size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
-        raise RigError(f"{_name(archive)}: its member {info.filename} is larger than {size}; refusing it")
+        raise _too_large(archive, info, limit)
     return data
 
 
-def unpack(archive: zipfile.ZipFile, member: str | zipfile.ZipInfo, root: Path, relative: str | None = None) -> Path:
-    """MEMBER written to ROOT/RELATIVE (its own name by default), confined under ROOT; its mode
-    as pip gives it (0755 where the member is executable for its owner, 0644 otherwise)."""
+def unpack(archive: zipfile.ZipFile, member: str | zipfile.ZipInfo, root: Path, relative: str | None = None,
+           limit: int = UNPACK_LIMIT) -> Path:
+    """MEMBER written to ROOT/RELATIVE (its own name by default), confined under ROOT, at most LIMIT bytes; its
+    mode as pip gives it (0755 where the member is executable for its owner, 0644 otherwise). A directory
+    entry is made a directory."""
     info = member if isinstance(member, zipfile.ZipInfo) else _info(archive, member)
-    relative = relative or info.filename
-    path = confined(root, relative, f"{_name(archive)}: member {info.filename}", follow=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = 0o755 if (info.external_attr >> 16) & 0o100 else 0o644
-    fd = open_plain(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, f"{_name(archive)}: member {info.filename}",
-                    follow=False)
+    what = f"{_name(archive)}: member {info.filename}"
+    path = confined(root, (relative or info.filename).rstrip("/"), what, follow=False)
     try:
-        with os.fdopen(fd, "wb") as dst, archive.open(info) as src:
-            shutil.copyfileobj(src, dst, 1 << 20)
-    except DAMAGED as exc:
-        raise RigError(f"{_name(archive)}: its member {info.filename} cannot be read ({exc}); the archive is "
-                       "damaged or crafted: fetch it again") from exc
-    os.chmod(path, mode)
+        path.mkdir(parents=True, exist_ok=True) if info.is_dir() else path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RigError(f"{what} cannot be unpacked under {root}: {exc.strerror or exc} (another member holds "
+                       "that path); the archive is crafted: fetch it again") from exc
+    if info.is_dir():
+        return path
+    fd = open_plain(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, what, follow=False)
+    with os.fdopen(fd, "wb") as dst:
+        for written, chunk in _chunks(archive, info):  # a write that fails (a full disk) is the host's OSError
+            if written > limit:
+                raise _too_large(archive, info, limit)
+            dst.write(chunk)
+        os.fchmod(dst.fileno(), 0o755 if (info.external_attr >> 16) & 0o100 else 0o644)
     return path
+
+
+def _chunks(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> Iterator[tuple[int, bytes]]:
+    """INFO's bytes a MiB at a time, with the count so far; a damaged member is a RigError naming it."""
+    written = 0
+    try:
+        with archive.open(info) as src:
+            while chunk := src.read(1 << 20):
+                written += len(chunk)
+                yield written, chunk
+    except DAMAGED as exc:
+        raise _damaged(archive, info, exc) from exc
+
+
+def _damaged(archive: zipfile.ZipFile, info: zipfile.ZipInfo, exc: BaseException) -> RigError:
+    return RigError(f"{_name(archive)}: its member {info.filename} cannot be read ({exc}); the archive is "
+                    "damaged or crafted: fetch it again")
+
+
+def _too_large(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> RigError:
+    size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+    return RigError(f"{_name(archive)}: its member {info.filename} is larger than {size}; refusing it")
 
 
 def _info(archive: zipfile.ZipFile, name: str) -> zipfile.ZipInfo:

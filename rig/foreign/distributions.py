@@ -4,6 +4,9 @@ rig.python.introspect runs it as `python -I -c SOURCE REQUEST`. REQUEST is JSON:
 names (the distributions to describe; absent ones are left out), files (also each one's .so and .cubin
 files), metadata (also its METADATA text), every (also every distribution's name and version), torch
 (also import torch for the CUDA and NCCL versions it was built with). One JSON line back.
+
+A distribution whose metadata cannot be read (no name or version, a RECORD or METADATA that is not what
+packaging tools write) is reported under "broken" with its path, for rig to name, instead of failing the rest.
 """
 import importlib.metadata as m
 import json
@@ -21,27 +24,47 @@ def describe(dist: m.Distribution, files: bool, metadata: bool) -> dict:
     return out
 
 
+def where(dist: m.Distribution) -> str:
+    return str(getattr(dist, "_path", "") or dist.locate_file(""))
+
+
 def torch_runtime() -> dict:
     try:
         import torch
-
-        nccl = torch.cuda.nccl.version() if torch.cuda.is_available() else None
-        return {"cuda": torch.version.cuda, "nccl": ".".join(map(str, nccl)) if nccl else None}
     except Exception as exc:  # a torch that does not import is an answer, not a crash
         return {"error": str(exc)[:200]}
+    out = {"cuda": torch.version.cuda, "nccl": None}
+    try:
+        if torch.cuda.is_available():
+            out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    except Exception as exc:  # no GPU reachable: the build's CUDA is still known
+        out["nccl_error"] = str(exc)[:200]
+    return out
 
 
 def main(request: dict) -> dict:
     out: dict = {"python": sys.executable, "prefix": sys.prefix, "site": sysconfig.get_paths()["purelib"],
-                 "packages": {}}
+                 "packages": {}, "broken": []}
     for name in request.get("names", []):
         try:
-            out["packages"][name] = describe(m.distribution(name), request.get("files", False),
-                                             request.get("metadata", False))
+            dist = m.distribution(name)
         except m.PackageNotFoundError:
             continue
+        try:
+            out["packages"][name] = describe(dist, request.get("files", False), request.get("metadata", False))
+        except Exception as exc:
+            out["broken"].append([where(dist), f"{type(exc).__name__}: {exc}"[:200]])
     if request.get("every"):
-        out["every"] = [[d.metadata["Name"], d.version] for d in m.distributions()]
+        out["every"] = []
+        for dist in m.distributions():
+            try:
+                name, version = dist.metadata["Name"], dist.version
+            except Exception as exc:
+                name, version = None, f"{type(exc).__name__}: {exc}"[:200]
+            if isinstance(name, str) and isinstance(version, str):
+                out["every"].append([name, version])
+            else:
+                out["broken"].append([where(dist), version if name is None and version else "no name or version"])
     if request.get("torch"):
         out["torch"] = torch_runtime()
     return out

@@ -215,7 +215,7 @@ def torch_from_dir(lib_dir: Path, version: str) -> Torch:
 def torch_from_wheel(wheel: Path) -> Torch:
     """The torch a wheel file would install: its version and exported symbols."""
     with wheelfile.opened(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
-        version = wheel.name.split("-")[1]
+        version = (wheel.name.split("-") + ["unknown"])[1]
         for info in archive.infolist():
             if info.filename.startswith("torch/lib/lib") and ".so" in info.filename:
                 wheelfile.unpack(archive, info, Path(tmp))

@@ -24,14 +24,19 @@ class Held:
 
 
 def held(python: str | Path, names: list[str] | tuple[str, ...] = (), *, files: bool = False,
-         metadata: bool = False, every: bool = False, torch: bool = False, timeout: float | None = None) -> Held:
+         metadata: bool = False, every: bool = False, torch: bool = False, timeout: float = 120) -> Held:
     """What PYTHON's environment holds of NAMES (with each one's .so/.cubin FILES and METADATA text when asked),
-    EVERY distribution's version, and torch's build (TORCH: imports torch there)."""
+    EVERY distribution's version, and torch's build (TORCH: imports torch there). A distribution whose metadata
+    cannot be read is one error naming it; a Python that does not answer within TIMEOUT seconds is one too."""
     request = {"names": sorted(set(names)), "files": files, "metadata": metadata, "every": every, "torch": torch}
     answer = ask(python, "distributions", [json.dumps(request)], "report what its environment holds (its Python must start)",
                  timeout=timeout)
     try:
-        packages = {name: _package(name, answer["packages"][name]) for name in answer["packages"]}
+        broken = [(_text(path), _text(why)) for path, why in answer.get("broken", [])]
+        asked = [key for key, wanted in (("files", files), ("metadata", metadata)) if wanted]
+        packages = {name: _package(name, answer["packages"][name], asked) for name in answer["packages"]}
+        if (every and "every" not in answer) or (torch and not isinstance(answer.get("torch"), dict)):
+            raise KeyError("an answer that was asked for")
         listed = answer.get("every", [])
         for entry in listed:
             if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(v, str) for v in entry)):
@@ -43,6 +48,10 @@ def held(python: str | Path, names: list[str] | tuple[str, ...] = (), *, files: 
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RigError(f"{python} reported its environment in a shape rig did not write ({exc}); is it a Python "
                        "with intact package metadata?") from exc
+    if broken:
+        raise RigError(f"{python}'s environment holds a distribution whose metadata cannot be read: {broken[0][0]} "
+                       f"({broken[0][1]}){f' and {len(broken) - 1} more' if len(broken) > 1 else ''}; remove it or "
+                       "reinstall that package")
     return found
 
 
@@ -52,9 +61,9 @@ def _text(value) -> str:
     return value
 
 
-def _package(name: str, entry: dict) -> dict:
+def _package(name: str, entry: dict, asked: list[str]) -> dict:
     for key, kind in FIELDS.items():
-        if key in ("version", "root") and key not in entry:
+        if key in ("version", "root", *asked) and key not in entry:
             raise KeyError(f"{name} without its {key}")
         if key in entry and not isinstance(entry[key], kind):
             raise TypeError(f"{name}'s {key} is {entry[key]!r:.60}")

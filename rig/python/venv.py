@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 from rig.core import RigError, progress
 from rig.core.documents import load_json, read_text
 from rig.core.fs import atomic_write, read_bytes, sha256_data, sha256_file
-from rig.core.proc import run, venv_python
+from rig.core.proc import run, script, venv_python
 from rig.core.schema import Field, sha256
 from rig.python.introspect import held
 from rig.python.pip import read_pinned
@@ -99,11 +99,6 @@ def _install(venv: Path, lock_hash: str, wheelhouse: str | None, find_links: str
     return result
 
 
-# pip compiles one file after another; compileall's workers use every core (what does not compile is skipped,
-# as pip skips it)
-_COMPILE = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)"
-
-
 def _installer_steps(installer: str, venv: Path, house: Path, scratch: Path, find_links: str | None) -> list[list]:
     """Either installer, offline from the wheelhouse, every wheel checked against its pinned hash, no
     dependency resolution, every module byte-compiled in parallel."""
@@ -121,7 +116,7 @@ def _installer_steps(installer: str, venv: Path, house: Path, scratch: Path, fin
     python = str(venv / "bin" / "python")
     return [[python, f"{pip_wheels[-1]}/pip", "install", "--no-cache-dir", "--no-compile",
              "--disable-pip-version-check", *offline, *_trusted(find_links)],
-            [python, "-c", _COMPILE, str(venv / "lib")]]
+            [python, "-c", script("compile_tree"), str(venv / "lib")]]
 
 
 PULL_LIMIT = 64 << 20  # pip's wheel is 2 MB, uv's 17 MB

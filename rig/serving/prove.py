@@ -178,7 +178,7 @@ def versions(python: Path) -> dict:
            for key, names in NAMED.items()}
     runtime = found.torch
     return {**out, **({"torch_error": runtime["error"]} if "error" in runtime else
-                      {"torch_cuda": runtime.get("cuda"), "nccl": runtime.get("nccl")})}
+                      {"torch_cuda": runtime.get("cuda"), "nccl": runtime.get("nccl")})}  # torch_cuda: its build
 
 
 def _doctor(stack: dict, venv: str, record: Step) -> None:

@@ -60,3 +60,23 @@ def test_an_answer_in_another_shape_is_one_error_naming_the_python(tmp_path):
 def test_a_directory_without_a_python_is_not_a_venv(tmp_path):
     with pytest.raises(RigError, match="is not a virtualenv"):
         installed(tmp_path)
+
+
+def test_a_broken_distribution_an_answer_missing_what_was_asked_and_a_silent_python_are_named(tmp_path):
+    venv = venv_with(tmp_path)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    (site / "nameless-1.0.dist-info").mkdir()
+    (site / "nameless-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nVersion: 1.0\n")
+    with pytest.raises(RigError, match=r"a distribution whose metadata cannot be read: .*nameless-1.0.dist-info"):
+        installed(venv)
+    liar = tmp_path / "python"
+    answer = {"python": "/x", "prefix": "/x", "site": "/x", "packages": {"k": {"version": "1", "root": "/x"}}}
+    liar.write_text(f"#!/bin/sh\necho '{json.dumps(answer)}'\n")
+    liar.chmod(0o755)
+    with pytest.raises(RigError, match="k without its files"):
+        held(liar, ["k"], files=True)
+    with pytest.raises(RigError, match="an answer that was asked for"):
+        held(liar, every=True)
+    liar.write_text("#!/bin/sh\nsleep 30\n")
+    with pytest.raises(RigError, match="did not finish within 1 s"):
+        held(liar, timeout=1)

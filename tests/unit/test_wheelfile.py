@@ -81,3 +81,25 @@ def test_uv_from_a_wheel_without_its_program_is_refused_by_name(tmp_path, monkey
     monkeypatch.setattr(installer, "sha256_file", lambda path: installer.uv_wheel()["sha256"])
     with pytest.raises(RigError, match=f"uv.whl has no uv-{installer.UV_VERSION}.data/scripts/uv"):
         installer.uv_binary(wheel, tmp_path)
+
+
+def test_crafted_members_are_each_one_named_error_and_a_directory_entry_is_a_directory(tmp_path):
+    wheel = make(tmp_path / "c.whl", {"lib/": b"", "lib/a.so": b"x" * 3000, "a.so": b"1", "a.so/inner.so": b"2"})
+    with wheelfile.opened(wheel) as archive:
+        assert wheelfile.unpack(archive, "lib/", tmp_path / "out").is_dir()
+        with pytest.raises(RigError, match="c.whl: its member lib/a.so is larger than 1024 bytes"):
+            wheelfile.unpack(archive, "lib/a.so", tmp_path / "out", limit=1024)
+        wheelfile.unpack(archive, "a.so", tmp_path / "out")
+        with pytest.raises(RigError, match="c.whl: member a.so/inner.so cannot be unpacked .*another member holds"):
+            wheelfile.unpack(archive, "a.so/inner.so", tmp_path / "out")
+    data = bytearray(make(tmp_path / "enc.whl", {"k.so": b"x"}).read_bytes())
+    for at in (6, data.rindex(b"PK\x01\x02") + 8):  # the general-purpose flags, local and central: "encrypted"
+        data[at] |= 1
+    (tmp_path / "enc.whl").write_bytes(bytes(data))
+    with wheelfile.opened(tmp_path / "enc.whl") as archive, pytest.raises(RigError, match="enc.whl: its member k.so"):
+        wheelfile.read(archive, "k.so")
+
+
+def test_an_error_of_the_callers_own_is_not_called_a_damaged_wheel(tmp_path):
+    with pytest.raises(KeyError), wheelfile.opened(make(tmp_path / "ok.whl", {"a": b"x"})):
+        raise KeyError("the caller's")

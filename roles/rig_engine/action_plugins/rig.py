@@ -45,6 +45,7 @@ from ansible.plugins.action import ActionBase
 
 # What the action sets itself: the engine's own values for these are mapped, not copied.
 RESERVED = frozenset(("changed", "failed", "skipped", "diff", "msg", "rc", "stdout", "stderr", "invocation"))
+CANNOT_KEEP = "rig_engine_cannot_keep"  # a host fact: the keep dir this host's connection cannot write
 NOT_KEPT = 200  # the run script's status when the kept bundle is absent or another one (the engine exits 0-3)
 # The engine from the kept bundle: its sha256 checked first, stderr after a marker line on stdout when it
 # fails (over SSH with become a tty merges the two streams, and stdout must stay one JSON object).
@@ -88,6 +89,8 @@ class ActionModule(ActionBase):
         argv.append("--json")
         out = self._on_controller(argv) if args["controller"] else self._on_target(argv, task_vars)
         result.update(_mapped(argv, out, mode, self._task.check_mode))
+        if "ansible_facts" in out:
+            result["ansible_facts"] = out["ansible_facts"]
         return result
 
     def _on_target(self, argv: list[str], task_vars: dict) -> dict:
@@ -96,12 +99,17 @@ class ActionModule(ActionBase):
         keep = self._engine_var(task_vars, "rig_engine_keep_dir").rstrip("/") or "/"
         digest = _sha256(bundle)
         kept = f"{keep}/rig-{digest[:16]}.pyz"
-        out = self._run(python, kept, argv, digest)
-        if out["rc"] == NOT_KEPT and not self._task.check_mode:  # check mode leaves the host as it was
-            if self._send(bundle, lambda sent: self._keep(sent, keep, kept, digest)):
-                out = self._run(python, kept, argv, digest)
+        out = {"rc": NOT_KEPT}
+        if task_vars.get(CANNOT_KEEP) != keep:  # a host that refused it once is not asked again in this run
+            out = self._run(python, kept, argv, digest)
+            if out["rc"] == NOT_KEPT and not self._task.check_mode:  # check mode leaves the host as it was
+                if self._send(bundle, lambda sent: self._keep(sent, keep, kept, digest)):
+                    out = self._run(python, kept, argv, digest)
+                else:
+                    out["ansible_facts"] = {CANNOT_KEEP: keep}
         if out["rc"] == NOT_KEPT:  # a target rig cannot keep it on: the bundle for this task alone
-            out = self._send(bundle, lambda sent: self._run(python, sent, argv, digest))
+            out = {**self._send(bundle, lambda sent: self._run(python, sent, argv, digest)),
+                   **({"ansible_facts": out["ansible_facts"]} if "ansible_facts" in out else {})}
         return out
 
     def _run(self, python: list[str], bundle: str, argv: list[str], digest: str) -> dict:
