@@ -5,7 +5,15 @@ import json
 
 import click
 
-from rig.cli.common import cache_option, json_option, judged, stack_option, venv_option
+from rig.cli.common import (
+    cache_option,
+    json_option,
+    judged,
+    junit_option,
+    stack_option,
+    venv_option,
+    write_junit,
+)
 
 
 @click.command()
@@ -15,8 +23,9 @@ from rig.cli.common import cache_option, json_option, judged, stack_option, venv
               "distributions (e.g. sglang-kernel).")
 @click.option("--torch", "torch_path", help="Take torch from this torch wheel or torch/lib directory instead.")
 @cache_option(help="Where cuobjdump is kept.")
+@junit_option
 @json_option
-def audit(paths, stack_path, venv_path, torch_path, cache, as_json) -> None:
+def audit(paths, stack_path, venv_path, torch_path, cache, junit, as_json) -> None:
     """Audit wheels, installed packages or shared objects before anything loads them.
 
     For every shared object: the CUDA sonames it needs against the stack's CUDA
@@ -33,5 +42,6 @@ def audit(paths, stack_path, venv_path, torch_path, cache, as_json) -> None:
 
     common, installed = audits.context(load(stack_path), venv_path, torch_path, list(paths), cache)
     reports = [audits.audit_path(p, installed, common) for p in paths]
+    write_junit(junit, [audits.as_check(r) for r in reports], "rig audit")
     click.echo(json.dumps(reports, indent=2) if as_json else audits.render(reports))
     judged(all(r["ok"] for r in reports))

@@ -89,6 +89,19 @@ class Seconds(click.ParamType):
         return seconds
 
 
+junit_option = click.option("--junit", type=click.Path(dir_okay=False),
+                            help="Also write the checks as a JUnit XML file (CI systems list each one).")
+
+
+def write_junit(path: str | None, checks: list, suite: str) -> None:
+    """The checks (rig.core.check.Check) as JUnit XML at PATH, when one was given."""
+    if path:
+        from rig.core import check
+        from rig.core.fs import atomic_write
+
+        atomic_write(path, check.junit(checks, suite))
+
+
 def to_file_or_stdout(text: str, out: str | None) -> None:
     if out:
         from rig.core.fs import atomic_write

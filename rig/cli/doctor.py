@@ -5,7 +5,18 @@ import json
 
 import click
 
-from rig.cli.common import DEFAULT_BUNDLE, DEFAULT_STACK, emit, json_option, judged, prefix_option, stack_option, venv_option
+from rig.cli.common import (
+    DEFAULT_BUNDLE,
+    DEFAULT_STACK,
+    emit,
+    json_option,
+    judged,
+    junit_option,
+    prefix_option,
+    stack_option,
+    venv_option,
+    write_junit,
+)
 
 
 @click.command()
@@ -20,7 +31,7 @@ from rig.cli.common import DEFAULT_BUNDLE, DEFAULT_STACK, emit, json_option, jud
               "the stack's server.tp).")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False),
               help="Instead: read a server or build log and name each known failure, its cause and fix.")
-@click.option("--junit", type=click.Path(dir_okay=False), help="Also write the checks as a JUnit XML file.")
+@junit_option
 @json_option
 def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect_gpus, log_path, junit,
            as_json) -> None:
@@ -57,11 +68,8 @@ def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect
                                          expect_gpus)
     else:
         result = checks.run(cuda_version, list(archs), prefix, venv_path, expect_gpus, default_gpus, pcie_only)
-    if junit:
-        import socket
+    import socket
 
-        from rig.core.fs import atomic_write
-
-        atomic_write(junit, report.junit(result, f"rig doctor {container or socket.gethostname()}"))
+    write_junit(junit, result, f"rig doctor {container or socket.gethostname()}")
     click.echo(json.dumps(report.as_json(result), indent=2) if as_json else checks.render(result))
     judged(not report.failed(result))

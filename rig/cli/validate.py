@@ -3,12 +3,21 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import DEFAULT_STACK, cache_option, emit, json_option, judged, venv_option
+from rig.cli.common import (
+    DEFAULT_STACK,
+    cache_option,
+    emit,
+    json_option,
+    judged,
+    junit_option,
+    venv_option,
+    write_junit,
+)
 
 
 @click.command("validate")
 @click.argument("stack_path", metavar="STACK", default=DEFAULT_STACK)
-@click.option("--junit", type=click.Path(dir_okay=False), help="Also write the checks as a JUnit XML file.")
+@junit_option
 @venv_option(help="A venv of the stack (its image's): its sglang parses the server line.")
 @cache_option(help="The wheelhouse (missing wheels are fetched).")
 @click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's own patch set).")
@@ -23,11 +32,9 @@ def validate_cmd(stack_path, junit, venv_path, cache, patch_dir, as_json) -> Non
     2 on bad input.
     """
     from rig.ci.validate import run
-    from rig.core import check
-    from rig.core.fs import atomic_write
+    from rig.core.check import Check
 
     result = run(stack_path, cache, venv_path, patch_dir)
-    if junit:
-        atomic_write(junit, check.junit([check.Check(**c) for c in result["checks"]], result["suite"]))
+    write_junit(junit, [Check(**c) for c in result["checks"]], result["suite"])
     emit(result, as_json)
     judged(result["ok"])

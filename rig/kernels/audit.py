@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rig.core import RigError, progress, wheelfile
+from rig.core.check import Check
 from rig.core.fs import MAX_READ, open_regular
 from rig.core.proc import run, venv_python
 from rig.cuda.ldconfig import cache as linker_cache
@@ -413,6 +414,18 @@ def _read_cubins(images: list[tuple[Path, str]]) -> list[tuple[str, str]]:
     from rig.core.fs import read_bytes
 
     return cubin_archs((name, read_bytes(path, "CUDA kernel image", CUBIN_LIMIT)) for path, name in images)
+
+
+def as_check(report: dict, layer: str = "kernels", name: str = "", fix: str = "",
+             uncovered: str = "no device code") -> Check:
+    """One artifact's verdict in the one report model: `rig audit --junit`, and doctor's audit of the venv.
+    UNCOVERED: what to say where no arch was read."""
+    coverage = ", ".join(f"{target}: {how or 'no kernel image'}" for target, how in report["archs"].items())
+    coverage = coverage or uncovered
+    return Check(layer, name or report["artifact"], "pass" if report["ok"] else "fail",
+                 f"{report['artifact']}: " + "; ".join([coverage, *report["notes"]]), fix,
+                 question=f"does {report['artifact']} load and run for the stack's CUDA and archs?",
+                 problems=[f"{report['artifact']}: {e}" for e in report["errors"]])
 
 
 def render(reports: list[dict]) -> str:

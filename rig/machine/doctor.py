@@ -212,7 +212,7 @@ KERNEL_PACKAGES = ("sglang-kernel", "sgl-kernel", "flashinfer-jit-cache", "flash
 def _kernels(venv: str, cuda_version: str, archs: list[str], prefix: str) -> list[Check]:
     """rig audit of the venv's compiled kernel packages, from their files."""
     from rig.core import RigError
-    from rig.kernels.audit import audit_path, venv_context
+    from rig.kernels.audit import as_check, audit_path, venv_context
 
     try:
         torch, dirs, installed = venv_context(Path(venv), list(KERNEL_PACKAGES))
@@ -228,15 +228,11 @@ def _kernels(venv: str, cuda_version: str, archs: list[str], prefix: str) -> lis
     checks = []
     for name in sorted(installed):
         report = audit_path(name, installed, common)
-        coverage = ", ".join(f"{a}: {how}" for a, how in report["archs"].items()) or \
-            ("archs not read (no cuobjdump)" if not cuobjdump else "no device code")
-        coverage += "".join(f"; {note}" for note in report["notes"])
-        checks.append(Check("python", f"audit-{name}", "pass" if report["ok"] else "fail",
-                            f"{report['artifact']}: " + (coverage if report["ok"] else "; ".join(report["errors"])[:600]),
-                            "see the detail: prebuilt .cubin files are left out, not rebuilt" if report["cubin_files"]
-                            else f"rebuild {name} against this venv's torch {report['torch']} for CUDA "
-                                 f"{major(cuda_version)} and {', '.join(archs)} (rig wheels build), or pin a wheel "
-                                 "built so"))
+        fix = ("see the detail: prebuilt .cubin files are left out, not rebuilt" if report["cubin_files"] else
+               f"rebuild {name} against this venv's torch {report['torch']} for CUDA {major(cuda_version)} and "
+               f"{', '.join(archs)} (rig wheels build), or pin a wheel built so")
+        checks.append(as_check(report, "python", f"audit-{name}", fix,
+                               "no device code" if cuobjdump else "archs not read (no cuobjdump)"))
     return checks
 
 

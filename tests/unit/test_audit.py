@@ -194,3 +194,27 @@ def test_a_wheel_whose_cubin_member_is_damaged_is_named_with_the_member(tmp_path
     wheel.write_bytes(bytes(data))
     with pytest.raises(RigError, match="crafted-1.0-py3-none-any.whl: its member crafted/k.cubin cannot be read"):
         audit_wheel(wheel, cuda_major=13, archs=["12.0a"], torch=None, extra_dirs=[], cuobjdump=None, resolve=False)
+
+
+def test_an_audit_is_a_check_of_the_one_report_model_and_its_junit_names_each_problem(tmp_path):
+    """`rig audit --junit` and doctor's audit of a venv both read an artifact's verdict through as_check."""
+    import xml.etree.ElementTree as ET
+
+    from rig.cli.common import write_junit
+    from rig.kernels.audit import as_check, audit_path
+
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / "gemm_sm120a.cubin").write_bytes(cuda_elf(0x6007802))
+    common = {"cuda_major": 13, "archs": ["12.0a", "9.0a"], "torch": None, "extra_dirs": [], "cuobjdump": None,
+              "resolve": False}
+    check = as_check(audit_path(str(tmp_path / "k"), {}, common), fix="rebuild it")
+    assert check.status == "fail" and check.layer == "kernels" and check.name == str(tmp_path / "k")
+    assert "12.0a: cubin sm_120a, 9.0a: no kernel image" in check.detail
+    assert [p.split(": ", 1)[1].split(":")[0] for p in check.problems] == ["no kernel image for 9.0a"]
+    write_junit(str(tmp_path / "audit.xml"), [check], "rig audit")
+    [case] = ET.parse(tmp_path / "audit.xml").getroot().iter("testcase")
+    failure = case.find("failure")
+    assert failure is not None and "no kernel image for 9.0a" in failure.get("message")
+    assert failure.text.endswith("fix: rebuild it")
+    write_junit(None, [check], "rig audit")  # no --junit: nothing written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.xml", "k"]
