@@ -31,9 +31,11 @@ from rig.cli.common import (
               "the stack's server.tp).")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False),
               help="Instead: read a server or build log and name each known failure, its cause and fix.")
+@click.option("--layer", type=click.Choice(["toolkit", "libraries", "nvrtc"]),
+              help="Only this layer's checks (the cuda_ldconfig role asks `libraries`: do the sonames resolve?).")
 @junit_option
 @json_option
-def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect_gpus, log_path, junit,
+def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect_gpus, log_path, layer, junit,
            as_json) -> None:
     """Check the machine, driver, GPUs, toolkits, ldconfig, an NVRTC compile and the venv, layer by layer.
 
@@ -55,7 +57,7 @@ def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect
         judged(not found["findings"])
 
     default_gpus = pcie_only = None
-    if not cuda_version or not archs or stack_path:
+    if not cuda_version or (not archs and layer in (None, "nvrtc")) or stack_path:
         from rig.stack.spec import load, pins_packages
 
         data = load(stack_path or DEFAULT_STACK)
@@ -65,7 +67,9 @@ def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect
         default_gpus, pcie_only = data["server"]["tp"], data["environment"]["nccl_pcie_only"]
     if container:
         result = checks.run_in_container(container, DEFAULT_BUNDLE, cuda_version, archs, prefix, venv_path,
-                                         expect_gpus)
+                                         expect_gpus, layer)
+    elif layer:
+        result = checks.ALONE[layer](cuda_version, list(archs), prefix)
     else:
         result = checks.run(cuda_version, list(archs), prefix, venv_path, expect_gpus, default_gpus, pcie_only)
     import socket

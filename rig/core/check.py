@@ -25,7 +25,12 @@ def failed(checks: list[Check]) -> bool:
 
 
 def as_json(checks: list[Check]) -> dict:
-    return {"checks": [asdict(c) for c in checks], "ok": not failed(checks)}
+    """The checks, the verdict, and the verdict in words (what a role's failed task says)."""
+    bad = [c for c in checks if c.status == "fail" and c.required]
+    said = "; ".join(f"{c.layer} {c.name}: {'; '.join(c.problems) or c.detail}" + (f" (fix: {c.fix})" if c.fix else "")
+                     for c in bad)
+    return {"checks": [asdict(c) for c in checks], "ok": not bad,
+            "msg": said or f"no required check failed ({len(checks)} checks)"}
 
 
 def render(checks: list[Check], verdict: str) -> str:

@@ -21,7 +21,8 @@ from rig.cuda.ldconfig import cache
 from rig.cuda.nvrtc import sm_name
 from rig.cuda.toolkit import tool_release, toolkits
 
-LDCONFIG_FIX = "run the cuda_ldconfig role (one /etc/ld.so.conf.d file per toolkit, then ldconfig)"
+LDCONFIG_FIX = ("install the toolkit under the prefix (cuda_toolkit role), then run the cuda_ldconfig role (one "
+                "/etc/ld.so.conf.d file per toolkit, then ldconfig)")
 
 
 def visible_gpus() -> tuple[list[dict], Check]:
@@ -248,6 +249,12 @@ def _machine(expect_gpus: int | None, default_gpus: int | None, pcie_only_env: b
                              at_least=not expect_gpus)
 
 
+# The layers a role asks for alone (cuda_ldconfig: do the sonames resolve?), the same judgement doctor makes
+ALONE = {"toolkit": lambda version, archs, prefix: _toolkit(series(version), prefix),
+         "libraries": lambda version, archs, prefix: _libraries(version),
+         "nvrtc": lambda version, archs, prefix: _nvrtc(version, archs)}
+
+
 def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: str | None = None,
         expect_gpus: int | None = None, default_gpus: int | None = None,
         pcie_only_env: bool | None = None) -> list[Check]:
@@ -276,11 +283,11 @@ def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: s
 
 
 def run_in_container(container: str, bundle: str | Path, cuda_version: str, archs: list[str], prefix: str,
-                     venv: str | None = None, expect_gpus: int | None = None) -> list[Check]:
+                     venv: str | None = None, expect_gpus: int | None = None, layer: str | None = None) -> list[Check]:
     """The same checks inside a running container, by the engine BUNDLE copied in (`rig doctor --container`)."""
     from rig.engine.container import report, run_engine
 
-    args = ["doctor", "--json", "--cuda", cuda_version, "--prefix", prefix]
+    args = ["doctor", "--json", "--cuda", cuda_version, "--prefix", prefix, *(["--layer", layer] if layer else [])]
     args += [f"--arch={a}" for a in archs] + (["--venv", venv] if venv else [])
     args += ["--expect-gpus", str(expect_gpus)] if expect_gpus else []
     found = report(run_engine(container, args, bundle), f"doctor in {container}")
