@@ -25,6 +25,20 @@ def wheelhouse_fetch(lock_path, cache, as_json) -> None:
     emit(fetch(locking.read(lock_path), cache), as_json)
 
 
+@wheelhouse.command("show")
+@click.argument("lock_path", metavar="LOCK")
+@json_option
+def wheelhouse_show(lock_path, as_json) -> None:
+    """What a role needs of LOCK, read as rig reads it (its hash checked): its hash, Python, completeness."""
+    from rig.python import lock as locking
+
+    lock = locking.read(lock_path)
+    emit({"lock_hash": lock["lock_hash"], "python": lock["python"], "complete": lock["complete"],
+          "unresolved": lock["unresolved"], "wheels": len(lock["wheels"]),
+          "msg": f"{lock_path}: {len(lock['wheels'])} wheels for Python {lock['python']}, lock {lock['lock_hash'][:12]}"
+                 + ("" if lock["complete"] else " (partial)")}, as_json)
+
+
 @wheelhouse.command("export")
 @click.argument("lock_path", metavar="LOCK")
 @click.argument("dest")
