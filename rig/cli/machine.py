@@ -54,10 +54,12 @@ def machine() -> None:
 @click.option("--pci-root", default="/sys/bus/pci/devices", show_default=True, help="sysfs PCI devices.")
 @click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True,
               help="Where the loaded nvidia kernel module tells its version.")
+@click.option("--dev", default="/dev", show_default=True, help="Where the driver's device nodes are.")
 @json_option
-def machine_facts(pci_root, module_version_path, as_json) -> None:
-    """NVIDIA GPUs and NVSwitches on the PCI bus, and the loaded driver module's version."""
+def machine_facts(pci_root, module_version_path, dev, as_json) -> None:
+    """NVIDIA GPUs and NVSwitches on the PCI bus, the GPU device nodes a process here can open, and the
+    loaded driver module's version."""
     from rig.machine import gpu_health
 
-    emit({**gpu_health.pci_devices(pci_root), "module_version": gpu_health.module_version(module_version_path)},
-         as_json)
+    emit({**gpu_health.pci_devices(pci_root), "device_nodes": gpu_health.device_nodes(dev),
+          "module_version": gpu_health.module_version(module_version_path)}, as_json)

@@ -59,6 +59,15 @@ def pci_devices(root: str = PCI_ROOT) -> dict:
     return found
 
 
+def device_nodes(dev: str = "/dev") -> int:
+    """The GPUs a process here can open: the driver's /dev/nvidiaN character devices (a container's own, where
+    the PCI bus in sysfs shows the host's)."""
+    import stat
+
+    return sum(1 for node in Path(dev).glob("nvidia[0-9]*")
+               if node.name[6:].isdigit() and stat.S_ISCHR(node.lstat().st_mode))
+
+
 def module_version(path: str = MODULE_VERSION) -> str | None:
     return _small_text(Path(path)) or None
 

@@ -7,10 +7,11 @@ from conftest import REPO
 # what a role must not do itself, and what answers it instead: the loader cache read and matched in Jinja; a
 # lock read as plain JSON (which skips the check of its hash)
 JUDGED_IN_RIG = {r"ldconfig -p": "rig doctor --layer libraries",
-                 r"lookup\([^)]*file[^)]*\)\s*\|\s*from_json": "rig wheelhouse show: a lock read with its hash checked"}
+                 r"lookup\([^)]*file[^)]*\)\s*\|\s*from_json": "rig wheelhouse show: a lock read with its hash checked",
+                 r"paths: /dev\b|find /dev/nvidia": "rig machine facts: device_nodes"}
 
 
-def test_no_role_reads_the_loader_cache_or_a_lock_itself():
+def test_no_role_reads_the_loader_cache_a_lock_or_the_device_nodes_itself():
     found = [f"{path.relative_to(REPO)}: {pattern} ({instead})" for path in sorted((REPO / "roles").rglob("*.yml"))
              for pattern, instead in JUDGED_IN_RIG.items() if re.search(pattern, path.read_text())]
     assert found == []
@@ -29,3 +30,22 @@ def test_doctors_libraries_layer_alone_is_the_roles_verdict_and_says_it_in_one_l
     if not report["ok"]:  # the rig action's message of a failed task: each missing soname and its fix
         assert done.returncode == 1 and "libraries libnvrtc.so.13: libnvrtc.so.13 is not in the ldconfig cache" \
             in report["msg"] and "cuda_ldconfig role" in report["msg"]
+
+
+def test_the_device_nodes_a_process_can_open_are_counted_by_rig(tmp_path):
+    """Character devices nvidia0, nvidia1 ... only: not nvidiactl, nvidia-uvm, nor a plain file of that name."""
+    import json
+    import os
+    import stat
+
+    from conftest import rig
+
+    for name in ("nvidiactl", "nvidia-uvm", "nvidia7"):
+        (tmp_path / name).write_text("")
+    os.symlink("/dev/null", tmp_path / "nvidia3")  # a link, even to a character device, is not the driver's node
+    done = rig("machine", "facts", "--dev", str(tmp_path), "--pci-root", str(tmp_path / "none"), "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["device_nodes"] == 0
+    for index in (0, 1):  # character devices as the driver makes them (the numbers of /dev/null: harmless)
+        os.mknod(tmp_path / f"nvidia{index}", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    done = rig("machine", "facts", "--dev", str(tmp_path), "--pci-root", str(tmp_path / "none"), "--json")
+    assert json.loads(done.stdout)["device_nodes"] == 2
