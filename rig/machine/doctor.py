@@ -113,7 +113,8 @@ def _libraries(cuda_version: str) -> list[Check]:
     checks = []
     for soname in (f"libcudart.so.{major(cuda_version)}", f"libnvrtc.so.{major(cuda_version)}",
                    f"libnvrtc-builtins.so.{series(cuda_version)}"):
-        path = known.get(soname)
+        # CUDA 11 spells its sonames with a minor (libcudart.so.11.0, libnvrtc.so.11.2): the major's is the same
+        path = known.get(soname) or next((p for n, p in sorted(known.items()) if n.startswith(f"{soname}.")), None)
         checks.append(Check("libraries", soname, "pass" if path else "fail",
                             f"-> {path}" if path else f"{soname} is not in the ldconfig cache",
                             "" if path else LDCONFIG_FIX))

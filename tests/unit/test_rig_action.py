@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 
 import pytest
 import yaml
@@ -171,10 +172,12 @@ def test_the_bundle_is_kept_on_the_target_by_its_sha256_and_checked_before_every
     held.unlink()
     held.symlink_to(victim)
     assert play(tmp_path, [SHOW])[0] == 0 and victim.read_bytes() == b"keep me" and not held.is_symlink()
-    # another rig version's bundle is removed when this one is kept
-    (tmp_path / "kept" / "rig-0000000000000000.pyz").write_bytes(b"old")
+    # when this one is kept, another rig version's bundle stays while another run may read it, a week
+    for name, days in (("rig-0000000000000000.pyz", 8), ("rig-1111111111111111.pyz", 1)):
+        (tmp_path / "kept" / name).write_bytes(b"old")
+        os.utime(tmp_path / "kept" / name, (time.time() - days * 86400,) * 2)
     held.unlink()
-    assert play(tmp_path, [SHOW])[0] == 0 and kept(tmp_path) == [held.name]
+    assert play(tmp_path, [SHOW])[0] == 0 and kept(tmp_path) == ["rig-1111111111111111.pyz", held.name]
 
 
 def test_check_mode_keeps_nothing_and_a_keep_dir_that_is_a_link_is_never_used(tmp_path):
@@ -194,3 +197,20 @@ def test_the_tasks_environment_reaches_the_engine(tmp_path):
     rc_debug, debug = play(tmp_path, [{**task, "environment": {"RIG_DEBUG": "1"}}])
     assert rc != 0 and rc_debug != 0 and "Traceback" not in plain["stderr"]
     assert "Traceback" in debug["stderr"] and "rig: error:" in debug["msg"]
+
+
+@pytest.mark.parametrize("keep", ["", "/", "relative/dir", "~/cache", "-rf"])
+def test_a_keep_dir_that_is_not_an_absolute_directory_is_refused_naming_it(tmp_path, keep):
+    rc, result = play(tmp_path, [SHOW], "-e", f"rig_engine_keep_dir={keep}")
+    assert rc != 0 and result["failed"] is True and "give an absolute directory other than /" in result["msg"]
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_the_engines_stderr_is_told_from_its_answer_over_a_tty_too(newline):
+    """Over SSH the tty merges stderr into stdout and writes CRLF; the marker line splits them either way."""
+    marker = "--- rig stderr 0123456789abcdef ---"
+    printed = newline.join(['{"changed": false, "msg": "m"}', "", marker, "rig: error: it failed", ""])
+    stdout, stderr = action._split(printed, marker)
+    assert action._one_object(stdout) == {"changed": False, "msg": "m"} and stderr.startswith("rig: error: it failed")
+    assert action._split(newline + marker + newline + "only stderr", marker) == ("", "only stderr")
+    assert action._split('{"a": 1}\n', marker) == ('{"a": 1}\n', "")

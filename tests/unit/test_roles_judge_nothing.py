@@ -49,3 +49,12 @@ def test_the_device_nodes_a_process_can_open_are_counted_by_rig(tmp_path):
         os.mknod(tmp_path / f"nvidia{index}", stat.S_IFCHR | 0o600, os.makedev(1, 3))
     done = rig("machine", "facts", "--dev", str(tmp_path), "--pci-root", str(tmp_path / "none"), "--json")
     assert json.loads(done.stdout)["device_nodes"] == 2
+
+
+def test_the_libraries_layer_knows_cuda_11s_sonames_with_a_minor(monkeypatch):
+    from rig.machine import doctor
+
+    monkeypatch.setattr(doctor, "cache", lambda: {"libcudart.so.11.0": "/usr/local/cuda-11.8/lib64/libcudart.so.11.0",
+                                                  "libnvrtc.so.11.2": "/usr/local/cuda-11.8/lib64/libnvrtc.so.11.2"})
+    checks = {c.name: c.status for c in doctor.ALONE["libraries"]("11.8", [], "/usr/local")}
+    assert checks == {"libcudart.so.11": "pass", "libnvrtc.so.11": "pass", "libnvrtc-builtins.so.11.8": "fail"}

@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import shlex
 import subprocess
@@ -47,23 +48,30 @@ from ansible.plugins.action import ActionBase
 RESERVED = frozenset(("changed", "failed", "skipped", "diff", "msg", "rc", "stdout", "stderr", "invocation"))
 CANNOT_KEEP = "rig_engine_cannot_keep"  # a host fact: the keep dir this host's connection cannot write
 NOT_KEPT = 200  # the run script's status when the kept bundle is absent or another one (the engine exits 0-3)
-# The engine from the kept bundle: its sha256 checked first, stderr after a marker line on stdout when it
-# fails (over SSH with become a tty merges the two streams, and stdout must stay one JSON object).
-RUN = """k={kept}
-[ -f "$k" ] && [ ! -L "$k" ] && [ "$(sha256sum < "$k")" = "{digest}  -" ] || exit {not_kept}
-e=$(mktemp) || exit {not_kept}
+# The engine from BUNDLE (a kept one: its sha256 checked first), stderr after a marker line on stdout when it
+# fails: over SSH a tty merges the two streams (and writes CRLF), and stdout must stay one JSON object.
+RUN = """{check}e={err} || exit {not_kept}
 {command} 2>"$e"; rc=$?
 [ "$rc" -eq 0 ] || {{ printf '\\n%s\\n' {marker}; cat "$e"; }}
 rm -f "$e"; exit "$rc"
 """
-# The bundle sent once, put in place by one rename from a file mktemp made (never through a link), the
-# bundles of other versions removed.
+CHECK = """k={kept}
+[ -f "$k" ] && [ ! -L "$k" ] && [ "$(sha256sum < "$k")" = "{digest}  -" ] || exit {not_kept}
+"""
+# The bundle sent once, put in place by one rename from a file mktemp made (never through a link). Bundles
+# of other rig versions stay until they are a week old: another controller's run may be reading one.
 KEEP = """d={keep}; k={kept}; n=
 trap 'rm -f "$n"' EXIT
 [ ! -L "$d" ] && mkdir -p -m 0755 "$d" && [ -d "$d" ] && [ ! -L "$d" ] && n=$(mktemp "$d/.rig-XXXXXX") &&
-cat {sent} > "$n" && chmod 0644 "$n" && [ "$(sha256sum < "$n")" = "{digest}  -" ] && mv -f "$n" "$k" || exit 1
-for f in "$d"/rig-*.pyz; do [ "$f" = "$k" ] || rm -f "$f"; done
+cat {sent} > "$n" && chmod 0644 "$n" && [ "$(sha256sum < "$n")" = "{digest}  -" ] &&
+{{ find "$d" -maxdepth 1 -type f -name 'rig-*.pyz' ! -path "$k" -mtime +7 -delete 2>/dev/null; mv -f "$n" "$k"; }}
 """
+
+
+def _split(stdout: str, marker: str) -> tuple[str, str]:
+    """(the engine's stdout, its stderr) from what RUN printed; a tty's CRLF line ends included."""
+    parts = re.split(r"\r?\n" + re.escape(marker) + r"\r?\n", stdout, maxsplit=1)
+    return (parts[0], parts[1]) if len(parts) == 2 else (stdout, "")
 
 
 class ActionModule(ActionBase):
@@ -96,31 +104,37 @@ class ActionModule(ActionBase):
     def _on_target(self, argv: list[str], task_vars: dict) -> dict:
         bundle = self._engine_var(task_vars, "rig_engine_bundle")
         python = shlex.split(self._engine_var(task_vars, "rig_engine_python"))
-        keep = self._engine_var(task_vars, "rig_engine_keep_dir").rstrip("/") or "/"
+        keep = self._engine_var(task_vars, "rig_engine_keep_dir").rstrip("/")
+        if not keep.startswith("/") or not keep.strip("/"):
+            raise AnsibleActionFail(f"rig_engine_keep_dir {keep!r}: give an absolute directory other than /, "
+                                    "where the target keeps the engine bundle (default /var/cache/rig/engine)")
         digest = _sha256(bundle)
         kept = f"{keep}/rig-{digest[:16]}.pyz"
+        refused = {**task_vars.get("ansible_facts", {}), **task_vars}.get(CANNOT_KEEP) == keep
         out = {"rc": NOT_KEPT}
-        if task_vars.get(CANNOT_KEEP) != keep:  # a host that refused it once is not asked again in this run
+        if not refused:  # a host that could not keep it is not asked again in this run
             out = self._run(python, kept, argv, digest)
             if out["rc"] == NOT_KEPT and not self._task.check_mode:  # check mode leaves the host as it was
                 if self._send(bundle, lambda sent: self._keep(sent, keep, kept, digest)):
                     out = self._run(python, kept, argv, digest)
                 else:
                     out["ansible_facts"] = {CANNOT_KEEP: keep}
-        if out["rc"] == NOT_KEPT:  # a target rig cannot keep it on: the bundle for this task alone
-            out = {**self._send(bundle, lambda sent: self._run(python, sent, argv, digest)),
-                   **({"ansible_facts": out["ansible_facts"]} if "ansible_facts" in out else {})}
+        if out["rc"] == NOT_KEPT:  # a target rig cannot keep it on: the bundle for this task alone, as before
+            facts = {"ansible_facts": out["ansible_facts"]} if "ansible_facts" in out else {}
+            out = {**self._send(bundle, lambda sent: self._run(python, sent, argv, None)), **facts}
         return out
 
-    def _run(self, python: list[str], bundle: str, argv: list[str], digest: str) -> dict:
-        """The engine from BUNDLE on the target, once its sha256 is DIGEST; NOT_KEPT where it is not."""
+    def _run(self, python: list[str], bundle: str, argv: list[str], digest: str | None) -> dict:
+        """The engine from BUNDLE on the target: a kept one once its sha256 is DIGEST (NOT_KEPT where it is
+        not), or (DIGEST None) the one this task sent, its stderr in the task's temporary directory."""
         marker = f"--- rig stderr {secrets.token_hex(8)} ---"
         env = self._compute_environment_string()  # the task's `environment:`, as VAR=value words
         command = " ".join([env] * bool(env) + [shlex.quote(p) for p in (*python, bundle, *argv)])
-        script = RUN.format(kept=shlex.quote(bundle), digest=digest, not_kept=NOT_KEPT, command=command,
-                                 marker=shlex.quote(marker))
+        check = CHECK.format(kept=shlex.quote(bundle), digest=digest, not_kept=NOT_KEPT) if digest else ""
+        err = "$(mktemp)" if digest else shlex.quote(os.path.join(os.path.dirname(bundle), "rig.err"))
+        script = RUN.format(check=check, err=err, not_kept=NOT_KEPT, command=command, marker=shlex.quote(marker))
         out = self._low_level_execute_command(f"sh -c {shlex.quote(script)}", sudoable=True)
-        stdout, _, said = out.get("stdout", "").partition(f"\n{marker}\n")
+        stdout, said = _split(out.get("stdout", ""), marker)
         return {**out, "stdout": stdout, "stderr": said + out.get("stderr", "")}
 
     def _keep(self, sent: str, keep: str, kept: str, digest: str) -> bool:
