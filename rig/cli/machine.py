@@ -55,11 +55,13 @@ def machine() -> None:
 @click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True,
               help="Where the loaded nvidia kernel module tells its version.")
 @click.option("--dev", default="/dev", show_default=True, help="Where the driver's device nodes are.")
+@click.option("--docker-config", help="Also list the runtimes this Docker daemon configuration registers.")
 @json_option
-def machine_facts(pci_root, module_version_path, dev, as_json) -> None:
+def machine_facts(pci_root, module_version_path, dev, docker_config, as_json) -> None:
     """NVIDIA GPUs and NVSwitches on the PCI bus, the GPU device nodes a process here can open, and the
-    loaded driver module's version."""
+    loaded driver module's version (and with --docker-config, the container runtimes Docker has)."""
     from rig.machine import gpu_health
 
     emit({**gpu_health.pci_devices(pci_root), "device_nodes": gpu_health.device_nodes(dev),
-          "module_version": gpu_health.module_version(module_version_path)}, as_json)
+          "module_version": gpu_health.module_version(module_version_path),
+          **({"docker_runtimes": gpu_health.docker_runtimes(docker_config)} if docker_config else {})}, as_json)

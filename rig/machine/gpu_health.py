@@ -68,6 +68,22 @@ def device_nodes(dev: str = "/dev") -> int:
                if node.name[6:].isdigit() and stat.S_ISCHR(node.lstat().st_mode))
 
 
+def docker_runtimes(config: str) -> list[str]:
+    """The runtimes Docker's daemon configuration registers (none where there is no file yet)."""
+    from rig.core.documents import load_json
+    from rig.core.fs import MissingFile
+
+    try:
+        found = load_json(config, "Docker daemon configuration")
+    except MissingFile:
+        return []
+    runtimes = found.get("runtimes", {}) if isinstance(found, dict) else None
+    if not isinstance(runtimes, dict):
+        raise RigError(f"{config} is not a Docker daemon configuration (a JSON object whose runtimes is an object); "
+                       "fix it, or move it away for nvidia-ctk to write a new one")
+    return sorted(str(name) for name in runtimes)
+
+
 def module_version(path: str = MODULE_VERSION) -> str | None:
     return _small_text(Path(path)) or None
 

@@ -8,10 +8,11 @@ from conftest import REPO
 # lock read as plain JSON (which skips the check of its hash)
 JUDGED_IN_RIG = {r"ldconfig -p": "rig doctor --layer libraries",
                  r"lookup\([^)]*file[^)]*\)\s*\|\s*from_json": "rig wheelhouse show: a lock read with its hash checked",
-                 r"paths: /dev\b|find /dev/nvidia": "rig machine facts: device_nodes"}
+                 r"paths: /dev\b|find /dev/nvidia": "rig machine facts: device_nodes",
+                 r"from_json": "a rig command that reads the document (rig machine facts --docker-config)"}
 
 
-def test_no_role_reads_the_loader_cache_a_lock_or_the_device_nodes_itself():
+def test_no_role_reads_a_document_the_loader_cache_or_the_device_nodes_itself():
     found = [f"{path.relative_to(REPO)}: {pattern} ({instead})" for path in sorted((REPO / "roles").rglob("*.yml"))
              for pattern, instead in JUDGED_IN_RIG.items() if re.search(pattern, path.read_text())]
     assert found == []
@@ -58,3 +59,18 @@ def test_the_libraries_layer_knows_cuda_11s_sonames_with_a_minor(monkeypatch):
                                                   "libnvrtc.so.11.2": "/usr/local/cuda-11.8/lib64/libnvrtc.so.11.2"})
     checks = {c.name: c.status for c in doctor.ALONE["libraries"]("11.8", [], "/usr/local")}
     assert checks == {"libcudart.so.11": "pass", "libnvrtc.so.11": "pass", "libnvrtc-builtins.so.11.8": "fail"}
+
+
+def test_dockers_runtimes_are_read_by_rig_and_a_file_of_another_shape_is_named(tmp_path):
+    import json
+
+    from conftest import rig
+
+    config = tmp_path / "daemon.json"
+    facts = ["machine", "facts", "--pci-root", str(tmp_path / "none"), "--json", "--docker-config", str(config)]
+    assert json.loads(rig(*facts).stdout)["docker_runtimes"] == []  # no file yet: nothing registered
+    config.write_text(json.dumps({"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}, "runc": {}}}))
+    assert json.loads(rig(*facts).stdout)["docker_runtimes"] == ["nvidia", "runc"]
+    config.write_text('{"runtimes": ["nvidia"]}')
+    done = rig(*facts)
+    assert done.returncode == 2 and "is not a Docker daemon configuration" in done.stderr
