@@ -43,14 +43,12 @@ def opened(path: str | Path, what: str = "wheel") -> Iterator[zipfile.ZipFile]:
 def read(archive: zipfile.ZipFile, member: str | zipfile.ZipInfo, limit: int = MEMBER_LIMIT) -> bytes:
     """MEMBER's bytes, at most LIMIT of them."""
     info = member if isinstance(member, zipfile.ZipInfo) else _info(archive, member)
-    try:
-        with archive.open(info) as src:
-            data = src.read(limit + 1)
-    except DAMAGED as exc:
-        raise _damaged(archive, info, exc) from exc
-    if len(data) > limit:
-        raise _too_large(archive, info, limit)
-    return data
+    data = []
+    for count, chunk in _chunks(archive, info):
+        if count > limit:
+            raise _too_large(archive, info, limit)
+        data.append(chunk)
+    return b"".join(data)
 
 
 def unpack(archive: zipfile.ZipFile, member: str | zipfile.ZipInfo, root: Path, relative: str | None = None,
