@@ -6,6 +6,7 @@ against boxes with real ansible-playbook over the community.docker connection.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -190,6 +191,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
+def standin_site(tmp_path_factory):
+    """aiohttp and what it needs, for the boxes' Python 3.11, from the package index (pip's own cache)."""
+    site = tmp_path_factory.mktemp("standin-site")
+    done = run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "--only-binary", ":all:", "--target",
+                str(site), f"aiohttp=={importlib.metadata.version('aiohttp')}"])
+    assert done.returncode == 0, done.stderr
+    return site
+
+
+
+@pytest.fixture(scope="session")
 def base_image() -> str:
     """The base image tag; built (or reused) by the project's own scripts."""
     if os.environ.get("RIG_BASE_IMAGE"):
@@ -210,8 +222,10 @@ def systemd_image(base_image) -> str:
     return tag
 
 
-# systemd as PID 1 without privileges: its own /run, and the cgroup tree to read
-SYSTEMD_RUN = ["--tmpfs", "/run", "--tmpfs", "/run/lock", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro"]
+# systemd as PID 1 without privileges: its own /run, and the cgroup tree to read; a reboot (systemd ends the
+# container) starts it again, as a machine comes back
+SYSTEMD_RUN = ["--tmpfs", "/run", "--tmpfs", "/run/lock", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro",
+               "--restart", "unless-stopped"]
 
 
 def _start(image: str, network: str = "bridge", systemd: bool = False) -> Box:

@@ -36,6 +36,7 @@ from rig.cli import (
     testmodel,
     tool,
     tune,
+    upgrade,
     validate,
     venv,
     wheelhouse,
@@ -64,9 +65,9 @@ cuda.cuda.add_command(ldconfig.ldconfig_conf)
 machine.machine.add_command(machine.probe)
 image.image.add_command(image.sbom)
 for _command in (stack.stack, lock.lock_cmd, wheelhouse.wheelhouse, venv.venv, env.env_group, server.server,
-                 smoke.smoke, smoke.bench, tune.tune, prove.prove, testmodel.testmodel, machine.machine, image.image,
-                 cuda.cuda, doctor.doctor, patch.patch, audit.audit, validate.validate_cmd, wheels.wheels,
-                 plumbing.plumbing):
+                 smoke.smoke, smoke.bench, tune.tune, prove.prove, upgrade.upgrade, testmodel.testmodel,
+                 machine.machine, image.image, cuda.cuda, doctor.doctor, patch.patch, audit.audit,
+                 validate.validate_cmd, wheels.wheels, plumbing.plumbing):
     cli.add_command(_command)
 # the old top-level spellings, for one release
 for _command, _now in ((ldconfig.ldconfig_conf, "cuda ldconfig-conf"), (machine.probe, "machine probe"),

@@ -56,12 +56,25 @@ def machine() -> None:
               help="Where the loaded nvidia kernel module tells its version.")
 @click.option("--dev", default="/dev", show_default=True, help="Where the driver's device nodes are.")
 @click.option("--docker-config", help="Also list the runtimes this Docker daemon configuration registers.")
+@click.option("--driver-package", help="Also say this driver package's installed version and whether the loaded "
+              "module is it (module_current).")
+@click.option("--cdi-spec", help="Also list the host paths this CDI spec mounts that are gone (cdi_missing; "
+              "cdi_current is false then, or where there is no spec).")
 @json_option
-def machine_facts(pci_root, module_version_path, dev, docker_config, as_json) -> None:
+def machine_facts(pci_root, module_version_path, dev, docker_config, driver_package, cdi_spec, as_json) -> None:
     """NVIDIA GPUs and NVSwitches on the PCI bus, the GPU device nodes a process here can open, and the
     loaded driver module's version (and with --docker-config, the container runtimes Docker has)."""
-    from rig.machine import gpu_health
+    from rig.machine import driver, gpu_health
 
-    emit({**gpu_health.pci_devices(pci_root), "device_nodes": gpu_health.device_nodes(dev),
-          "module_version": gpu_health.module_version(module_version_path),
-          **({"docker_runtimes": gpu_health.docker_runtimes(docker_config)} if docker_config else {})}, as_json)
+    facts = {**gpu_health.pci_devices(pci_root), "device_nodes": gpu_health.device_nodes(dev),
+             "module_version": gpu_health.module_version(module_version_path)}
+    if docker_config:
+        facts["docker_runtimes"] = gpu_health.docker_runtimes(docker_config)
+    if driver_package:
+        have = driver.installed(driver_package)
+        facts.update(driver_installed=have["upstream"], driver_installed_package=have["version"],
+                     module_current=bool(have["upstream"]) and facts["module_version"] == have["upstream"])
+    if cdi_spec:
+        missing = driver.cdi_missing(cdi_spec)
+        facts.update(cdi_missing=missing or [], cdi_current=missing == [])
+    emit(facts, as_json)

@@ -6,21 +6,14 @@ and `rig smoke` from the engine bundle, systemd itself.
 """
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import re
 
 import pytest
-import yaml
-from conftest import BIN, REPO, play, run
+from conftest import play, run
+from serving_boxes import HEALTH, UNIT, main_pid, numerics_models, recap, serving_box, stack_file
 
 pytestmark = pytest.mark.box
 
-UNIT = "/etc/systemd/system/sglang-server.service"
-SITE = "/opt/rig/venv/lib/python3.11/site-packages"
-HEALTH = ("python3 -c \"import urllib.request, urllib.error\ntry: print(urllib.request.urlopen("
-          "'http://127.0.0.1:30000/health', timeout=5).status)\nexcept urllib.error.HTTPError as e: print(e.code)\n"
-          "except OSError: print('down')\"")
 # a streamed request of 6000 tokens at 50 tokens/s (the first box's rate): in flight for two minutes, while
 # the rollout reaches that box (on 2 cores shared by 4 test workers that took over one minute)
 IN_FLIGHT_TOKENS = 6000
@@ -33,47 +26,6 @@ IN_FLIGHT = ("import json, urllib.request\n"
              "for line in urllib.request.urlopen(req, timeout=60):\n"
              "    if line.startswith(b'data: {'): last = json.loads(line[6:])\n"
              "open('/tmp/in-flight.json', 'w').write(json.dumps(last['meta_info']))\n")
-
-
-@pytest.fixture(scope="module")
-def standin_site(tmp_path_factory):
-    """aiohttp and what it needs, for the boxes' Python 3.11, from the package index (pip's own cache)."""
-    site = tmp_path_factory.mktemp("standin-site")
-    done = run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "--only-binary", ":all:", "--target",
-                str(site), f"aiohttp=={importlib.metadata.version('aiohttp')}"])
-    assert done.returncode == 0, done.stderr
-    return site
-
-
-def serving_box(start_box, standin_site, faults: list[str] | None = None):
-    """A systemd box with the stand-in as the venv's sglang and a model directory."""
-    box = start_box(systemd=True)
-    box.sh("python3 -m venv --without-pip /opt/rig/venv && mkdir -p /models/target /models/draft && "
-           "echo '{}' > /models/target/config.json && echo '{}' > /models/draft/config.json")
-    for src in (f"{standin_site}/.", f"{REPO}/tests/data/sglang_standin/sglang",
-                f"{REPO}/tests/data/sglang_standin/sglang-0.5.23+standin.dist-info", f"{REPO}/tests/sglang_api_server.py"):
-        assert run(["docker", "cp", src, f"{box.name}:{SITE}/"]).returncode == 0
-    if faults:
-        box.sh(f"echo '{json.dumps({'args': faults})}' > /etc/sglang-standin.json")
-    return box
-
-
-def stack_file(tmp_path, name: str, steps: int):
-    stack = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
-    stack["server"].update(model="/models/target", draft_model="/models/draft", speculative_num_steps=steps)
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(stack))
-    return str(path)
-
-
-def recap(output: str, box) -> dict:
-    line = re.search(rf"^{box.name}\s*:(.*)$", output.split("PLAY RECAP")[-1], re.M)
-    assert line, output[-3000:]
-    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line.group(1))}
-
-
-def main_pid(box) -> str:
-    return box.sh("systemctl show -p MainPID --value sglang-server").stdout.strip()
 
 
 def test_a_rollout_stops_at_the_first_failing_batch_and_leaves_the_rest_serving(start_box, standin_site, tmp_path):
@@ -126,19 +78,6 @@ def test_the_unit_restarts_a_server_that_dies(start_box, standin_site, tmp_path)
     box.sh("for i in $(seq 60); do [ \"$(systemctl show -p NRestarts --value sglang-server)\" = 1 ] && "
            "systemctl is-active -q sglang-server && exit 0; sleep 1; done; exit 1")
     assert main_pid(box) != before and box.sh(HEALTH).stdout.strip() == "200"
-
-
-def numerics_models(box) -> str:
-    """What rig testmodel --kind numerics leaves that the stand-in reads: its record (the rule) and configs.
-    The weights need torch, which these boxes lack; the stand-in serves the rule from the record."""
-    from rig.serving import numerics, testmodel
-
-    root = "/var/lib/rig/prove-models"
-    spec = {"kind": "numerics", "draft": "numerics", "seed": 0, "heads": testmodel.HEADS, "rule": numerics.table()}
-    record = json.dumps({"spec": spec})  # the fields rig's own record carries (testmodel.made_by_rig reads them)
-    box.sh(f"mkdir -p {root}/target {root}/draft && echo '{{}}' > {root}/target/config.json && "
-           f"echo '{{}}' > {root}/draft/config.json && cat > {root}/testmodel.json <<'EOF'\n{record}\nEOF")
-    return root
 
 
 def test_the_prove_playbook_proves_every_host_and_tabulates_them_on_the_controller(start_box, standin_site, tmp_path):

@@ -9,7 +9,10 @@ from conftest import REPO
 JUDGED_IN_RIG = {r"ldconfig -p": "rig doctor --layer libraries",
                  r"lookup\([^)]*file[^)]*\)\s*\|\s*from_json": "rig wheelhouse show: a lock read with its hash checked",
                  r"paths: /dev\b|find /dev/nvidia": "rig machine facts: device_nodes",
-                 r"from_json": "a rig command that reads the document (rig machine facts --docker-config)"}
+                 r"from_json": "a rig command that reads the document (rig machine facts --docker-config)",
+                 r"package_facts|ansible_facts\.packages|module_version\s*==":
+                     "rig machine facts --driver-package: driver_installed, module_current",
+                 r"creates:.*cdi": "rig machine facts --cdi-spec: cdi_current (a stale spec is no spec)"}
 
 
 def test_no_role_reads_a_document_the_loader_cache_or_the_device_nodes_itself():

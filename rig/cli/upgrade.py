@@ -1,0 +1,101 @@
+"""`rig upgrade`: the steps of a day-two upgrade on one host that playbooks/upgrade.yml asks the engine."""
+from __future__ import annotations
+
+import click
+
+from rig.cli.common import check_option, emit, json_option
+
+state_option = click.option("--state-dir", default="/var/lib/rig/upgrade", show_default=True,
+                            help="Where the host keeps its rollout lock and its upgrade record.")
+owner_option = click.option("--owner", required=True, help="The rollout's id (one per playbook run).")
+package_options = [
+    click.option("--driver-package", required=True, help="The driver's package (nvidia-driver-580-open)."),
+    click.option("--fabricmanager-package", required=True, help="The fabric manager's (nvidia-fabricmanager-580)."),
+    click.option("--container-toolkit-package", default="nvidia-container-toolkit", show_default=True),
+]
+
+
+def _packages(command):
+    for option in reversed(package_options):
+        command = option(command)
+    return command
+
+
+@click.group()
+def upgrade() -> None:
+    """A day-two upgrade of a serving host, step by step (playbooks/upgrade.yml runs them in order)."""
+
+
+@upgrade.command("lock")
+@state_option
+@owner_option
+@check_option
+@json_option
+def lock_cmd(state_dir, owner, check, as_json) -> None:
+    """Take the host's rollout lock; refused while another rollout holds it."""
+    from rig.machine import upgrade as steps
+
+    emit(steps.lock(state_dir, owner, check), as_json)
+
+
+@upgrade.command("unlock")
+@state_option
+@owner_option
+@check_option
+@json_option
+def unlock_cmd(state_dir, owner, check, as_json) -> None:
+    """Give the rollout lock back (another rollout's lock is left alone)."""
+    from rig.machine import upgrade as steps
+
+    emit(steps.unlock(state_dir, owner, check), as_json)
+
+
+@upgrade.command("plan")
+@package_options[0]
+@package_options[1]
+@click.option("--driver-version", default="", help="The driver package's target version; \"\": the installed one.")
+@click.option("--nvswitch", type=click.Choice(["auto", "true", "false"]), default="auto", show_default=True,
+              help="Whether the board has NVSwitches (then the fabric manager goes to the driver's version too); "
+                   "auto reads the PCI bus.")
+@click.option("--pci-root", default="/sys/bus/pci/devices", show_default=True, help="sysfs PCI devices.")
+@click.option("--branch", required=True, help="The driver branch (580).")
+@click.option("--flavour", type=click.Choice(["open", "proprietary"]), required=True, help="The kernel modules.")
+@click.option("--cuda-version", help="The stack's CUDA release: the driver must be new enough for it.")
+@click.option("--arch", "archs", multiple=True, help="A GPU arch the stack targets (12.0a); Blackwell needs open.")
+@click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True)
+@json_option
+def plan_cmd(driver_package, fabricmanager_package, driver_version, nvswitch, pci_root, branch, flavour,
+             cuda_version, archs, module_version_path, as_json) -> None:
+    """What a driver upgrade would change here (changed: something would; steady: the loaded module is the
+    installed driver's), after its guard rails: a driver below what the stack's CUDA needs, or proprietary
+    modules for Blackwell, is refused naming both."""
+    from rig.machine import gpu_health
+    from rig.machine import upgrade as steps
+
+    switched = nvswitch == "true" or (nvswitch == "auto" and gpu_health.pci_devices(pci_root)["nvswitches"] > 0)
+    packages = {"driver": (driver_package, driver_version),
+                **({"fabricmanager": (fabricmanager_package, driver_version)} if switched else {})}
+    emit(steps.plan(packages, module_version_path, branch, flavour, cuda_version, list(archs)), as_json)
+
+
+@upgrade.command("record")
+@state_option
+@_packages
+@check_option
+@json_option
+def record_cmd(state_dir, driver_package, fabricmanager_package, container_toolkit_package, check, as_json) -> None:
+    """Record the versions installed now: what a rollback puts back."""
+    from rig.machine import upgrade as steps
+
+    emit(steps.record(state_dir, {"driver": driver_package, "fabricmanager": fabricmanager_package,
+                                  "container_toolkit": container_toolkit_package}, check), as_json)
+
+
+@upgrade.command("previous")
+@state_option
+@json_option
+def previous_cmd(state_dir, as_json) -> None:
+    """The versions recorded before the last upgrade (an error where none was)."""
+    from rig.machine import upgrade as steps
+
+    emit(steps.previous(state_dir), as_json)

@@ -1,0 +1,131 @@
+"""A day-two upgrade of one serving host: the lock that keeps two rollouts apart, the plan (what the upgrade
+would change, and whether it may), and the record of what the host ran before, which a rollback restores.
+
+The playbook (playbooks/upgrade.yml) asks these through `rig upgrade ...`; it judges nothing itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from rig.core import RigError
+from rig.core.fs import MissingFile, atomic_write, open_plain
+from rig.core.schema import Field
+from rig.machine import driver, gpu_health
+
+STATE_DIR = "/var/lib/rig/upgrade"
+LOCK = "rollout.lock"
+RECORD = "previous.json"
+OWNER = Field(str, required=True)
+LOCK_SPEC = Field(dict, open=True, fields={"owner": OWNER, "since": Field(required=True)})
+ROLES = ("driver", "fabricmanager", "container_toolkit")
+PACKAGE = Field(dict, required=True, fields={
+    "package": Field(str, required=True, check=lambda v: None if driver.PACKAGE_NAME.fullmatch(v) else
+                     "is not a Debian package name"),
+    "version": Field(str, required=True, check=lambda v: None if driver.PACKAGE_VERSION.fullmatch(v) else
+                     "is not a Debian package version")})
+RECORD_SPEC = Field(dict, open=True, fields={**{role: PACKAGE for role in ROLES}, "recorded": Field(required=True)})
+
+
+def _holder(path: Path) -> dict | None:
+    from rig.core.documents import load_json
+
+    try:
+        return load_json(path, "rollout lock", LOCK_SPEC)
+    except MissingFile:
+        return None
+
+
+def lock(state_dir: str, owner: str, check: bool = False) -> dict:
+    """Take the host's rollout lock for OWNER (one rollout's id); another rollout holding it is an error that
+    names it. Taking a lock OWNER already holds changes nothing."""
+    path = Path(state_dir) / LOCK
+    holder = _holder(path)
+    if not holder and not check:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # O_EXCL: of two rollouts starting at once, one takes it; never through a link left there
+        fd = open_plain(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, "the rollout lock", follow=False)
+        with os.fdopen(fd, "w") as out:
+            json.dump({"owner": owner, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, out)
+        return {"changed": True, "path": str(path), "msg": f"took {path}"}
+    if holder and holder["owner"] != owner:
+        raise RigError(f"another rollout ({holder['owner']}, since {holder['since']}) holds {path} on this host: "
+                       "wait for it to finish, or remove the file if that rollout is gone")
+    return {"changed": not holder, "path": str(path), "msg": f"{'holds' if holder else 'would take'} {path}"}
+
+
+def unlock(state_dir: str, owner: str, check: bool = False) -> dict:
+    """Give the lock back if OWNER holds it; another rollout's lock is left where it is."""
+    path = Path(state_dir) / LOCK
+    holder = _holder(path)
+    mine = holder is not None and holder["owner"] == owner
+    if mine and not check:
+        path.unlink()
+    return {"changed": mine, "path": str(path),
+            "msg": f"{'gave back' if mine else 'does not hold'} {path}"}
+
+
+def _package_change(role: str, package: str, target: str) -> tuple[dict, list[str]]:
+    have = driver.installed(package)
+    wanted = target or have["version"]
+    change = have["version"] != wanted or not have["version"]
+    said = [f"{role}: {package} {have['version'] or 'not installed'} -> {wanted or 'the newest'}"] if change else []
+    return {**have, "package": package, "target": wanted, "change": change}, said
+
+
+def plan(packages: dict[str, tuple[str, str]], module_path: str, branch: str, flavour: str, cuda: str | None,
+         archs: list[str]) -> dict:
+    """What the driver upgrade would change on this host (its fabric manager's with it), and the guard rails
+    (a refused driver is an error naming why). PACKAGES: role -> (package, target version; "" for whatever is
+    installed), the driver's first. steady: the loaded module is the installed driver's, so what is installed
+    now is a state to come back to."""
+    found, changes = {}, []
+    for role, (package, target) in packages.items():
+        found[role], said = _package_change(role, package, target)
+        changes += said
+    wanted = found["driver"]
+    refused = driver.refusals(branch, wanted["target"], flavour, cuda, archs)
+    if refused:
+        raise RigError("refusing the driver upgrade: " + "; ".join(refused))
+    module = gpu_health.module_version(module_path)
+    steady = bool(wanted["upstream"]) and module == wanted["upstream"]
+    if not wanted["change"] and not steady:
+        changes.append(f"driver: the loaded module is {module or 'none'}, the installed driver "
+                       f"{wanted['upstream']}: the host needs its reboot")
+    return {**found, "module_version": module, "steady": steady, "changes": changes,
+            "changed": bool(changes),
+            "msg": "\n".join(changes) or f"nothing to upgrade: driver {wanted['version']} installed and loaded"}
+
+
+def record(state_dir: str, packages: dict[str, str], check: bool = False) -> dict:
+    """Write what the host runs now (ROLES -> each package's installed version) as the state a rollback
+    restores."""
+    if sorted(packages) != sorted(ROLES):
+        raise RigError(f"an upgrade record names the packages of {', '.join(ROLES)}")
+    path = Path(state_dir) / RECORD
+    now = {role: {"package": package, "version": driver.installed(package)["version"]}
+           for role, package in packages.items()}
+    text = json.dumps({**now, "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n"
+    if not check:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, text)
+    return {"changed": True, "path": str(path), **now,
+            "msg": f"{'would record' if check else 'recorded'} {_said(now)} in {path}"}
+
+
+def _said(state: dict) -> str:
+    return ", ".join(f"{state[r]['package']} {state[r]['version'] or 'not installed'}" for r in ROLES if r in state)
+
+
+def previous(state_dir: str) -> dict:
+    """The state recorded before the last upgrade: the versions a rollback installs."""
+    from rig.core.documents import load_json
+
+    path = Path(state_dir) / RECORD
+    try:
+        found = load_json(path, "upgrade record", RECORD_SPEC)
+    except MissingFile:
+        raise RigError(f"no upgrade was recorded on this host ({path}): there is nothing to roll back to") from None
+    return {**found, "path": str(path), "msg": f"before the last upgrade: {_said(found)}"}

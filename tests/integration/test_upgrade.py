@@ -1,0 +1,138 @@
+"""playbooks/upgrade.yml on three systemd boxes serving the SGLang stand-in, with the signed stand-in NVIDIA
+repository (tests/nvidia_repo.py) in two versions: a driver whose module loads at the next boot, and on one box
+a module that never loads. The reboot is real (systemd restarts the container); apt, dpkg, DKMS's call, the
+CDI spec, the drain, the health gate, `rig smoke` and `rig prove` are what a GPU host runs."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from conftest import play
+from serving_boxes import HEALTH, Load, drains, numerics_models, recap, serving_box, stack_file
+
+pytestmark = pytest.mark.box
+
+OLD, NEW = "580.159.04-1", "580.200.00-1"
+DRIVER = "nvidia-driver-580-open"
+FABRIC = "nvidia-fabricmanager-580"
+CDI = "/etc/cdi/nvidia.yaml"
+NEVER_LOADS = "/etc/rig-standin/module-never-loads"
+LOCK = "/var/lib/rig/upgrade/rollout.lock"
+SETTINGS = {
+    "nvidia_driver_repo_url": "file:///srv/nvidia/repo", "nvidia_driver_keyring_url": "file:///srv/nvidia/key.gpg",
+    "nvidia_driver_pci_root": "/srv/fake/pci",  # a GPU and an NVSwitch: the fabric manager goes with the driver
+    "nvidia_driver_module_version_path": "/srv/fake/module-version",
+    "nvidia_driver_allow_reboot": True,
+    # a container shares its host's boot_id and has no logind for shutdown(8): systemd reboots it, and PID 1's
+    # start time tells one boot from the next
+    "nvidia_driver_reboot_command": "systemctl reboot",
+    "nvidia_driver_boot_time_command": "cut -d' ' -f22 /proc/1/stat", "nvidia_driver_reboot_timeout": 300,
+    "nvidia_container_toolkit_mode": "cdi", "nvidia_container_toolkit_manage_services": False,
+    "sglang_server_require_gpu": False, "sglang_server_start_timeout": 120,
+    "rig_upgrade_doctor": False,  # the machine layer reads nvidia-smi, which no box has
+    "rig_prove_skip": ["doctor", "testmodel"],
+}
+
+
+def versions(box) -> dict:
+    """Each driver package's installed version and dpkg selection."""
+    out = box.sh(f"dpkg-query -W -f='${{Package}} ${{Version}} ${{db:Status-Want}}\\n' {DRIVER} {FABRIC} "
+                 "nvidia-container-toolkit", check=False).stdout
+    return {name: (version, want) for name, version, want in (line.split() for line in out.splitlines())}
+
+
+@pytest.fixture
+def fleet(start_box, standin_site, tmp_path):
+    """Three boxes serving the stand-in on driver OLD, its module loaded, a CDI spec of OLD's libraries."""
+    boxes = [serving_box(start_box, standin_site) for _ in range(3)]
+    os.environ["MOLECULE_EPHEMERAL_DIRECTORY"] = str(tmp_path)  # where the prepare play builds the repository
+    try:
+        play(boxes, "../tests/molecule/prepare-nvidia-repo.yml").expect_ok()
+    finally:
+        del os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]
+    models = [numerics_models(box) for box in boxes][0]  # the same path on each
+    stack = stack_file(tmp_path, "stack.yml", 2)
+    settings = {**SETTINGS, "rig_stack": stack, "rig_prove_models": models}
+    play(boxes, "bare-metal.yml", nvidia_driver_version=OLD, **settings).expect_ok()
+    play(boxes, "server.yml", **settings).expect_ok()
+    for box in boxes:
+        assert versions(box)[DRIVER] == (OLD, "hold") and box.sh(HEALTH).stdout.strip() == "200"
+        assert "libcuda.so.580.159.04" in box.sh(f"cat {CDI}").stdout
+    return boxes, settings
+
+
+def test_a_driver_upgrade_rolls_through_serving_boxes_stops_at_a_failing_one_and_rolls_it_back(fleet):
+    boxes, settings = fleet
+    first, failing, last = boxes
+    failing.sh(f"mkdir -p {NEVER_LOADS.rsplit('/', 1)[0]} && touch {NEVER_LOADS}")
+    before = {box.name: box.sh("dpkg -l | sort; ls -l /etc/cdi; cat /srv/fake/module-version").stdout for box in boxes}
+
+    check = play(boxes, "upgrade.yml", "--check", "--diff", nvidia_driver_version=NEW, **settings).expect_ok()
+    assert f"{DRIVER} {OLD} -> {NEW}" in check.output and recap(check.output, first)["changed"] > 0
+    assert all(box.sh("dpkg -l | sort; ls -l /etc/cdi; cat /srv/fake/module-version").stdout == before[box.name]
+               for box in boxes)
+
+    drained = {box.name: len(drains(box)) for box in boxes}
+    with Load(boxes, tokens=1000) as load:
+        rollout = play(boxes, "upgrade.yml", nvidia_driver_version=NEW, **settings)
+    assert not rollout.ok
+    assert f"the NVIDIA driver 580.200.00 did not load on {failing.name}: after a reboot the loaded kernel module " \
+           "is 580.159.04" in rollout.output, rollout.output[-4000:]
+    # the first box: driver and fabric manager at one held version, its module loaded, a spec of the new libraries
+    assert versions(first)[DRIVER] == versions(first)[FABRIC] == (NEW, "hold")
+    assert first.sh("cat /srv/fake/module-version").stdout.strip() == "580.200.00"
+    spec = first.sh(f"cat {CDI}").stdout
+    assert "libcuda.so.580.200.00" in spec and "580.159.04" not in spec
+    assert "autoinstall -k" in first.sh("cat /var/log/dkms-standin.log").stdout
+    assert first.sh(HEALTH).stdout.strip() == "200"
+    # the request in flight when it was drained finished whole; no accepted request was cut short
+    assert any(n >= 1 for n in drains(first)[drained[first.name]:]), first.sh("cat /var/log/rig/sglang-server.log").stdout
+
+    assert not load.cut_short(first) and any(o["accepted"] for o in load.outcomes[first.name])
+    # the third box was never reached: the old version, still serving
+    assert versions(last)[DRIVER] == (OLD, "hold") and last.sh(HEALTH).stdout.strip() == "200"
+    assert len(drains(last)) == drained[last.name]  # never drained
+    assert not any(box.exists(LOCK) for box in boxes)  # every lock given back
+
+    # rollback puts the failing box back to what it ran before, the same way, and it serves
+    recorded = json.loads(failing.sh("cat /var/lib/rig/upgrade/previous.json").stdout)
+    assert recorded["driver"] == {"package": DRIVER, "version": OLD}
+    back = play([failing], "upgrade.yml", rig_upgrade_rollback=True, **settings).expect_ok()
+    assert versions(failing)[DRIVER] == versions(failing)[FABRIC] == (OLD, "hold")
+    assert failing.sh(HEALTH).stdout.strip() == "200" and "libcuda.so.580.159.04" in failing.sh(f"cat {CDI}").stdout
+    assert recap(back.output, failing)["failed"] == 0
+
+    # its module fixed, the rollout goes on over the rest, each drained with requests in flight, then holds
+    failing.sh(f"rm {NEVER_LOADS}")
+    drained = {box.name: len(drains(box)) for box in boxes}
+    with Load(boxes, tokens=1000) as load:
+        play(boxes, "upgrade.yml", nvidia_driver_version=NEW, **settings).expect_ok()
+    for box in boxes:
+        assert versions(box)[DRIVER] == versions(box)[FABRIC] == (NEW, "hold")
+        assert box.sh(HEALTH).stdout.strip() == "200" and not load.cut_short(box)
+    for box in (failing, last):
+        assert any(n >= 1 for n in drains(box)[drained[box.name]:])
+    assert drains(first)[drained[first.name]:] == []  # on the new driver already: left serving
+    again = play(boxes, "upgrade.yml", nvidia_driver_version=NEW, **settings).expect_ok()
+    assert all(recap(again.output, box)["changed"] == 0 for box in boxes)
+
+
+def test_guard_rails_refuse_an_old_driver_proprietary_blackwell_and_a_held_lock(fleet):
+    boxes, settings = fleet
+    box = boxes[0]
+    before = box.sh("dpkg -l | sort; cat /srv/fake/module-version").stdout
+    old = play([box], "upgrade.yml", nvidia_driver_branch="575", nvidia_driver_version="575.51.03-1", **settings)
+    assert not old.ok
+    assert "driver 575.51.03 is below what CUDA 13.0.2 needs (580.65.06, the 580 branch)" in old.output, \
+        old.output[-3000:]
+    closed = play([box], "upgrade.yml", nvidia_driver_flavour="proprietary", **settings)
+    assert not closed.ok
+    assert "the 'proprietary' kernel modules do not run Blackwell GPUs (the stack targets 12.0a)" in closed.output, \
+        closed.output[-3000:]
+    box.sh(f"mkdir -p /var/lib/rig/upgrade && echo '{{\"owner\": \"other\", \"since\": \"then\"}}' > {LOCK}")
+    held = play([box], "upgrade.yml", nvidia_driver_version=NEW, **settings)
+    assert not held.ok and f"another rollout (other, since then) holds {LOCK} on this host" in held.output
+    assert box.sh("dpkg -l | sort; cat /srv/fake/module-version").stdout == before
+    assert box.sh(f"cat {LOCK}").stdout.strip() == '{"owner": "other", "since": "then"}'  # theirs, left alone
+    assert box.sh(HEALTH).stdout.strip() == "200"

@@ -1,0 +1,127 @@
+"""Boxes that serve: systemd boxes with the SGLang stand-in (tests/sglang_api_server.py) as the venv's sglang,
+for the tests of server.yml, prove.yml and upgrade.yml, and a load that keeps requests in flight on them."""
+from __future__ import annotations
+
+import json
+import re
+import threading
+
+import yaml
+from conftest import REPO, run
+
+UNIT = "/etc/systemd/system/sglang-server.service"
+SITE = "/opt/rig/venv/lib/python3.11/site-packages"
+HEALTH = ("python3 -c \"import urllib.request, urllib.error\ntry: print(urllib.request.urlopen("
+          "'http://127.0.0.1:30000/health', timeout=5).status)\nexcept urllib.error.HTTPError as e: print(e.code)\n"
+          "except OSError: print('down')\"")
+def serving_box(start_box, standin_site: str, faults: list[str] | None = None):
+    """A systemd box with the stand-in as the venv's sglang and a model directory."""
+    box = start_box(systemd=True)
+    box.sh("python3 -m venv --without-pip /opt/rig/venv && mkdir -p /models/target /models/draft && "
+           "echo '{}' > /models/target/config.json && echo '{}' > /models/draft/config.json")
+    for src in (f"{standin_site}/.", f"{REPO}/tests/data/sglang_standin/sglang",
+                f"{REPO}/tests/data/sglang_standin/sglang-0.5.23+standin.dist-info", f"{REPO}/tests/sglang_api_server.py"):
+        assert run(["docker", "cp", src, f"{box.name}:{SITE}/"]).returncode == 0
+    if faults:
+        box.sh(f"echo '{json.dumps({'args': faults})}' > /etc/sglang-standin.json")
+    return box
+
+
+def stack_file(tmp_path, name: str, steps: int):
+    stack = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    stack["server"].update(model="/models/target", draft_model="/models/draft", speculative_num_steps=steps)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(stack))
+    return str(path)
+
+
+def recap(output: str, box) -> dict:
+    line = re.search(rf"^{box.name}\s*:(.*)$", output.split("PLAY RECAP")[-1], re.M)
+    assert line, output[-3000:]
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line.group(1))}
+
+
+def main_pid(box) -> str:
+    return box.sh("systemctl show -p MainPID --value sglang-server").stdout.strip()
+
+
+
+def numerics_models(box) -> str:
+    """What rig testmodel --kind numerics leaves that the stand-in reads: its record (the rule) and configs.
+    The weights need torch, which these boxes lack; the stand-in serves the rule from the record."""
+    from rig.serving import numerics, testmodel
+
+    root = "/var/lib/rig/prove-models"
+    spec = {"kind": "numerics", "draft": "numerics", "seed": 0, "heads": testmodel.HEADS, "rule": numerics.table()}
+    record = json.dumps({"spec": spec})  # the fields rig's own record carries (testmodel.made_by_rig reads them)
+    box.sh(f"mkdir -p {root}/target {root}/draft && echo '{{}}' > {root}/target/config.json && "
+           f"echo '{{}}' > {root}/draft/config.json && cat > {root}/testmodel.json <<'EOF'\n{record}\nEOF")
+    return root
+
+
+# One streamed request inside a box, its outcome as one JSON line: refused (no answer, or 503 while draining),
+# or accepted and then how many tokens came and why it ended (cut: the stream broke off). As a load balancer
+# does, it sends only to a server whose health answers 200: a draining server finishes what it has.
+ONE_REQUEST = """import json, sys, urllib.request
+n = int(sys.argv[1])
+try:
+    urllib.request.urlopen("http://127.0.0.1:30000/health", timeout=5)
+except OSError as exc:
+    sys.exit(print(json.dumps({"accepted": False, "why": str(exc)})))
+body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": n}, "stream": True}).encode()
+req = urllib.request.Request("http://127.0.0.1:30000/generate", body, {"Content-Type": "application/json"})
+try:
+    answer = urllib.request.urlopen(req, timeout=30)
+except OSError as exc:
+    sys.exit(print(json.dumps({"accepted": False, "why": str(exc)})))
+last, cut = None, None
+try:
+    for line in answer:
+        if line.startswith(b"data: {"):
+            last = json.loads(line[6:])
+except OSError as exc:
+    cut = str(exc)
+meta = last["meta_info"] if last else {}
+print(json.dumps({"accepted": True, "tokens": meta.get("completion_tokens", 0), "cut": cut}))
+"""
+
+
+class Load:
+    """STREAMS streamed requests of TOKENS tokens kept in flight on each box until the block ends, every outcome
+    kept by box. Each request runs inside its box (docker exec), so a box's reboot ends requests, not the load."""
+
+    def __init__(self, boxes, tokens: int, streams: int = 2):
+        self.boxes, self.tokens, self.streams = boxes, tokens, streams
+        self.outcomes: dict[str, list[dict]] = {box.name: [] for box in boxes}
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._keep, args=(box,), daemon=True)
+                        for box in boxes for _ in range(streams)]
+
+    def _keep(self, box) -> None:
+        while not self.stop.is_set():
+            done = run(["docker", "exec", box.name, "python3", "-c", ONE_REQUEST, str(self.tokens)])
+            lines = done.stdout.strip().splitlines()
+            outcome = json.loads(lines[-1]) if done.returncode == 0 and lines else {"accepted": False, "why": "no box"}
+            self.outcomes[box.name].append(outcome)
+            if not outcome["accepted"]:
+                self.stop.wait(0.5)
+
+    def __enter__(self) -> "Load":
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=120)
+
+    def cut_short(self, box) -> list[dict]:
+        """The requests BOX accepted and did not finish whole."""
+        return [o for o in self.outcomes[box.name] if o["accepted"] and (o["cut"] or o["tokens"] != self.tokens)]
+
+
+def drains(box) -> list[int]:
+    """The requests in flight at each drain of BOX's server, from its log (as SGLang logs them)."""
+    log = box.sh("cat /var/log/rig/sglang-server.log", check=False).stdout
+    return [int(n) for n in re.findall(r"Gracefully exiting\.\.\. Remaining number of requests (\d+)", log)]

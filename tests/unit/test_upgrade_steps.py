@@ -1,0 +1,126 @@
+"""The engine's side of a day-two upgrade (rig.machine.driver, rig.machine.upgrade): the guard rails, the
+CDI spec's staleness, the rollout lock and the record a rollback reads. dpkg is this machine's real one."""
+import json
+import os
+
+import pytest
+from conftest import rig
+
+from rig.core import RigError
+from rig.machine import driver, upgrade
+
+
+def dpkg_version(package: str) -> str:
+    return driver.installed(package)["version"]
+
+
+@pytest.mark.parametrize("branch, version, cuda, refused", [
+    ("580", "580.159.04-1", "13.0.2", None),
+    ("580", "", "13.0.2", None),                       # the branch's newest: the branch is enough
+    ("575", "575.51.03-1", "13.0.2", "driver 575.51.03 is below what CUDA 13.0.2 needs (580.65.06, the 580 branch)"),
+    ("580", "580.10.02-1", "13.0.0", "driver 580.10.02 is below what CUDA 13.0.0 needs (580.65.06"),
+    ("575", "", "13.0.2", "driver 575 is below what CUDA 13.0.2 needs"),
+    ("570", "570.86.10-0ubuntu1", "12.8.1", None),
+    ("560", "", "12.7.0", None),                       # 12.7 is not in the table: 12.6's row holds
+    ("550", "", "12.7.0", "driver 550 is below what CUDA 12.7.0 needs (560.28.03"),
+    ("580", "1:580.65.06-1", "13.1.0", None),          # newer than the table: its last row, with an epoch
+])
+def test_the_stacks_cuda_sets_the_lowest_driver(branch, version, cuda, refused):
+    found = driver.refusals(branch, version, "open", cuda, ["9.0a"])
+    assert (found[0] if found else None) == refused or (refused and found and found[0].startswith(refused))
+
+
+def test_blackwell_needs_the_open_modules_and_nonsense_is_named():
+    said = driver.refusals("580", "", "proprietary", "13.0.2", ["12.0a", "9.0a", "10.0f"])
+    assert said == ["the 'proprietary' kernel modules do not run Blackwell GPUs (the stack targets 10.0f, 12.0a): "
+                    "set nvidia_driver_flavour=open"]
+    assert driver.refusals("580", "", "proprietary", "13.0.2", ["9.0a", "8.0"]) == []  # Hopper and Ampere may
+    assert "are not driver versions" in driver.refusals("580; rm", "", "open", None, [])[0]
+    with pytest.raises(RigError, match="CUDA '11.8' is not a release rig knows a driver for"):
+        driver.refusals("580", "", "open", "11.8", [])
+    assert driver.upstream("1:580.159.04-1ubuntu1") == "580.159.04" and driver.upstream("") == ""
+
+
+def test_a_cdi_spec_is_stale_when_a_path_it_mounts_is_gone(tmp_path):
+    lib = tmp_path / "libcuda.so.580.200.00"
+    lib.write_text("")
+    spec = tmp_path / "nvidia.yaml"
+    assert driver.cdi_missing(str(spec)) is None  # no spec: none to be stale
+    spec.write_text(f"cdiVersion: 0.5.0\ncontainerEdits:\n  mounts:\n  - hostPath: {lib}\n    containerPath: /x\n"
+                    f"  - hostPath: '{tmp_path}/libcuda.so.580.159.04'\n")
+    assert driver.cdi_missing(str(spec)) == [f"{tmp_path}/libcuda.so.580.159.04"]
+    spec.write_text(json.dumps({"containerEdits": {"mounts": [{"hostPath": str(lib), "containerPath": "/x"}]}}))
+    assert driver.cdi_missing(str(spec)) == []  # JSON, every path there
+    facts = json.loads(rig("machine", "facts", "--pci-root", str(tmp_path), "--cdi-spec", str(spec), "--json").stdout)
+    assert facts["cdi_current"] is True and facts["cdi_missing"] == []
+    spec.unlink()
+    os.mkfifo(spec)  # never waited on
+    done = rig("machine", "facts", "--pci-root", str(tmp_path), "--cdi-spec", str(spec), "--json")
+    assert done.returncode == 2 and "is not a regular file" in done.stderr
+
+
+def test_machine_facts_say_whether_the_loaded_module_is_the_installed_package(tmp_path):
+    module = tmp_path / "version"
+    module.write_text(driver.upstream(dpkg_version("dpkg")) + "\n")
+    base = ["machine", "facts", "--pci-root", str(tmp_path), "--module-version-path", str(module), "--json"]
+    facts = json.loads(rig(*base, "--driver-package", "dpkg").stdout)  # dpkg stands in for the driver package
+    assert facts["driver_installed_package"] == dpkg_version("dpkg") and facts["module_current"] is True
+    module.write_text("580.95.05\n")
+    assert json.loads(rig(*base, "--driver-package", "dpkg").stdout)["module_current"] is False
+    missing = json.loads(rig(*base, "--driver-package", "no-such-package-here").stdout)
+    assert missing["driver_installed"] == "" and missing["module_current"] is False
+    done = rig(*base, "--driver-package", "x; reboot")
+    assert done.returncode == 2 and "is not a Debian package name" in done.stderr
+
+
+def test_the_rollout_lock_keeps_a_second_rollout_out_and_leaves_its_lock_alone(tmp_path):
+    state = str(tmp_path / "upgrade")
+    assert upgrade.lock(state, "run-a", check=True)["changed"] and not (tmp_path / "upgrade").exists()
+    assert upgrade.lock(state, "run-a")["changed"]
+    assert not upgrade.lock(state, "run-a")["changed"]  # held already: nothing changes
+    with pytest.raises(RigError, match=r"another rollout \(run-a, since 20\d\d-.*\) holds .*rollout.lock"):
+        upgrade.lock(state, "run-b")
+    assert not upgrade.unlock(state, "run-b")["changed"] and (tmp_path / "upgrade" / upgrade.LOCK).exists()
+    assert upgrade.unlock(state, "run-a")["changed"] and not (tmp_path / "upgrade" / upgrade.LOCK).exists()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "upgrade" / upgrade.LOCK)  # a dangling link: never written through
+    with pytest.raises(RigError, match="a link there is never followed"):
+        upgrade.lock(state, "run-a")
+    assert not (tmp_path / "elsewhere").exists()
+    (tmp_path / "upgrade" / upgrade.LOCK).unlink()
+    (tmp_path / "upgrade" / upgrade.LOCK).write_text('{"owner": 7}')
+    with pytest.raises(RigError, match="owner"):
+        upgrade.lock(state, "run-a")
+
+
+def test_the_plan_names_each_change_and_whether_the_host_is_steady(tmp_path):
+    module = tmp_path / "version"
+    installed = dpkg_version("dpkg")
+    module.write_text(driver.upstream(installed) + "\n")
+    same = upgrade.plan({"driver": ("dpkg", installed)}, str(module), "580", "open", None, ["12.0a"])
+    assert not same["changed"] and same["steady"] and same["changes"] == []
+    moved = upgrade.plan({"driver": ("dpkg", "580.200.00-1"), "fabricmanager": ("no-such-package-here", "580.200.00-1")},
+                         str(module), "580", "open", "13.0.2", ["12.0a"])  # the target is judged, not dpkg's
+    assert moved["changes"] == [f"driver: dpkg {installed} -> 580.200.00-1",
+                                "fabricmanager: no-such-package-here not installed -> 580.200.00-1"]
+    module.write_text("580.95.05\n")
+    pending = upgrade.plan({"driver": ("dpkg", "")}, str(module), "580", "open", None, [])
+    assert not pending["steady"] and "the host needs its reboot" in pending["changes"][0]
+    with pytest.raises(RigError, match="refusing the driver upgrade: .*proprietary"):
+        upgrade.plan({"driver": ("dpkg", "")}, str(module), "580", "proprietary", None, ["12.0"])
+
+
+def test_the_record_is_what_a_rollback_reads_and_a_tampered_one_is_refused(tmp_path):
+    state = str(tmp_path)
+    with pytest.raises(RigError, match="no upgrade was recorded on this host"):
+        upgrade.previous(state)
+    packages = {"driver": "dpkg", "fabricmanager": "no-such-package-here", "container_toolkit": "bash"}
+    assert upgrade.record(state, packages, check=True)["changed"] and not (tmp_path / upgrade.RECORD).exists()
+    upgrade.record(state, packages)
+    found = upgrade.previous(state)
+    assert found["driver"] == {"package": "dpkg", "version": dpkg_version("dpkg")}
+    assert found["fabricmanager"]["version"] == "" and found["container_toolkit"]["version"] == dpkg_version("bash")
+    record = json.loads((tmp_path / upgrade.RECORD).read_text())
+    record["driver"]["version"] = "1.0; rm -rf /"
+    (tmp_path / upgrade.RECORD).write_text(json.dumps(record))
+    with pytest.raises(RigError, match="driver.version: is not a Debian package version"):
+        upgrade.previous(state)
