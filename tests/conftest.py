@@ -165,7 +165,7 @@ def worker_group(nodeid: str) -> str:
 
 # The longest groups first, each paired with a short one (xdist gives every worker two groups to start
 # with, then the next as one finishes), so that no long group waits behind others: times from the box run.
-FIRST = ("whole-stacks", "lab-1", "lab-2", "test_bare_metal", "test_rollout", "test_cuda_toolkit",
+FIRST = ("whole-stacks", "lab-1", "lab-2", "test_upgrade", "test_bare_metal", "test_rollout", "test_cuda_toolkit",
          "test_role_scenarios")
 
 

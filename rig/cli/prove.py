@@ -17,13 +17,17 @@ from rig.cli.smoke import api_key_env_option
               help="Where the numerics test model is written (default: OUT/models).")
 @click.option("--skip", multiple=True, help="Leave out a step: doctor, probe, testmodel or servers (repeat); it is "
               "reported as skipped, never as passed.")
+@click.option("--port", type=click.IntRange(1, 65535),
+              help="Serve on this port instead of the stack's: a host being upgraded proves where its balancer, "
+                   "which checks the stack's port, sends no traffic.")
 @click.option("--summary", "summary_dir", type=click.Path(file_okay=False),
               help="Instead: tabulate DIR/HOST/prove.json of a fleet (playbooks/prove.yml fetches them) into "
                    "DIR/summary.md; exit 1 unless every host passed.")
 @api_key_env_option
 @check_option
 @json_option
-def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, summary_dir, api_key_env, check, as_json) -> None:
+def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, port, summary_dir, api_key_env, check,
+          as_json) -> None:
     """Prove this box: doctor, all-reduce probe, numerics test model, then the baseline and EAGLE-3 servers.
 
     Each server comes from the stack's own line with the numerics test model
@@ -45,6 +49,8 @@ def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, summary_dir, api
         emit(table, as_json)
         judged(table["ok"])
     stack = load(stack_path)
+    if port:
+        stack["server"]["port"] = port
     result = proving.run(stack, stack_path, venv_path or stack["venv"], out_dir, tp, tuple(skip), models_dir,
                          api_key_env, check)
     emit(result, as_json)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from rig.cli.common import check_option, emit, json_option
+from rig.stack.spec import ARCHS
 
 state_option = click.option("--state-dir", default="/var/lib/rig/upgrade", show_default=True,
                             help="Where the host keeps its rollout lock and its upgrade record.")
@@ -29,25 +30,14 @@ def upgrade() -> None:
 @upgrade.command("lock")
 @state_option
 @owner_option
+@click.option("--give-back", is_flag=True, help="Give the lock back instead (another rollout's is left alone).")
 @check_option
 @json_option
-def lock_cmd(state_dir, owner, check, as_json) -> None:
-    """Take the host's rollout lock; refused while another rollout holds it."""
+def lock_cmd(state_dir, owner, give_back, check, as_json) -> None:
+    """Take the host's rollout lock (refused while another rollout holds it), or give it back."""
     from rig.machine import upgrade as steps
 
-    emit(steps.lock(state_dir, owner, check), as_json)
-
-
-@upgrade.command("unlock")
-@state_option
-@owner_option
-@check_option
-@json_option
-def unlock_cmd(state_dir, owner, check, as_json) -> None:
-    """Give the rollout lock back (another rollout's lock is left alone)."""
-    from rig.machine import upgrade as steps
-
-    emit(steps.unlock(state_dir, owner, check), as_json)
+    emit((steps.unlock if give_back else steps.lock)(state_dir, owner, check), as_json)
 
 
 @upgrade.command("plan")
@@ -61,7 +51,8 @@ def unlock_cmd(state_dir, owner, check, as_json) -> None:
 @click.option("--branch", required=True, help="The driver branch (580).")
 @click.option("--flavour", type=click.Choice(["open", "proprietary"]), required=True, help="The kernel modules.")
 @click.option("--cuda-version", help="The stack's CUDA release: the driver must be new enough for it.")
-@click.option("--arch", "archs", multiple=True, help="A GPU arch the stack targets (12.0a); Blackwell needs open.")
+@click.option("--arch", "archs", multiple=True, type=click.Choice(ARCHS),
+              help="A GPU arch the stack targets; Blackwell (10.0, 12.0) needs the open modules.")
 @click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True)
 @json_option
 def plan_cmd(driver_package, fabricmanager_package, driver_version, nvswitch, pci_root, branch, flavour,

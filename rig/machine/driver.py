@@ -45,9 +45,9 @@ def installed(package: str) -> dict:
 
 
 def cdi_missing(spec: str) -> list[str] | None:
-    """The host paths a CDI spec mounts that are not there (after a driver change, the old driver's libraries);
-    None where there is no spec. The spec is YAML or JSON; its hostPath keys are read as text, since targets
-    have no YAML parser."""
+    """What makes a CDI spec stale: the host paths it mounts that are not there (after a driver change, the old
+    driver's libraries), or that it mounts none at all (an empty or broken file); None where there is no spec.
+    The spec is YAML or JSON; its hostPath keys are read as text, since targets have no YAML parser."""
     from rig.core.documents import read_text
     from rig.core.fs import MissingFile
 
@@ -55,20 +55,28 @@ def cdi_missing(spec: str) -> list[str] | None:
         text = read_text(spec, "CDI spec")
     except MissingFile:
         return None
-    paths = re.findall(r"""["']?hostPath["']?\s*:\s*["']?([^"',\s}]+)""", text)
-    return sorted({path for path in paths if not Path(path).exists()})
+    lines = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    paths = {path.replace("\\/", "/")
+             for path in re.findall(r"""["']?hostPath["']?\s*:\s*["']?([^"',\s}]+)""", lines)}
+    if not any(path.startswith("/") for path in paths):
+        return [f"{spec} mounts no host path: not a spec nvidia-ctk wrote"]
+    return sorted(path for path in paths if not path.startswith("/") or not Path(path).exists())
 
 
 def refusals(branch: str, version: str, flavour: str, cuda: str | None, archs: list[str]) -> list[str]:
     """Why a driver must not go onto a host serving this stack ([] when it may): below what the stack's CUDA
     needs, or the proprietary kernel modules where the stack's GPUs are Blackwell."""
     found = []
-    if not VERSION.fullmatch(branch) or (version and not VERSION.fullmatch(upstream(version))):
+    if not VERSION.fullmatch(branch) or (version and not (PACKAGE_VERSION.fullmatch(version)
+                                                          and VERSION.fullmatch(upstream(version)))):
         return [f"driver branch {branch!r} / version {version!r} are not driver versions (580, 580.159.04-1)"]
-    if cuda:
-        series = ".".join(cuda.split(".")[:2])
+    if version and upstream(version).split(".")[0] != branch:
+        return [f"driver {upstream(version)} is not of the {branch} branch: set nvidia_driver_branch to "
+                f"{upstream(version).split('.')[0]}, or a version of the {branch} branch"]
+    if cuda is not None:
+        series = ".".join((cuda.split(".") + ["0"])[:2])  # "13" is 13.0
         known = [s for s in MIN_DRIVER if _numbers(s) <= _numbers(series)] if VERSION.fullmatch(series) else []
-        if not known:
+        if not known or not VERSION.fullmatch(cuda):
             raise RigError(f"CUDA {cuda!r} is not a release rig knows a driver for; give 12.0 or newer")
         needed = MIN_DRIVER[max(known, key=_numbers)]
         have = upstream(version) or branch

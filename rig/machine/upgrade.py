@@ -30,17 +30,30 @@ RECORD_SPEC = Field(dict, open=True, fields={**{role: PACKAGE for role in ROLES}
 
 
 def _holder(path: Path) -> dict | None:
-    from rig.core.documents import load_json
+    """The lock's holder; never read through a link, and anything but a lock is named with the fix."""
+    from rig.core.documents import parse_json
 
     try:
-        return load_json(path, "rollout lock", LOCK_SPEC)
+        fd = open_plain(path, os.O_RDONLY, "the rollout lock", follow=False)
     except MissingFile:
         return None
+    except RigError as exc:
+        raise RigError(f"{exc}; if no rollout runs, remove it") from None
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(4097)
+    try:
+        if len(data) > 4096:
+            raise RigError(f"{path} is larger than a rollout lock")
+        return parse_json(data.decode("utf-8", "replace"), str(path), LOCK_SPEC)
+    except RigError as exc:
+        raise RigError(f"{exc}; if no rollout runs, remove {path}") from None
 
 
 def lock(state_dir: str, owner: str, check: bool = False) -> dict:
     """Take the host's rollout lock for OWNER (one rollout's id); another rollout holding it is an error that
     names it. Taking a lock OWNER already holds changes nothing."""
+    if not owner.strip():
+        raise RigError("a rollout lock needs its rollout's id (--owner)")
     path = Path(state_dir) / LOCK
     holder = _holder(path)
     if not holder and not check:
@@ -81,8 +94,11 @@ def plan(packages: dict[str, tuple[str, str]], module_path: str, branch: str, fl
     (a refused driver is an error naming why). PACKAGES: role -> (package, target version; "" for whatever is
     installed), the driver's first. steady: the loaded module is the installed driver's, so what is installed
     now is a state to come back to."""
-    found, changes = {}, []
+    found: dict[str, dict] = {}
+    changes: list[str] = []
     for role, (package, target) in packages.items():
+        # the fabric manager goes where the driver goes: an unpinned one to the driver's installed version
+        target = target or (found["driver"]["target"] if role == "fabricmanager" else "")
         found[role], said = _package_change(role, package, target)
         changes += said
     wanted = found["driver"]
@@ -90,8 +106,9 @@ def plan(packages: dict[str, tuple[str, str]], module_path: str, branch: str, fl
     if refused:
         raise RigError("refusing the driver upgrade: " + "; ".join(refused))
     module = gpu_health.module_version(module_path)
-    steady = bool(wanted["upstream"]) and module == wanted["upstream"]
-    if not wanted["change"] and not steady:
+    loaded = bool(wanted["upstream"]) and module == wanted["upstream"]
+    steady = loaded and all(found[role]["version"] == wanted["version"] for role in found if role == "fabricmanager")
+    if not wanted["change"] and not loaded:
         changes.append(f"driver: the loaded module is {module or 'none'}, the installed driver "
                        f"{wanted['upstream']}: the host needs its reboot")
     return {**found, "module_version": module, "steady": steady, "changes": changes,
@@ -128,4 +145,6 @@ def previous(state_dir: str) -> dict:
         found = load_json(path, "upgrade record", RECORD_SPEC)
     except MissingFile:
         raise RigError(f"no upgrade was recorded on this host ({path}): there is nothing to roll back to") from None
+    if not found["driver"]["version"]:
+        raise RigError(f"{path} records no installed driver: there is nothing to roll back to")
     return {**found, "path": str(path), "msg": f"before the last upgrade: {_said(found)}"}

@@ -10,7 +10,7 @@ import json
 
 import pytest
 from conftest import play, run
-from serving_boxes import HEALTH, UNIT, main_pid, numerics_models, recap, serving_box, stack_file
+from serving_boxes import HEALTH, UNIT, changed_tasks, main_pid, numerics_models, recap, serving_box, stack_file
 
 pytestmark = pytest.mark.box
 
@@ -43,7 +43,7 @@ def test_a_rollout_stops_at_the_first_failing_batch_and_leaves_the_rest_serving(
     assert int(times["ActiveEnterTimestampMonotonic"]) - int(times["ExecMainStartTimestampMonotonic"]) >= 4_000_000
 
     again = play(boxes, "server.yml", rig_stack=stack_file(tmp_path, "v1.yml", 2), **settings).expect_ok()
-    assert all(recap(again.output, b)["changed"] == 0 for b in boxes)
+    assert all(recap(again.output, b)["changed"] == 0 for b in boxes), changed_tasks(again.output)
 
     untouched_unit, untouched_pid = last.sh(f"sha256sum {UNIT}").stdout, main_pid(last)
     broken.sh("rm -rf /models/target")  # the second box's server cannot start with the new stack

@@ -8,8 +8,8 @@ import json
 import os
 
 import pytest
-from conftest import play
-from serving_boxes import HEALTH, Load, drains, numerics_models, recap, serving_box, stack_file
+from conftest import _remove, _start, play
+from serving_boxes import HEALTH, Load, changed_tasks, drains, numerics_models, recap, serving_box, stack_file
 
 pytestmark = pytest.mark.box
 
@@ -42,24 +42,59 @@ def versions(box) -> dict:
     return {name: (version, want) for name, version, want in (line.split() for line in out.splitlines())}
 
 
-@pytest.fixture
-def fleet(start_box, standin_site, tmp_path):
-    """Three boxes serving the stand-in on driver OLD, its module loaded, a CDI spec of OLD's libraries."""
-    boxes = [serving_box(start_box, standin_site) for _ in range(3)]
-    os.environ["MOLECULE_EPHEMERAL_DIRECTORY"] = str(tmp_path)  # where the prepare play builds the repository
+@pytest.fixture(scope="module")
+def fleet(systemd_image, standin_site, tmp_path_factory):
+    """Three boxes serving the stand-in on driver OLD, its module loaded, a CDI spec of OLD's libraries; shared by
+    the tests here in order (the guard rails change nothing; the rollout test takes the fleet through)."""
+    tmp_path = tmp_path_factory.mktemp("fleet")
+    started: list = []
+
+    def start(systemd: bool):
+        started.append(_start(systemd_image, systemd=systemd))
+        return started[-1]
+
     try:
-        play(boxes, "../tests/molecule/prepare-nvidia-repo.yml").expect_ok()
+        boxes = [serving_box(start, standin_site) for _ in range(3)]
+        os.environ["MOLECULE_EPHEMERAL_DIRECTORY"] = str(tmp_path)  # where the prepare play builds the repository
+        try:
+            play(boxes, "../tests/molecule/prepare-nvidia-repo.yml").expect_ok()
+        finally:
+            del os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]
+        models = [numerics_models(box) for box in boxes][0]  # the same path on each
+        settings = {**SETTINGS, "rig_stack": stack_file(tmp_path, "stack.yml", 2), "rig_prove_models": models}
+        play(boxes, "bare-metal.yml", nvidia_driver_version=OLD, **settings).expect_ok()
+        play(boxes, "server.yml", **settings).expect_ok()
+        for box in boxes:
+            assert versions(box)[DRIVER] == (OLD, "hold") and box.sh(HEALTH).stdout.strip() == "200"
+            assert "libcuda.so.580.159.04" in box.sh(f"cat {CDI}").stdout
+        yield boxes, settings
     finally:
-        del os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]
-    models = [numerics_models(box) for box in boxes][0]  # the same path on each
-    stack = stack_file(tmp_path, "stack.yml", 2)
-    settings = {**SETTINGS, "rig_stack": stack, "rig_prove_models": models}
-    play(boxes, "bare-metal.yml", nvidia_driver_version=OLD, **settings).expect_ok()
-    play(boxes, "server.yml", **settings).expect_ok()
-    for box in boxes:
-        assert versions(box)[DRIVER] == (OLD, "hold") and box.sh(HEALTH).stdout.strip() == "200"
-        assert "libcuda.so.580.159.04" in box.sh(f"cat {CDI}").stdout
-    return boxes, settings
+        _remove(started)
+
+
+def test_guard_rails_refuse_an_old_driver_proprietary_blackwell_and_a_held_lock(fleet):
+    boxes, settings = fleet
+    box = boxes[0]
+    before = box.sh("dpkg -l | sort; cat /srv/fake/module-version").stdout
+    old = play([box], "upgrade.yml", nvidia_driver_branch="575", nvidia_driver_version="575.51.03-1", **settings)
+    assert not old.ok
+    assert "driver 575.51.03 is below what CUDA 13.0.2 needs (580.65.06, the 580 branch)" in old.output, \
+        old.output[-3000:]
+    closed = play([box], "upgrade.yml", nvidia_driver_flavour="proprietary", **settings)
+    assert not closed.ok
+    assert "the 'proprietary' kernel modules do not run Blackwell GPUs (the stack targets 12.0a)" in closed.output, \
+        closed.output[-3000:]
+    never = play([box], "upgrade.yml", rig_upgrade_rollback=True, **settings)
+    assert not never.ok and "no upgrade was recorded on this host" in never.output, never.output[-3000:]
+    box.sh(f"mkdir -p /var/lib/rig/upgrade && echo '{{\"owner\": \"other\", \"since\": \"then\"}}' > {LOCK}")
+    try:
+        held = play([box], "upgrade.yml", nvidia_driver_version=NEW, **settings)
+        assert not held.ok and f"another rollout (other, since then) holds {LOCK} on this host" in held.output
+        assert box.sh("dpkg -l | sort; cat /srv/fake/module-version").stdout == before
+        assert box.sh(f"cat {LOCK}").stdout.strip() == '{"owner": "other", "since": "then"}'  # theirs, left alone
+        assert box.sh(HEALTH).stdout.strip() == "200"
+    finally:
+        box.sh(f"rm -f {LOCK}")  # that rollout is gone: the next test takes the fleet through
 
 
 def test_a_driver_upgrade_rolls_through_serving_boxes_stops_at_a_failing_one_and_rolls_it_back(fleet):
@@ -85,6 +120,8 @@ def test_a_driver_upgrade_rolls_through_serving_boxes_stops_at_a_failing_one_and
     spec = first.sh(f"cat {CDI}").stdout
     assert "libcuda.so.580.200.00" in spec and "580.159.04" not in spec
     assert "autoinstall -k" in first.sh("cat /var/log/dkms-standin.log").stdout
+    proven = json.loads(first.sh("cat /var/lib/rig/prove/prove.json").stdout)  # beside the serving port
+    assert proven["ok"] and "30099" in json.dumps([s.get("data", {}).get("argv") for s in proven["steps"]])
     assert first.sh(HEALTH).stdout.strip() == "200"
     # the request in flight when it was drained finished whole; no accepted request was cut short
     assert any(n >= 1 for n in drains(first)[drained[first.name]:]), first.sh("cat /var/log/rig/sglang-server.log").stdout
@@ -93,7 +130,7 @@ def test_a_driver_upgrade_rolls_through_serving_boxes_stops_at_a_failing_one_and
     # the third box was never reached: the old version, still serving
     assert versions(last)[DRIVER] == (OLD, "hold") and last.sh(HEALTH).stdout.strip() == "200"
     assert len(drains(last)) == drained[last.name]  # never drained
-    assert not any(box.exists(LOCK) for box in boxes)  # every lock given back
+    assert [box.name for box in boxes if box.exists(LOCK)] == [], rollout.output[-4000:]  # every lock given back
 
     # rollback puts the failing box back to what it ran before, the same way, and it serves
     recorded = json.loads(failing.sh("cat /var/lib/rig/upgrade/previous.json").stdout)
@@ -115,24 +152,4 @@ def test_a_driver_upgrade_rolls_through_serving_boxes_stops_at_a_failing_one_and
         assert any(n >= 1 for n in drains(box)[drained[box.name]:])
     assert drains(first)[drained[first.name]:] == []  # on the new driver already: left serving
     again = play(boxes, "upgrade.yml", nvidia_driver_version=NEW, **settings).expect_ok()
-    assert all(recap(again.output, box)["changed"] == 0 for box in boxes)
-
-
-def test_guard_rails_refuse_an_old_driver_proprietary_blackwell_and_a_held_lock(fleet):
-    boxes, settings = fleet
-    box = boxes[0]
-    before = box.sh("dpkg -l | sort; cat /srv/fake/module-version").stdout
-    old = play([box], "upgrade.yml", nvidia_driver_branch="575", nvidia_driver_version="575.51.03-1", **settings)
-    assert not old.ok
-    assert "driver 575.51.03 is below what CUDA 13.0.2 needs (580.65.06, the 580 branch)" in old.output, \
-        old.output[-3000:]
-    closed = play([box], "upgrade.yml", nvidia_driver_flavour="proprietary", **settings)
-    assert not closed.ok
-    assert "the 'proprietary' kernel modules do not run Blackwell GPUs (the stack targets 12.0a)" in closed.output, \
-        closed.output[-3000:]
-    box.sh(f"mkdir -p /var/lib/rig/upgrade && echo '{{\"owner\": \"other\", \"since\": \"then\"}}' > {LOCK}")
-    held = play([box], "upgrade.yml", nvidia_driver_version=NEW, **settings)
-    assert not held.ok and f"another rollout (other, since then) holds {LOCK} on this host" in held.output
-    assert box.sh("dpkg -l | sort; cat /srv/fake/module-version").stdout == before
-    assert box.sh(f"cat {LOCK}").stdout.strip() == '{"owner": "other", "since": "then"}'  # theirs, left alone
-    assert box.sh(HEALTH).stdout.strip() == "200"
+    assert all(recap(again.output, box)["changed"] == 0 for box in boxes), changed_tasks(again.output)

@@ -24,6 +24,9 @@ def dpkg_version(package: str) -> str:
     ("560", "", "12.7.0", None),                       # 12.7 is not in the table: 12.6's row holds
     ("550", "", "12.7.0", "driver 550 is below what CUDA 12.7.0 needs (560.28.03"),
     ("580", "1:580.65.06-1", "13.1.0", None),          # newer than the table: its last row, with an epoch
+    ("575", "575.51.03-1", "13", "driver 575.51.03 is below what CUDA 13 needs (580.65.06"),  # 13 is 13.0
+    ("575", "580.159.04-1", "13.0.2", "driver 580.159.04 is not of the 575 branch"),
+    ("580", "580.200.00-1;rm", "13.0.2", "driver branch '580' / version '580.200.00-1;rm' are not driver versions"),
 ])
 def test_the_stacks_cuda_sets_the_lowest_driver(branch, version, cuda, refused):
     found = driver.refusals(branch, version, "open", cuda, ["9.0a"])
@@ -36,8 +39,9 @@ def test_blackwell_needs_the_open_modules_and_nonsense_is_named():
                     "set nvidia_driver_flavour=open"]
     assert driver.refusals("580", "", "proprietary", "13.0.2", ["9.0a", "8.0"]) == []  # Hopper and Ampere may
     assert "are not driver versions" in driver.refusals("580; rm", "", "open", None, [])[0]
-    with pytest.raises(RigError, match="CUDA '11.8' is not a release rig knows a driver for"):
-        driver.refusals("580", "", "open", "11.8", [])
+    for cuda in ("11.8", "", "13.x"):
+        with pytest.raises(RigError, match=f"CUDA '{cuda}' is not a release rig knows a driver for"):
+            driver.refusals("580", "", "open", cuda, [])
     assert driver.upstream("1:580.159.04-1ubuntu1") == "580.159.04" and driver.upstream("") == ""
 
 
@@ -53,6 +57,13 @@ def test_a_cdi_spec_is_stale_when_a_path_it_mounts_is_gone(tmp_path):
     assert driver.cdi_missing(str(spec)) == []  # JSON, every path there
     facts = json.loads(rig("machine", "facts", "--pci-root", str(tmp_path), "--cdi-spec", str(spec), "--json").stdout)
     assert facts["cdi_current"] is True and facts["cdi_missing"] == []
+    spec.write_text(json.dumps({"containerEdits": {"mounts": [{"hostPath": str(lib)}]}}).replace("/", "\\/"))
+    assert driver.cdi_missing(str(spec)) == []  # JSON's escaped slashes are slashes
+    for broken in ("", "not a cdi spec at all", '{"containerEdits": {"mou', "# hostPath: /etc/hostname\n"):
+        spec.write_text(broken)
+        assert driver.cdi_missing(str(spec)) == [f"{spec} mounts no host path: not a spec nvidia-ctk wrote"]
+    spec.write_text(f"containerEdits:\n  mounts:\n  - hostPath: {lib}\n  - hostPath: lib/libcuda.so.1\n")
+    assert driver.cdi_missing(str(spec)) == ["lib/libcuda.so.1"]  # relative: no path a runtime mounts
     spec.unlink()
     os.mkfifo(spec)  # never waited on
     done = rig("machine", "facts", "--pci-root", str(tmp_path), "--cdi-spec", str(spec), "--json")
@@ -87,26 +98,40 @@ def test_the_rollout_lock_keeps_a_second_rollout_out_and_leaves_its_lock_alone(t
         upgrade.lock(state, "run-a")
     assert not (tmp_path / "elsewhere").exists()
     (tmp_path / "upgrade" / upgrade.LOCK).unlink()
-    (tmp_path / "upgrade" / upgrade.LOCK).write_text('{"owner": 7}')
-    with pytest.raises(RigError, match="owner"):
-        upgrade.lock(state, "run-a")
+    (tmp_path / "elsewhere").write_text('{"owner": "a secret", "since": "x"}')
+    os.symlink(tmp_path / "elsewhere", tmp_path / "upgrade" / upgrade.LOCK)  # never read through either
+    with pytest.raises(RigError, match="a link there is never followed.*; if no rollout runs, remove it"):
+        upgrade.unlock(state, "a secret")
+    assert (tmp_path / "upgrade" / upgrade.LOCK).is_symlink()
+    (tmp_path / "upgrade" / upgrade.LOCK).unlink()
+    for wrong in ('{"owner": 7}', ""):  # another shape; a crash between create and write
+        (tmp_path / "upgrade" / upgrade.LOCK).write_text(wrong)
+        with pytest.raises(RigError, match=f"; if no rollout runs, remove {state}/{upgrade.LOCK}"):
+            upgrade.lock(state, "run-a")
+    with pytest.raises(RigError, match="needs its rollout's id"):
+        upgrade.lock(str(tmp_path / "other"), " ")
 
 
 def test_the_plan_names_each_change_and_whether_the_host_is_steady(tmp_path):
     module = tmp_path / "version"
     installed = dpkg_version("dpkg")
+    branch = driver.upstream(installed).split(".")[0]  # dpkg stands in for the driver: its own branch
     module.write_text(driver.upstream(installed) + "\n")
-    same = upgrade.plan({"driver": ("dpkg", installed)}, str(module), "580", "open", None, ["12.0a"])
+    same = upgrade.plan({"driver": ("dpkg", installed)}, str(module), branch, "open", None, ["12.0a"])
     assert not same["changed"] and same["steady"] and same["changes"] == []
     moved = upgrade.plan({"driver": ("dpkg", "580.200.00-1"), "fabricmanager": ("no-such-package-here", "580.200.00-1")},
                          str(module), "580", "open", "13.0.2", ["12.0a"])  # the target is judged, not dpkg's
     assert moved["changes"] == [f"driver: dpkg {installed} -> 580.200.00-1",
                                 "fabricmanager: no-such-package-here not installed -> 580.200.00-1"]
     module.write_text("580.95.05\n")
-    pending = upgrade.plan({"driver": ("dpkg", "")}, str(module), "580", "open", None, [])
+    pending = upgrade.plan({"driver": ("dpkg", "")}, str(module), branch, "open", None, [])
     assert not pending["steady"] and "the host needs its reboot" in pending["changes"][0]
     with pytest.raises(RigError, match="refusing the driver upgrade: .*proprietary"):
-        upgrade.plan({"driver": ("dpkg", "")}, str(module), "580", "proprietary", None, ["12.0"])
+        upgrade.plan({"driver": ("dpkg", "")}, str(module), branch, "proprietary", None, ["12.0"])
+    # a fabric manager left at another version than the driver: a change, and no state to come back to
+    module.write_text(driver.upstream(installed) + "\n")
+    apart = upgrade.plan({"driver": ("dpkg", ""), "fabricmanager": ("bash", "")}, str(module), branch, "open", None, [])
+    assert not apart["steady"] and apart["changes"] == [f"fabricmanager: bash {dpkg_version('bash')} -> {installed}"]
 
 
 def test_the_record_is_what_a_rollback_reads_and_a_tampered_one_is_refused(tmp_path):
@@ -120,6 +145,10 @@ def test_the_record_is_what_a_rollback_reads_and_a_tampered_one_is_refused(tmp_p
     assert found["driver"] == {"package": "dpkg", "version": dpkg_version("dpkg")}
     assert found["fabricmanager"]["version"] == "" and found["container_toolkit"]["version"] == dpkg_version("bash")
     record = json.loads((tmp_path / upgrade.RECORD).read_text())
+    record["driver"]["version"] = ""
+    (tmp_path / upgrade.RECORD).write_text(json.dumps(record))
+    with pytest.raises(RigError, match="records no installed driver: there is nothing to roll back to"):
+        upgrade.previous(state)
     record["driver"]["version"] = "1.0; rm -rf /"
     (tmp_path / upgrade.RECORD).write_text(json.dumps(record))
     with pytest.raises(RigError, match="driver.version: is not a Debian package version"):
