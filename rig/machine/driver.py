@@ -46,7 +46,7 @@ def installed(package: str) -> dict:
 
 def cdi_missing(spec: str) -> list[str] | None:
     """What makes a CDI spec stale: the host paths it mounts that are not there (after a driver change, the old
-    driver's libraries), or that it mounts none at all (an empty or broken file); None where there is no spec.
+    driver's libraries), or that it is no CDI spec at all (an empty or broken file); None where there is no spec.
     The spec is YAML or JSON; its hostPath keys are read as text, since targets have no YAML parser."""
     from rig.core.documents import read_text
     from rig.core.fs import MissingFile
@@ -58,8 +58,8 @@ def cdi_missing(spec: str) -> list[str] | None:
     lines = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     paths = {path.replace("\\/", "/")
              for path in re.findall(r"""["']?hostPath["']?\s*:\s*["']?([^"',\s}]+)""", lines)}
-    if not any(path.startswith("/") for path in paths):
-        return [f"{spec} mounts no host path: not a spec nvidia-ctk wrote"]
+    if not re.search(r"""^["']?cdiVersion["']?\s*:""", lines.lstrip("{ \n"), re.M) and '"cdiVersion"' not in lines:
+        return [f"{spec} has no cdiVersion: not a spec nvidia-ctk wrote"]
     return sorted(path for path in paths if not path.startswith("/") or not Path(path).exists())
 
 

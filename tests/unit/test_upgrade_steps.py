@@ -53,17 +53,20 @@ def test_a_cdi_spec_is_stale_when_a_path_it_mounts_is_gone(tmp_path):
     spec.write_text(f"cdiVersion: 0.5.0\ncontainerEdits:\n  mounts:\n  - hostPath: {lib}\n    containerPath: /x\n"
                     f"  - hostPath: '{tmp_path}/libcuda.so.580.159.04'\n")
     assert driver.cdi_missing(str(spec)) == [f"{tmp_path}/libcuda.so.580.159.04"]
-    spec.write_text(json.dumps({"containerEdits": {"mounts": [{"hostPath": str(lib), "containerPath": "/x"}]}}))
+    spec.write_text(json.dumps({"cdiVersion": "0.5.0", "containerEdits": {"mounts": [{"hostPath": str(lib)}]}}))
     assert driver.cdi_missing(str(spec)) == []  # JSON, every path there
     facts = json.loads(rig("machine", "facts", "--pci-root", str(tmp_path), "--cdi-spec", str(spec), "--json").stdout)
     assert facts["cdi_current"] is True and facts["cdi_missing"] == []
-    spec.write_text(json.dumps({"containerEdits": {"mounts": [{"hostPath": str(lib)}]}}).replace("/", "\\/"))
+    spec.write_text(json.dumps({"cdiVersion": "0.5.0", "containerEdits": {"mounts": [{"hostPath": str(lib)}]}})
+                    .replace("/", "\\/"))
     assert driver.cdi_missing(str(spec)) == []  # JSON's escaped slashes are slashes
     for broken in ("", "not a cdi spec at all", '{"containerEdits": {"mou', "# hostPath: /etc/hostname\n"):
         spec.write_text(broken)
-        assert driver.cdi_missing(str(spec)) == [f"{spec} mounts no host path: not a spec nvidia-ctk wrote"]
-    spec.write_text(f"containerEdits:\n  mounts:\n  - hostPath: {lib}\n  - hostPath: lib/libcuda.so.1\n")
+        assert driver.cdi_missing(str(spec)) == [f"{spec} has no cdiVersion: not a spec nvidia-ctk wrote"]
+    spec.write_text(f"cdiVersion: 0.5.0\ncontainerEdits:\n  mounts:\n  - hostPath: {lib}\n  - hostPath: lib/libcuda.so.1\n")
     assert driver.cdi_missing(str(spec)) == ["lib/libcuda.so.1"]  # relative: no path a runtime mounts
+    spec.write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n")  # no libraries found: nothing gone
+    assert driver.cdi_missing(str(spec)) == []
     spec.unlink()
     os.mkfifo(spec)  # never waited on
     done = rig("machine", "facts", "--pci-root", str(tmp_path), "--cdi-spec", str(spec), "--json")
