@@ -4,9 +4,10 @@ from __future__ import annotations
 import click
 
 from rig.cli.common import check_option, emit, json_option
+from rig.machine.upgrade import STATE_DIR
 from rig.stack.spec import ARCHS
 
-state_option = click.option("--state-dir", default="/var/lib/rig/upgrade", show_default=True,
+state_option = click.option("--state-dir", default=STATE_DIR, show_default=True,
                             help="Where the host keeps its rollout lock and its upgrade record.")
 owner_option = click.option("--owner", required=True, help="The rollout's id (one per playbook run).")
 package_options = [

@@ -29,6 +29,10 @@ PACKAGE = Field(dict, required=True, fields={
 RECORD_SPEC = Field(dict, open=True, fields={**{role: PACKAGE for role in ROLES}, "recorded": Field(required=True)})
 
 
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def _holder(path: Path) -> dict | None:
     """The lock's holder; never read through a link, and anything but a lock is named with the fix."""
     from rig.core.documents import parse_json
@@ -61,7 +65,7 @@ def lock(state_dir: str, owner: str, check: bool = False) -> dict:
         # O_EXCL: of two rollouts starting at once, one takes it; never through a link left there
         fd = open_plain(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, "the rollout lock", follow=False)
         with os.fdopen(fd, "w") as out:
-            json.dump({"owner": owner, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, out)
+            json.dump({"owner": owner, "since": _now()}, out)
         return {"changed": True, "path": str(path), "msg": f"took {path}"}
     if holder and holder["owner"] != owner:
         raise RigError(f"another rollout ({holder['owner']}, since {holder['since']}) holds {path} on this host: "
@@ -124,7 +128,7 @@ def record(state_dir: str, packages: dict[str, str], check: bool = False) -> dic
     path = Path(state_dir) / RECORD
     now = {role: {"package": package, "version": driver.installed(package)["version"]}
            for role, package in packages.items()}
-    text = json.dumps({**now, "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n"
+    text = json.dumps({**now, "recorded": _now()}, indent=1) + "\n"
     if not check:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, text)
