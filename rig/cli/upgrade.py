@@ -73,21 +73,28 @@ def plan_cmd(driver_package, fabricmanager_package, driver_version, nvswitch, pc
 @upgrade.command("record")
 @state_option
 @_packages
+@click.option("--cuda-prefix", help="Where the toolkits live: the release PREFIX/cuda points at is recorded.")
+@click.option("--venv", help="The stack's venv: the lock it holds is recorded.")
 @check_option
 @json_option
-def record_cmd(state_dir, driver_package, fabricmanager_package, container_toolkit_package, check, as_json) -> None:
+def record_cmd(state_dir, driver_package, fabricmanager_package, container_toolkit_package, cuda_prefix, venv,
+               check, as_json) -> None:
     """Record the versions installed now: what a rollback puts back."""
     from rig.machine import upgrade as steps
 
     emit(steps.record(state_dir, {"driver": driver_package, "fabricmanager": fabricmanager_package,
-                                  "container_toolkit": container_toolkit_package}, check), as_json)
+                                  "container_toolkit": container_toolkit_package}, cuda_prefix, venv, check), as_json)
 
 
 @upgrade.command("previous")
 @state_option
+@click.option("--toolkit", help="The CUDA release the rollback's stack makes the default: it must be the "
+                                "recorded one.")
+@click.option("--lock-hash", help="The lock the rollback's stack installs: it must be the recorded one.")
 @json_option
-def previous_cmd(state_dir, as_json) -> None:
-    """The versions recorded before the last upgrade (an error where none was)."""
+def previous_cmd(state_dir, toolkit, lock_hash, as_json) -> None:
+    """The versions recorded before the last upgrade (an error where none was, or where the rollback's stack
+    is not the one the host ran then)."""
     from rig.machine import upgrade as steps
 
-    emit(steps.previous(state_dir), as_json)
+    emit(steps.previous(state_dir, toolkit, lock_hash), as_json)

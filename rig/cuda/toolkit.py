@@ -216,6 +216,17 @@ def read_marker(tree: Path) -> dict | None:
         return None
 
 
+def default_release(prefix: str | Path) -> str:
+    """The release PREFIX/cuda points at, as its tree's marker says; "" where there is no link, or the tree is
+    not one rig installed (NVIDIA's packages' trees carry no marker)."""
+    link = Path(prefix) / "cuda"
+    if not link.is_symlink():
+        return ""
+    tree = (link.parent / os.readlink(link)).resolve()
+    marker = read_marker(tree) if tree.is_dir() else None
+    return marker["version"] if marker else ""
+
+
 def _mkdir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -365,14 +376,15 @@ def set_default(version: str, prefix: str | Path, state_dir: str | Path = DEFAUL
         raise RigError(f"{tree} does not exist; install CUDA {version} before making it the default")
     previous = os.readlink(link) if link.is_symlink() else None
     if previous == tree.name or previous == str(tree):
-        return {"changed": False, "link": str(link), "target": previous}
+        return {"changed": False, "link": str(link), "target": previous, "msg": f"{link} already leads to {tree}"}
     if not check:
         with _locked(_prefix_lock(prefix)):
             previous = os.readlink(link) if link.is_symlink() else None  # again, now that no other run moves it
             record = {"prefix": str(prefix.resolve()), "previous": previous, "current": tree.name}
             atomic_write(_state_file(state_dir, prefix), json.dumps(record) + "\n")
             _atomic_symlink(tree.name, link)
-    return {"changed": True, "link": str(link), "target": tree.name, "previous": previous}
+    return {"changed": True, "link": str(link), "target": tree.name, "previous": previous,
+            "msg": f"{'would point' if check else 'pointed'} {link} at {tree.name} (was {previous or 'no link'})"}
 
 
 def rollback_default(prefix: str | Path, state_dir: str | Path = DEFAULT_STATE_DIR,

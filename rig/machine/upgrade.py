@@ -1,5 +1,7 @@
 """A day-two upgrade of one serving host: the lock that keeps two rollouts apart, the plan (what the upgrade
-would change, and whether it may), and the record of what the host ran before, which a rollback restores.
+would change, and whether it may), and the record of what the host ran before, which a rollback restores: the
+driver's packages by their versions, the toolkit and the stack by the stack file that made them, which a rollback
+must name (-e rig_stack) and which is checked against the record.
 
 The playbook (playbooks/upgrade.yml) asks these through `rig upgrade ...`; it judges nothing itself.
 """
@@ -12,7 +14,7 @@ from pathlib import Path
 
 from rig.core import RigError
 from rig.core.fs import MissingFile, atomic_write, open_plain
-from rig.core.schema import Field
+from rig.core.schema import Field, sha256
 from rig.machine import driver, gpu_health
 
 STATE_DIR = "/var/lib/rig/upgrade"
@@ -26,7 +28,12 @@ PACKAGE = Field(dict, required=True, fields={
                      "is not a Debian package name"),
     "version": Field(str, required=True, check=lambda v: None if driver.PACKAGE_VERSION.fullmatch(v) else
                      "is not a Debian package version")})
-RECORD_SPEC = Field(dict, open=True, fields={**{role: PACKAGE for role in ROLES}, "recorded": Field(required=True)})
+STACK = {  # what the stack made: the release PREFIX/cuda points at and the venv's lock; "": none, or not rig's
+    "toolkit": Field(str, default="", check=lambda v: None if not v or driver.VERSION.fullmatch(v) else
+                     "is not a CUDA release"),
+    "lock_hash": Field(str, default="", check=lambda v: v and sha256(v))}
+RECORD_SPEC = Field(dict, open=True, fields={**{role: PACKAGE for role in ROLES}, **STACK,
+                                             "recorded": Field(required=True)})
 
 
 def _now() -> str:
@@ -120,14 +127,25 @@ def plan(packages: dict[str, tuple[str, str]], module_path: str, branch: str, fl
             "msg": "\n".join(changes) or f"nothing to upgrade: driver {wanted['version']} installed and loaded"}
 
 
-def record(state_dir: str, packages: dict[str, str], check: bool = False) -> dict:
-    """Write what the host runs now (ROLES -> each package's installed version) as the state a rollback
-    restores."""
+def _stack_now(cuda_prefix: str | None, venv: str | None) -> dict:
+    from rig.cuda import toolkit
+    from rig.python import venv as venvs
+
+    marker = venvs.read_marker(venv) if venv else None
+    return {"toolkit": toolkit.default_release(cuda_prefix) if cuda_prefix else "",
+            "lock_hash": marker["lock_hash"] if marker else ""}
+
+
+def record(state_dir: str, packages: dict[str, str], cuda_prefix: str | None = None, venv: str | None = None,
+           check: bool = False) -> dict:
+    """Write what the host runs now (ROLES -> each package's installed version; the toolkit PREFIX/cuda points
+    at and VENV's lock) as the state a rollback restores."""
     if sorted(packages) != sorted(ROLES):
         raise RigError(f"an upgrade record names the packages of {', '.join(ROLES)}")
     path = Path(state_dir) / RECORD
     now = {role: {"package": package, "version": driver.installed(package)["version"]}
            for role, package in packages.items()}
+    now.update(_stack_now(cuda_prefix, venv))
     text = json.dumps({**now, "recorded": _now()}, indent=1) + "\n"
     if not check:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,11 +155,16 @@ def record(state_dir: str, packages: dict[str, str], check: bool = False) -> dic
 
 
 def _said(state: dict) -> str:
-    return ", ".join(f"{state[r]['package']} {state[r]['version'] or 'not installed'}" for r in ROLES if r in state)
+    said = [f"{state[r]['package']} {state[r]['version'] or 'not installed'}" for r in ROLES if r in state]
+    said += [f"CUDA {state['toolkit']} the default"] if state.get("toolkit") else []
+    said += [f"the venv at lock {state['lock_hash'][:12]}"] if state.get("lock_hash") else []
+    return ", ".join(said)
 
 
-def previous(state_dir: str) -> dict:
-    """The state recorded before the last upgrade: the versions a rollback installs."""
+def previous(state_dir: str, toolkit: str | None = None, lock_hash: str | None = None) -> dict:
+    """The state recorded before the last upgrade: the versions a rollback installs. TOOLKIT (the release the
+    rollback's stack makes the default) and LOCK_HASH (its venv's lock), where given, must be what the record
+    holds: the toolkit and the venv come back by the stack file that made them."""
     from rig.core.documents import load_json
 
     path = Path(state_dir) / RECORD
@@ -151,4 +174,10 @@ def previous(state_dir: str) -> dict:
         raise RigError(f"no upgrade was recorded on this host ({path}): there is nothing to roll back to") from None
     if not found["driver"]["version"]:
         raise RigError(f"{path} records no installed driver: there is nothing to roll back to")
+    for key, given, what in (("toolkit", toolkit, "makes CUDA {} the default"), ("lock_hash", lock_hash,
+                                                                                 "installs lock {}")):
+        if found[key] and given is not None and given != found[key]:
+            raise RigError(f"before its last upgrade the host ran {_said({key: found[key]})} ({path}); the stack "
+                           f"given {what.format(given[:12] if key == 'lock_hash' else given)}: roll back with "
+                           "the stack file the host ran then (-e rig_stack=...)")
     return {**found, "path": str(path), "msg": f"before the last upgrade: {_said(found)}"}

@@ -156,3 +156,42 @@ def test_the_record_is_what_a_rollback_reads_and_a_tampered_one_is_refused(tmp_p
     (tmp_path / upgrade.RECORD).write_text(json.dumps(record))
     with pytest.raises(RigError, match="driver.version: is not a Debian package version"):
         upgrade.previous(state)
+
+
+def test_the_record_holds_the_default_toolkit_and_the_venvs_lock_and_a_rollback_must_name_that_stack(tmp_path):
+    from rig.cuda import toolkit
+    from rig.python import venv
+
+    state, prefix, env = tmp_path / "state", tmp_path / "usr-local", tmp_path / "venv"
+    packages = {"driver": "dpkg", "fabricmanager": "no-such-package-here", "container_toolkit": "bash"}
+    (prefix / "cuda-12.9").mkdir(parents=True)
+    (prefix / "cuda-12.9" / toolkit.MARKER).write_text(json.dumps({"version": "12.9.1", "method": "wheels",
+                                                                    "components": ["nvcc"]}))
+    os.symlink("cuda-12.9", prefix / "cuda")
+    env.mkdir()
+    lock = "a" * 64
+    (env / venv.MARKER).write_text(json.dumps({"lock_hash": lock, "packages": ["click==8.1.7"]}))
+    said = upgrade.record(str(state), packages, str(prefix), str(env))
+    assert said["toolkit"] == "12.9.1" and said["lock_hash"] == lock
+    assert "CUDA 12.9.1 the default, the venv at lock aaaaaaaaaaaa" in said["msg"]
+    assert upgrade.previous(str(state), "12.9.1", lock)["toolkit"] == "12.9.1"
+    with pytest.raises(RigError, match=r"the host ran CUDA 12.9.1 the default .*; the stack given makes CUDA 13.0.2 "
+                                       r"the default: roll back with the stack file the host ran then"):
+        upgrade.previous(str(state), "13.0.2", lock)
+    wrong = rig("upgrade", "previous", "--state-dir", str(state), "--lock-hash", "b" * 64)
+    assert wrong.returncode == 2 and "the host ran the venv at lock aaaaaaaaaaaa" in wrong.stderr
+    assert "the stack given installs lock bbbbbbbbbbbb" in wrong.stderr
+
+    # a link to a tree rig did not install, and no venv marker: nothing recorded, so any stack may come back
+    os.unlink(prefix / "cuda")
+    (prefix / "other").mkdir()
+    os.symlink("other", prefix / "cuda")
+    (env / venv.MARKER).unlink()
+    assert {k: upgrade.record(str(state), packages, str(prefix), str(env))[k] for k in ("toolkit", "lock_hash")} \
+        == {"toolkit": "", "lock_hash": ""}
+    assert upgrade.previous(str(state), "13.0.2", "b" * 64)["driver"]["package"] == "dpkg"
+    record = json.loads((state / upgrade.RECORD).read_text())
+    for key, bad, why in (("toolkit", "12.9; rm", "is not a CUDA release"), ("lock_hash", "abc", "is not 64 hex")):
+        (state / upgrade.RECORD).write_text(json.dumps({**record, key: bad}))
+        with pytest.raises(RigError, match=f"{key}: .*{why}"):
+            upgrade.previous(str(state))
