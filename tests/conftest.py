@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,21 +99,38 @@ def playbook_cmd(boxes: list[Box], playbook: str, *args: str, **extra_vars) -> l
 
 
 def play(boxes: list[Box], playbook: str, *args: str, **extra_vars) -> "Play":
-    return Play(run(playbook_cmd(boxes, playbook, *args, **extra_vars), cwd=REPO, env=ansible_env()))
+    return Play.run(playbook_cmd(boxes, playbook, *args, **extra_vars))
 
 
 @dataclass
 class Play:
     done: subprocess.CompletedProcess
+    results: dict | None = None  # what tests/callback_plugins/rig_results.py wrote: recap counts, changed tasks
+
+    @classmethod
+    def run(cls, cmd: list[str]) -> "Play":
+        """ansible-playbook CMD, its results read from the JSON the suite's callback writes."""
+        with tempfile.TemporaryDirectory(prefix="rig-play-") as scratch:
+            path = Path(scratch) / "results.json"
+            done = run(cmd, cwd=REPO, env={**ansible_env(), "RIG_RESULTS": str(path)})
+            return cls(done, json.loads(path.read_text()) if path.exists() else None)
 
     @property
     def output(self) -> str:
         return self.done.stdout + self.done.stderr
 
-    def recap(self, key: str) -> int:
-        match = re.search(rf"\b{key}=(\d+)", self.output.split("PLAY RECAP")[-1])
-        assert match, f"no PLAY RECAP in:\n{self.output[-3000:]}"
-        return int(match.group(1))
+    def recap(self, key: str, host: str | None = None) -> int:
+        """HOST's count of KEY (ok, changed, failed, ...) in the play's recap; without HOST, every host's."""
+        assert self.results, f"the play wrote no results:\n{self.output[-3000:]}"
+        stats = self.results["stats"]
+        key = {"failed": "failures"}.get(key, key)  # the recap line's name for what Ansible counts as failures
+        assert host is None or host in stats, f"{host} is not in the recap of {sorted(stats)}"
+        return sum(counts[key] for name, counts in stats.items() if host in (None, name))
+
+    def changed_tasks(self, host: str | None = None) -> list[str]:
+        """The tasks that changed something ('task: host'): what to read when a run should not have."""
+        assert self.results, f"the play wrote no results:\n{self.output[-3000:]}"
+        return [f"{c['task']}: {c['host']}" for c in self.results["changed"] if host in (None, c["host"])]
 
     @property
     def ok(self) -> bool:
@@ -142,7 +159,10 @@ def standin_case(tmp_path: Path, stack: dict):
 
 def ansible_env() -> dict:
     return {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1"}
+            "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1",
+            # the suite's results callback: a play's recap and changed tasks as JSON (Play.run)
+            "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "tests" / "callback_plugins"),
+            "ANSIBLE_CALLBACKS_ENABLED": "rig_results"}
 
 
 # Under `-n N --dist loadscope` (make test's box run) the scheduler below keeps on one worker each module's

@@ -35,12 +35,6 @@ def stack_file(tmp_path, name: str, steps: int):
     return str(path)
 
 
-def recap(output: str, box) -> dict:
-    line = re.search(rf"^{box.name}\s*:(.*)$", output.split("PLAY RECAP")[-1], re.M)
-    assert line, output[-3000:]
-    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line.group(1))}
-
-
 def main_pid(box) -> str:
     return box.sh("systemctl show -p MainPID --value sglang-server").stdout.strip()
 
@@ -125,14 +119,3 @@ def drains(box) -> list[int]:
     """The requests in flight at each drain of BOX's server, from its log (as SGLang logs them)."""
     log = box.sh("cat /var/log/rig/sglang-server.log", check=False).stdout
     return [int(n) for n in re.findall(r"Gracefully exiting\.\.\. Remaining number of requests (\d+)", log)]
-
-
-def changed_tasks(output: str) -> list[str]:
-    """The tasks a play's output says changed something, with the host: what to read when a run should not."""
-    found, task = [], ""
-    for line in output.splitlines():
-        if line.startswith("TASK ["):
-            task = line[6:].split("]")[0]
-        elif line.startswith("changed: ["):
-            found.append(f"{task}: {line[10:].split(']')[0]}")
-    return found

@@ -86,6 +86,18 @@ def record_cmd(state_dir, driver_package, fabricmanager_package, container_toolk
                                   "container_toolkit": container_toolkit_package}, cuda_prefix, venv, check), as_json)
 
 
+@upgrade.command("finish")
+@state_option
+@check_option
+@json_option
+def finish_cmd(state_dir, check, as_json) -> None:
+    """Mark the upgrade record finished once the host serves again: until then a run again keeps the record
+    of what the host ran before the upgrade that failed."""
+    from rig.machine import upgrade as steps
+
+    emit(steps.finish(state_dir, check), as_json)
+
+
 @upgrade.command("previous")
 @state_option
 @click.option("--toolkit", help="The CUDA release the rollback's stack makes the default: it must be the "

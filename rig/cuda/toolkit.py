@@ -217,14 +217,25 @@ def read_marker(tree: Path) -> dict | None:
 
 
 def default_release(prefix: str | Path) -> str:
-    """The release PREFIX/cuda points at, as its tree's marker says; "" where there is no link, or the tree is
-    not one rig installed (NVIDIA's packages' trees carry no marker)."""
-    link = Path(prefix) / "cuda"
+    """The release PREFIX/cuda points at, as its tree's marker says; "" where there is no link, or the tree
+    carries no marker (NVIDIA's packages' trees). A link that leads nowhere a toolkit is, round a loop, or to
+    a marker that is not rig's, is an error naming it."""
+    prefix = Path(prefix)
+    link = prefix / "cuda"
     if not link.is_symlink():
         return ""
-    tree = (link.parent / os.readlink(link)).resolve()
-    marker = read_marker(tree) if tree.is_dir() else None
-    return marker["version"] if marker else ""
+    try:
+        target = _link_target(prefix.resolve(), os.readlink(link), str(link)) or ""  # a link's text: never None
+        tree = (prefix.resolve() / target).resolve()
+    except (RuntimeError, OSError) as exc:  # a loop of links (RuntimeError before Python 3.13)
+        raise RigError(f"{link} cannot be followed ({exc}): point it at a toolkit with `rig cuda default`") from None
+    marker = tree / MARKER
+    if not os.path.lexists(marker):
+        return ""
+    version = load_json(marker, "toolkit marker", MARKER_SPEC)["version"]  # a FIFO or a link there is refused
+    if version not in RELEASES:
+        raise RigError(f"{marker} names CUDA {version!r}, no release rig installs: it is not rig's marker; remove it")
+    return version
 
 
 def _mkdir(path: Path) -> Path:

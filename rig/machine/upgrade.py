@@ -33,7 +33,9 @@ STACK = {  # what the stack made: the release PREFIX/cuda points at and the venv
                      "is not a CUDA release"),
     "lock_hash": Field(str, default="", check=lambda v: v and sha256(v))}
 RECORD_SPEC = Field(dict, open=True, fields={**{role: PACKAGE for role in ROLES}, **STACK,
-                                             "recorded": Field(required=True)})
+                                             "recorded": Field(required=True),
+                                             # false until the upgrade it was made for served again
+                                             "finished": Field(bool, default=True)})
 
 
 def _now() -> str:
@@ -143,10 +145,15 @@ def record(state_dir: str, packages: dict[str, str], cuda_prefix: str | None = N
     if sorted(packages) != sorted(ROLES):
         raise RigError(f"an upgrade record names the packages of {', '.join(ROLES)}")
     path = Path(state_dir) / RECORD
+    kept = _read_record(path)
+    if kept and not kept["finished"]:  # a run again after a failed one: the state before both is the one to keep
+        return {"changed": False, "path": str(path), **{k: kept[k] for k in (*ROLES, *STACK)},
+                "msg": f"kept {path}: the upgrade it was made for ({kept['recorded']}) did not finish, and what "
+                       f"the host ran before it is what a rollback puts back ({_said(kept)})"}
     now = {role: {"package": package, "version": driver.installed(package)["version"]}
            for role, package in packages.items()}
     now.update(_stack_now(cuda_prefix, venv))
-    text = json.dumps({**now, "recorded": _now()}, indent=1) + "\n"
+    text = json.dumps({**now, "recorded": _now(), "finished": False}, indent=1) + "\n"
     if not check:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, text)
@@ -161,17 +168,42 @@ def _said(state: dict) -> str:
     return ", ".join(said)
 
 
+def _read_record(path: Path) -> dict | None:
+    from rig.core.documents import load_json
+
+    try:
+        return load_json(path, "upgrade record", RECORD_SPEC)
+    except MissingFile:
+        return None
+    except RigError as exc:
+        raise RigError(f"{exc}; it is not rig's upgrade record: remove it (a rollback has nothing to go back to "
+                       "then)") from None
+
+
+def finish(state_dir: str, check: bool = False) -> dict:
+    """Mark the record finished: the host serves again after the upgrade (or the rollback) it was made for, so
+    the next upgrade records what the host runs then."""
+    path = Path(state_dir) / RECORD
+    kept = _read_record(path)
+    if not kept or kept["finished"]:
+        return {"changed": False, "path": str(path), "msg": f"no unfinished upgrade recorded in {path}"}
+    if not check:
+        atomic_write(path, json.dumps({**kept, "finished": True}, indent=1) + "\n")
+    return {"changed": True, "path": str(path), "msg": f"{'would mark' if check else 'marked'} {path} finished"}
+
+
 def previous(state_dir: str, toolkit: str | None = None, lock_hash: str | None = None) -> dict:
     """The state recorded before the last upgrade: the versions a rollback installs. TOOLKIT (the release the
     rollback's stack makes the default) and LOCK_HASH (its venv's lock), where given, must be what the record
     holds: the toolkit and the venv come back by the stack file that made them."""
-    from rig.core.documents import load_json
-
+    for given, key in ((toolkit, "toolkit"), (lock_hash, "lock_hash")):
+        said = None if given is None else STACK[key].check(given) if given else "is empty"  # type: ignore[misc]
+        if said:
+            raise RigError(f"--{key.replace('_', '-')} {given!r}: {said}")
     path = Path(state_dir) / RECORD
-    try:
-        found = load_json(path, "upgrade record", RECORD_SPEC)
-    except MissingFile:
-        raise RigError(f"no upgrade was recorded on this host ({path}): there is nothing to roll back to") from None
+    found = _read_record(path)
+    if found is None:
+        raise RigError(f"no upgrade was recorded on this host ({path}): there is nothing to roll back to")
     if not found["driver"]["version"]:
         raise RigError(f"{path} records no installed driver: there is nothing to roll back to")
     for key, given, what in (("toolkit", toolkit, "makes CUDA {} the default"), ("lock_hash", lock_hash,

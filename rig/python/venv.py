@@ -7,6 +7,7 @@ bytes differ from the lock is refused. A marker records the lock installed.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
 import sys
@@ -35,10 +36,14 @@ MARKER_SPEC = Field(dict, open=True, fields={
 
 def read_marker(venv: str | Path) -> dict | None:
     """The lock rig installed into VENV; None where there is none. A marker rig did not write is an error:
-    installing over it or verifying against it would trust what it says."""
-    if not (Path(venv) / MARKER).is_file():
+    installing over it or verifying against it would trust what it says, and so is a link or a FIFO there."""
+    marker = Path(venv) / MARKER
+    if not os.path.lexists(marker):
         return None
-    return load_json(Path(venv) / MARKER, "venv marker", MARKER_SPEC)
+    if marker.is_symlink():
+        raise RigError(f"{marker} is a link; rig writes its venv marker as a plain file: remove it and install "
+                       "the lock again")
+    return load_json(marker, "venv marker", MARKER_SPEC)
 
 
 def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: str | None = None,

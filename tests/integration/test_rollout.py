@@ -10,7 +10,7 @@ import json
 
 import pytest
 from conftest import play, run
-from serving_boxes import HEALTH, UNIT, changed_tasks, main_pid, numerics_models, recap, serving_box, stack_file
+from serving_boxes import HEALTH, UNIT, main_pid, numerics_models, serving_box, stack_file
 
 pytestmark = pytest.mark.box
 
@@ -43,7 +43,7 @@ def test_a_rollout_stops_at_the_first_failing_batch_and_leaves_the_rest_serving(
     assert int(times["ActiveEnterTimestampMonotonic"]) - int(times["ExecMainStartTimestampMonotonic"]) >= 4_000_000
 
     again = play(boxes, "server.yml", rig_stack=stack_file(tmp_path, "v1.yml", 2), **settings).expect_ok()
-    assert all(recap(again.output, b)["changed"] == 0 for b in boxes), changed_tasks(again.output)
+    assert all(again.recap("changed", b.name) == 0 for b in boxes), again.changed_tasks()
 
     untouched_unit, untouched_pid = last.sh(f"sha256sum {UNIT}").stdout, main_pid(last)
     broken.sh("rm -rf /models/target")  # the second box's server cannot start with the new stack
@@ -56,7 +56,7 @@ def test_a_rollout_stops_at_the_first_failing_batch_and_leaves_the_rest_serving(
     assert not rollout.ok
     assert "--speculative-num-steps 3" in first.sh(f"cat {UNIT}").stdout
     assert first.sh(HEALTH).stdout.strip() == "200"
-    assert recap(rollout.output, broken)["failed"] == 1
+    assert rollout.recap("failed", broken.name) == 1
     assert first.sh("systemctl is-active sglang-server", check=False).stdout.strip() == "active"
     assert broken.sh("systemctl is-active sglang-server", check=False).stdout.strip() != "active"
     # the third box was never reached: same unit, same process, still serving

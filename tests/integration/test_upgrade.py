@@ -10,7 +10,7 @@ import os
 import pytest
 import yaml
 from conftest import _remove, _start, ok, play, rig
-from serving_boxes import HEALTH, UNIT, Load, changed_tasks, drains, numerics_models, recap, serving_box, stack_file
+from serving_boxes import HEALTH, UNIT, Load, drains, numerics_models, serving_box, stack_file
 
 pytestmark = pytest.mark.box
 
@@ -32,7 +32,8 @@ SETTINGS = {
     "nvidia_container_toolkit_mode": "cdi", "nvidia_container_toolkit_manage_services": False,
     "sglang_server_require_gpu": False, "sglang_server_start_timeout": 120,
     "rig_upgrade_doctor": False,  # the machine layer reads nvidia-smi, which no box has
-    "rig_upgrade_toolkit": False,  # the driver's tests; the last test takes the toolkit and the venv through
+    # the driver's tests (their stack is not locked); the last test takes the toolkit and the venv through
+    "rig_upgrade_toolkit": False, "rig_upgrade_stack": False,
     "rig_prove_skip": ["doctor", "testmodel"],
 }
 
@@ -106,7 +107,7 @@ def test_a_driver_upgrade_rolls_through_serving_boxes_stops_at_a_failing_one_and
     before = {box.name: box.sh("dpkg -l | sort; ls -l /etc/cdi; cat /srv/fake/module-version").stdout for box in boxes}
 
     check = play(boxes, "upgrade.yml", "--check", "--diff", nvidia_driver_version=NEW, **settings).expect_ok()
-    assert f"{DRIVER} {OLD} -> {NEW}" in check.output and recap(check.output, first)["changed"] > 0
+    assert f"{DRIVER} {OLD} -> {NEW}" in check.output and check.recap("changed", first.name) > 0
     assert all(box.sh("dpkg -l | sort; ls -l /etc/cdi; cat /srv/fake/module-version").stdout == before[box.name]
                for box in boxes)
 
@@ -140,7 +141,7 @@ def test_a_driver_upgrade_rolls_through_serving_boxes_stops_at_a_failing_one_and
     back = play([failing], "upgrade.yml", rig_upgrade_rollback=True, **settings).expect_ok()
     assert versions(failing)[DRIVER] == versions(failing)[FABRIC] == (OLD, "hold")
     assert failing.sh(HEALTH).stdout.strip() == "200" and "libcuda.so.580.159.04" in failing.sh(f"cat {CDI}").stdout
-    assert recap(back.output, failing)["failed"] == 0
+    assert back.recap("failed", failing.name) == 0
 
     # its module fixed, the rollout goes on over the rest, each drained with requests in flight, then holds
     failing.sh(f"rm {NEVER_LOADS}")
@@ -154,7 +155,7 @@ def test_a_driver_upgrade_rolls_through_serving_boxes_stops_at_a_failing_one_and
         assert any(n >= 1 for n in drains(box)[drained[box.name]:])
     assert drains(first)[drained[first.name]:] == []  # on the new driver already: left serving
     again = play(boxes, "upgrade.yml", nvidia_driver_version=NEW, **settings).expect_ok()
-    assert all(recap(again.output, box)["changed"] == 0 for box in boxes), changed_tasks(again.output)
+    assert all(again.recap("changed", box.name) == 0 for box in boxes), again.changed_tasks()
 
 
 def locked_stack(tmp_path, name: str, cuda: str, click: str, steps: int) -> str:
@@ -190,7 +191,7 @@ def test_the_toolkit_and_the_venv_upgrade_inside_one_drain_and_come_back_by_thei
     old = locked_stack(tmp_path, "stack-old", "12.9.1", "8.1.7", 2)
     new = locked_stack(tmp_path, "stack-new", "13.0.2", "8.1.8", 3)
     # the stand-in has none of the files the SM120 patches change: the role keeps them off
-    base = {**settings, "rig_upgrade_toolkit": True, "sglang_patches_state": "absent"}
+    base = {**settings, "rig_upgrade_toolkit": True, "rig_upgrade_stack": True, "sglang_patches_state": "absent"}
 
     def upgrade(stack: str, *args: str, **more):
         return play([box], "upgrade.yml", *args, **{**base, "rig_stack": stack, **more})
@@ -203,7 +204,7 @@ def test_the_toolkit_and_the_venv_upgrade_inside_one_drain_and_come_back_by_thei
     before = box.sh(state).stdout
     check = upgrade(new, "--check", "--diff").expect_ok()
     assert "would install CUDA 13.0.2 at /usr/local/cuda-13.0" in check.output, check.output[-3000:]
-    assert f"would install lock {lock_of(new)[:12]}" in check.output and recap(check.output, box)["changed"] > 0
+    assert f"would install lock {lock_of(new)[:12]}" in check.output and check.recap("changed", box.name) > 0
     assert box.sh(state).stdout == before
 
     drained = len(drains(box))
@@ -228,4 +229,4 @@ def test_the_toolkit_and_the_venv_upgrade_inside_one_drain_and_come_back_by_thei
     assert stack_state(box) == {"cuda": "cuda-12.9", "lock": lock_of(old), "click": ["click==8.1.7"], "steps": ["2"]}
     assert box.sh(HEALTH).stdout.strip() == "200"
     again = upgrade(old).expect_ok()
-    assert recap(again.output, box)["changed"] == 0, changed_tasks(again.output)
+    assert again.recap("changed", box.name) == 0, again.changed_tasks()

@@ -84,3 +84,25 @@ def test_the_roles_and_the_dockerfile_spell_the_paths_rig_core_defaults_names():
     dockerfile = (REPO / "rig" / "image" / "Dockerfile").read_text()
     assert f"--venv {defaults.VENV} " in dockerfile and f" {defaults.IMAGE_ROOT}/patches/" in dockerfile
     assert f"{defaults.IMAGE_ROOT}/rig.pyz" in dockerfile
+
+
+def test_the_suites_results_callback_counts_what_ansibles_recap_counts(tmp_path):
+    """Play.recap and Play.changed_tasks read the JSON of tests/callback_plugins/rig_results.py, not the text."""
+    from conftest import Play
+
+    book = tmp_path / "play.yml"
+    book.write_text(yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": [
+        {"name": "Change something", "ansible.builtin.command": "true"},
+        {"name": "Change nothing", "ansible.builtin.command": "true", "changed_when": False},
+        {"name": "Loop twice", "ansible.builtin.command": "true", "loop": [1, 2]},
+        {"name": "Fail", "ansible.builtin.fail": {"msg": "as asked"}, "when": "fail | default(false) | bool"}]}]))
+    cmd = [str(BIN / "ansible-playbook"), "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}",
+           str(book)]
+    done = Play.run(cmd).expect_ok()
+    assert (done.recap("ok"), done.recap("changed"), done.recap("skipped"), done.recap("failed")) == (3, 2, 1, 0)
+    assert done.changed_tasks() == ["Change something: localhost", "Loop twice: localhost"]
+    assert done.recap("changed", "localhost") == 2
+    failed = Play.run(cmd + ["-e", "fail=true"])
+    assert not failed.ok and failed.recap("failed", "localhost") == 1
+    with pytest.raises(AssertionError, match="elsewhere is not in the recap"):
+        failed.recap("ok", "elsewhere")

@@ -182,9 +182,19 @@ def test_the_record_holds_the_default_toolkit_and_the_venvs_lock_and_a_rollback_
     assert wrong.returncode == 2 and "the host ran the venv at lock aaaaaaaaaaaa" in wrong.stderr
     assert "the stack given installs lock bbbbbbbbbbbb" in wrong.stderr
 
-    # a link to a tree rig did not install, and no venv marker: nothing recorded, so any stack may come back
+    # a run again after a failed upgrade keeps the record of the state before it, until one finishes
+    (env / venv.MARKER).write_text(json.dumps({"lock_hash": "c" * 64, "packages": []}))
+    kept = upgrade.record(str(state), packages, str(prefix), str(env))
+    assert not kept["changed"] and kept["lock_hash"] == lock and "did not finish" in kept["msg"]
+    assert upgrade.finish(str(state), check=True)["changed"] and not upgrade.previous(str(state))["finished"]
+    assert upgrade.finish(str(state))["changed"] and not upgrade.finish(str(state))["changed"]
+    assert upgrade.record(str(state), packages, str(prefix), str(env))["lock_hash"] == "c" * 64
+
+    # NVIDIA's own tree (no marker of rig's) and no venv marker: nothing recorded, so any stack may come back
+    upgrade.finish(str(state))
     os.unlink(prefix / "cuda")
     (prefix / "other").mkdir()
+    (prefix / "other" / "version.json").write_text("{}")
     os.symlink("other", prefix / "cuda")
     (env / venv.MARKER).unlink()
     assert {k: upgrade.record(str(state), packages, str(prefix), str(env))[k] for k in ("toolkit", "lock_hash")} \
@@ -193,5 +203,42 @@ def test_the_record_holds_the_default_toolkit_and_the_venvs_lock_and_a_rollback_
     record = json.loads((state / upgrade.RECORD).read_text())
     for key, bad, why in (("toolkit", "12.9; rm", "is not a CUDA release"), ("lock_hash", "abc", "is not 64 hex")):
         (state / upgrade.RECORD).write_text(json.dumps({**record, key: bad}))
-        with pytest.raises(RigError, match=f"{key}: .*{why}"):
+        with pytest.raises(RigError, match=f"{key}: .*{why}.*not rig's upgrade record: remove it"):
             upgrade.previous(str(state))
+    for flag, bad, why in (("--toolkit", "", "is empty"), ("--toolkit", " 12.9.1", "is not a CUDA release"),
+                           ("--lock-hash", "zz", "is not 64 hex digits")):
+        done = rig("upgrade", "previous", "--state-dir", str(state), flag, bad)
+        assert done.returncode == 2 and f"{flag} {bad!r}: " in done.stderr and why in done.stderr, done.stderr
+
+
+def test_what_the_record_reads_on_the_host_is_refused_where_it_is_not_rigs(tmp_path):
+    from rig.cuda import toolkit
+    from rig.python import venv
+
+    prefix, env, state = tmp_path / "prefix", tmp_path / "venv", str(tmp_path / "state")
+    packages = {"driver": "dpkg", "fabricmanager": "dpkg", "container_toolkit": "dpkg"}
+    prefix.mkdir()
+    env.mkdir()
+    os.symlink("cuda", prefix / "cuda")  # a loop of links
+    with pytest.raises(RigError, match="cuda cannot be followed .*point it at a toolkit with `rig cuda default`"):
+        upgrade.record(state, packages, str(prefix))
+    os.unlink(prefix / "cuda")
+    (prefix / "cuda-12.9").mkdir()
+    os.symlink("cuda-12.9", prefix / "cuda")
+    (prefix / "cuda-12.9" / toolkit.MARKER).write_text(json.dumps({"version": "banana", "method": "wheels",
+                                                                    "components": []}))
+    with pytest.raises(RigError, match="names CUDA 'banana', no release rig installs: it is not rig's marker"):
+        upgrade.record(state, packages, str(prefix))
+    (prefix / "cuda-12.9" / toolkit.MARKER).unlink()
+    os.mkfifo(prefix / "cuda-12.9" / toolkit.MARKER)  # never waited on
+    with pytest.raises(RigError, match="is not a regular file"):
+        upgrade.record(state, packages, str(prefix))
+    os.mkfifo(env / venv.MARKER)
+    with pytest.raises(RigError, match="is not a regular file"):
+        upgrade.record(state, packages, venv=str(env))
+    os.unlink(env / venv.MARKER)
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"lock_hash": "c" * 64, "packages": []}))
+    os.symlink(tmp_path / "elsewhere.json", env / venv.MARKER)
+    with pytest.raises(RigError, match="is a link; rig writes its venv marker as a plain file"):
+        upgrade.record(state, packages, venv=str(env))
+    assert not (tmp_path / "state").exists()  # nothing recorded from any of them

@@ -1,0 +1,40 @@
+"""The suite's reading of a play: each host's recap counts and the tasks that changed something, as JSON in the
+file $RIG_RESULTS names (tests/conftest.py Play), so that no test parses Ansible's human output for them."""
+from __future__ import annotations
+
+import json
+import os
+
+from ansible.plugins.callback import CallbackBase
+
+DOCUMENTATION = """
+name: rig_results
+type: aggregate
+short_description: each host's recap and changed tasks as JSON, for rig's tests
+description:
+  - At the play's end, writes each host's recap counts and the tasks that changed to the file $RIG_RESULTS names.
+requirements:
+  - RIG_RESULTS, the file to write
+"""
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "rig_results"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed: list[dict] = []
+
+    def v2_runner_on_ok(self, result) -> None:
+        if result._result.get("changed"):
+            self.changed.append({"task": result._task.get_name(), "host": result._host.get_name()})
+
+    def v2_playbook_on_stats(self, stats) -> None:
+        path = os.environ.get("RIG_RESULTS")
+        if path:
+            with open(path, "w") as out:
+                json.dump({"stats": {host: stats.summarize(host) for host in sorted(stats.processed)},
+                           "changed": self.changed}, out)
