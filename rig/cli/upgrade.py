@@ -88,14 +88,16 @@ def record_cmd(state_dir, driver_package, fabricmanager_package, container_toolk
 
 @upgrade.command("finish")
 @state_option
+@click.option("--reopen", is_flag=True, help="Mark it unfinished instead, as a rollback starts.")
 @check_option
 @json_option
-def finish_cmd(state_dir, check, as_json) -> None:
+def finish_cmd(state_dir, reopen, check, as_json) -> None:
     """Mark the upgrade record finished once the host serves again: until then a run again keeps the record
-    of what the host ran before the upgrade that failed."""
+    of what the host ran before the upgrade that failed, and takes the host through again (changed, in plan
+    mode: the record is unfinished)."""
     from rig.machine import upgrade as steps
 
-    emit(steps.finish(state_dir, check), as_json)
+    emit(steps.finish(state_dir, check, reopen), as_json)
 
 
 @upgrade.command("previous")

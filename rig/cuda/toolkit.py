@@ -226,8 +226,10 @@ def default_release(prefix: str | Path) -> str:
         return ""
     try:
         target = _link_target(prefix.resolve(), os.readlink(link), str(link)) or ""  # a link's text: never None
-        tree = (prefix.resolve() / target).resolve()
-    except (RuntimeError, OSError) as exc:  # a loop of links (RuntimeError before Python 3.13)
+        tree = (prefix.resolve() / target).resolve(strict=True)
+    except FileNotFoundError:  # a link to nothing: no toolkit is the default
+        return ""
+    except (RuntimeError, OSError) as exc:  # a loop of links (RuntimeError before Python 3.13, ELOOP after)
         raise RigError(f"{link} cannot be followed ({exc}): point it at a toolkit with `rig cuda default`") from None
     marker = tree / MARKER
     if not os.path.lexists(marker):

@@ -180,16 +180,19 @@ def _read_record(path: Path) -> dict | None:
                        "then)") from None
 
 
-def finish(state_dir: str, check: bool = False) -> dict:
+def finish(state_dir: str, check: bool = False, reopen: bool = False) -> dict:
     """Mark the record finished: the host serves again after the upgrade (or the rollback) it was made for, so
-    the next upgrade records what the host runs then."""
+    the next upgrade records what the host runs then. REOPEN: mark it unfinished, as a rollback starts (one
+    that fails keeps the record, as a failed upgrade does)."""
     path = Path(state_dir) / RECORD
     kept = _read_record(path)
-    if not kept or kept["finished"]:
-        return {"changed": False, "path": str(path), "msg": f"no unfinished upgrade recorded in {path}"}
+    if not kept or kept["finished"] != reopen:
+        return {"changed": False, "path": str(path),
+                "msg": f"no {'finished' if reopen else 'unfinished'} upgrade recorded in {path}"}
     if not check:
-        atomic_write(path, json.dumps({**kept, "finished": True}, indent=1) + "\n")
-    return {"changed": True, "path": str(path), "msg": f"{'would mark' if check else 'marked'} {path} finished"}
+        atomic_write(path, json.dumps({**kept, "finished": not reopen}, indent=1) + "\n")
+    return {"changed": True, "path": str(path), "msg": f"{'would mark' if check else 'marked'} {path} "
+            f"{'unfinished' if reopen else 'finished'} (recorded {kept['recorded']})"}
 
 
 def previous(state_dir: str, toolkit: str | None = None, lock_hash: str | None = None) -> dict:

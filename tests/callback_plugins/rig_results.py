@@ -32,6 +32,10 @@ class CallbackModule(CallbackBase):
         if result._result.get("changed"):
             self.changed.append({"task": result._task.get_name(), "host": result._host.get_name()})
 
+    def v2_runner_on_failed(self, result, ignore_errors: bool = False) -> None:
+        if ignore_errors:  # the recap counts an ignored failure's change too
+            self.v2_runner_on_ok(result)
+
     def v2_playbook_on_stats(self, stats) -> None:
         path = os.environ.get("RIG_RESULTS")
         if path:

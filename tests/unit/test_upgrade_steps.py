@@ -188,6 +188,13 @@ def test_the_record_holds_the_default_toolkit_and_the_venvs_lock_and_a_rollback_
     assert not kept["changed"] and kept["lock_hash"] == lock and "did not finish" in kept["msg"]
     assert upgrade.finish(str(state), check=True)["changed"] and not upgrade.previous(str(state))["finished"]
     assert upgrade.finish(str(state))["changed"] and not upgrade.finish(str(state))["changed"]
+    # a rollback reopens it: one that fails keeps the record as a failed upgrade does
+    assert upgrade.finish(str(state), reopen=True, check=True)["changed"] and upgrade.previous(str(state))["finished"]
+    assert upgrade.finish(str(state), reopen=True)["changed"] and not upgrade.previous(str(state))["finished"]
+    assert not upgrade.record(str(state), packages, str(prefix), str(env))["changed"]
+    plan = json.loads(rig("upgrade", "finish", "--state-dir", str(state), "--check", "--json").stdout)
+    assert plan["changed"] and "would mark" in plan["msg"]  # the plan upgrade.yml reads: take the host through
+    upgrade.finish(str(state))
     assert upgrade.record(str(state), packages, str(prefix), str(env))["lock_hash"] == "c" * 64
 
     # NVIDIA's own tree (no marker of rig's) and no venv marker: nothing recorded, so any stack may come back
@@ -223,6 +230,10 @@ def test_what_the_record_reads_on_the_host_is_refused_where_it_is_not_rigs(tmp_p
     with pytest.raises(RigError, match="cuda cannot be followed .*point it at a toolkit with `rig cuda default`"):
         upgrade.record(state, packages, str(prefix))
     os.unlink(prefix / "cuda")
+    os.symlink("cuda-13.0", prefix / "cuda")  # a link to nothing: no toolkit is the default
+    assert upgrade.record(state, packages, str(prefix))["toolkit"] == ""
+    upgrade.finish(state)
+    os.unlink(prefix / "cuda")
     (prefix / "cuda-12.9").mkdir()
     os.symlink("cuda-12.9", prefix / "cuda")
     (prefix / "cuda-12.9" / toolkit.MARKER).write_text(json.dumps({"version": "banana", "method": "wheels",
@@ -241,4 +252,4 @@ def test_what_the_record_reads_on_the_host_is_refused_where_it_is_not_rigs(tmp_p
     os.symlink(tmp_path / "elsewhere.json", env / venv.MARKER)
     with pytest.raises(RigError, match="is a link; rig writes its venv marker as a plain file"):
         upgrade.record(state, packages, venv=str(env))
-    assert not (tmp_path / "state").exists()  # nothing recorded from any of them
+    assert upgrade.previous(state)["toolkit"] == ""  # nothing recorded from any of them since
