@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from rig.core import RigError
+from rig.core.cuda_releases import RELEASES
 from rig.core.fs import MissingFile, atomic_write, open_plain
 from rig.core.schema import Field, sha256
 from rig.machine import driver, gpu_health
@@ -29,8 +30,7 @@ PACKAGE = Field(dict, required=True, fields={
     "version": Field(str, required=True, check=lambda v: None if driver.PACKAGE_VERSION.fullmatch(v) else
                      "is not a Debian package version")})
 STACK = {  # what the stack made: the release PREFIX/cuda points at and the venv's lock; "": none, or not rig's
-    "toolkit": Field(str, default="", check=lambda v: None if not v or driver.VERSION.fullmatch(v) else
-                     "is not a CUDA release"),
+    "toolkit": Field(str, default="", check=lambda v: None if not v or v in RELEASES else "is not a CUDA release"),
     "lock_hash": Field(str, default="", check=lambda v: v and sha256(v))}
 RECORD_SPEC = Field(dict, open=True, fields={**{role: PACKAGE for role in ROLES}, **STACK,
                                              "recorded": Field(required=True),
