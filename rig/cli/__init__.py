@@ -99,7 +99,7 @@ def _explain(exc: BaseException) -> str | None:
         return f"not valid JSON: {exc}"
     if isinstance(exc, (zipfile.BadZipFile, tarfile.TarError)):
         return f"not a readable archive: {exc}"
-    if type(exc).__module__.split(".")[0] in ("yaml", "elftools", "requests", "urllib3", "http", "aiohttp"):
+    if type(exc).__module__.split(".")[0] in ("yaml", "requests", "urllib3", "http", "aiohttp"):
         return f"{type(exc).__name__}: {exc}"
     return None
 

@@ -1,4 +1,4 @@
-"""The engine bundle: rig, its pure-Python dependencies (click, pyelftools,
+"""The engine bundle: rig, its pure-Python dependencies (click,
 jinja2 with markupsafe, packaging, PyYAML) and the patch set in one zipapp
 (`python3 rig.pyz ...`).
 
@@ -17,7 +17,6 @@ import zipapp
 from pathlib import Path
 
 import click
-import elftools
 import jinja2
 import markupsafe
 import packaging
@@ -34,7 +33,7 @@ FIXED_MTIME = 1_577_836_800  # 2020-01-01: zip entries carry mtimes, which would
 def _sources(with_patches: bool = True) -> list[tuple[Path, Path]]:
     """(file, path inside the bundle) for every module the engine needs."""
     files = []
-    for module in (rig, click, elftools, jinja2, markupsafe, packaging, yaml):
+    for module in (rig, click, jinja2, markupsafe, packaging, yaml):
         if module.__file__ is None:  # a namespace package: no directory to take its files from
             raise RigError(f"{module.__name__} has no __file__; cannot bundle its sources")
         package = Path(module.__file__).parent

@@ -9,6 +9,7 @@ the raw .cubin files a package such as flashinfer-cubin ships), and the C++ stri
 from __future__ import annotations
 
 import email.parser
+import mmap
 import re
 import shutil
 import struct
@@ -16,7 +17,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rig.core import RigError, progress, wheelfile
 from rig.core.check import Check
@@ -31,9 +32,6 @@ CUDA_SONAME = re.compile(r"^lib(cudart|nvrtc|nvrtc-builtins|cublas|cublasLt|cuff
 # mangled names inside torch's namespaces: at::, c10::, torch::, caffe2::
 TORCH_SYMBOL = re.compile(r"^_Z.*?(2at|3c10|5torch|6caffe2)[0-9A-Z]")
 SYSTEM_LIBS = re.compile(r"^(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux[-\w]*)\.so")
-
-if TYPE_CHECKING:
-    from elftools.elf.dynamic import DynamicTag
 
 
 @dataclass
@@ -64,46 +62,82 @@ def object_notes(name: str, archs: list[str], cubins: list[str], ptx: list[str])
     return found
 
 
-def _tag_string(tag: DynamicTag) -> str:
-    """The string of a DT_NEEDED, DT_RUNPATH or DT_RPATH tag: pyelftools sets it as an attribute named
-    after the tag (tag.needed, tag.runpath, tag.rpath), which its type hints do not declare."""
-    value: str = getattr(tag, tag.entry.d_tag[3:].lower())
-    return value
+# ELF64, little-endian: the header's fields up to the section table, a section header, a dynamic symbol, a
+# dynamic entry. Read with struct over a read-only map, not pyelftools: torch's libraries export ~130,000
+# symbols, which pyelftools parses one by one in Python about as slowly as it reads cubins.
+ELF_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
+SECTION = struct.Struct("<IIQQQQIIQQ")  # name, type, flags, addr, offset, size, link, info, addralign, entsize
+SYMBOL = struct.Struct("<IBBHQQ")  # name, info, other, shndx, value, size
+DYNAMIC = struct.Struct("<qQ")  # tag, value
+SHT_DYNAMIC, SHT_NOBITS, SHT_DYNSYM = 6, 8, 11
+DT_NULL, DT_NEEDED, DT_RPATH, DT_RUNPATH = 0, 1, 15, 29
 
 
 def read_elf(path: Path, name: str) -> SharedObject:
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.dynamic import DynamicSection
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
-
+    """What the dynamic linker sees of a shared object: DT_NEEDED, the run paths, the dynamic symbols it
+    needs and defines, and whether it carries a CUDA fat binary."""
     with open_regular(path, "shared object") as handle:  # never a FIFO or a device a RECORD names
         try:
-            elf = ELFFile(handle)
-        except ELFError as exc:
+            data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as exc:  # an empty file cannot be mapped
             raise RigError(f"{name} is not an ELF shared object: {exc}") from exc
-        needed: list[str] = []
-        runpath: list[str] = []
-        undefined: set[str] = set()
-        defined: set[str] = set()
-        for section in elf.iter_sections():
-            if isinstance(section, DynamicSection):
-                for tag in section.iter_tags():
-                    if tag.entry.d_tag == "DT_NEEDED":
-                        needed.append(_tag_string(tag))
-                    elif tag.entry.d_tag in ("DT_RUNPATH", "DT_RPATH"):
-                        runpath += _tag_string(tag).split(":")
-        symbols = elf.get_section_by_name(".dynsym")
-        if symbols is not None and not isinstance(symbols, SymbolTableSection):  # e.g. SHT_NOBITS in a debug file
-            raise RigError(f"{name}: its .dynsym section is not a symbol table")
-        for symbol in symbols.iter_symbols() if symbols else ():
-            if not symbol.name:
-                continue
-            if symbol["st_shndx"] == "SHN_UNDEF":
-                undefined.add(symbol.name)
-            else:
-                defined.add(symbol.name)
-        fatbin = elf.get_section_by_name(".nv_fatbin") is not None
+        with data:
+            return _parse_elf(data, name)
+
+
+def _parse_elf(data: mmap.mmap, name: str) -> SharedObject:
+    def bad(why: str) -> RigError:
+        return RigError(f"{name} is not an ELF shared object rig can read: {why}")
+
+    def blob(section: tuple) -> bytes:
+        offset, size = section[4], section[5]
+        if section[1] == SHT_NOBITS:
+            return b""
+        if offset + size > len(data):
+            raise bad("a section runs past the end of the file")
+        return data[offset:offset + size]
+
+    def text(table: bytes, at: int) -> str:
+        end = table.find(b"\0", at)
+        if at >= len(table) or end < 0:
+            raise bad("a name points outside its string table")
+        return table[at:end].decode("utf-8", "replace")
+
+    if len(data) < ELF_HEADER.size or data[:4] != b"\x7fELF":
+        raise bad("no ELF header")
+    if data[4:6] != b"\x02\x01":
+        raise bad("not a 64-bit little-endian ELF file")
+    *_, shoff, _, _, _, _, shentsize, shnum, shstrndx = ELF_HEADER.unpack_from(data)
+    if shnum and (shentsize != SECTION.size or shoff + shnum * SECTION.size > len(data) or shstrndx >= shnum):
+        raise bad("its section table is malformed")
+    sections = [SECTION.unpack_from(data, shoff + i * SECTION.size) for i in range(shnum)]
+
+    def linked(section: tuple) -> bytes:
+        if section[6] >= shnum:
+            raise bad("a section links to one that does not exist")
+        return blob(sections[section[6]])
+
+    names = blob(sections[shstrndx]) if shnum else b""
+    needed: list[str] = []
+    runpath: list[str] = []
+    undefined: set[str] = set()
+    defined: set[str] = set()
+    for section in sections:
+        if section[1] == SHT_DYNAMIC:
+            strings, entries = linked(section), blob(section)
+            for tag, value in DYNAMIC.iter_unpack(entries[:len(entries) - len(entries) % DYNAMIC.size]):
+                if tag == DT_NULL:
+                    break
+                if tag == DT_NEEDED:
+                    needed.append(text(strings, value))
+                elif tag in (DT_RPATH, DT_RUNPATH):
+                    runpath += text(strings, value).split(":")
+        elif section[1] == SHT_DYNSYM:
+            strings, entries = linked(section), blob(section)
+            for at, _, _, shndx, _, _ in SYMBOL.iter_unpack(entries[:len(entries) - len(entries) % SYMBOL.size]):
+                if at:
+                    (defined if shndx else undefined).add(text(strings, at))
+    fatbin = any(text(names, section[0]) == ".nv_fatbin" for section in sections)
     return SharedObject(name, needed, runpath, undefined, defined, fatbin)
 
 

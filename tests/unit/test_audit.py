@@ -1,12 +1,14 @@
 """The audit's rules and the build's settings, without wheels or a GPU."""
 import os
 import struct
+import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO
 
 from rig.core import RigError
-from rig.kernels.audit import _torch_pin, abi_of, covers, cubin_arch, object_notes
+from rig.kernels.audit import _torch_pin, abi_of, covers, cubin_arch, object_notes, read_elf
 from rig.kernels.wheels import GIB, build_env, max_jobs, source_spec, stack_source, wheelhouse_key
 from rig.stack.spec import load
 
@@ -218,3 +220,47 @@ def test_an_audit_is_a_check_of_the_one_report_model_and_its_junit_names_each_pr
     assert failure.text.endswith("fix: rebuild it")
     write_junit(None, [check], "rig audit")  # no --junit: nothing written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.xml", "k"]
+
+
+def _extension() -> Path:
+    import _ctypes  # an extension module of this interpreter's: a shared object on every build
+
+    return Path(_ctypes.__file__)
+
+
+def test_a_shared_objects_dynamic_section_and_symbols_are_read():
+    """An extension module defines its init function and takes the C API and libc's from the process."""
+    ext = read_elf(_extension(), "_ctypes")
+    assert "PyInit__ctypes" in ext.defined and "PyInit__ctypes" not in ext.undefined
+    assert {"PyLong_FromLong", "memcpy"} <= ext.undefined
+    assert any(n.startswith("libc.so.") for n in ext.needed) and not ext.has_fatbin
+
+
+def _python_elf() -> bytes:
+    return _extension().read_bytes()
+
+
+@pytest.mark.parametrize("mangle, why", [
+    (lambda b: b"", ""),
+    (lambda b: b"#!/bin/sh\n" + b"x" * 100, "no ELF header"),
+    (lambda b: b[:4] + b"\x01" + b[5:], "not a 64-bit little-endian ELF file"),
+    (lambda b: b[:40] + struct.pack("<Q", len(b)) + b[48:], "its section table is malformed"),  # e_shoff past EOF
+    (lambda b: b[:62] + struct.pack("<H", 0xFFFF) + b[64:], "its section table is malformed"),  # e_shstrndx
+])
+def test_a_damaged_shared_object_is_named_never_a_crash(tmp_path, mangle, why):
+    damaged = tmp_path / "libdamaged.so"
+    damaged.write_bytes(mangle(_python_elf()))
+    with pytest.raises(RigError, match=f"libdamaged.so is not an ELF shared object.*{why}"):
+        read_elf(damaged, "libdamaged.so")
+
+
+def test_a_section_past_the_end_of_the_file_is_named(tmp_path):
+    data = bytearray(_python_elf())
+    shoff, = struct.unpack_from("<Q", data, 40)
+    shnum, = struct.unpack_from("<H", data, 60)
+    for i in range(1, shnum):  # every section's offset beyond the end (the table itself stays)
+        struct.pack_into("<Q", data, shoff + i * 64 + 24, len(data) + 1)
+    damaged = tmp_path / "libdamaged.so"
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(RigError, match="a section runs past the end of the file"):
+        read_elf(damaged, "libdamaged.so")
