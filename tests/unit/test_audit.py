@@ -1,7 +1,6 @@
 """The audit's rules and the build's settings, without wheels or a GPU."""
 import os
 import struct
-import sys
 from pathlib import Path
 
 import pytest
