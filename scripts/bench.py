@@ -360,6 +360,21 @@ echo "venv $(du -sb /opt/rig/venv | cut -f1)"
 echo "pyc $(find /opt/rig/venv -name '*.pyc' -printf '%s
 ' | awk '{s+=$1} END {print s}')"
 du -sb $site/* | sort -nr | head -6 | while read b p; do echo "pkg:$(basename $p) $b"; done
+python3 - <<'PY'
+import glob, os
+def files(*roots):
+    for root in roots:
+        for d, _, names in os.walk(root):
+            for n in names:
+                p = os.path.join(d, n)
+                if os.path.isfile(p) and not os.path.islink(p):
+                    yield n, os.path.getsize(p)
+toolkit, nvidia = glob.glob("/usr/local/cuda-*"), glob.glob("/opt/rig/venv/lib/python3.*/site-packages/nvidia")
+venv_files = set(files(*nvidia))
+print("static", sum(s for n, s in files(*toolkit, "/opt/rig/venv") if n.endswith(".a")))
+print("twice", sum(s for n, s in files(*toolkit) if (n, s) in venv_files))
+print("nvrtc", sum(s for n, s in files(*toolkit, *nvidia) if n.startswith("libnvrtc")))
+PY
 """
     out = subprocess.run(["docker", "run", "--rm", "--entrypoint", "bash", tag, "-c", script],
                          capture_output=True, text=True, check=True).stdout.split()
@@ -369,7 +384,10 @@ du -sb $site/* | sort -nr | head -6 | while read b p; do echo "pkg:$(basename $p
     return [("base image (Debian, python3, g++)", base_size), ("CUDA toolkit", sizes["toolkit"]),
             ("venv", sizes["venv"]), ("venv: .pyc files", sizes["pyc"]),
             ("venv: package files, without .pyc", sizes["venv"] - sizes["pyc"]),
-            *[(f"venv: {k[4:]}/ (with its .pyc)", v) for k, v in sizes.items() if k.startswith("pkg:")]]
+            *[(f"venv: {k[4:]}/ (with its .pyc)", v) for k, v in sizes.items() if k.startswith("pkg:")],
+            ("static archives (.a), toolkit and venv", sizes["static"]),
+            ("toolkit files the venv's nvidia/ holds too (same name and size)", sizes["twice"]),
+            ("libnvrtc*, toolkit and venv together", sizes["nvrtc"])]
 
 
 def bench_client(rounds: int) -> None:
@@ -705,6 +723,8 @@ def bench_suite(rounds: int) -> None:
             suite = ElementTree.parse(clone / "build" / f"junit-{name}.xml").getroot()
             suite = suite if suite.tag == "testsuite" else suite[0]
             phases[name] = (float(suite.get("time")), int(suite.get("tests")))
+            (REPO / "build").mkdir(exist_ok=True)  # kept for a closer look at where the time went
+            shutil.copyfile(clone / "build" / f"junit-{name}.xml", REPO / "build" / f"suite-junit-{name}.xml")
             slowest += [(float(c.get("time")), c.get("name")) for c in suite.iter("testcase")]
         runs.append({"install": install, "total": total, "phases": phases, "slowest": sorted(slowest)[-5:],
                      "disk": disk.peak})

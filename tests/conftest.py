@@ -49,8 +49,8 @@ def in_image(tag: str, script: str) -> str:
 
 
 def prune(lock: Path) -> None:
-    """Remove the untagged images of LOCK's builds (an earlier build of a tag that moved): only those, so that
-    another worker's build, whose steps are untagged until it ends, keeps its layers."""
+    """Remove LOCK's untagged images (an earlier build of a tag that has moved on): only those, so that
+    other locks' images stay."""
     from rig.image import LABEL
     from rig.python.lock import read
 

@@ -52,8 +52,8 @@ def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, as_json)
     """Build the stack's image, tagged rig/NAME:LOCKHASH, with OCI labels and an SBOM inside.
 
     Stages: the CUDA toolkit from NVIDIA's wheels and its ldconfig file (a base
-    that brings its own CUDA tree keeps it); the stack (the locked wheels, served
-    from the controller's wheelhouse and hash-checked); a builder that compiles
+    that brings its own CUDA tree keeps it); the stack (the locked wheels, bound
+    from the controller's wheelhouse into the one step that installs them, hash-checked); a builder that compiles
     the lock's source builds missing from CACHE/built, whose audited wheels come
     back to that cache; and the runtime (the built wheels, the stack's
     environment, a CycloneDX SBOM, the patch set last). The server runs as the

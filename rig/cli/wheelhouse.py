@@ -1,8 +1,6 @@
 """The `rig wheelhouse` group: the controller's cache of locked wheels."""
 from __future__ import annotations
 
-import re
-
 import click
 
 from rig.cli.common import Seconds, cache_option, emit, json_option
@@ -55,23 +53,20 @@ def wheelhouse_export(lock_path, dest, cache, as_json) -> None:
 @wheelhouse.command("serve")
 @click.argument("directory")
 @click.option("--bind", default="0.0.0.0", show_default=True, help="The address to listen on.")
-@click.option("--seed", default="0" * 8, help="Hex digits the port is derived from (a lock hash).")
 @click.option("--idle-exit", type=Seconds(), default=600.0, show_default=True,
               help="Stop once nobody has asked anything for this long.")
 @click.option("--stats", help="Write the bytes sent to this JSON file when it stops.")
 @click.option("--foreground", is_flag=True, help="Serve in this process (prints the port) instead of detaching.")
 @json_option
-def wheelhouse_serve(directory, bind, seed, idle_exit, stats, foreground, as_json) -> None:
+def wheelhouse_serve(directory, bind, idle_exit, stats, foreground, as_json) -> None:
     """Serve an exported wheelhouse over HTTP for hosts to pull (pip checks every hash); detaches, and stops
     by itself once idle."""
     from rig.python import wheel_serving
 
-    if not re.fullmatch(r"[0-9a-fA-F]{8,}", seed):
-        raise click.BadParameter(f"{seed!r} is not hex digits", param_hint="--seed")
     if foreground:
-        wheel_serving.serve(directory, bind, seed, idle_exit, stats)
+        wheel_serving.serve(directory, bind, idle_exit, stats)
         return
-    emit(wheel_serving.detach(directory, bind, seed, idle_exit, stats), as_json)
+    emit(wheel_serving.detach(directory, bind, idle_exit, stats), as_json)
 
 
 @wheelhouse.command("route")

@@ -83,6 +83,16 @@ def atomic_copy(src: str | Path, dest: str | Path) -> Path:
     return dest
 
 
+def link_or_copy(src: str | Path, dest: str | Path) -> Path:
+    """DEST as a hard link to SRC (no bytes copied; size and times stay SRC's), or an atomic copy where the
+    two sit on different filesystems. DEST must not exist."""
+    try:
+        os.link(src, dest)
+    except OSError:
+        atomic_copy(src, dest)
+    return Path(dest)
+
+
 class MissingFile(RigError, FileNotFoundError):
     """A file rig was to read is not there: a RigError for the user, a FileNotFoundError for a caller to whom
     absence is an answer (no marker yet)."""

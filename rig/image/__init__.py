@@ -1,12 +1,14 @@
 """`rig image build` and `rig image verify`: the stack's serving image from its lock.
 
 The build context holds the engine (without the patch set), the CUDA wheels, the
-lock's requirements file and pip's wheel, the sources of the builds rig's cache
-lacks, the patch set and the environment; the 4 GB of locked wheels (and the built
-ones) are served to the build over HTTP from the controller's cache instead, so
-they are never a layer. Extra CA certificates go to the throwaway builder stage
-only. Nothing secret is ever a build argument: build arguments are visible in
-`docker history`.
+lock's wheelhouse, the sources of the builds rig's cache lacks and the wheels it
+built, the patch set and the environment. BuildKit builds it (rig.engine.buildkit):
+the wheels are bound into the steps that install them, so no layer holds them; extra
+CA certificates are a secret of the builder's step; the builder runs only when a
+build is missing, and hands back nothing but its wheels. The context sits at one
+place per lock under the cache, hard-linked from it: BuildKit sends only what
+changed since the last build from there. Nothing secret is ever a build argument:
+build arguments are visible in `docker history`.
 """
 from __future__ import annotations
 
@@ -14,17 +16,17 @@ import importlib.resources
 import json
 import shlex
 import shutil
-import tarfile
+import stat
 import tempfile
 from pathlib import Path
 
 from rig.core import RigError, defaults, progress
 from rig.core.cuda_releases import series
 from rig.core.documents import read_text
-from rig.core.fs import atomic_write, sha256_data
+from rig.core.fs import atomic_copy, atomic_write, confined, held, link_or_copy
+from rig.engine import buildkit
 from rig.engine.container import client as _client
 from rig.engine.container import report, run_image_engine
-from rig.python.wheel_serving import WheelServer, bridge_gateway
 
 DOCKERFILE = importlib.resources.files("rig.image") / "Dockerfile"  # package data
 LABEL = "dev.rig"
@@ -62,38 +64,45 @@ def labels(stack: dict, lock: dict, patch_ids: list[str]) -> dict:
     }
 
 
-def _context(root: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | None, ca_certs: list[str]) -> Path:
-    """Lay the build context out under ROOT; the wheels go to ROOT/served, outside it."""
+def _context(ctx: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | None) -> None:
+    """Lay the build context out in CTX (emptied first): large files hard-linked from the cache, so that
+    their size and times, which BuildKit compares to send only what changed, stay those of the cache's."""
     from rig.cuda import toolkit as cuda
     from rig.engine import bundle
     from rig.patches import patch_files
     from rig.python.runtime_env import environment
     from rig.python.wheelhouse import export
 
-    ctx = root / "context"
+    if ctx.is_dir() and not ctx.is_symlink():
+        shutil.rmtree(ctx)
+    elif ctx.is_symlink() or ctx.exists():  # never emptied through a link
+        ctx.unlink()
     (ctx / "engine").mkdir(parents=True)
     built = bundle.build(cache / "engine" / "rig-image.pyz", with_patches=False)
     shutil.copyfile(built["path"], ctx / "engine" / "rig.pyz")
     fetched = cuda.fetch_wheels(stack["cuda"]["version"], stack["cuda"]["components"], cache, "x86_64")
-    shutil.copytree(fetched["dir"], ctx / "cuda")
-    served = root / "served"
-    export(lock, cache, served)
-    (ctx / "wheelhouse").mkdir()
-    shutil.copyfile(served / "requirements.txt", ctx / "wheelhouse" / "requirements.txt")
-    for pip_wheel in served.glob("pip-*.whl"):
-        shutil.copyfile(pip_wheel, ctx / "wheelhouse" / pip_wheel.name)
+    shutil.copytree(fetched["dir"], ctx / "cuda", symlinks=True, copy_function=link_or_copy)
+    export(lock, cache, ctx / "wheelhouse")
     (ctx / "patches").mkdir()
     for path in patch_files(patch_dir):
         (ctx / "patches" / path.name).write_bytes(path.read_bytes())
     (ctx / "env.json").write_text(json.dumps({**environment(stack), "stack": stack["name"]}, sort_keys=True))
-    (ctx / "ca").mkdir()
-    for cert in ca_certs:
+    (ctx / "Dockerfile").write_bytes(DOCKERFILE.read_bytes())
+
+
+def ca_bundle(certs: list[str], dest: Path) -> Path | None:
+    """The extra CA certificates, checked and joined into DEST (readable by its owner alone), for the
+    builder's secret mount; None for none."""
+    texts = []
+    for cert in certs:
         text = read_text(cert, "CA certificate")
         if "PRIVATE KEY" in text or "BEGIN CERTIFICATE" not in text:
             raise RigError(f"{cert} is not a PEM certificate (or holds a private key): give only CA certificates")
-        (ctx / "ca" / (sha256_data(text)[:16] + ".crt")).write_text(text)
-    (ctx / "Dockerfile").write_bytes(DOCKERFILE.read_bytes())
-    return ctx
+        texts.append(text.strip() + "\n")
+    if not texts:
+        return None
+    atomic_write(dest, "".join(texts), mode=0o600)
+    return dest
 
 
 BUILD_ROOT = f"{defaults.IMAGE_ROOT}/build"  # the builder stage's scratch: sources, stack file, cuobjdump, its cache
@@ -134,34 +143,27 @@ def _builder_context(ctx: Path, stack_path: str, lock: dict, missing: list[dict]
     (build / "build.sh").write_text("\n".join(lines) + "\n")
 
 
-def _take_back(client, image: str, cache: Path) -> None:
-    """Copy the builder's kept wheels and audits into the controller's cache (built/KEY/)."""
-    container = client.containers.create(image, entrypoint=["true"])  # never started: only read from
-    try:
-        stream, _ = container.get_archive(f"{BUILD_ROOT}/cache/built")
-        with tempfile.TemporaryFile() as spool:
-            for chunk in stream:
-                spool.write(chunk)
-            spool.seek(0)
-            with tarfile.open(fileobj=spool) as tar:
-                for member in tar.getmembers():
-                    parts = Path(member.name).parts  # built/KEY/FILE
-                    if member.isfile() and len(parts) == 3 and ".." not in parts:
-                        source = tar.extractfile(member)
-                        if source is not None:  # a killed build leaves no torn wheel that plan() would trust
-                            atomic_write(cache / "built" / parts[1] / parts[2], source.read())
-    finally:
-        container.remove(force=True)
+def _take_back(out: Path, keys: list[str], cache: Path) -> None:
+    """Copy the builder's wheels and their audits (OUT/KEY/FILE, the wheels target's output) into the
+    controller's cache (built/KEY/), for KEYS alone (the builds that were missing): a build's own scripts ran
+    in the builder, so nothing else it left there (another lock's key, a link, a stray file) is taken."""
+    for key in keys:
+        kept = out / key
+        if kept.is_symlink() or not kept.is_dir():
+            continue
+        for item in sorted(kept.iterdir()):
+            if item.name.endswith((".whl", ".whl.audit.json")) and stat.S_ISREG(item.lstat().st_mode):
+                atomic_copy(item, cache / "built" / key / item.name)
 
 
-def _built_context(ctx: Path, served: Path, builds: list[dict], cache: Path) -> None:
-    """built/: the hash-pinned list of the wheels rig built (empty for none); the wheels are served."""
+def _built_context(ctx: Path, builds: list[dict], cache: Path) -> None:
+    """built/: the wheels rig built for the lock and their hash-pinned list (an empty list for none)."""
     from rig.kernels.wheels import export
     from rig.python.venv import BUILT_REQUIREMENTS
 
     (ctx / "built").mkdir()
     if builds:
-        export([cache / "built" / b["key"] for b in builds], served, requirements_dir=ctx / "built")
+        export([cache / "built" / b["key"] for b in builds], ctx / "built")
     else:
         (ctx / "built" / BUILT_REQUIREMENTS).write_text("")
 
@@ -190,6 +192,7 @@ def probe_base(client, base: str, python: str, cuda_series: str) -> dict:
 def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None = None, ca_certs: tuple = (),
           no_cache: bool = False) -> dict:
     from rig.python import lock as locking
+    from rig.python.wheelhouse import fetch
     from rig.stack.spec import load
 
     stack = load(stack_path)
@@ -204,68 +207,44 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
     missing = [b for b in builds if not b["kept"]]
     client = _client()
     tag = tag_for(stack, lock)
-    builder_tag = f"{tag}-builder"
     patch_ids = expected_patches(lock, patch_dir)
-    gateway = bridge_gateway(client.networks.get("bridge").attrs["IPAM"]["Config"][0])
     cuda_series = series(stack["cuda"]["version"])
     found = probe_base(client, base, lock["python"], cuda_series)
     if found["toolkit"] == "base":
         progress(f"the base brings /usr/local/cuda-{cuda_series}; the image keeps it instead of rig's toolkit")
-    with tempfile.TemporaryDirectory(prefix="rig-image-") as tmp:
+    place = confined(cache, f"image/{lock['lock_hash'][:16]}", "the image build's place", follow=False)
+    if place.is_symlink():
+        raise RigError(f"{place} is a link; rig keeps the build context there itself: remove the link")
+    with held(place.with_suffix(".lock")), tempfile.TemporaryDirectory(prefix="rig-image-") as tmp:
+        secrets = {"rig-ca": ca} if (ca := ca_bundle(list(ca_certs), Path(tmp) / "ca.crt")) else {}
         progress("fetching the lock's wheels and the CUDA wheels into the cache")
-        from rig.python.wheelhouse import fetch
-
         fetch(lock, cache)
-        ctx = _context(Path(tmp), stack, lock, cache, patch_dir, list(ca_certs))
+        ctx = place / "context"
+        _context(ctx, stack, lock, cache, patch_dir)
         _builder_context(ctx, stack_path, lock, missing, cache, f"/usr/local/cuda-{cuda_series}")
-        with WheelServer(Path(tmp) / "served", gateway, lock["lock_hash"]) as house:
-            args = {"BASE": base, "CUDA_VERSION": stack["cuda"]["version"],
-                    "TOOLKIT": found["toolkit"],
-                    "LOCK_HASH": lock["lock_hash"], "PYTHON_VERSION": stack["python"], "WHEELHOUSE_URL": house.url,
-                    "SERVER_PORT": str(stack["server"]["port"])}
-            steps = []
-            try:
-                if missing:  # compile first, and keep the wheels as the wheel_build role does
-                    progress(f"compiling {', '.join(b['name'] for b in missing)} in the builder stage")
-                    steps += _stream_build(client, str(ctx), builder_tag, args, {}, no_cache, "builder")
-                    _take_back(client, builder_tag, cache)
-                    builds = source_builds(stack_path, stack, lock, cache)
-                    lost = [b["name"] for b in builds if not b["kept"]]
-                    if lost:
-                        raise RigError(f"the builder stage built {', '.join(lost)} but no wheel came back under "
-                                       "the keys the controller expects; did the source change during the build?")
-                _built_context(ctx, Path(tmp) / "served", builds, cache)
-                steps += _stream_build(client, str(ctx), tag, args, labels(stack, lock, patch_ids), no_cache,
-                                       "runtime")
-            finally:
-                if missing and client.images.list(name=builder_tag):  # its own layers go; shared ones stay
-                    client.images.remove(builder_tag, force=True)
+        args = {"BASE": base, "CUDA_VERSION": stack["cuda"]["version"], "TOOLKIT": found["toolkit"],
+                "LOCK_HASH": lock["lock_hash"], "PYTHON_VERSION": stack["python"],
+                "SERVER_PORT": str(stack["server"]["port"])}
+        steps = []
+        if missing:  # compile first, and keep the wheels as the wheel_build role does
+            progress(f"compiling {', '.join(b['name'] for b in missing)} in the builder stage")
+            out = Path(tmp) / "wheels"
+            steps += buildkit.build(ctx, "wheels", output=out, args=args, secrets=secrets, no_cache=no_cache)
+            _take_back(out, [b["key"] for b in missing], cache)
+            builds = source_builds(stack_path, stack, lock, cache)
+            lost = [b["name"] for b in builds if not b["kept"]]
+            if lost:
+                raise RigError(f"the builder stage built {', '.join(lost)} but no wheel came back under "
+                               "the keys the controller expects; did the source change during the build?")
+        _built_context(ctx, builds, cache)
+        # --no-cache: the wheels target has just built the shared stages anew in this run; the runtime takes them
+        steps += buildkit.build(ctx, "runtime", tag=tag, args=args, labels=labels(stack, lock, patch_ids),
+                                no_cache=no_cache and not missing)
     image = client.images.get(tag)
     return {"changed": True, "tag": tag, "id": image.id, "size": image.attrs["Size"], "patches": patch_ids,
             "toolkit": found["toolkit"],
             "compiled": [b["name"] for b in missing], "builds": [b["key"] for b in builds],
             "steps": steps, "msg": f"built {tag} ({image.attrs['Size'] / 1e9:.2f} GB)"}
-
-
-def _stream_build(client, ctx: str, tag: str, args: dict, image_labels: dict, no_cache: bool,
-                  target: str) -> list[dict]:
-    """Run the build up to TARGET, relaying each step; returns the steps with whether each came from the cache."""
-    steps: list[dict] = []
-    tail: list[str] = []
-    for chunk in client.api.build(path=ctx, tag=tag, buildargs=args, labels=image_labels, rm=True, forcerm=True,
-                                  nocache=no_cache, decode=True, pull=False, target=target):
-        if "error" in chunk:
-            raise RigError(f"the image build failed: {chunk['error'].strip()}\n" + "".join(tail[-30:]))
-        line = chunk.get("stream", "")
-        if not line:
-            continue
-        tail.append(line)
-        if line.startswith("Step "):
-            progress(line.strip())
-            steps.append({"step": line.strip(), "cached": False})
-        elif "Using cache" in line and steps:
-            steps[-1]["cached"] = True
-    return steps
 
 
 def verify(tag: str) -> dict:

@@ -144,16 +144,15 @@ def plan(source: str, archs: list[str], cache: Path, lock_hash: str) -> dict:
             "msg": f"built/{key} holds {', '.join(w.name for w in kept)}" if kept else f"would build into built/{key}"}
 
 
-def export(built_dirs: list[Path], dest: Path, requirements_dir: Path | None = None) -> dict:
-    """Lay kept wheels out with a hash-pinned requirements file, for `rig venv add`
-    (the list goes to REQUIREMENTS_DIR instead when the wheels are served from DEST)."""
+def export(built_dirs: list[Path], dest: Path) -> dict:
+    """Lay kept wheels out with a hash-pinned requirements file, for `rig venv add`."""
     wheels = sorted(w for d in built_dirs for w in Path(d).glob("*.whl"))
     if not wheels:
         raise RigError(f"{', '.join(map(str, built_dirs))} holds no built wheels; run the wheel_build role "
                        "(or rig wheels build) first")
     entries = [(w, {"filename": w.name, "name": w.name.split("-")[0], "version": w.name.split("-")[1],
                     "sha256": sha256_file(w)}) for w in wheels]
-    laid = lay_out(entries, dest, (requirements_dir or dest) / BUILT_REQUIREMENTS)
+    laid = lay_out(entries, dest, dest / BUILT_REQUIREMENTS)
     return {**laid, "dest": str(dest), "msg": f"exported {len(wheels)} wheel(s)"}
 
 

@@ -1,4 +1,4 @@
-"""The controller's exported wheelhouse over HTTP, for hosts and image builds to pull.
+"""The controller's exported wheelhouse over HTTP, for hosts to pull.
 
 Hosts pull in parallel instead of the controller pushing gigabytes through each
 Ansible connection; --require-hashes checks every byte against the lock, so plain
@@ -9,7 +9,6 @@ so a play that fails half-way leaves no server behind for long.
 """
 from __future__ import annotations
 
-import errno
 import functools
 import http.server
 import ipaddress
@@ -26,27 +25,19 @@ from rig.core import RigError
 from rig.core.fs import atomic_write, open_plain
 from rig.core.proc import DEVNULL, PIPE, spawn
 
-PORTS = range(20000, 40000)
 START_TIMEOUT = 30
 
 
 class WheelServer:
-    """DIRECTORY over HTTP on HOST, at a port derived from SEED (a lock hash), so an image build's cache key
-    stays the same from run to run; the next free port when that one is taken."""
+    """DIRECTORY over HTTP on HOST, at a free port the kernel picks (hosts are told the URL)."""
 
-    def __init__(self, directory: str | Path, host: str, seed: str):
+    def __init__(self, directory: str | Path, host: str):
         handler = functools.partial(_Handler, directory=str(directory))
         server_class = _Server6 if ":" in host else _Server
-        base = PORTS.start + int(seed[:8], 16) % len(PORTS)
-        for port in range(base, base + 20):
-            try:
-                self.server = server_class((host, port), handler)
-                break
-            except OSError as exc:
-                if exc.errno != errno.EADDRINUSE:
-                    raise RigError(f"cannot serve the wheelhouse on {host}: {exc.strerror or exc}") from exc
-        else:
-            raise RigError(f"no free port near {base} on {host} to serve the wheelhouse from")
+        try:
+            self.server = server_class((host, 0), handler)
+        except OSError as exc:
+            raise RigError(f"cannot serve the wheelhouse on {host}: {exc.strerror or exc}") from exc
         self.port = self.server.server_address[1]
         self.url = f"http://{_url_host(host)}:{self.port}/"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
@@ -116,9 +107,9 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def serve(directory: str | Path, bind: str, seed: str, idle_exit: float, stats: str | None = None) -> None:
+def serve(directory: str | Path, bind: str, idle_exit: float, stats: str | None = None) -> None:
     """Serve DIRECTORY until nobody has asked anything for IDLE_EXIT seconds; STATS gets the bytes sent."""
-    with WheelServer(directory, bind, seed) as server:
+    with WheelServer(directory, bind) as server:
         print(json.dumps({"port": server.port}), flush=True)
         while server.idle_for() < idle_exit:
             time.sleep(0.5)
@@ -126,14 +117,14 @@ def serve(directory: str | Path, bind: str, seed: str, idle_exit: float, stats: 
             atomic_write(stats, json.dumps({"bytes_sent": server.bytes_sent}) + "\n")
 
 
-def detach(directory: str | Path, bind: str, seed: str, idle_exit: float, stats: str | None = None) -> dict:
+def detach(directory: str | Path, bind: str, idle_exit: float, stats: str | None = None) -> dict:
     """Start `serve` in a process of its own session (it outlives the play's task) and return once it listens;
     its messages go to DIRECTORY/../NAME.serve.log."""
     directory = Path(directory)
     if not any(directory.glob("*requirements.txt")):
         raise RigError(f"{directory} is not an exported wheelhouse (no requirements file); "
                        "run `rig wheelhouse export` or `rig wheels export` first")
-    argv = [sys.executable, "-m", "rig", "wheelhouse", "serve", str(directory), "--bind", bind, "--seed", seed,
+    argv = [sys.executable, "-m", "rig", "wheelhouse", "serve", str(directory), "--bind", bind,
             "--idle-exit", str(idle_exit), "--foreground"] + (["--stats", stats] if stats else [])
     log = directory.parent / f"{directory.name}.serve.log"
     with os.fdopen(open_plain(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "the wheel server's log",

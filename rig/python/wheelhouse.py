@@ -8,12 +8,11 @@ requirements file, for `pip install --no-index --require-hashes` on targets.
 """
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
 from rig.core import RigError, progress
-from rig.core.fs import atomic_copy, atomic_write, confined, sha256_data, sha256_file
+from rig.core.fs import atomic_write, confined, link_or_copy, sha256_data, sha256_file
 from rig.python.pip import download, index_args, pinned, target_args
 
 REQUIREMENTS = "requirements.txt"
@@ -107,10 +106,7 @@ def lay_out(wheels: list[tuple[Path, dict]], dest: Path, requirements_file: Path
         if not _intact(target, entry["sha256"]):
             if target.is_symlink() or target.is_file():
                 target.unlink()
-            try:
-                os.link(src, target)
-            except OSError:
-                atomic_copy(src, target)
+            link_or_copy(src, target)
             changed = True
     text = requirements(listed if listed is not None else [entry for _, entry in wheels])
     requirements_file.parent.mkdir(parents=True, exist_ok=True)

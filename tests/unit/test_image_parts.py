@@ -1,18 +1,114 @@
-"""Parts of `rig image build` that need no Docker engine: the address the build reaches
-the wheelhouse on, the tag and the labels."""
+"""Parts of `rig image build` that need no Docker engine: the tag and the labels, the CA secret, the wheels
+taken back from the builder, the BuildKit client rig picks and the steps it reads from BuildKit's progress."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
 from conftest import DEFAULT_LOCK, REPO
 
-from rig.image import labels, tag_for
+from rig.core import RigError
+from rig.engine import buildkit
+from rig.image import _take_back, ca_bundle, labels, tag_for
 from rig.python.lock import read
-from rig.python.wheel_serving import bridge_gateway
 from rig.stack.spec import load
 
+CERT = "-----BEGIN CERTIFICATE-----\nMIIBcert\n-----END CERTIFICATE-----\n"
+# BuildKit's plain progress of a build (docker 20.10), cut down: an internal vertex, a cached step, a step
+# that ran and printed, and a vertex named again when its output resumed
+PROGRESS = """#1 [internal] load build definition from Dockerfile
+#1 DONE 0.0s
+#4 [stack 1/5] FROM docker.io/library/rig-base:bookworm
+#4 DONE 0.0s
+#6 [stack 4/5] RUN python3 /opt/rig/rig.pyz venv install --venv /opt/rig/venv
+#6 CACHED
+#9 [runtime 7/8] RUN python3 /opt/rig/rig.pyz patch apply --venv /opt/rig/venv
+#9 0.512 rig: applying sglang-fusion-preflight-unicast
+#10 [runtime 8/8] COPY env.json /opt/rig/env.json
+#9 [runtime 7/8] RUN python3 /opt/rig/rig.pyz patch apply --venv /opt/rig/venv
+#9 1.020 rig: applied
+#9 DONE 1.1s
+#10 CACHED
+#11 exporting to image
+""".splitlines()
 
-def test_the_gateway_is_the_configured_one_or_the_subnets_first_host():
-    assert bridge_gateway({"Subnet": "172.17.0.0/16", "Gateway": "172.17.0.254"}) == "172.17.0.254"
-    # a fresh dockerd that chose the address itself reports only the subnet
-    assert bridge_gateway({"Subnet": "172.17.0.0/16"}) == "172.17.0.1"
-    assert bridge_gateway({"Subnet": "10.9.8.0/24"}) == "10.9.8.1"
+
+def test_the_steps_are_the_dockerfiles_in_start_order_each_cached_or_run():
+    assert buildkit.steps_of(PROGRESS) == [
+        {"step": "[stack 1/5] FROM docker.io/library/rig-base:bookworm", "cached": False},
+        {"step": "[stack 4/5] RUN python3 /opt/rig/rig.pyz venv install --venv /opt/rig/venv", "cached": True},
+        {"step": "[runtime 7/8] RUN python3 /opt/rig/rig.pyz patch apply --venv /opt/rig/venv", "cached": False},
+        {"step": "[runtime 8/8] COPY env.json /opt/rig/env.json", "cached": True}]
+
+
+def fake_docker(directory, code: int):
+    directory.mkdir()
+    docker = directory / "docker"
+    docker.write_text(f"#!/bin/sh\necho \"$DOCKER_BUILDKIT $*\" >> {directory}/calls\nexit {code}\n")
+    docker.chmod(0o755)
+    return docker
+
+
+def test_the_client_is_the_first_on_path_whose_build_speaks_buildkit(tmp_path, monkeypatch):
+    refusing = fake_docker(tmp_path / "new-without-buildx", 1)  # Docker 23+ with no buildx refuses at once
+    speaking = fake_docker(tmp_path / "debian-20.10", 0)
+    monkeypatch.setenv("PATH", f"{refusing.parent}{os.pathsep}{speaking.parent}")
+    buildkit.cli.cache_clear()
+    try:
+        assert buildkit.cli() == str(speaking)
+        assert (refusing.parent / "calls").read_text() == "1 build --help\n"  # asked with BuildKit on
+        monkeypatch.setenv("PATH", str(refusing.parent))
+        buildkit.cli.cache_clear()
+        with pytest.raises(RigError, match="no Docker client on PATH builds with BuildKit.*ensure-docker.sh"):
+            buildkit.cli()
+    finally:
+        buildkit.cli.cache_clear()
+
+
+def test_the_ca_secret_holds_only_checked_certificates_readable_by_its_owner(tmp_path):
+    cert, key = tmp_path / "ca.crt", tmp_path / "ca.key"
+    cert.write_text(CERT)
+    key.write_text(CERT + "-----BEGIN PRIVATE KEY-----\nMIIkey\n-----END PRIVATE KEY-----\n")
+    assert ca_bundle([], tmp_path / "none.crt") is None and not (tmp_path / "none.crt").exists()
+    joined = ca_bundle([str(cert), str(cert)], tmp_path / "secret.crt")
+    assert joined.read_text() == CERT + CERT and stat.S_IMODE(joined.stat().st_mode) == 0o600
+    with pytest.raises(RigError, match="ca.key is not a PEM certificate"):
+        ca_bundle([str(cert), str(key)], tmp_path / "refused.crt")
+    assert not (tmp_path / "refused.crt").exists()
+
+
+def test_only_the_missing_keys_wheels_and_audits_come_back_from_the_builder(tmp_path):
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    (out / "k1" / "nested").mkdir(parents=True)
+    (out / "k1" / "a-0.1-cp311-linux_x86_64.whl").write_bytes(b"wheel")
+    (out / "k1" / "a-0.1-cp311-linux_x86_64.whl.audit.json").write_text("{}")
+    (out / "k1" / "notes.txt").write_text("not a wheel or its audit")
+    (out / "k1" / "nested" / "deep.whl").write_bytes(b"too deep")
+    (tmp_path / "elsewhere").write_text("not the builder's")
+    (out / "k1" / "link.whl").symlink_to(tmp_path / "elsewhere")
+    (out / "k2").symlink_to(out / "k1")
+    (out / "other-lock").mkdir()  # a build's own script wrote under another lock's key
+    (out / "other-lock" / "evil-1.0-py3-none-any.whl").write_bytes(b"planted")
+    (out / "stray.whl").write_bytes(b"no key")
+    _take_back(out, ["k1", "k2", "k3"], cache)
+    assert sorted(str(p.relative_to(cache)) for p in cache.rglob("*")) == \
+        ["built", "built/k1", "built/k1/a-0.1-cp311-linux_x86_64.whl", "built/k1/a-0.1-cp311-linux_x86_64.whl.audit.json"]
+
+
+@pytest.mark.parametrize("where", ["output", "secret"])
+def test_a_path_the_docker_cli_would_split_is_refused_before_any_build(tmp_path, monkeypatch, where):
+    docker = fake_docker(tmp_path / "bin", 0)
+    monkeypatch.setenv("PATH", str(docker.parent))
+    buildkit.cli.cache_clear()
+    odd = tmp_path / "a,dest=elsewhere"
+    try:
+        with pytest.raises(RigError, match="a comma or a quote cannot be handed to `docker build`"):
+            buildkit.build(tmp_path, "runtime", **({"output": odd} if where == "output" else
+                                                  {"tag": "t", "secrets": {"rig-ca": odd}}))
+    finally:
+        buildkit.cli.cache_clear()
+    assert not (docker.parent / "calls").exists()  # refused before Docker was asked anything
 
 
 def test_the_tag_and_labels_come_from_the_lock():
