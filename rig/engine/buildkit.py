@@ -18,7 +18,15 @@ from pathlib import Path
 from rig.core import RigError, progress
 from rig.core.proc import run, spawn
 
-ENV = {"DOCKER_BUILDKIT": "1"}
+DEFAULT_HOST = "unix:///var/run/docker.sock"  # docker-py's engine when DOCKER_HOST is not set
+
+
+def environment() -> dict:
+    """The CLI's environment: BuildKit on, the engine docker-py talks to (the CLI would follow its current
+    context instead) and that engine's own builder (a buildx builder of another driver would keep the image
+    out of the engine where rig reads it back)."""
+    return {**os.environ, "DOCKER_BUILDKIT": "1", "DOCKER_HOST": os.environ.get("DOCKER_HOST") or DEFAULT_HOST,
+            "BUILDX_BUILDER": "default"}
 # `#7 [stack 3/6] RUN ...`, `#7 CACHED`, `#7 DONE 1.2s`, `#7 ERROR: ...`: BuildKit's plain progress
 VERTEX = re.compile(r"#(\d+) \[([^\]]+)\] (.+)")
 STATUS = re.compile(r"#(\d+) (CACHED|DONE|ERROR)\b")
@@ -35,7 +43,7 @@ def cli() -> str:
             continue
         seen.add(os.path.realpath(candidate))
         answer = run([candidate, "build", "--help"], "the Docker client's BuildKit build", ok=None,
-                     env={**os.environ, **ENV}, timeout=60)
+                     env=environment(), timeout=60)
         if answer.returncode == 0:
             return candidate
     raise RigError("no Docker client on PATH builds with BuildKit (Docker 23 and later need the buildx plugin "
@@ -72,7 +80,7 @@ def build(context: Path, target: str, *, tag: str | None = None, output: Path | 
         argv += [part for key, value in (values or {}).items() for part in (flag, f"{key}={value}")]
     argv += [part for key, path in (secrets or {}).items() for part in ("--secret", f"id={key},src={path}")]
     child = spawn([*argv, "--", str(Path(context).resolve())], "the image build", stdin=subprocess.DEVNULL,
-                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **ENV})
+                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment())
     assert child.stdout  # a pipe
     lines: list[str] = []
     announced: set[str] = set()

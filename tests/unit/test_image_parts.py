@@ -45,7 +45,8 @@ def test_the_steps_are_the_dockerfiles_in_start_order_each_cached_or_run():
 def fake_docker(directory, code: int):
     directory.mkdir()
     docker = directory / "docker"
-    docker.write_text(f"#!/bin/sh\necho \"$DOCKER_BUILDKIT $*\" >> {directory}/calls\nexit {code}\n")
+    docker.write_text(f"#!/bin/sh\necho \"$DOCKER_BUILDKIT $DOCKER_HOST $BUILDX_BUILDER $*\" >> {directory}/calls\n"
+                      f"exit {code}\n")
     docker.chmod(0o755)
     return docker
 
@@ -54,10 +55,17 @@ def test_the_client_is_the_first_on_path_whose_build_speaks_buildkit(tmp_path, m
     refusing = fake_docker(tmp_path / "new-without-buildx", 1)  # Docker 23+ with no buildx refuses at once
     speaking = fake_docker(tmp_path / "debian-20.10", 0)
     monkeypatch.setenv("PATH", f"{refusing.parent}{os.pathsep}{speaking.parent}")
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setenv("BUILDX_BUILDER", "remote-cluster")
     buildkit.cli.cache_clear()
     try:
         assert buildkit.cli() == str(speaking)
-        assert (refusing.parent / "calls").read_text() == "1 build --help\n"  # asked with BuildKit on
+        # asked with BuildKit on, of the engine docker-py reads (not the CLI's context) and its own builder
+        assert (refusing.parent / "calls").read_text() == "1 unix:///var/run/docker.sock default build --help\n"
+        monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
+        buildkit.cli.cache_clear()
+        buildkit.cli()
+        assert (refusing.parent / "calls").read_text().splitlines()[-1] == "1 tcp://127.0.0.1:2375 default build --help"
         monkeypatch.setenv("PATH", str(refusing.parent))
         buildkit.cli.cache_clear()
         with pytest.raises(RigError, match="no Docker client on PATH builds with BuildKit.*ensure-docker.sh"):
