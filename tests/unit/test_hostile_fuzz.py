@@ -11,12 +11,14 @@ check does not rely on rig's cooperation.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import http.server
 import io
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -78,8 +80,9 @@ def _audit(event: str, args: tuple) -> None:
 sys.addaudithook(_audit)
 
 # matplotlib (rig bench's plots) writes its font cache on first import: build it now, in a directory of
-# its own, so that cases see only what rig itself writes
+# its own, so that cases see only what rig itself writes; removed when the run ends (one per worker and run)
 os.environ["MPLCONFIGDIR"] = tempfile.mkdtemp(prefix="rig-fuzz-matplotlib-")
+atexit.register(shutil.rmtree, os.environ["MPLCONFIGDIR"], True)
 import matplotlib.font_manager  # noqa: E402,F401
 
 
