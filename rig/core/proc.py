@@ -78,7 +78,7 @@ def ask(python: str | Path, name: str, args: list[str], what: str, kind: type = 
     return last_json(done.stdout, f"{python} asked to {what}", kind)
 
 
-PIPE, DEVNULL, TimeoutExpired = subprocess.PIPE, subprocess.DEVNULL, subprocess.TimeoutExpired
+PIPE, DEVNULL, STDOUT, TimeoutExpired = subprocess.PIPE, subprocess.DEVNULL, subprocess.STDOUT, subprocess.TimeoutExpired
 # the types callers annotate with, so that no module but this one imports subprocess
 Completed: TypeAlias = subprocess.CompletedProcess
 Child: TypeAlias = subprocess.Popen

@@ -12,11 +12,10 @@ import functools
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 from rig.core import RigError, progress
-from rig.core.proc import run, spawn
+from rig.core.proc import DEVNULL, PIPE, STDOUT, run, spawn
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"  # docker-py's engine when DOCKER_HOST is not set
 
@@ -79,8 +78,8 @@ def build(context: Path, target: str, *, tag: str | None = None, output: Path | 
     for flag, values in (("--build-arg", args), ("--label", labels)):
         argv += [part for key, value in (values or {}).items() for part in (flag, f"{key}={value}")]
     argv += [part for key, path in (secrets or {}).items() for part in ("--secret", f"id={key},src={path}")]
-    child = spawn([*argv, "--", str(Path(context).resolve())], "the image build", stdin=subprocess.DEVNULL,
-                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment())
+    child = spawn([*argv, "--", str(Path(context).resolve())], "the image build", stdin=DEVNULL,
+                  stdout=PIPE, stderr=STDOUT, text=True, env=environment())
     assert child.stdout  # a pipe
     lines: list[str] = []
     announced: set[str] = set()

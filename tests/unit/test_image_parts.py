@@ -126,3 +126,30 @@ def test_the_tag_and_labels_come_from_the_lock():
     assert meta["dev.rig.lock-hash"] == lock["lock_hash"]
     assert meta["dev.rig.patches"] == "a,b"
     assert meta["dev.rig.sglang"] == stack["sglang"]["version"]
+
+
+def test_a_build_relays_its_steps_and_a_failed_one_names_its_target_and_the_end_of_its_output(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    # `build --help` answers (BuildKit spoken); a build prints PROGRESS, then exits with $RIG_FAKE_EXIT
+    (tmp_path / "progress").write_text("\n".join(PROGRESS) + "\n")
+    docker.write_text(f'#!/bin/sh\n[ "$2" = --help ] && exit 0\necho "$*" > {tmp_path}/argv\n'
+                      f'/bin/cat {tmp_path}/progress\necho "ERROR: process did not complete successfully"\n'
+                      'exit "${RIG_FAKE_EXIT:-0}"\n')
+    docker.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    buildkit.cli.cache_clear()
+    try:
+        steps = buildkit.build(tmp_path, "runtime", tag="rig/x:1", args={"BASE": "b"}, labels={"dev.rig.k": "v"})
+        assert steps == buildkit.steps_of(PROGRESS) and len(steps) == 4
+        argv = (tmp_path / "argv").read_text().split()
+        assert argv[-2:] == ["--", str(tmp_path.resolve())] and "--no-cache" not in argv
+        assert ["--tag", "rig/x:1"] == argv[argv.index("--tag"):argv.index("--tag") + 2]
+        assert "BASE=b" in argv and "dev.rig.k=v" in argv
+        monkeypatch.setenv("RIG_FAKE_EXIT", "1")
+        with pytest.raises(RigError, match=r"\(target wheels\) failed:(.|\n)*process did not complete successfully"):
+            buildkit.build(tmp_path, "wheels", output=tmp_path / "out", no_cache=True)
+        assert "--no-cache" in (tmp_path / "argv").read_text().split()
+    finally:
+        buildkit.cli.cache_clear()
