@@ -8,6 +8,7 @@ cache; nothing is read from its human prose beyond the vertex lines.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import re
@@ -26,6 +27,8 @@ def environment() -> dict:
     out of the engine where rig reads it back)."""
     return {**os.environ, "DOCKER_BUILDKIT": "1", "DOCKER_HOST": os.environ.get("DOCKER_HOST") or DEFAULT_HOST,
             "BUILDX_BUILDER": "default"}
+
+
 # `#7 [stack 3/6] RUN ...`, `#7 CACHED`, `#7 DONE 1.2s`, `#7 ERROR: ...`: BuildKit's plain progress
 VERTEX = re.compile(r"#(\d+) \[([^\]]+)\] (.+)")
 STATUS = re.compile(r"#(\d+) (CACHED|DONE|ERROR)\b")
@@ -49,18 +52,32 @@ def cli() -> str:
                    "for it): run scripts/ensure-docker.sh, which installs Debian's docker.io, or install buildx")
 
 
-def steps_of(lines: list[str]) -> list[dict]:
-    """The build's steps in the order BuildKit started them: each Dockerfile instruction ([internal] vertices
-    left out) and whether it came from the cache."""
-    steps: dict[str, dict] = {}
-    for line in lines:
+class Steps:
+    """The build's steps in the order BuildKit starts them, fed one progress line at a time: each Dockerfile
+    instruction ([internal] vertices left out; BuildKit names a vertex again each time its output resumes)
+    and whether it came from the cache."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, dict] = {}
+
+    def feed(self, line: str) -> str | None:
+        """Take LINE; the step it starts, if it starts one."""
         if vertex := VERTEX.match(line):
             number, where, what = vertex.groups()
-            if where != "internal" and number not in steps:
-                steps[number] = {"step": f"[{where}] {what.strip()}", "cached": False}
-        elif (status := STATUS.match(line)) and status.group(1) in steps and status.group(2) == "CACHED":
-            steps[status.group(1)]["cached"] = True
-    return list(steps.values())
+            if where != "internal" and number not in self.steps:
+                self.steps[number] = {"step": f"[{where}] {what.strip()}", "cached": False}
+                return self.steps[number]["step"]
+        elif (status := STATUS.match(line)) and status.group(1) in self.steps and status.group(2) == "CACHED":
+            self.steps[status.group(1)]["cached"] = True
+        return None
+
+
+def steps_of(lines: list[str]) -> list[dict]:
+    """The steps of a whole progress output (Steps)."""
+    steps = Steps()
+    for line in lines:
+        steps.feed(line)
+    return list(steps.steps.values())
 
 
 def build(context: Path, target: str, *, tag: str | None = None, output: Path | None = None,
@@ -81,15 +98,13 @@ def build(context: Path, target: str, *, tag: str | None = None, output: Path | 
     child = spawn([*argv, "--", str(Path(context).resolve())], "the image build", stdin=DEVNULL,
                   stdout=PIPE, stderr=STDOUT, text=True, env=environment())
     assert child.stdout  # a pipe
-    lines: list[str] = []
-    announced: set[str] = set()
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL)
+    steps = Steps()
     with child:
         for line in child.stdout:
-            lines.append(line.rstrip("\n"))
-            vertex = VERTEX.match(line)
-            if vertex and vertex.group(2) != "internal" and vertex.group(1) not in announced:
-                announced.add(vertex.group(1))  # BuildKit names a vertex again each time its output resumes
-                progress(f"[{vertex.group(2)}] {vertex.group(3).strip()[:160]}")
+            tail.append(line.rstrip("\n"))
+            if started := steps.feed(line):
+                progress(started[:160])
     if child.returncode != 0:
-        raise RigError(f"the image build (target {target}) failed:\n" + "\n".join(lines[-TAIL:]))
-    return steps_of(lines)
+        raise RigError(f"the image build (target {target}) failed:\n" + "\n".join(tail))
+    return list(steps.steps.values())
