@@ -9,10 +9,12 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,8 +120,11 @@ class Play:
         """ansible-playbook CMD, its results read from the JSON the suite's callback writes."""
         with tempfile.TemporaryDirectory(prefix="rig-play-") as scratch:
             path = Path(scratch) / "results.json"
+            started, cpu = time.monotonic(), _children_cpu()
             done = run(cmd, cwd=REPO, env={**ansible_env(), "RIG_RESULTS": str(path)})
-            return cls(done, json.loads(path.read_text()) if path.exists() else None)
+            play = cls(done, json.loads(path.read_text()) if path.exists() else None)
+            _log_play(cmd, time.monotonic() - started, _children_cpu() - cpu, play.results)
+            return play
 
     @property
     def output(self) -> str:
@@ -145,6 +150,44 @@ class Play:
     def expect_ok(self) -> "Play":
         assert self.ok, self.output[-6000:]
         return self
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _log_play(cmd: list[str], seconds: float, cpu: float, results: dict | None) -> None:
+    """Where the box tests' time goes: with $RIG_PLAY_LOG set, one JSON line per play (the test, the playbook,
+    its wall and controller CPU seconds, each task's seconds per host) for scripts/bench.py suite to add up."""
+    path = os.environ.get("RIG_PLAY_LOG")
+    if path:
+        line = {"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
+                "playbook": next((Path(a).name for before, a in zip(cmd, cmd[1:], strict=False)
+                                  if a.endswith(".yml") and before != "-i"), "?"),
+                "check": "--check" in cmd, "seconds": round(seconds, 2), "controller_cpu": round(cpu, 2),
+                "timings": (results or {}).get("timings", [])}
+        with open(path, "a") as out:
+            out.write(json.dumps(line) + "\n")
+
+
+def _log_box_cpu(boxes: list[Box]) -> None:
+    """With $RIG_PLAY_LOG set, each box's CPU seconds over its life (its cgroup's count) before it goes."""
+    path = os.environ.get("RIG_PLAY_LOG")
+    if not path:
+        return
+    ids = run(["docker", "inspect", "-f", "{{.Id}}", *(b.name for b in boxes)]).stdout.split()
+    for box, cid in zip(boxes, ids, strict=False):
+        for usage in (Path("/sys/fs/cgroup/cpuacct/docker", cid, "cpuacct.usage"),
+                      Path("/sys/fs/cgroup/system.slice", f"docker-{cid}.scope", "cpu.stat")):
+            if usage.is_file():
+                text = usage.read_text()
+                ns = int(text) if usage.name == "cpuacct.usage" else int(text.split()[1]) * 1000
+                line = {"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0], "box": box.name,
+                        "box_cpu": round(ns / 1e9, 2)}
+                with open(path, "a") as out:
+                    out.write(json.dumps(line) + "\n")
+                break
 
 
 def standin_case(tmp_path: Path, stack: dict):
@@ -273,6 +316,7 @@ def _start(image: str, network: str = "bridge", systemd: bool = False) -> Box:
 
 def _remove(boxes: list[Box]) -> None:
     if boxes:
+        _log_box_cpu(boxes)
         run(["docker", "rm", "-f", *(b.name for b in boxes)])
         for b in boxes:
             Path(f"/tmp/rig-test-inventory-{b.name}.yml").unlink(missing_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from ansible.plugins.callback import CallbackBase
 
@@ -27,18 +28,36 @@ class CallbackModule(CallbackBase):
     def __init__(self) -> None:
         super().__init__()
         self.changed: list[dict] = []
+        self.timings: list[dict] = []  # each task's seconds on each host, from the task's start to its result
+        self.started = 0.0
+
+    def v2_playbook_on_task_start(self, task, is_conditional) -> None:
+        self.started = time.monotonic()
+
+    def v2_playbook_on_handler_task_start(self, task) -> None:
+        self.started = time.monotonic()
+
+    def _timed(self, result) -> None:
+        self.timings.append({"task": result._task.get_name(), "host": result._host.get_name(),
+                             "seconds": round(time.monotonic() - self.started, 3)})
 
     def v2_runner_on_ok(self, result) -> None:
+        self._timed(result)
         if result._result.get("changed"):
             self.changed.append({"task": result._task.get_name(), "host": result._host.get_name()})
 
     def v2_runner_on_failed(self, result, ignore_errors: bool = False) -> None:
         if ignore_errors:  # the recap counts an ignored failure's change too
             self.v2_runner_on_ok(result)
+        else:
+            self._timed(result)
+
+    def v2_runner_on_skipped(self, result) -> None:
+        self._timed(result)
 
     def v2_playbook_on_stats(self, stats) -> None:
         path = os.environ.get("RIG_RESULTS")
         if path:
             with open(path, "w") as out:
                 json.dump({"stats": {host: stats.summarize(host) for host in sorted(stats.processed)},
-                           "changed": self.changed}, out)
+                           "changed": self.changed, "timings": self.timings}, out)
