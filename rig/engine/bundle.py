@@ -5,12 +5,19 @@ jinja2 with markupsafe, packaging, PyYAML) and the patch set in one zipapp
 Roles and `rig doctor --container` run the engine on targets through it, so a
 target needs nothing but python3: no pip, no venv, no package index. PyYAML and
 markupsafe run without their C extensions there (each has a pure-Python fallback).
+
+Every module carries its bytecode beside it (name.pyc, the layout zipimport reads), compiled by
+the Python that builds the bundle: zipimport never writes bytecode, so without it a target
+compiles every module it imports on every run (half of an engine call's CPU time, measured in
+docs/BENCHMARKS.md). A target whose Python is another version reads the sources, as before.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import os
+import py_compile
 import shutil
 import tempfile
 import zipapp
@@ -53,7 +60,7 @@ def build(out: str | Path, with_patches: bool = True) -> dict:
     that a patch change leaves the engine's layers cached."""
     out = Path(out)
     sources = _sources(with_patches)
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(importlib.util.MAGIC_NUMBER)  # the bytecode is this Python version's
     for path, name in sources:
         digest.update(str(name).encode() + b"\0" + path.read_bytes())
     stamp = out.with_suffix(".sha256")
@@ -64,7 +71,12 @@ def build(out: str | Path, with_patches: bool = True) -> dict:
         for path, name in sources:
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, Path(tmp) / name)
-            os.utime(Path(tmp) / name, (FIXED_MTIME, FIXED_MTIME))  # the same sources, the same bytes
+            if name.suffix == ".py":  # unchecked: the bundle is checked as a whole before it runs
+                py_compile.compile(str(Path(tmp) / name), cfile=str(Path(tmp) / name.with_suffix(".pyc")),
+                                   dfile=str(name), doraise=True,
+                                   invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+        for path in Path(tmp).rglob("*"):
+            os.utime(path, (FIXED_MTIME, FIXED_MTIME))  # the same sources, the same bytes
         archive = io.BytesIO()  # then one rename: two controllers' runs building at once never share a file
         zipapp.create_archive(tmp, archive, interpreter="/usr/bin/env python3", main="rig.cli:main")
         atomic_write(out, archive.getvalue(), 0o755)

@@ -59,3 +59,29 @@ def test_the_engine_bundle_runs_with_python_alone(tmp_path):
         done = subprocess.run([sys.executable, "-I", "-S", str(out), *args], capture_output=True, text=True,
                               check=False)
         assert done.returncode in (0, 1) and "rig: error" not in done.stderr, (args, done.stderr)
+
+
+def test_the_engine_bundle_imports_its_modules_from_bytecode_and_from_source_on_another_python(tmp_path):
+    """zipimport never writes bytecode: the bundle carries its builder's, else a target compiles every import
+    on every run. A code object compiled from the zip's source names the zip in its file name; one read from
+    the carried bytecode names the path inside it."""
+    import subprocess
+    import sys
+    import zipfile
+
+    out = tmp_path / "rig.pyz"
+    assert rig("plumbing", "bundle", "--out", str(out)).returncode == 0
+    names = set(zipfile.ZipFile(out).namelist())
+    assert {n[:-1] for n in names if n.endswith(".pyc")} == {n for n in names if n.endswith(".py")} - {"__main__.py"}
+    where = "import sys; sys.path.insert(0, sys.argv[1]); import rig.engine.bundle as b; print(b.build.__code__.co_filename)"
+    read = subprocess.run([sys.executable, "-I", "-S", "-c", where, str(out)], capture_output=True, text=True,
+                          check=True)
+    assert read.stdout.strip() == "rig/engine/bundle.py"
+    # a Python of another version (another magic number) finds bytecode it cannot read and takes the source
+    with zipfile.ZipFile(out) as zipped, zipfile.ZipFile(tmp_path / "other.pyz", "w") as other:
+        for info in zipped.infolist():
+            data = zipped.read(info)
+            other.writestr(info, b"\0\0\r\n" + data[4:] if info.filename.endswith(".pyc") else data)
+    compiled = subprocess.run([sys.executable, "-I", "-S", "-c", where, str(tmp_path / "other.pyz")],
+                              capture_output=True, text=True, check=True)
+    assert compiled.stdout.strip() == str(tmp_path / "other.pyz" / "rig" / "engine" / "bundle.py")
