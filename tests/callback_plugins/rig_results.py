@@ -7,6 +7,7 @@ import os
 import time
 
 from ansible.plugins.callback import CallbackBase
+from ansible.plugins.loader import connection_loader
 
 DOCUMENTATION = """
 name: rig_results
@@ -14,6 +15,9 @@ type: aggregate
 short_description: each host's recap and changed tasks as JSON, for rig's tests
 description:
   - At the play's end, writes each host's recap counts and the tasks that changed to the file $RIG_RESULTS names.
+  - Loads the boxes' connection plugin (community.docker.docker_api) in the controller's own process, so that
+    the worker Ansible forks for each task finds it imported instead of importing it and its Docker client
+    again (measured, about 0.45 s of controller CPU per task before and 0.15-0.2 after).
 requirements:
   - RIG_RESULTS, the file to write
 """
@@ -27,6 +31,7 @@ class CallbackModule(CallbackBase):
 
     def __init__(self) -> None:
         super().__init__()
+        connection_loader.get("community.docker.docker_api", class_only=True)  # before any fork: see above
         self.changed: list[dict] = []
         self.timings: list[dict] = []  # each task's seconds on each host, from the task's start to its result
         self.started = 0.0
