@@ -15,12 +15,15 @@ type: aggregate
 short_description: each host's recap and changed tasks as JSON, for rig's tests
 description:
   - At the play's end, writes each host's recap counts and the tasks that changed to the file $RIG_RESULTS names.
-  - Loads the boxes' connection plugin (community.docker.docker_api) in the controller's own process, so that
-    the worker Ansible forks for each task finds it imported instead of importing it and its Docker client
-    again (measured, about 0.45 s of controller CPU per task before and 0.15-0.2 after).
+  - Loads the boxes' connection plugins (community.docker's docker_api, and docker for Molecule) in the
+    controller's own process, so that the worker Ansible forks for each task finds them imported instead of
+    importing them and the Docker client again (measured, about 0.45 s of controller CPU per task before and
+    0.15-0.2 after).
 requirements:
   - RIG_RESULTS, the file to write
 """
+
+CONNECTIONS = ("community.docker.docker_api", "community.docker.docker")  # the suite's boxes, Molecule's
 
 
 class CallbackModule(CallbackBase):
@@ -31,7 +34,8 @@ class CallbackModule(CallbackBase):
 
     def __init__(self) -> None:
         super().__init__()
-        connection_loader.get("community.docker.docker_api", class_only=True)  # before any fork: see above
+        for name in CONNECTIONS:  # before any fork: see DOCUMENTATION
+            connection_loader.get(name, class_only=True)
         self.changed: list[dict] = []
         self.timings: list[dict] = []  # each task's seconds on each host, from the task's start to its result
         self.started = 0.0
