@@ -777,8 +777,8 @@ def source_bundle(work: Path) -> Path:
 
 def bench_tasks(rounds: int) -> None:
     """Seconds per task of a play of TASKS rig actions (stack show, read) and of TASKS command tasks on one box,
-    each play run under both settings, interleaved round by round. A bundle sent per task is what a host
-    rig cannot keep it on gets (a keep dir that cannot be made, under /proc)."""
+    each play under the settings it is compared in, interleaved round by round. A bundle sent per task is what
+    a host rig cannot keep it on gets (a keep dir that cannot be made, under /proc)."""
     import yaml
 
     image = subprocess.run(["bash", "scripts/base-image.sh"], cwd=REPO, capture_output=True, text=True,
@@ -795,7 +795,11 @@ def bench_tasks(rounds: int) -> None:
                 {"name": "Show the stack", "rig": {"argv": ["stack", "show", "/nonexistent.yml"], "mode": "read"},
                  "failed_when": False, **loop}]}],
             "command": [{"hosts": "all", "gather_facts": False, "tasks": [
-                {"name": "A command", "ansible.builtin.command": "true", "changed_when": False, **loop}]}]}
+                {"name": "A command", "ansible.builtin.command": "true", "changed_when": False, **loop}]}],
+            # as a role's tasks are: Ansible forks a worker for each
+            "separate": [{"hosts": "all", "gather_facts": False, "tasks": [
+                {"name": f"Command {n}", "ansible.builtin.command": "true", "changed_when": False}
+                for n in range(TASKS)]}]}
         for name, play in plays.items():
             (work / f"{name}.yml").write_text(yaml.safe_dump(play))
         env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(REPO / "roles")}
@@ -806,6 +810,10 @@ def bench_tasks(rounds: int) -> None:
             "rig action, bundle sent with every task": ("rig", {}, ["-e", "rig_engine_keep_dir=/proc/rig-keep"]),
             "command task, pipelining on (rig's ansible.cfg)": ("command", {}, []),
             "command task, pipelining off": ("command", {"ANSIBLE_PIPELINING": "0"}, []),
+            "command tasks, a worker each": ("separate", {}, []),
+            "command tasks, a worker each, the connection plugin loaded before the forks (the suite's callback)": (
+                "separate", {"ANSIBLE_CALLBACK_PLUGINS": str(REPO / "tests" / "callback_plugins"),
+                             "ANSIBLE_CALLBACKS_ENABLED": "rig_results"}, []),
         }
         times: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(rounds):
@@ -819,17 +827,19 @@ def bench_tasks(rounds: int) -> None:
     rows = ["| task | median s per task | range |", "| --- | --- | --- |"]
     rows += [f"| {name} | {statistics.median(t):.2f} | {min(t):.2f}-{max(t):.2f} |" for name, t in times.items()]
     kept, compiling, sent = (statistics.median(times[n]) for n in list(cases)[:3])
-    piped, unpiped = (statistics.median(times[n]) for n in list(cases)[3:])
+    piped, unpiped, forked, warm = (statistics.median(times[n]) for n in list(cases)[3:])
     write_section("tasks", f"""## What one role task costs on a box (docker_api, {datetime.now(timezone.utc):%Y-%m-%d})
 
 `python scripts/bench.py tasks`: a play of {TASKS} tasks against one box from rig's base image, {rounds} rounds,
-the four cases interleaved, {os.cpu_count()} cores; a play's wall time (ansible-playbook's start included)
+the cases interleaved, {os.cpu_count()} cores; a play's wall time (ansible-playbook's start included)
 divided by its tasks.
 
 {chr(10).join(rows)}
 
 Keeping the bundle on the host: {sent / kept:.2f}x as fast per rig task; its modules' bytecode in the bundle (no
-compiling on every run): {compiling / kept:.2f}x. Pipelining: {unpiped / piped:.2f}x per command task.
+compiling on every run): {compiling / kept:.2f}x. Pipelining: {unpiped / piped:.2f}x per command task. The
+connection plugin imported once before Ansible forks its workers: {forked / warm:.2f}x per task that has a
+worker of its own.
 """)
 
 
