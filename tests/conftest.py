@@ -157,24 +157,26 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _log_play(cmd: list[str], seconds: float, cpu: float, results: dict | None) -> None:
-    """Where the box tests' time goes: with $RIG_PLAY_LOG set, one JSON line per play (the test, the playbook,
-    its wall and controller CPU seconds, each task's seconds per host) for scripts/bench.py suite to add up."""
+def _log(**fields) -> None:
+    """Where the box tests' time goes: with $RIG_PLAY_LOG set, one JSON line of FIELDS and the running test."""
     path = os.environ.get("RIG_PLAY_LOG")
     if path:
-        line = {"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
-                "playbook": next((Path(a).name for before, a in zip(cmd, cmd[1:], strict=False)
-                                  if a.endswith(".yml") and before != "-i"), "?"),
-                "check": "--check" in cmd, "seconds": round(seconds, 2), "controller_cpu": round(cpu, 2),
-                "timings": (results or {}).get("timings", [])}
         with open(path, "a") as out:
-            out.write(json.dumps(line) + "\n")
+            out.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0], **fields})
+                      + "\n")
+
+
+def _log_play(cmd: list[str], seconds: float, cpu: float, results: dict | None) -> None:
+    """A play's line: the playbook, its wall and controller CPU seconds, each task's seconds per host."""
+    _log(playbook=next((Path(a).name for before, a in zip(cmd, cmd[1:], strict=False)
+                        if a.endswith(".yml") and before != "-i"), "?"),
+         check="--check" in cmd, seconds=round(seconds, 2), controller_cpu=round(cpu, 2),
+         timings=(results or {}).get("timings", []))
 
 
 def _log_box_cpu(boxes: list[Box]) -> None:
-    """With $RIG_PLAY_LOG set, each box's CPU seconds over its life (its cgroup's count) before it goes."""
-    path = os.environ.get("RIG_PLAY_LOG")
-    if not path:
+    """Each box's line before it goes: its CPU seconds over its life (its cgroup's count)."""
+    if not os.environ.get("RIG_PLAY_LOG"):
         return
     ids = run(["docker", "inspect", "-f", "{{.Id}}", *(b.name for b in boxes)]).stdout.split()
     for box, cid in zip(boxes, ids, strict=False):
@@ -183,10 +185,7 @@ def _log_box_cpu(boxes: list[Box]) -> None:
             if usage.is_file():
                 text = usage.read_text()
                 ns = int(text) if usage.name == "cpuacct.usage" else int(text.split()[1]) * 1000
-                line = {"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0], "box": box.name,
-                        "box_cpu": round(ns / 1e9, 2)}
-                with open(path, "a") as out:
-                    out.write(json.dumps(line) + "\n")
+                _log(box=box.name, box_cpu=round(ns / 1e9, 2))
                 break
 
 
