@@ -8,8 +8,8 @@ markupsafe run without their C extensions there (each has a pure-Python fallback
 
 Every module carries its bytecode beside it (name.pyc, the layout zipimport reads), compiled by
 the Python that builds the bundle: zipimport never writes bytecode, so without it a target
-compiles every module it imports on every run (half of an engine call's CPU time, measured in
-docs/BENCHMARKS.md). A target whose Python is another version reads the sources, as before.
+compiles every module it imports on every run (a third of a rig action's CPU time on a box,
+measured in docs/BENCHMARKS.md). A target whose Python is another version reads the sources, as before.
 """
 from __future__ import annotations
 
@@ -72,9 +72,13 @@ def build(out: str | Path, with_patches: bool = True) -> dict:
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, Path(tmp) / name)
             if name.suffix == ".py":  # unchecked: the bundle is checked as a whole before it runs
-                py_compile.compile(str(Path(tmp) / name), cfile=str(Path(tmp) / name.with_suffix(".pyc")),
-                                   dfile=str(name), doraise=True,
-                                   invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+                try:
+                    py_compile.compile(str(Path(tmp) / name), cfile=str(Path(tmp) / name.with_suffix(".pyc")),
+                                       dfile=str(name), doraise=True,
+                                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+                except py_compile.PyCompileError as exc:
+                    raise RigError(f"cannot bundle {path}: it does not compile ({exc.exc_type_name}); reinstall "
+                                   "the package it belongs to") from None
         for path in Path(tmp).rglob("*"):
             os.utime(path, (FIXED_MTIME, FIXED_MTIME))  # the same sources, the same bytes
         archive = io.BytesIO()  # then one rename: two controllers' runs building at once never share a file

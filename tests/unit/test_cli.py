@@ -85,3 +85,17 @@ def test_the_engine_bundle_imports_its_modules_from_bytecode_and_from_source_on_
     compiled = subprocess.run([sys.executable, "-I", "-S", "-c", where, str(tmp_path / "other.pyz")],
                               capture_output=True, text=True, check=True)
     assert compiled.stdout.strip() == str(tmp_path / "other.pyz" / "rig" / "engine" / "bundle.py")
+
+
+def test_a_bundled_source_that_does_not_compile_is_named_and_no_bundle_is_written(tmp_path, monkeypatch):
+    import pytest
+
+    from rig.core import RigError
+    from rig.engine import bundle
+
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n")
+    monkeypatch.setattr(bundle, "_sources", lambda with_patches=True: [(broken, broken.relative_to(tmp_path))])
+    with pytest.raises(RigError, match=f"cannot bundle {broken}: it does not compile"):
+        bundle.build(tmp_path / "out" / "rig.pyz")
+    assert not [p for p in (tmp_path / "out").iterdir()]  # no bundle, no stamp
