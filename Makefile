@@ -17,10 +17,12 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
+# uv installs the tools (seconds where pip took two minutes), at the version rig pins for hosts
+UV_VERSION := $(shell sed -n 's/^UV_VERSION = "\(.*\)"/\1/p' rig/python/installer.py)
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test]'
+	$(VENV)/bin/pip install --quiet uv==$(UV_VERSION)
+	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --upgrade pip -e '.[test]'
 	touch $@
 
 venv: $(VENV)/.installed  ## Create the virtualenv with rig and its pinned tools

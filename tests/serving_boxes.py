@@ -56,7 +56,7 @@ def numerics_models(box) -> str:
 # One streamed request inside a box, its outcome as one JSON line: refused (no answer, or 503 while draining),
 # or accepted and then how many tokens came and why it ended (cut: the stream broke off). As a load balancer
 # does, it sends only to a server whose health answers 200: a draining server finishes what it has.
-ONE_REQUEST = """import json, sys, urllib.request
+ONE_REQUEST = """import http.client, json, sys, urllib.request
 n = int(sys.argv[1])
 try:
     urllib.request.urlopen("http://127.0.0.1:30000/health", timeout=5)
@@ -69,13 +69,13 @@ try:
 except OSError as exc:
     sys.exit(print(json.dumps({"accepted": False, "why": str(exc)})))
 last, cut = None, None
-try:
+try:  # each chunk repeats the whole output so far (as SGLang streams it): only the last one is read
     for line in answer:
-        if line.startswith(b"data: {"):
-            last = json.loads(line[6:])
-except OSError as exc:
-    cut = str(exc)
-meta = last["meta_info"] if last else {}
+        if line.startswith(b"data: {") and line.endswith(b"\n"):  # whole lines: a cut can end in half of one
+            last = line
+except (OSError, http.client.HTTPException) as exc:  # a stream that broke off (IncompleteRead among them)
+    cut = repr(exc)
+meta = json.loads(last[6:])["meta_info"] if last else {}
 print(json.dumps({"accepted": True, "tokens": meta.get("completion_tokens", 0), "cut": cut}))
 """
 
