@@ -24,9 +24,12 @@ def venv() -> None:
               "requirements file and pip wheel (image builds), or none with --lock.")
 @click.option("--installer", type=click.Choice(INSTALLERS), default="pip", show_default=True,
               help="uv (rig's pinned wheel, from the wheelhouse; about twice as fast) or pip (the lock's own).")
+@click.option("--compile/--no-compile", "byte_compile", default=True, show_default=True,
+              help="Byte-compile every module at install. A server whose account cannot write the venv needs it; "
+                   "a throwaway venv that imports a few modules (a CI job's) starts sooner without it.")
 @check_option
 @json_option
-def venv_install(venv_path, lock_file, lock_hash, python_version, house, find_links, installer, check,
+def venv_install(venv_path, lock_file, lock_hash, python_version, house, find_links, installer, byte_compile, check,
                  as_json) -> None:
     """Install a lock's wheels with --no-index --require-hashes; a no-op when current."""
     from rig.python import lock as locking
@@ -37,7 +40,8 @@ def venv_install(venv_path, lock_file, lock_hash, python_version, house, find_li
         lock_hash, python_version = lock["lock_hash"], lock["python"]
     elif not (lock_hash and python_version):
         raise click.UsageError("give --lock, or --lock-hash and --python-version")
-    emit(install(venv_path, lock_hash, python_version, house, check, find_links, lock, installer), as_json)
+    emit(install(venv_path, lock_hash, python_version, house, check, find_links, lock, installer, byte_compile),
+         as_json)
 
 
 @venv.command("verify")

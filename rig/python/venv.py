@@ -48,11 +48,12 @@ def read_marker(venv: str | Path) -> dict | None:
 
 def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: str | None = None,
             check: bool = False, find_links: str | None = None, lock: dict | None = None,
-            installer: str = "pip") -> dict:
+            installer: str = "pip", byte_compile: bool = True) -> dict:
     """Install an exported wheelhouse; FIND_LINKS (a URL) serves its wheels when only its
     requirements file and pip wheel are local (an image build, which should not copy 4 GB in).
     With LOCK instead of a wheelhouse, everything comes from the lock and FIND_LINKS: a host pulls.
-    INSTALLER: pip (from the wheelhouse) or uv (its pinned wheel, from the wheelhouse too)."""
+    INSTALLER: pip (from the wheelhouse) or uv (its pinned wheel, from the wheelhouse too). BYTE_COMPILE
+    false leaves the modules to be compiled by whoever imports them."""
     venv = Path(venv)
     here = ".".join(platform.python_version_tuple()[:2])
     if here != python_version:
@@ -69,7 +70,7 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
     emptied = venv.is_dir() and not venv.is_symlink() and not any(venv.iterdir())  # a directory made for it
     venv.parent.mkdir(parents=True, exist_ok=True)
     try:
-        return _install(venv, lock_hash, wheelhouse, find_links, lock, installer, result)
+        return _install(venv, lock_hash, wheelhouse, find_links, lock, installer, byte_compile, result)
     except BaseException:
         for path in made:  # a refused or interrupted first install leaves the host as it found it
             shutil.rmtree(path, ignore_errors=True)
@@ -80,7 +81,7 @@ def install(venv: str | Path, lock_hash: str, python_version: str, wheelhouse: s
 
 
 def _install(venv: Path, lock_hash: str, wheelhouse: str | None, find_links: str | None, lock: dict | None,
-             installer: str, result: dict) -> dict:
+             installer: str, byte_compile: bool, result: dict) -> dict:
     # scratch beside the venv: uv's unpacked wheels are hard-linked into it, not copied across filesystems
     with tempfile.TemporaryDirectory(dir=venv.parent, prefix=".rig-install-") as scratch_dir:
         scratch = Path(scratch_dir)
@@ -97,31 +98,33 @@ def _install(venv: Path, lock_hash: str, wheelhouse: str | None, find_links: str
         pinned_text = read_text(requirements, "wheelhouse requirements")
         progress(f"installing {len(pinned_text.splitlines())} wheels into {venv} with {installer} "
                  "(offline, hash-checked)")
-        for step in _installer_steps(installer, venv, house, scratch, find_links):
+        for step in _installer_steps(installer, venv, house, scratch, find_links, byte_compile):
             run(step, f"could not install the wheels into {venv}")
         pins = [f"{name}=={version}" for name, version, _ in read_pinned(pinned_text)]
     atomic_write(venv / MARKER, json.dumps({"lock_hash": lock_hash, "packages": pins}, indent=1) + "\n")
     return result
 
 
-def _installer_steps(installer: str, venv: Path, house: Path, scratch: Path, find_links: str | None) -> list[list]:
+def _installer_steps(installer: str, venv: Path, house: Path, scratch: Path, find_links: str | None,
+                     byte_compile: bool) -> list[list]:
     """Either installer, offline from the wheelhouse, every wheel checked against its pinned hash, no
-    dependency resolution, every module byte-compiled in parallel."""
+    dependency resolution, every module byte-compiled in parallel (unless BYTE_COMPILE is false)."""
     from rig.python.installer import uv_binary, uv_wheel
 
     offline = ["--no-index", "--require-hashes", "--no-deps", "--quiet", "--find-links", find_links or str(house),
                "-r", str(house / REQUIREMENTS)]
     if installer == "uv":
         uv = uv_binary(house / uv_wheel()["filename"], scratch)
-        return [[str(uv), "pip", "install", "--python", str(venv / "bin" / "python"), "--compile-bytecode",
-                 "--cache-dir", str(scratch / "uv-cache"), *offline]]
+        return [[str(uv), "pip", "install", "--python", str(venv / "bin" / "python"),
+                 *(["--compile-bytecode"] if byte_compile else []), "--cache-dir", str(scratch / "uv-cache"),
+                 *offline]]
     pip_wheels = sorted(house.glob("pip-*.whl"))
     if not pip_wheels:
         raise RigError(f"{house} has no pip wheel to install with (rig wheelhouse export puts one there)")
     python = str(venv / "bin" / "python")
     return [[python, f"{pip_wheels[-1]}/pip", "install", "--no-cache-dir", "--no-compile",
              "--disable-pip-version-check", *offline, *_trusted(find_links)],
-            [python, "-c", script("compile_tree"), str(venv / "lib")]]
+            *([[python, "-c", script("compile_tree"), str(venv / "lib")]] if byte_compile else [])]
 
 
 PULL_LIMIT = 64 << 20  # pip's wheel is 2 MB, uv's 17 MB
