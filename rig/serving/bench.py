@@ -535,6 +535,7 @@ def figures(result: dict) -> dict:
     from matplotlib.figure import Figure
 
     drawn = {}
+    measured = sorted({lv["concurrency"] for run in result["runs"] for lv in run["levels"]})
     for name, title, value in (
             ("throughput.png", "Total output tokens/s", lambda lv: lv.get("throughput")),
             ("per_request.png", "Per-request tokens/s (p50)", lambda lv: (lv.get("per_request_speed") or {}).get("p50"))):
@@ -544,7 +545,9 @@ def figures(result: dict) -> dict:
             points = [(lv["concurrency"], value(lv)) for lv in run["levels"] if value(lv)]
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=run["label"])
-        ax.set_xscale("log")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(measured, [str(c) for c in measured])  # the levels measured, as numbers people type
+        ax.minorticks_off()
         ax.set_xlabel("concurrency (requests in flight)")
         ax.set_ylabel(title)
         ax.set_title(title + " vs concurrency")
