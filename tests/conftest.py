@@ -352,13 +352,27 @@ def provisioned_box(base_image):
         _remove([shared])
 
 
+def shared_root(tmp_path_factory) -> Path:
+    """The run's temporary root, the same for every pytest-xdist worker."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_module_payloads(tmp_path_factory):
+    """Every ansible-playbook of the run keeps its modules' payloads in one directory (the results callback
+    links it in): Ansible would build them anew in each run."""
+    os.environ["RIG_ANSIBALLZ_CACHE"] = str(shared_root(tmp_path_factory) / "ansiballz")
+    yield
+    del os.environ["RIG_ANSIBALLZ_CACHE"]
+
+
 def built_once(tmp_path_factory, name: str, build) -> Path:
     """NAME under the run's shared temporary root, built by BUILD(path) by the first worker that asks
     (the others wait on a file lock) and reused by all: one copy on disk however many workers need it."""
     import fcntl
 
-    root = tmp_path_factory.getbasetemp()
-    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    root = shared_root(tmp_path_factory)
     target, done = root / name, root / f"{name}.built"
     with open(root / f"{name}.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)

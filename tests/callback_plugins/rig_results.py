@@ -6,6 +6,7 @@ import json
 import os
 import time
 
+from ansible import constants as C
 from ansible.plugins.callback import CallbackBase
 from ansible.plugins.loader import connection_loader
 
@@ -19,6 +20,11 @@ description:
     controller's own process, so that the worker Ansible forks for each task finds them imported instead of
     importing them and the Docker client again (measured, about 0.45 s of controller CPU per task before and
     0.15-0.3 after).
+  - Where $RIG_ANSIBALLZ_CACHE names a directory, keeps the modules' AnsiballZ payloads there instead of in
+    this run's own temporary directory. Ansible builds each module's payload (the module and the
+    module_utils it imports, found by parsing their sources) once per ansible-playbook run and drops it at
+    exit, so every play of the suite built again the payloads of the same modules (see docs/BENCHMARKS.md).
+    A payload is the same bytes for every run of one Ansible install; the suite shares one directory per run.
 requirements:
   - RIG_RESULTS, the file to write
 """
@@ -36,6 +42,10 @@ class CallbackModule(CallbackBase):
         super().__init__()
         for name in CONNECTIONS:  # before any fork: see DOCUMENTATION
             connection_loader.get(name, class_only=True)
+        shared = os.environ.get("RIG_ANSIBALLZ_CACHE")
+        if shared:  # before any task: see DOCUMENTATION (this run's directory is new, so nothing is there yet)
+            os.makedirs(shared, exist_ok=True)
+            os.symlink(shared, os.path.join(C.DEFAULT_LOCAL_TMP, "ansiballz_cache"))
         self.changed: list[dict] = []
         self.timings: list[dict] = []  # each task's seconds on each host, from the task's start to its result
         self.started = 0.0
