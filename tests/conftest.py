@@ -11,6 +11,7 @@ import json
 import os
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -187,6 +188,41 @@ def _log_box_cpu(boxes: list[Box]) -> None:
                 ns = int(text) if usage.name == "cpuacct.usage" else int(text.split()[1]) * 1000
                 _log(box=box.name, box_cpu=round(ns / 1e9, 2))
                 break
+
+
+STAND_IN = REPO / "tests" / "sglang_api_server.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def serve():
+    """Start stand-in servers (tests/sglang_api_server.py) here: serve(*options) -> URL; all are stopped after
+    the test."""
+    procs = []
+
+    def start(*options: str) -> str:
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, str(STAND_IN), "--port", str(port), *options],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        procs.append(proc)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return f"http://127.0.0.1:{port}"
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.1)
+        raise AssertionError("the stand-in did not listen within 30 s")
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
 
 
 def standin_case(tmp_path: Path, stack: dict):

@@ -53,17 +53,18 @@ def numerics_models(box) -> str:
     return root
 
 
-# One streamed request inside a box, its outcome as one JSON line: refused (no answer, or 503 while draining),
-# or accepted and then how many tokens came and why it ended (cut: the stream broke off). As a load balancer
-# does, it sends only to a server whose health answers 200: a draining server finishes what it has.
+# One streamed request inside a box (argv: tokens, then the server's URL), its outcome as one JSON line: refused
+# (no answer, or 503 while draining), or accepted and then how many tokens came and why it ended (cut: the stream
+# broke off). As a load balancer does, it sends only to a server whose health answers 200: a draining server
+# finishes what it has.
 ONE_REQUEST = """import http.client, json, sys, urllib.request
-n = int(sys.argv[1])
+n, url = int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "http://127.0.0.1:30000"
 try:
-    urllib.request.urlopen("http://127.0.0.1:30000/health", timeout=5)
+    urllib.request.urlopen(url + "/health", timeout=5)
 except OSError as exc:
     sys.exit(print(json.dumps({"accepted": False, "why": str(exc)})))
 body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": n}, "stream": True}).encode()
-req = urllib.request.Request("http://127.0.0.1:30000/generate", body, {"Content-Type": "application/json"})
+req = urllib.request.Request(url + "/generate", body, {"Content-Type": "application/json"})
 try:
     answer = urllib.request.urlopen(req, timeout=30)
 except OSError as exc:
@@ -71,7 +72,7 @@ except OSError as exc:
 last, cut = None, None
 try:  # each chunk repeats the whole output so far (as SGLang streams it): only the last one is read
     for line in answer:
-        if line.startswith(b"data: {") and line.endswith(b"\n"):  # whole lines: a cut can end in half of one
+        if line.startswith(b"data: {") and line.endswith(b"\\n"):  # whole lines: a cut can end in half of one
             last = line
 except (OSError, http.client.HTTPException) as exc:  # a stream that broke off (IncompleteRead among them)
     cut = repr(exc)

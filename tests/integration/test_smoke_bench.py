@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, rig
+from conftest import STAND_IN, free_port, rig
 
-STAND_IN = REPO / "tests" / "sglang_api_server.py"
 PNG = b"\x89PNG\r\n\x1a\n"
 # Seeds' shape, four times as fast: EAGLE-3 serves one stream at 560 tok/s against 400,
 # but all streams together at 1440 against 3200. Total tok/s min(560C, 1440) vs
@@ -25,37 +23,6 @@ PNG = b"\x89PNG\r\n\x1a\n"
 EAGLE = ["--rate", "560", "--capacity", "1440", "--accept-length", "2.5"]
 BASELINE = ["--rate", "400", "--capacity", "3200"]
 QUICK = ["--max-tokens", "24", "--serial-runs", "3", "--serial-tokens", "48"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def serve():
-    """Start stand-in servers: serve(*options) -> URL; all are stopped after the test."""
-    procs = []
-
-    def start(*options: str) -> str:
-        port = _free_port()
-        proc = subprocess.Popen([sys.executable, str(STAND_IN), "--port", str(port), *options],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        procs.append(proc)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    return f"http://127.0.0.1:{port}"
-            assert proc.poll() is None, proc.stderr.read().decode()
-            time.sleep(0.1)
-        raise AssertionError("the stand-in did not listen within 30 s")
-
-    yield start
-    for proc in procs:
-        proc.kill()
-        proc.wait()
 
 
 def bench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -231,7 +198,7 @@ def test_smoke_reports_a_refused_request_with_sglangs_reason(serve):
 
 
 def test_smoke_stops_waiting_when_the_server_process_exits(tmp_path):
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, str(STAND_IN), "--port", str(port), "--start-delay", "600"])
     log = tmp_path / "server.log"
     log.write_text("RuntimeError: Loaded weights leave no GPU memory for the KV cache\n")

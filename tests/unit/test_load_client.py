@@ -1,0 +1,32 @@
+"""The request the box tests' load sends (tests/serving_boxes.py ONE_REQUEST), here against the stand-in: the
+rollout tests' "no accepted request was cut short" holds only if a cut is seen as one."""
+import json
+import subprocess
+import sys
+
+from conftest import free_port
+from serving_boxes import ONE_REQUEST
+
+
+def outcome(url: str, tokens: int) -> dict:
+    done = subprocess.run([sys.executable, "-c", ONE_REQUEST, str(tokens), url], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_whole_stream_is_accepted_and_counted(serve):
+    assert outcome(serve("--rate", "2000", "--accept-length", "2.5"), 300) == \
+        {"accepted": True, "tokens": 300, "cut": None}
+
+
+def test_a_server_that_dies_mid_stream_leaves_the_request_short(serve):
+    # --die-after 1: the process exits after the first step of every request (the health check is none)
+    cut = outcome(serve("--die-after", "1"), 300)
+    assert cut["accepted"] and cut["tokens"] < 300
+
+
+def test_a_server_still_starting_or_gone_refuses(serve):
+    starting = outcome(serve("--start-delay", "600"), 10)
+    assert not starting["accepted"] and "503" in starting["why"]
+    assert not outcome(f"http://127.0.0.1:{free_port()}", 10)["accepted"]
