@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -28,9 +29,21 @@ def stack_show(path: str, as_json: bool) -> None:
 @stack.command("vars")
 @click.argument("path", default=DEFAULT_STACK)
 @click.option("--out", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
-def stack_vars(path: str, out: str | None) -> None:
+@click.option("--keep", is_flag=True, help="Write to the controller's cache under stack-vars/, named by the "
+              "content's sha256, and print that path (playbooks/stack.yml): runs at once write the same bytes "
+              "to the same name, and no run has a scratch file to remove.")
+def stack_vars(path: str, out: str | None, keep: bool) -> None:
     """Print the Ansible role variables a stack implies (JSON)."""
     from rig.python.stack_vars import ansible_vars
     from rig.stack.spec import load
 
-    to_file_or_stdout(json.dumps(ansible_vars(load(path), path), indent=2) + "\n", out)
+    if out and keep:
+        raise click.UsageError("give --out or --keep, not both")
+    text = json.dumps(ansible_vars(load(path), path), indent=2) + "\n"
+    if keep:
+        from rig.core.defaults import cache_dir
+        from rig.core.fs import atomic_write, sha256_data
+
+        click.echo(atomic_write(Path(cache_dir(), "stack-vars", f"{sha256_data(text)}.json"), text))
+    else:
+        to_file_or_stdout(text, out)

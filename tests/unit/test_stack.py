@@ -1,5 +1,7 @@
 """Stack files: validated on load, errors name the file, the key and what is allowed."""
+import hashlib
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -68,6 +70,23 @@ def test_stack_vars_are_what_the_roles_read(tmp_path):
     assert json.loads(out.read_text()) == ansible_vars(load(path))
     assert json.loads(out.read_text())["cuda_toolkit_version"] == "13.0.1"
     assert json.loads(out.read_text())["cuda_toolkit_make_default"] is True
+
+
+def test_kept_stack_vars_are_named_by_their_content_and_rewritten_whole(tmp_path, monkeypatch):
+    monkeypatch.setenv("RIG_CACHE", str(tmp_path / "cache"))
+    stacks = []
+    for version in ("13.0.1", "13.0.2"):
+        stacks.append(tmp_path / f"{version}.yml")
+        stacks[-1].write_text(yaml.safe_dump({**GOOD, "cuda": {"version": version}}))
+    kept = [Path(rig("stack", "vars", str(path), "--keep").stdout.strip()) for path in (*stacks, stacks[0])]
+    assert kept[0] == kept[2] != kept[1] and kept[0].parent == tmp_path / "cache" / "stack-vars"
+    assert json.loads(kept[0].read_text()) == ansible_vars(load(stacks[0]))
+    assert kept[0].name == hashlib.sha256(kept[0].read_bytes()).hexdigest() + ".json"
+    kept[0].write_text("{}")  # altered in the cache: the next run writes it anew, it never reads it
+    assert Path(rig("stack", "vars", str(stacks[0]), "--keep").stdout.strip()) == kept[0]
+    assert json.loads(kept[0].read_text()) == ansible_vars(load(stacks[0]))
+    done = rig("stack", "vars", str(stacks[0]), "--keep", "--out", str(tmp_path / "v.json"))
+    assert done.returncode == 2 and "give --out or --keep, not both" in done.stderr
 
 
 def test_role_defaults_agree_with_the_engine_where_both_say_a_value():
