@@ -38,7 +38,7 @@ def cuda_fetch(version, components, method, url, sha256, platform, cache, as_jso
 @click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
 @click.option("--method", type=click.Choice(["wheels", "runfile"]), default="wheels", show_default=True)
 @click.option("--component", "components", multiple=True, help="cuda-toolkit extra; repeat. Default: all rig needs.")
-@click.option("--source", help="The fetched wheel dir (wheels) or runfile (runfile).")
+@click.option("--source", help="The fetched wheel dir or its archive (wheels), or the runfile (runfile).")
 @click.option("--sha256", default="", help="Expected runfile sha256 (runfile method).")
 @prefix_option
 @check_option

@@ -83,7 +83,8 @@ def _fetch_wheels_locked(version: str, components: list[str], dest: Path, platfo
     manifest = dest / MANIFEST
     if manifest.exists():
         try:
-            return {"changed": False, "dir": str(dest), **verify_manifest(dest)}
+            record = verify_manifest(dest)
+            return {"changed": False, "dir": str(dest), "archive": str(pack(dest)), **record}
         except RigError as exc:
             progress(f"{exc}; fetching again")
     progress(f"downloading CUDA {version} wheels ({', '.join(components)}) into {dest}")
@@ -99,7 +100,61 @@ def _fetch_wheels_locked(version: str, components: list[str], dest: Path, platfo
         staging.rename(dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return {"changed": True, "dir": str(dest), **record}
+    return {"changed": True, "dir": str(dest), "archive": str(pack(dest)), **record}
+
+
+ARCHIVE_MEMBERS = 64  # a release's wheels and the manifest: ten or so
+FIXED_MTIME = 1_577_836_800  # 2020-01-01: the same wheels, the same archive
+
+
+def pack(wheel_dir: Path) -> Path:
+    """WHEEL_DIR's manifest and wheels as one uncompressed tar beside it, named by the manifest's sha256 (kept
+    once made): a host gets one file instead of a round trip per wheel."""
+    import tarfile
+
+    archive = wheel_dir.with_name(f"{wheel_dir.name}-{sha256_file(wheel_dir / MANIFEST)[:16]}.tar")
+    if archive.is_file() and not archive.is_symlink():
+        return archive
+    fd, tmp = tempfile.mkstemp(prefix=f".{archive.name}.", dir=wheel_dir.parent)
+    try:
+        with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for path in sorted(p for p in wheel_dir.iterdir() if p.is_file() and not p.is_symlink()):
+                info = tar.gettarinfo(str(path), arcname=path.name)
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                info.mode, info.mtime = 0o644, FIXED_MTIME
+                with open(path, "rb") as data:
+                    tar.addfile(info, data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, archive)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return archive
+
+
+def unpack(archive: Path, into: Path) -> None:
+    """The tar pack() made, into the empty directory INTO: plain files with plain names only (a link, a
+    directory, a device or a path is refused, naming it), none written twice, none outside INTO."""
+    import tarfile
+
+    try:
+        with tarfile.open(archive, mode="r:") as tar:
+            members = tar.getmembers()
+            if len(members) > ARCHIVE_MEMBERS:
+                raise RigError(f"{archive} has {len(members)} members; a CUDA wheel archive has at most "
+                               f"{ARCHIVE_MEMBERS}: fetch it again (rig cuda fetch)")
+            for member in members:
+                name = member.name
+                if not member.isreg() or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", name):
+                    raise RigError(f"{archive}: member {name!r} is not a plain file with a plain name; a CUDA "
+                                   "wheel archive holds the manifest and the wheels only: fetch it again")
+                source = tar.extractfile(member)
+                assert source is not None  # a regular member
+                with source, open(into / name, "xb") as out:  # exclusive: never twice, never through a link
+                    shutil.copyfileobj(source, out, 1 << 20)
+    except (tarfile.TarError, FileExistsError) as exc:
+        raise RigError(f"{archive} is not a CUDA wheel archive rig made ({exc}): fetch it again") from None
 
 
 RUNFILE_LIMIT = 16 << 30  # bytes: CUDA 13.0's runfile is 4.3 GB
@@ -189,10 +244,15 @@ def _install(version: str, prefix: str | Path, method: str, components: list[str
     _clean_leftovers(tree)
     staging = Path(tempfile.mkdtemp(prefix=f".{tree.name}.rig-staging-", dir=_mkdir(tree.parent)))
     staging.chmod(0o755)  # mkdtemp's 0700 would become the tree's: only root could use the toolkit
+    unpacked = None
     try:
         if method == "wheels":
-            record = verify_manifest(source)
-            _assemble_from_wheels(Path(source), record, staging)
+            wheels = Path(source)
+            if wheels.is_file():  # the archive pack() made: its wheels beside the staging, removed below
+                wheels = unpacked = Path(tempfile.mkdtemp(prefix=f".{tree.name}.rig-wheels-", dir=tree.parent))
+                unpack(Path(source), wheels)
+            record = verify_manifest(wheels)
+            _assemble_from_wheels(wheels, record, staging)
             artifacts = record["wheels"]
         else:
             _run_runfile(Path(source), staging, tree.parent / "cuda")
@@ -201,7 +261,9 @@ def _install(version: str, prefix: str | Path, method: str, components: list[str
         (staging / MARKER).write_text(json.dumps({**wanted, "artifacts": artifacts}, indent=2) + "\n")
         _promote(staging, tree)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        for scratch in (staging, unpacked):
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
     return result
 
 

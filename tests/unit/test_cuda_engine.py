@@ -101,3 +101,78 @@ def test_a_tampered_wheel_fails_the_manifest(tmp_path):
     (tmp_path / "a.whl").write_bytes(b"evil")
     with pytest.raises(RigError, match="sha256 differs"):
         cuda.verify_manifest(tmp_path)
+
+
+def _wheel_dir(root):
+    root.mkdir()
+    for name, data in (("nvidia_cuda_nvcc-13.0.88-py3-none-any.whl", b"nvcc"), ("cuda_toolkit-13.0.2.whl", b"t")):
+        (root / name).write_bytes(data)
+    wheels = {p.name: sha256_file(p) for p in sorted(root.iterdir())}
+    (root / cuda.MANIFEST).write_text(json.dumps({"version": "13.0.2", "components": ["nvcc"], "wheels": wheels}))
+    return root
+
+
+def test_the_fetched_wheels_cross_as_one_archive_that_unpacks_to_the_same_files(tmp_path):
+    source = _wheel_dir(tmp_path / "13.0.2-x86_64-nvcc")
+    archive = cuda.pack(source)
+    assert archive.parent == tmp_path and archive.name.startswith("13.0.2-x86_64-nvcc-")
+    assert cuda.pack(source) == archive and archive.read_bytes() == archive.read_bytes()  # kept, named by content
+    (tmp_path / "again").mkdir()
+    again = cuda.pack(_wheel_dir(tmp_path / "again" / "13.0.2-x86_64-nvcc"))
+    assert again.read_bytes() == archive.read_bytes()  # the same wheels, the same bytes (mtimes, owners fixed)
+    into = tmp_path / "into"
+    into.mkdir()
+    cuda.unpack(archive, into)
+    assert {p.name: p.read_bytes() for p in into.iterdir()} == {p.name: p.read_bytes() for p in source.iterdir()}
+    assert cuda.verify_manifest(into)["wheels"]
+
+
+def _tar(path, *members):
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _member(name, kind=None, data=b"x", target=""):
+    import tarfile
+
+    info = tarfile.TarInfo(name)
+    info.size = len(data) if kind is None else 0
+    if kind is not None:
+        info.type, info.linkname = kind, target
+    return info, data if kind is None else None
+
+
+@pytest.mark.parametrize("member, named", [
+    (_member("../escape.whl"), "'../escape.whl'"),
+    (_member("sub/nested.whl"), "'sub/nested.whl'"),
+    (_member("/abs.whl"), "'/abs.whl'"),
+    (_member(".hidden"), "'.hidden'"),
+    (_member("link.whl", b"2", target="/etc/passwd"), "'link.whl'"),  # a symlink
+    (_member("hard.whl", b"1", target="manifest.json"), "'hard.whl'"),  # a hard link
+    (_member("dev", b"3"), "'dev'"),  # a character device
+    (_member("dir", b"5"), "'dir'"),
+])
+def test_an_archive_with_anything_but_plain_files_is_refused_naming_the_member(tmp_path, member, named):
+    into = tmp_path / "into"
+    into.mkdir()
+    archive = _tar(tmp_path / "bad.tar", _member("manifest.json"), member)
+    with pytest.raises(RigError, match=f"member {named} is not a plain file"):
+        cuda.unpack(archive, into)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["bad.tar", "into", "manifest.json"]
+
+
+def test_an_archive_naming_one_file_twice_or_not_a_tar_is_refused(tmp_path):
+    (tmp_path / "into").mkdir()
+    twice = _tar(tmp_path / "twice.tar", _member("a.whl", data=b"first"), _member("a.whl", data=b"second"))
+    with pytest.raises(RigError, match="is not a CUDA wheel archive rig made"):
+        cuda.unpack(twice, tmp_path / "into")
+    assert (tmp_path / "into" / "a.whl").read_bytes() == b"first"
+    (tmp_path / "junk.tar").write_bytes(b"not a tar at all" * 100)
+    (tmp_path / "into2").mkdir()
+    with pytest.raises(RigError, match="is not a CUDA wheel archive rig made"):
+        cuda.unpack(tmp_path / "junk.tar", tmp_path / "into2")
