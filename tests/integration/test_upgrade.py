@@ -29,6 +29,9 @@ SETTINGS = {
     # start time tells one boot from the next
     "nvidia_driver_reboot_command": "systemctl reboot",
     "nvidia_driver_boot_time_command": "cut -d' ' -f22 /proc/1/stat", "nvidia_driver_reboot_timeout": 300,
+    # and answers docker exec as soon as PID 1 runs, before the boot's units (the stand-in module's among them):
+    # back once systemd has no boot job left, as a host is once sshd answers
+    "nvidia_driver_reboot_test_command": "systemctl is-system-running | grep -qxE 'running|degraded'",
     "nvidia_container_toolkit_mode": "cdi", "nvidia_container_toolkit_manage_services": False,
     "sglang_server_require_gpu": False, "sglang_server_start_timeout": 120,
     "rig_upgrade_doctor": False,  # the machine layer reads nvidia-smi, which no box has
