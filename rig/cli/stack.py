@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
@@ -40,10 +39,11 @@ def stack_vars(path: str, out: str | None, keep: bool) -> None:
     if out and keep:
         raise click.UsageError("give --out or --keep, not both")
     text = json.dumps(ansible_vars(load(path), path), indent=2) + "\n"
-    if keep:
+    if keep:  # confined: a link planted at stack-vars/ is never written through
         from rig.core.defaults import cache_dir
-        from rig.core.fs import atomic_write, sha256_data
+        from rig.core.fs import atomic_write, confined, sha256_data
 
-        click.echo(atomic_write(Path(cache_dir(), "stack-vars", f"{sha256_data(text)}.json"), text))
+        kept = confined(cache_dir(), f"stack-vars/{sha256_data(text)}.json", "the stack's kept variables", follow=False)
+        click.echo(atomic_write(kept, text))
     else:
         to_file_or_stdout(text, out)

@@ -1,6 +1,7 @@
 """Stack files: validated on load, errors name the file, the key and what is allowed."""
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,12 @@ def test_kept_stack_vars_are_named_by_their_content_and_rewritten_whole(tmp_path
     assert json.loads(kept[0].read_text()) == ansible_vars(load(stacks[0]))
     done = rig("stack", "vars", str(stacks[0]), "--keep", "--out", str(tmp_path / "v.json"))
     assert done.returncode == 2 and "give --out or --keep, not both" in done.stderr
+    # a link planted where the kept files go, pointing out of the cache: refused, nothing written there
+    (tmp_path / "elsewhere").mkdir()
+    shutil.rmtree(tmp_path / "cache" / "stack-vars")
+    (tmp_path / "cache" / "stack-vars").symlink_to(tmp_path / "elsewhere")
+    planted = rig("stack", "vars", str(stacks[1]), "--keep")
+    assert planted.returncode == 2 and "leads outside" in planted.stderr and not list((tmp_path / "elsewhere").iterdir())
 
 
 def test_role_defaults_agree_with_the_engine_where_both_say_a_value():
