@@ -73,7 +73,7 @@ def docker_api():
     of CPU each, thousands of them in a run)."""
     import docker
 
-    return docker.APIClient()
+    return docker.APIClient(**docker.utils.kwargs_from_env())  # DOCKER_HOST, as the CLI and Ansible follow it
 
 
 def box_exec(name: str, argv: list[str]) -> subprocess.CompletedProcess:
@@ -87,6 +87,8 @@ def box_exec(name: str, argv: list[str]) -> subprocess.CompletedProcess:
         code = docker_api().exec_inspect(started)["ExitCode"]
     except APIError as exc:
         return subprocess.CompletedProcess(argv, 1, "", str(exc.explanation or exc))
+    if code is None:  # the box stopped under the command (a reboot): as the CLI says of it
+        return subprocess.CompletedProcess(argv, 1, "", f"{name} stopped while running {argv}")
     return subprocess.CompletedProcess(argv, code, (out or b"").decode(errors="replace"),
                                        (err or b"").decode(errors="replace"))
 

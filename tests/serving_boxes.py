@@ -76,7 +76,7 @@ try:  # each chunk repeats the whole output so far (as SGLang streams it): only 
             last = line
 except (OSError, http.client.HTTPException) as exc:  # a stream that broke off (IncompleteRead among them)
     cut = repr(exc)
-meta = json.loads(last[6:])["meta_info"] if last else {}
+meta = json.loads(last[6:]).get("meta_info", {}) if last else {}  # an error chunk has none: a short count
 print(json.dumps({"accepted": True, "tokens": meta.get("completion_tokens", 0), "cut": cut}))
 """
 

@@ -44,6 +44,6 @@ def stack_vars(path: str, out: str | None, keep: bool) -> None:
         from rig.core.fs import atomic_write, confined, sha256_data
 
         kept = confined(cache_dir(), f"stack-vars/{sha256_data(text)}.json", "the stack's kept variables", follow=False)
-        click.echo(atomic_write(kept, text))
+        click.echo(atomic_write(kept, text, 0o600))  # the stack's environment may say more than others should read
     else:
         to_file_or_stdout(text, out)

@@ -114,17 +114,24 @@ def _wheel_dir(root):
 
 def test_the_fetched_wheels_cross_as_one_archive_that_unpacks_to_the_same_files(tmp_path):
     source = _wheel_dir(tmp_path / "13.0.2-x86_64-nvcc")
-    archive = cuda.pack(source)
+    (source / ".stray").write_text("not the manifest's")  # left out: the archive holds what the manifest lists
+    record = cuda.verify_manifest(source)
+    archive = cuda.pack(source, record)
+    made = archive.stat().st_mtime_ns
     assert archive.parent == tmp_path and archive.name.startswith("13.0.2-x86_64-nvcc-")
-    assert cuda.pack(source) == archive and archive.read_bytes() == archive.read_bytes()  # kept, named by content
+    assert cuda.pack(source, record) == archive and archive.stat().st_mtime_ns == made  # kept, named by content
     (tmp_path / "again").mkdir()
-    again = cuda.pack(_wheel_dir(tmp_path / "again" / "13.0.2-x86_64-nvcc"))
-    assert again.read_bytes() == archive.read_bytes()  # the same wheels, the same bytes (mtimes, owners fixed)
+    again = _wheel_dir(tmp_path / "again" / "13.0.2-x86_64-nvcc")
+    assert cuda.pack(again, record).read_bytes() == archive.read_bytes()  # mtimes and owners fixed
     into = tmp_path / "into"
     into.mkdir()
     cuda.unpack(archive, into)
-    assert {p.name: p.read_bytes() for p in into.iterdir()} == {p.name: p.read_bytes() for p in source.iterdir()}
+    assert {p.name: p.read_bytes() for p in into.iterdir()} == \
+        {p.name: p.read_bytes() for p in source.iterdir() if p.name != ".stray"}
     assert cuda.verify_manifest(into)["wheels"]
+    archive.write_bytes(archive.read_bytes()[:1024])  # cut short (a crash, a full disk): packed again, whole
+    assert cuda.pack(source, record).read_bytes() == cuda.pack(again, record).read_bytes()
+    assert len(archive.read_bytes()) > 1024
 
 
 def _tar(path, *members):
@@ -156,6 +163,7 @@ def _member(name, kind=None, data=b"x", target=""):
     (_member("hard.whl", b"1", target="manifest.json"), "'hard.whl'"),  # a hard link
     (_member("dev", b"3"), "'dev'"),  # a character device
     (_member("dir", b"5"), "'dir'"),
+    (_member("fifo.whl", b"6"), "'fifo.whl'"),
 ])
 def test_an_archive_with_anything_but_plain_files_is_refused_naming_the_member(tmp_path, member, named):
     into = tmp_path / "into"
@@ -176,3 +184,26 @@ def test_an_archive_naming_one_file_twice_or_not_a_tar_is_refused(tmp_path):
     (tmp_path / "into2").mkdir()
     with pytest.raises(RigError, match="is not a CUDA wheel archive rig made"):
         cuda.unpack(tmp_path / "junk.tar", tmp_path / "into2")
+
+
+def test_a_sparse_member_or_sizes_beyond_the_archive_are_refused(tmp_path):
+    """A sparse member reads as a regular file of any declared size (zeros): it would fill the disk."""
+    import tarfile
+
+    (tmp_path / "into").mkdir()
+    sparse, _ = _member("big.whl")
+    sparse.type = tarfile.GNUTYPE_SPARSE
+    archive = _tar(tmp_path / "sparse.tar", _member("manifest.json"), (sparse, b"x"))
+    with pytest.raises(RigError, match="big.whl|is not a CUDA wheel archive"):
+        cuda.unpack(archive, tmp_path / "into")
+    assert not (tmp_path / "into" / "big.whl").exists()
+    claimed, _ = _member("huge.whl")
+    claimed.size = 10**12  # a header alone: the bytes it claims are not there
+    (tmp_path / "into3").mkdir()
+    with pytest.raises(RigError, match="claim more bytes than the archive holds"):
+        cuda.unpack(_tar(tmp_path / "claimed.tar", (claimed, None)), tmp_path / "into3")
+    assert list((tmp_path / "into3").iterdir()) == []
+    many = _tar(tmp_path / "many.tar", *(_member(f"w{i}.whl") for i in range(cuda.ARCHIVE_MEMBERS + 1)))
+    (tmp_path / "into2").mkdir()
+    with pytest.raises(RigError, match=f"more than {cuda.ARCHIVE_MEMBERS} members"):
+        cuda.unpack(many, tmp_path / "into2")

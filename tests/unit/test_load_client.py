@@ -30,3 +30,9 @@ def test_a_server_still_starting_or_gone_refuses(serve):
     starting = outcome(serve("--start-delay", "600"), 10)
     assert not starting["accepted"] and "503" in starting["why"]
     assert not outcome(f"http://127.0.0.1:{free_port()}", 10)["accepted"]
+
+
+def test_a_stream_that_ends_in_an_error_is_accepted_and_short(serve):
+    # SGLang streams a request that does not fit its context as one error chunk
+    refused = outcome(serve("--context-length", "50"), 300)
+    assert refused["accepted"] and refused["tokens"] == 0

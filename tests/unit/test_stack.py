@@ -83,6 +83,7 @@ def test_kept_stack_vars_are_named_by_their_content_and_rewritten_whole(tmp_path
     assert kept[0] == kept[2] != kept[1] and kept[0].parent == tmp_path / "cache" / "stack-vars"
     assert json.loads(kept[0].read_text()) == ansible_vars(load(stacks[0]))
     assert kept[0].name == hashlib.sha256(kept[0].read_bytes()).hexdigest() + ".json"
+    assert kept[0].stat().st_mode & 0o777 == 0o600
     kept[0].write_text("{}")  # altered in the cache: the next run writes it anew, it never reads it
     assert Path(rig("stack", "vars", str(stacks[0]), "--keep").stdout.strip()) == kept[0]
     assert json.loads(kept[0].read_text()) == ansible_vars(load(stacks[0]))
