@@ -44,11 +44,11 @@ def output_dir(path: str | Path, option: str) -> None:
         raise RigError(f"{option} {path} is a file; give a directory")
 
 
-def atomic_write(path: str | Path, data: str | bytes, mode: int | None = None) -> Path:
-    """Replace PATH with DATA in one rename: readers see the old file or the new one.
-
-    MODE defaults to the old file's mode, else 0644. The temporary file sits beside
-    PATH (same filesystem) and is removed if anything fails, ENOSPC included."""
+@contextmanager
+def atomic_file(path: str | Path, mode: int | None = None) -> Iterator:
+    """A binary file to write that replaces PATH in one rename when the block ends: readers see the old file
+    or the new one, whole (fsynced first). MODE defaults to the old file's mode, else 0644. The temporary file
+    sits beside PATH (same filesystem) and is removed if anything fails, ENOSPC included."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if mode is None:
@@ -56,7 +56,7 @@ def atomic_write(path: str | Path, data: str | bytes, mode: int | None = None) -
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.rig-")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data.encode() if isinstance(data, str) else data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
@@ -64,23 +64,20 @@ def atomic_write(path: str | Path, data: str | bytes, mode: int | None = None) -
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def atomic_write(path: str | Path, data: str | bytes, mode: int | None = None) -> Path:
+    """Replace PATH with DATA in one rename (atomic_file)."""
+    with atomic_file(path, mode) as handle:
+        handle.write(data.encode() if isinstance(data, str) else data)
+    return Path(path)
 
 
 def atomic_copy(src: str | Path, dest: str | Path) -> Path:
     """atomic_write for a file too big to hold in memory (a wheel): copied beside DEST, then renamed."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.rig-")
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return dest
+    with atomic_file(dest, 0o644) as handle, open(src, "rb") as source:
+        shutil.copyfileobj(source, handle, 1 << 20)
+    return Path(dest)
 
 
 def link_or_copy(src: str | Path, dest: str | Path) -> Path:

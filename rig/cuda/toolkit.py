@@ -18,7 +18,7 @@ from pathlib import Path
 from rig.core import RigError, defaults, progress, wheelfile
 from rig.core.cuda_releases import COMPONENTS, RELEASES, major, series
 from rig.core.documents import load_json
-from rig.core.fs import atomic_write, confined, held, sha256_data, sha256_file
+from rig.core.fs import atomic_file, atomic_write, confined, held, sha256_data, sha256_file
 from rig.core.proc import run
 from rig.core.schema import Field, sha256
 from rig.python.pip import download, target_args
@@ -124,24 +124,14 @@ def pack(wheel_dir: Path, record: dict) -> Path:
         except tarfile.TarError:
             pass
         progress(f"{archive} does not hold the fetched wheels; packing it again")
-    fd, tmp = tempfile.mkstemp(prefix=f".{archive.name}.", dir=wheel_dir.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                for name in names:
-                    info = tar.gettarinfo(str(wheel_dir / name), arcname=name)
-                    info.uid = info.gid = 0
-                    info.uname = info.gname = ""
-                    info.mode, info.mtime = 0o644, FIXED_MTIME
-                    with open(wheel_dir / name, "rb") as data:
-                        tar.addfile(info, data)
-            out.flush()
-            os.fsync(out.fileno())  # whole on disk before it takes the name
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, archive)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_file(archive, 0o644) as out, tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in names:
+            info = tar.gettarinfo(str(wheel_dir / name), arcname=name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mode, info.mtime = 0o644, FIXED_MTIME
+            with open(wheel_dir / name, "rb") as data:
+                tar.addfile(info, data)
     return archive
 
 
