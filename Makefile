@@ -17,12 +17,13 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-# uv installs the tools (seconds where pip took two minutes), at the version rig pins for hosts
+# uv installs the tools (seconds where pip took two minutes), at the version rig pins for hosts, with their
+# bytecode as pip wrote it: without, every ansible-playbook, rig and pytest start compiles what it imports
 UV_VERSION := $(shell sed -n 's/^UV_VERSION = "\(.*\)"/\1/p' rig/python/installer.py)
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet uv==$(UV_VERSION)
-	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --upgrade pip -e '.[test]'
+	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --upgrade --compile-bytecode pip -e '.[test]'
 	touch $@
 
 venv: $(VENV)/.installed  ## Create the virtualenv with rig and its pinned tools

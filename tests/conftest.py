@@ -30,6 +30,10 @@ CACHE = os.environ.get("RIG_CACHE", str(Path.home() / ".cache" / "rig"))
 DEFAULT_LOCK = REPO / "stacks" / "sm120-sglang-0.5.23.lock"
 LOCK_059 = REPO / "stacks" / "sm120-sglang-0.5.9.lock"
 BIN = Path(sys.executable).parent
+# The lab's venv is installed without bytecode (it holds 34,853 modules; the tests import a small part): the
+# first process that imports a module writes its bytecode and the rest read it. A caller's
+# PYTHONDONTWRITEBYTECODE would have every process that imports torch compile it again (10-28 CPU-seconds each).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def run(cmd: list[str], check: bool = False, **kwargs) -> subprocess.CompletedProcess:
