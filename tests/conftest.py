@@ -6,7 +6,6 @@ against boxes with real ansible-playbook over the community.docker connection.
 """
 from __future__ import annotations
 
-import functools
 import importlib.metadata
 import json
 import os
@@ -16,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -71,13 +71,18 @@ def prune(lock: Path) -> None:
     run(["docker", "builder", "prune", "-f", "--keep-storage", BUILD_CACHE_KEEP])
 
 
-@functools.cache
+_THREAD = threading.local()
+
+
 def docker_api():
-    """This process's Docker API client: a box command through it spares a docker CLI process (about 45 ms
-    of CPU each, thousands of them in a run)."""
+    """This thread's Docker API client (a load's threads each hold one: a client's session is not shared
+    across threads): a box command through it spares a docker CLI process (about 45 ms of CPU each,
+    thousands of them in a run)."""
     import docker
 
-    return docker.APIClient(**docker.utils.kwargs_from_env())  # DOCKER_HOST, as the CLI and Ansible follow it
+    if not hasattr(_THREAD, "docker"):  # DOCKER_HOST, as the CLI and Ansible follow it
+        _THREAD.docker = docker.APIClient(**docker.utils.kwargs_from_env())
+    return _THREAD.docker
 
 
 def box_exec(name: str, argv: list[str]) -> subprocess.CompletedProcess:
@@ -283,19 +288,23 @@ def ansible_env() -> dict:
 # Under `-n N --dist loadscope` (make test's box run) the scheduler below keeps on one worker each module's
 # tests (they share its module-scoped boxes and images), and puts some modules together:
 # - the three that each hold a whole stack on disk (the default stack's 11.7 GB image; the source-build
-#   image with its builder stage; a box converged with the default stack, about 10 GB) run one after the
-#   other: beside the lab's 11 GB venv and the caches, any two together filled the disk of a CI machine;
+#   image with its builder stage; a box converged with the default stack, about 10 GB: test_python_stack's
+#   site test alone, its small stacks' tests go beside) run one after the other: beside the lab's 11 GB venv
+#   and the caches, any two together filled the disk of a CI machine (the chain is the box run's longest path);
 # - the modules that use the lab, in two groups of about equal length.
 # pytest-xdist's own loadgroup cannot: pytest 9 builds a test's id from its node, and the group suffix
 # xdist writes is never read.
-GROUPS = {"test_image": "whole-stacks", "test_python_stack": "whole-stacks", "test_image_builder": "whole-stacks",
+GROUPS = {"test_image": "whole-stacks", "test_image_builder": "whole-stacks",
+          "test_python_stack::test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet": "whole-stacks",
           "test_patches": "lab-1", "test_server_args": "lab-1", "test_testmodel": "lab-1", "test_validate": "lab-1",
           "test_prove": "lab-2", "test_wheels": "lab-2"}
 
 
 def worker_group(nodeid: str) -> str:
-    module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
-    return GROUPS.get(module, module)
+    """The group of NODEID's test (by module::test, else by module), else its module."""
+    path, _, name = nodeid.partition("::")
+    module = path.rsplit("/", 1)[-1].removesuffix(".py")
+    return GROUPS.get(f"{module}::{name.split('[')[0]}", GROUPS.get(module, module))
 
 
 # The longest groups first, each paired with a short one (xdist gives every worker two groups to start

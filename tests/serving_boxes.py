@@ -7,7 +7,7 @@ import re
 import threading
 
 import yaml
-from conftest import REPO, run
+from conftest import REPO, box_exec, run
 
 UNIT = "/etc/systemd/system/sglang-server.service"
 SITE = "/opt/rig/venv/lib/python3.11/site-packages"
@@ -94,7 +94,7 @@ class Load:
 
     def _keep(self, box) -> None:
         while not self.stop.is_set():
-            done = run(["docker", "exec", box.name, "python3", "-c", ONE_REQUEST, str(self.tokens)])
+            done = box_exec(box.name, ["python3", "-c", ONE_REQUEST, str(self.tokens)])
             lines = done.stdout.strip().splitlines()
             outcome = json.loads(lines[-1]) if done.returncode == 0 and lines else {"accepted": False, "why": "no box"}
             self.outcomes[box.name].append(outcome)

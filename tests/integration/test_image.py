@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 from conftest import DEFAULT_LOCK, REPO, in_image, prune, rig, run
@@ -74,7 +73,20 @@ def test_the_default_stack_image_builds_and_verifies(first):
     assert held == {(canonicalize_name(w["name"]), w["version"], w["sha256"]) for w in lock["wheels"]}
 
 
-def test_no_ca_private_material_tokens_or_secrets_in_history_or_filesystem(first, ca):
+def test_the_scan_finds_a_needle_a_later_layer_deleted_and_one_in_a_link(base_image, tmp_path):
+    (tmp_path / "Dockerfile").write_text(f"FROM {base_image}\nRUN echo {TOKEN} > /planted\nRUN rm /planted && "
+                                         "ln -s /nowhere-tok-5bd1c0ffee /pointer\n")
+    tag = "rig-test/planted:1"
+    assert run(["docker", "build", "-q", "-t", tag, str(tmp_path)]).returncode == 0
+    try:
+        found = scan_filesystem(tag, [TOKEN.encode(), b"nowhere-tok-5bd1c0ffee"], tmp_path)
+    finally:
+        run(["docker", "rmi", "-f", tag])
+    assert [f.rsplit("/", 1)[-1] for f in found[:-1]] == ["planted"], found
+    assert found[-1] == "a path or link: b'nowhere-tok-5bd1c0ffee'"
+
+
+def test_no_ca_private_material_tokens_or_secrets_in_history_or_filesystem(first, ca, tmp_path):
     key, cert = ca
     refused = rig("image", "build", "--ca-cert", str(key))
     assert refused.returncode == 2 and "not a PEM certificate (or holds a private key)" in refused.stderr
@@ -85,8 +97,8 @@ def test_no_ca_private_material_tokens_or_secrets_in_history_or_filesystem(first
     history = run(["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", first["tag"]]).stdout
     assert history and not [n for n in needles if n.decode() in history]
     assert not [n for n in needles if n.decode() in run(["docker", "image", "inspect", first["tag"]]).stdout]
-    found = scan_filesystem(first["tag"], needles)
-    assert found == set(), f"found in the image's files: {found}"
+    found = scan_filesystem(first["tag"], needles, tmp_path)
+    assert found == [], f"found in the image's files: {found}"
 
 
 def pem_body(path) -> str:
@@ -117,20 +129,19 @@ def make_ca(tmp_path):
     return key, cert
 
 
-def scan_filesystem(tag: str, needles: list[bytes]) -> set:
-    """Stream `docker export` of a container of TAG and look for each needle in every byte."""
-    container = run(["docker", "create", tag]).stdout.strip()
-    try:
-        export = subprocess.Popen(["docker", "export", container], stdout=subprocess.PIPE)
-        found, tail, keep = set(), b"", max(len(n) for n in needles)
-        while chunk := export.stdout.read(1 << 24):
-            window = tail + chunk
-            found |= {n for n in needles if n in window}
-            tail = window[-keep:]
-        assert export.wait() == 0
-        return found
-    finally:
-        run(["docker", "rm", "-f", container])
+def scan_filesystem(tag: str, needles: list[bytes], tmp_path) -> list[str]:
+    """Every file of every layer of TAG (overlay2's layer directories: also what a later layer deleted), and every
+    path and link target, searched for each needle; what holds one."""
+    driver = json.loads(run(["docker", "image", "inspect", "--format", "{{json .GraphDriver}}", tag]).stdout)
+    assert driver["Name"] == "overlay2", driver  # the engine scripts/ensure-docker.sh starts
+    layers = [driver["Data"]["UpperDir"], *filter(None, driver["Data"].get("LowerDir", "").split(":"))]
+    patterns = tmp_path / "needles"
+    patterns.write_bytes(b"\n".join(needles) + b"\n")
+    # one pass over the bytes for every needle; devices (overlay2's whiteouts), FIFOs and sockets skipped
+    grep = run(["grep", "-rlF", "-D", "skip", "-f", str(patterns), *layers])
+    assert grep.returncode in (0, 1), grep.stderr  # 1: no file matched; 2: a layer could not be read
+    names = run(["find", *layers, "-printf", "%p\\0%l\\0"], check=True, text=False).stdout
+    return grep.stdout.split() + [f"a path or link: {n!r}" for n in needles if n in names]
 
 
 def test_a_patch_only_change_rebuilds_only_the_last_layers(first, tmp_path):

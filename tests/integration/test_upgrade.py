@@ -69,7 +69,7 @@ def fleet(systemd_image, standin_site, tmp_path_factory):
         models = [numerics_models(box) for box in boxes][0]  # the same path on each
         settings = {**SETTINGS, "rig_stack": stack_file(tmp_path, "stack.yml", 2), "rig_prove_models": models}
         play(boxes, "bare-metal.yml", nvidia_driver_version=OLD, **settings).expect_ok()
-        play(boxes, "server.yml", **settings).expect_ok()
+        play(boxes, "server.yml", rig_rollout_batch=3, **settings).expect_ok()  # a first start: nothing to roll
         for box in boxes:
             assert versions(box)[DRIVER] == (OLD, "hold") and box.sh(HEALTH).stdout.strip() == "200"
             assert "libcuda.so.580.159.04" in box.sh(f"cat {CDI}").stdout
@@ -109,7 +109,9 @@ def test_a_driver_upgrade_rolls_through_serving_boxes_stops_at_a_failing_one_and
     failing.sh(f"mkdir -p {NEVER_LOADS.rsplit('/', 1)[0]} && touch {NEVER_LOADS}")
     before = {box.name: box.sh("dpkg -l | sort; ls -l /etc/cdi; cat /srv/fake/module-version").stdout for box in boxes}
 
-    check = play(boxes, "upgrade.yml", "--check", "--diff", nvidia_driver_version=NEW, **settings).expect_ok()
+    # the check and the last run take the three boxes in one batch: neither drains nor changes a host
+    check = play(boxes, "upgrade.yml", "--check", "--diff", nvidia_driver_version=NEW, rig_rollout_batch=3,
+                 **settings).expect_ok()
     assert f"{DRIVER} {OLD} -> {NEW}" in check.output and check.recap("changed", first.name) > 0
     assert all(box.sh("dpkg -l | sort; ls -l /etc/cdi; cat /srv/fake/module-version").stdout == before[box.name]
                for box in boxes)
@@ -157,7 +159,7 @@ def test_a_driver_upgrade_rolls_through_serving_boxes_stops_at_a_failing_one_and
     for box in (failing, last):
         assert any(n >= 1 for n in drains(box)[drained[box.name]:])
     assert drains(first)[drained[first.name]:] == []  # on the new driver already: left serving
-    again = play(boxes, "upgrade.yml", nvidia_driver_version=NEW, **settings).expect_ok()
+    again = play(boxes, "upgrade.yml", nvidia_driver_version=NEW, rig_rollout_batch=3, **settings).expect_ok()
     assert all(again.recap("changed", box.name) == 0 for box in boxes), again.changed_tasks()
 
 
@@ -211,7 +213,7 @@ def test_the_toolkit_and_the_venv_upgrade_inside_one_drain_and_come_back_by_thei
     assert box.sh(state).stdout == before
 
     drained = len(drains(box))
-    with Load([box], tokens=1000) as load:
+    with Load([box], tokens=1000, streams=4) as load:  # one box: enough streams that one is always in flight
         upgrade(new).expect_ok()
     assert stack_state(box) == {"cuda": "cuda-13.0", "lock": lock_of(new), "click": ["click==8.1.8"], "steps": ["3"]}
     assert box.exists("/usr/local/cuda-12.9/bin/ptxas")  # the old toolkit stays beside the new (its wheels ship ptxas)
