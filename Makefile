@@ -47,7 +47,9 @@ provision: venv docker  ## Provision a throwaway local box with STACK, then run 
 # boxes, the lab, the image store: one worker each, tests/conftest.py).
 WORKERS ?= 4
 PYTEST := pytest -ra --durations=25 -n $(WORKERS)
-QUICK := $(PYTEST) --dist load -m 'not box and not venv'
+# --maxschedchunk 1: one test at a time to whichever worker is free; by default each worker starts with a
+# run of consecutive tests, and the first one held every slow quick test (validate, bench, tune) in turn
+QUICK := $(PYTEST) --dist load --maxschedchunk 1 -m 'not box and not venv'
 BOXES := $(PYTEST) --dist loadscope -m 'box or venv'
 test: venv  ## Run the whole suite: quick tests, the lint gates, then role scenarios and end to end in boxes
 	$(QUICK) --junitxml=build/junit-quick.xml tests

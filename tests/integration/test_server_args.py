@@ -14,17 +14,22 @@ pytestmark = pytest.mark.venv
 
 SERVER = {"model": "/models/target", "draft_model": "/models/eagle3", "tp": 8, "mem_fraction_static": 0.85,
           "flashinfer_allreduce_fusion": True, "torch_symm_mem": True}
-# what the parser made of the argv: the values sglang will run with
+# what the parser made of each argv: the values sglang will run with (one process: importing sglang's parser
+# takes 10-15 CPU-seconds)
 PARSED = """
 import argparse, json, sys
 from sglang.srt.server_args import ServerArgs
-p = argparse.ArgumentParser(); ServerArgs.add_cli_args(p)
-a = vars(p.parse_args(json.loads(sys.argv[1])))
-a["tp_size"] = a.get("tp_size") or a.get("tensor_parallel_size")  # 0.5.9's dest; from_cli_args maps it the same
-print(json.dumps({k: a.get(k) for k in ("model_path", "speculative_algorithm", "speculative_draft_model_path",
-      "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "tp_size",
-      "cuda_graph_max_bs", "cuda_graph_max_bs_decode", "enable_flashinfer_allreduce_fusion",
-      "enable_torch_symm_mem", "mem_fraction_static", "host", "port", "api_key")}))
+keys = ("model_path", "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+        "speculative_eagle_topk", "speculative_num_draft_tokens", "tp_size", "cuda_graph_max_bs",
+        "cuda_graph_max_bs_decode", "enable_flashinfer_allreduce_fusion", "enable_torch_symm_mem",
+        "mem_fraction_static", "host", "port", "api_key")
+seen = []
+for argv in json.loads(sys.argv[1]):
+    p = argparse.ArgumentParser(); ServerArgs.add_cli_args(p)
+    a = vars(p.parse_args(argv))
+    a["tp_size"] = a.get("tp_size") or a.get("tensor_parallel_size")  # 0.5.9's dest; from_cli_args maps it the same
+    seen.append({k: a.get(k) for k in keys})
+print(json.dumps(seen))
 """
 
 
@@ -40,8 +45,9 @@ def args(venv: Path, stack: Path, *extra: str, env: dict | None = None) -> subpr
     return rig("server", "args", "--stack", str(stack), "--venv", str(venv), *extra, env=env)
 
 
-def parsed(venv: Path, argv: list[str]) -> dict:
-    done = subprocess.run([str(venv / "bin" / "python"), "-c", PARSED, json.dumps(argv[3:])],
+def parsed(venv: Path, *argvs: list[str]) -> list[dict]:
+    """What VENV's sglang parser makes of each of ARGVS (rig's argv: the parser reads what follows the module)."""
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", PARSED, json.dumps([argv[3:] for argv in argvs])],
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout)
 
@@ -56,7 +62,8 @@ def test_the_stack_is_spelled_for_each_version_and_means_the_same(lab, tmp_path,
     assert out["sglang"] == ("0.5.9" if version == "v9" else "0.5.23")
     assert argv[:3] == [str(venv / "bin" / "python"), "-m", "sglang.launch_server"]
     assert argv[argv.index(graph_flag) + 1] == "250"  # the largest bench concurrency
-    seen = parsed(venv, argv)
+    baseline = json.loads(args(venv, stack_file(tmp_path), "--json", "--baseline").stdout)["argv"]
+    seen, seen_baseline = parsed(venv, argv, baseline)
     assert seen["cuda_graph_max_bs" if version == "v9" else "cuda_graph_max_bs_decode"] == 250
     assert {k: seen[k] for k in ("model_path", "speculative_algorithm", "speculative_draft_model_path",
                                  "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
@@ -66,11 +73,10 @@ def test_the_stack_is_spelled_for_each_version_and_means_the_same(lab, tmp_path,
         "speculative_draft_model_path": "/models/eagle3", "speculative_num_steps": 2, "speculative_eagle_topk": 4,
         "speculative_num_draft_tokens": 8, "tp_size": 8, "enable_flashinfer_allreduce_fusion": True,
         "enable_torch_symm_mem": True, "mem_fraction_static": 0.85, "host": "127.0.0.1", "port": 30000}
-    baseline = json.loads(args(venv, stack_file(tmp_path), "--json", "--baseline").stdout)["argv"]
     assert not [a for a in baseline if a.startswith("--speculative")]
     assert [a for a in argv if not a.startswith("--speculative") and a not in
             ("EAGLE3", "/models/eagle3", "2", "4", "8")] == [a for a in baseline if a not in ("2", "4", "8")]
-    assert parsed(venv, baseline)["speculative_algorithm"] is None
+    assert seen_baseline["speculative_algorithm"] is None
 
 
 def test_the_seeds_flag_is_named_with_the_version_that_rejects_it(lab, tmp_path):
