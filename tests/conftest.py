@@ -88,7 +88,8 @@ def docker_api():
 def box_exec(name: str, argv: list[str]) -> subprocess.CompletedProcess:
     """ARGV in the running container NAME, as `docker exec` runs it; a box that is not running (one
     rebooting) answers exit 1 and the engine's reason, as the CLI does."""
-    from docker.errors import APIError
+    from docker.errors import APIError, DockerException
+    from requests import RequestException
 
     try:
         started = docker_api().exec_create(name, argv)["Id"]
@@ -96,6 +97,8 @@ def box_exec(name: str, argv: list[str]) -> subprocess.CompletedProcess:
         code = docker_api().exec_inspect(started)["ExitCode"]
     except APIError as exc:
         return subprocess.CompletedProcess(argv, 1, "", str(exc.explanation or exc))
+    except (DockerException, RequestException, OSError) as exc:  # the exec's socket reset by a reboot
+        return subprocess.CompletedProcess(argv, 1, "", f"{name}: {exc}")
     if code is None:  # the box stopped under the command (a reboot): as the CLI says of it
         return subprocess.CompletedProcess(argv, 1, "", f"{name} stopped while running {argv}")
     return subprocess.CompletedProcess(argv, code, (out or b"").decode(errors="replace"),

@@ -106,3 +106,14 @@ def test_the_suites_results_callback_counts_what_ansibles_recap_counts(tmp_path)
     assert not failed.ok and failed.recap("failed", "localhost") == 1
     with pytest.raises(AssertionError, match="elsewhere is not in the recap"):
         failed.recap("ok", "elsewhere")
+
+
+def test_every_module_and_test_the_box_run_groups_by_name_exists():
+    """A renamed module or test would leave its group silently (the scheduler groups the rest by module)."""
+    from conftest import GROUPS, worker_group
+
+    for key, group in GROUPS.items():
+        module, _, test = key.partition("::")
+        source = (REPO / "tests" / "integration" / f"{module}.py").read_text()
+        assert not test or f"\ndef {test}(" in source, key
+        assert worker_group(f"tests/integration/{module}.py::{test or 'test_any'}[a-b]") == group
