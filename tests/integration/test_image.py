@@ -138,8 +138,8 @@ def scan_filesystem(tag: str, needles: list[bytes], tmp_path) -> list[str]:
     """Every file of every layer of TAG (overlay2's layer directories: also what a later layer deleted), and every
     path and link target, searched for each needle; what holds one."""
     driver = json.loads(run(["docker", "image", "inspect", "--format", "{{json .GraphDriver}}", tag]).stdout) or {}
-    layers = [(driver.get("Data") or {}).get("UpperDir"), *(driver.get("Data") or {}).get("LowerDir", "").split(":")]
-    layers = [layer for layer in layers if layer]
+    data = driver.get("Data") or {}
+    layers = [layer for layer in [data.get("UpperDir"), *data.get("LowerDir", "").split(":")] if layer]
     assert driver.get("Name") == "overlay2" and all(os.access(layer, os.R_OK) for layer in layers), \
         f"the scan reads the image's overlay2 layer directories: a local engine with overlay2, as root " \
         f"(scripts/ensure-docker.sh starts one); this engine gave {driver}"
