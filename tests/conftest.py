@@ -303,17 +303,27 @@ GROUPS = {"test_image": "whole-stacks", "test_image_builder": "whole-stacks",
           "test_prove": "lab-2", "test_wheels": "lab-2"}
 
 
+def node_name(nodeid: str) -> str:
+    """module::test of NODEID, without its parameters."""
+    path, _, name = nodeid.partition("::")
+    return f"{path.rsplit('/', 1)[-1].removesuffix('.py')}::{name.split('[')[0]}"
+
+
 def worker_group(nodeid: str) -> str:
     """The group of NODEID's test (by module::test, else by module), else its module."""
-    path, _, name = nodeid.partition("::")
-    module = path.rsplit("/", 1)[-1].removesuffix(".py")
-    return GROUPS.get(f"{module}::{name.split('[')[0]}", GROUPS.get(module, module))
+    name = node_name(nodeid)
+    module = name.split("::")[0]
+    return GROUPS.get(name, GROUPS.get(module, module))
 
 
-# The longest groups first, each paired with a short one (xdist gives every worker two groups to start
-# with, then the next as one finishes), so that no long group waits behind others: times from the box run.
+# xdist gives each worker a group, and the next group in this order to whichever worker is down to its
+# last two tests (a worker runs a test only once it holds the one after it): the longest groups first.
 FIRST = ("whole-stacks", "lab-1", "lab-2", "test_upgrade", "test_bare_metal", "test_rollout", "test_cuda_toolkit",
          "test_role_scenarios")
+# Each of these first in its group: the whole-stacks chain's last two tests were the site test (10 min) and
+# another, so a group given at their start (Molecule's, 6 min) ran after them, the box run's last (37.8 min;
+# with the site test first, the chain's last two tests take seconds and come after the queue is empty).
+LEADS = ("test_python_stack::test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet",)
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -330,11 +340,11 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
+    def rank(item: pytest.Item) -> tuple[int, bool]:
         group = worker_group(item.nodeid)
-        return FIRST.index(group) if group in FIRST else len(FIRST)
+        return FIRST.index(group) if group in FIRST else len(FIRST), node_name(item.nodeid) not in LEADS
 
-    items.sort(key=rank)  # stable: within a group, the file's own order
+    items.sort(key=rank)  # stable: within a group, the file's own order after its lead
 
 
 @pytest.fixture(scope="session")

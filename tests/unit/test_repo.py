@@ -110,10 +110,26 @@ def test_the_suites_results_callback_counts_what_ansibles_recap_counts(tmp_path)
 
 def test_every_module_and_test_the_box_run_groups_by_name_exists():
     """A renamed module or test would leave its group silently (the scheduler groups the rest by module)."""
-    from conftest import GROUPS, worker_group
+    from conftest import GROUPS, LEADS, worker_group
 
-    for key, group in GROUPS.items():
+    for key, group in [*GROUPS.items(), *((lead, None) for lead in LEADS)]:
         module, _, test = key.partition("::")
         source = (REPO / "tests" / "integration" / f"{module}.py").read_text()
         assert not test or f"\ndef {test}(" in source, key
-        assert worker_group(f"tests/integration/{module}.py::{test or 'test_any'}[a-b]") == group
+        assert group is None or worker_group(f"tests/integration/{module}.py::{test or 'test_any'}[a-b]") == group
+
+
+def test_the_box_run_orders_groups_by_first_and_each_lead_first_in_its_group():
+    """The order pytest_collection_modifyitems gives: FIRST's groups in turn, a group's lead before the rest."""
+    from conftest import FIRST, LEADS, worker_group
+
+    done = run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "box or venv", "tests/integration"],
+               cwd=REPO)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    ids = [line for line in done.stdout.splitlines() if "::" in line]
+    groups = [worker_group(i) for i in ids]
+    ranks = [FIRST.index(g) if g in FIRST else len(FIRST) for g in groups]
+    assert ranks == sorted(ranks)
+    for lead in LEADS:
+        at = next(n for n, i in enumerate(ids) if lead.split("::")[1] in i)
+        assert at == groups.index(groups[at]), (lead, ids[groups.index(groups[at])])
