@@ -54,15 +54,22 @@ def numerics_models(box) -> str:
 
 
 # One streamed request inside a box (argv: tokens, then the server's URL), its outcome as one JSON line: refused
-# (no answer, or 503 while draining), or accepted and then how many tokens came and why it ended (cut: the stream
-# broke off). As a load balancer does, it sends only to a server whose health answers 200: a draining server
-# finishes what it has.
-ONE_REQUEST = """import http.client, json, sys, urllib.request
+# (no answer, or 503 while draining, for WAIT seconds), or accepted and then how many tokens came and why it ended
+# (cut: the stream broke off). As a load balancer does, it sends only to a server whose health answers 200: a
+# draining server finishes what it has. The wait for health is in the process: a Python start per request, not
+# one every half second while a box drains and restarts.
+WAIT = 5
+ONE_REQUEST = """import http.client, json, sys, time, urllib.request
 n, url = int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "http://127.0.0.1:30000"
-try:
-    urllib.request.urlopen(url + "/health", timeout=5)
-except OSError as exc:
-    sys.exit(print(json.dumps({"accepted": False, "why": str(exc)})))
+deadline = time.monotonic() + %d
+while True:
+    try:
+        urllib.request.urlopen(url + "/health", timeout=5)
+        break
+    except OSError as exc:
+        if time.monotonic() > deadline:
+            sys.exit(print(json.dumps({"accepted": False, "why": str(exc)})))
+        time.sleep(0.5)
 body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": n}, "stream": True}).encode()
 req = urllib.request.Request(url + "/generate", body, {"Content-Type": "application/json"})
 try:
@@ -78,7 +85,7 @@ except (OSError, http.client.HTTPException) as exc:  # a stream that broke off (
     cut = repr(exc)
 meta = json.loads(last[6:]).get("meta_info", {}) if last else {}  # an error chunk has none: a short count
 print(json.dumps({"accepted": True, "tokens": meta.get("completion_tokens", 0), "cut": cut}))
-"""
+""" % WAIT
 
 
 class Load:

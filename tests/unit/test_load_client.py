@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from conftest import free_port
-from serving_boxes import ONE_REQUEST
+from serving_boxes import ONE_REQUEST, WAIT
 
 
 def outcome(url: str, tokens: int) -> dict:
@@ -24,6 +24,12 @@ def test_a_server_that_dies_mid_stream_leaves_the_request_short(serve):
     # --die-after 1: the process exits after the first step of every request (the health check is none)
     cut = outcome(serve("--die-after", "1"), 300)
     assert cut["accepted"] and cut["tokens"] < 300
+
+
+def test_a_server_that_answers_health_within_the_wait_gets_the_request(serve):
+    # as a box's server does once its drain and restart are over: the request waits for it in its process
+    late = outcome(serve("--start-delay", str(WAIT / 2), "--rate", "2000"), 10)
+    assert late == {"accepted": True, "tokens": 10, "cut": None}
 
 
 def test_a_server_still_starting_or_gone_refuses(serve):
