@@ -88,18 +88,27 @@ print(json.dumps({"accepted": True, "tokens": meta.get("completion_tokens", 0), 
 """ % WAIT
 
 
+STANDIN_RATE = 100  # tokens/s: the stand-in's single-stream rate unless its --rate says otherwise
+
+
 class Load:
     """STREAMS streamed requests of TOKENS tokens kept in flight on each box until the block ends, every outcome
-    kept by box. Each request runs inside its box (docker exec), so a box's reboot ends requests, not the load."""
+    kept by box. Each request runs inside its box (docker exec), so a box's reboot ends requests, not the load.
+
+    A box's streams start spread over one request's time: started together, requests of one length end together,
+    and the gap before the next ones (a docker exec and a Python start, seconds on a loaded machine) was the
+    same for every stream, so a drain could find none in flight."""
 
     def __init__(self, boxes, tokens: int, streams: int = 2):
         self.boxes, self.tokens, self.streams = boxes, tokens, streams
         self.outcomes: dict[str, list[dict]] = {box.name: [] for box in boxes}
         self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._keep, args=(box,), daemon=True)
-                        for box in boxes for _ in range(streams)]
+        spread = tokens / STANDIN_RATE / streams
+        self.threads = [threading.Thread(target=self._keep, args=(box, k * spread), daemon=True)
+                        for box in boxes for k in range(streams)]
 
-    def _keep(self, box) -> None:
+    def _keep(self, box, after: float) -> None:
+        self.stop.wait(after)
         while not self.stop.is_set():
             done = box_exec(box.name, ["python3", "-c", ONE_REQUEST, str(self.tokens)])
             lines = done.stdout.strip().splitlines()

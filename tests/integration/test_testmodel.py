@@ -78,36 +78,47 @@ def test_the_test_model_serves_its_token_and_the_draft_proposes_as_told(lab, tmp
 
 
 # The numerics target with one tensor changed as a wrong kernel would change its output, then checked by the
-# builder's own reference (transformers on the CPU) against the rule's tokens.
+# builder's own reference (transformers on the CPU) against the rule's tokens: every way in one process (torch
+# and transformers imported once), each from a fresh copy of the unchanged target.
+HOWS = ["half-the-heads", "mlp-sign", "uniform-attention", "zero-gemm", "doubled-all-reduce", "noise"]
 PERTURB = r"""
 import json, runpy, shutil, sys
 from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-builder, root, work, how, rule = sys.argv[1:6]
+
+def perturbed(target, how):
+    w = load_file(target / "model.safetensors")
+    torch.manual_seed(1)
+    if how == "half-the-heads":  # layer 0's all-reduce loses the ranks holding heads 4..7 (TP 2 losing one)
+        o = w["model.layers.0.self_attn.o_proj.weight"]
+        o[:, o.shape[1] // 2:] = 0
+    elif how == "mlp-sign":  # one layer's down projection with its sign flipped
+        w["model.layers.2.mlp.down_proj.weight"] *= -1
+    elif how == "uniform-attention":  # scores lost: every head averages the context
+        for i in range(4):
+            w[f"model.layers.{i}.self_attn.k_proj.weight"].zero_()
+    elif how == "zero-gemm":  # a GEMM that returns zeros (flashinfer#2577): one layer's gate projection
+        w["model.layers.1.mlp.gate_proj.weight"].zero_()
+    elif how == "doubled-all-reduce":  # every layer's MLP all-reduce counts its ranks twice
+        for i in range(4):
+            w[f"model.layers.{i}.mlp.down_proj.weight"] *= 2
+    elif how == "noise":  # 0.25% relative noise on every weight, twice bf16 rounding's spread (2^-9 at most): no fault
+        w = {k: (v.float() * (1 + 0.0025 * torch.randn_like(v.float()))).to(v.dtype) for k, v in w.items()}
+    save_file({k: v.contiguous() for k, v in w.items()}, str(target / "model.safetensors"), metadata={"format": "pt"})
+    return target
+
+
+builder, root, work, rule, *hows = sys.argv[1:]
 rule = json.loads(rule)
-target = Path(work) / "target"
-shutil.copytree(Path(root) / "target", target)
-w = load_file(target / "model.safetensors")
-torch.manual_seed(1)
-if how == "half-the-heads":  # layer 0's all-reduce loses the ranks holding heads 4..7 (TP 2 losing one)
-    o = w["model.layers.0.self_attn.o_proj.weight"]
-    o[:, o.shape[1] // 2:] = 0
-elif how == "mlp-sign":  # one layer's down projection with its sign flipped
-    w["model.layers.2.mlp.down_proj.weight"] *= -1
-elif how == "uniform-attention":  # scores lost: every head averages the context
-    for i in range(4):
-        w[f"model.layers.{i}.self_attn.k_proj.weight"].zero_()
-elif how == "zero-gemm":  # a GEMM that returns zeros (flashinfer#2577): one layer's gate projection
-    w["model.layers.1.mlp.gate_proj.weight"].zero_()
-elif how == "doubled-all-reduce":  # every layer's MLP all-reduce counts its ranks twice
-    for i in range(4):
-        w[f"model.layers.{i}.mlp.down_proj.weight"] *= 2
-elif how == "noise":  # 0.25% relative noise on every weight, twice bf16 rounding's spread (2^-9 at most): no fault
-    w = {k: (v.float() * (1 + 0.0025 * torch.randn_like(v.float()))).to(v.dtype) for k, v in w.items()}
-save_file({k: v.contiguous() for k, v in w.items()}, str(target / "model.safetensors"), metadata={"format": "pt"})
-print(json.dumps(runpy.run_path(builder)["reference"](target, rule["prompts"], rule["expected"])))
+reference = runpy.run_path(builder)["reference"]
+seen = {}
+for how in hows:
+    target = Path(work) / how / "target"
+    shutil.copytree(Path(root) / "target", target)
+    seen[how] = reference(perturbed(target, how), rule["prompts"], rule["expected"])
+print(json.dumps(seen))
 """
 
 
@@ -132,18 +143,24 @@ def test_the_numerics_target_follows_its_rule_under_transformers_with_a_wide_mar
     assert done.returncode == 2 and "--draft is for --kind serving" in done.stderr
 
 
-@pytest.mark.parametrize("how", ["half-the-heads", "mlp-sign", "uniform-attention", "zero-gemm", "doubled-all-reduce",
-                                 "noise"])
-def test_a_wrong_kernel_changes_the_numerics_tokens_and_noise_does_not(numerics_model, lab, tmp_path, how):
+@pytest.fixture(scope="module")
+def perturbed(numerics_model, lab, tmp_path_factory) -> dict:
+    """What the builder's reference reads from the numerics target changed each way in HOWS."""
     from rig.serving import numerics
 
     root, _ = numerics_model
     asked = numerics.prompts()
     rule = json.dumps({"prompts": asked, "expected": [numerics.continuation(p) for p in asked]})
     builder = str(REPO / "rig" / "foreign" / "testmodel_build.py")
-    done = ok(subprocess.run([str(lab["v23"] / "bin" / "python"), "-c", PERTURB, builder, str(root), str(tmp_path),
-                              how, rule], capture_output=True, text=True, check=False))
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    done = ok(subprocess.run([str(lab["v23"] / "bin" / "python"), "-c", PERTURB, builder, str(root),
+                              str(tmp_path_factory.mktemp("perturbed")), rule, *HOWS],
+                             capture_output=True, text=True, check=False))
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_a_wrong_kernel_changes_the_numerics_tokens_and_noise_does_not(perturbed, how):
+    seen = perturbed[how]
     for dtype in ("float32", "bfloat16"):
         if how == "noise":
             assert seen[dtype]["matched"] == 8 and seen[dtype]["min_margin"] > 4, seen
