@@ -57,7 +57,7 @@ test: venv  ## Run the whole suite: quick tests, the lint gates, then role scena
 	export RIG_BASE_IMAGE=$$(bash scripts/base-image.sh) && \
 	  $(BOXES) --junitxml=build/junit-boxes.xml tests
 
-test-quick: venv lint  ## The fast loop: the tests that need no Docker engine, then the lint gates
+test-quick: venv lint  ## The fast loop: the lint gates, then the tests that need no Docker engine
 	$(QUICK) --junitxml=build/junit-quick.xml tests
 
 unit: venv  ## Run only the tests that need no Docker engine
@@ -67,16 +67,16 @@ unit: venv  ## Run only the tests that need no Docker engine
 lint: venv  ## ansible-lint (production profile), ruff, mypy, rig's layers, and the example CI workflows' schemas
 	$(MAKE) --no-print-directory --jobs=3 --output-sync=target lint-ansible lint-python lint-ci
 
-lint-ansible:
+lint-ansible: venv
 	ansible-playbook -i inventory/local --syntax-check playbooks/*.yml  # one start-up for all of them
 	ansible-lint -q
 
-lint-python:
+lint-python: venv
 	ruff check rig tests scripts roles
 	mypy
 	pytest -q -p no:cacheprovider tests/unit/test_layers.py  # each layer imports only those before it
 
-lint-ci:
+lint-ci: venv
 	check-jsonschema --builtin-schema vendor.github-workflows docs/ci/github-actions.yml
 	check-jsonschema --builtin-schema vendor.gitlab-ci docs/ci/gitlab-ci.yml
 

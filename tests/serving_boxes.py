@@ -53,23 +53,24 @@ def numerics_models(box) -> str:
     return root
 
 
-# One streamed request inside a box (argv: tokens, then the server's URL), its outcome as one JSON line: refused
-# (no answer, or 503 while draining, for WAIT seconds), or accepted and then how many tokens came and why it ended
-# (cut: the stream broke off). As a load balancer does, it sends only to a server whose health answers 200: a
-# draining server finishes what it has. The wait for health is in the process: a Python start per request, not
-# one every half second while a box drains and restarts.
+# One streamed request inside a box (argv: tokens, the server's URL, seconds to wait for health), its outcome as
+# one JSON line: refused (no answer, or 503 while draining, for that long), or accepted and then how many tokens
+# came and why it ended (cut: the stream broke off). As a load balancer does, it sends only to a server whose
+# health answers 200: a draining server finishes what it has. The wait for health is in the process: a Python
+# start per request, not one every half second while a box drains and restarts.
 WAIT = 5
+URL = "http://127.0.0.1:30000"
 ONE_REQUEST = """import http.client, json, sys, time, urllib.request
-n, url = int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "http://127.0.0.1:30000"
-deadline = time.monotonic() + %d
+n, url, wait = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+deadline = time.monotonic() + wait
 while True:
     try:
-        urllib.request.urlopen(url + "/health", timeout=5)
+        urllib.request.urlopen(url + "/health", timeout=max(0.1, min(5, deadline - time.monotonic())))
         break
     except OSError as exc:
-        if time.monotonic() > deadline:
+        if time.monotonic() >= deadline:
             sys.exit(print(json.dumps({"accepted": False, "why": str(exc)})))
-        time.sleep(0.5)
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": n}, "stream": True}).encode()
 req = urllib.request.Request(url + "/generate", body, {"Content-Type": "application/json"})
 try:
@@ -85,7 +86,7 @@ except (OSError, http.client.HTTPException) as exc:  # a stream that broke off (
     cut = repr(exc)
 meta = json.loads(last[6:]).get("meta_info", {}) if last else {}  # an error chunk has none: a short count
 print(json.dumps({"accepted": True, "tokens": meta.get("completion_tokens", 0), "cut": cut}))
-""" % WAIT
+"""
 
 
 STANDIN_RATE = 100  # tokens/s: the stand-in's single-stream rate unless its --rate says otherwise
@@ -110,7 +111,7 @@ class Load:
     def _keep(self, box, after: float) -> None:
         self.stop.wait(after)
         while not self.stop.is_set():
-            done = box_exec(box.name, ["python3", "-c", ONE_REQUEST, str(self.tokens)])
+            done = box_exec(box.name, ["python3", "-c", ONE_REQUEST, str(self.tokens), URL, str(WAIT)])
             lines = done.stdout.strip().splitlines()
             outcome = json.loads(lines[-1]) if done.returncode == 0 and lines else {"accepted": False, "why": "no box"}
             self.outcomes[box.name].append(outcome)

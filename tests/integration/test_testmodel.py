@@ -117,7 +117,10 @@ seen = {}
 for how in hows:
     target = Path(work) / how / "target"
     shutil.copytree(Path(root) / "target", target)
-    seen[how] = reference(perturbed(target, how), rule["prompts"], rule["expected"])
+    try:  # one case that fails says so in its own test, not in all six
+        seen[how] = reference(perturbed(target, how), rule["prompts"], rule["expected"])
+    except Exception as exc:
+        seen[how] = {"error": repr(exc)}
 print(json.dumps(seen))
 """
 
@@ -161,6 +164,7 @@ def perturbed(numerics_model, lab, tmp_path_factory) -> dict:
 @pytest.mark.parametrize("how", HOWS)
 def test_a_wrong_kernel_changes_the_numerics_tokens_and_noise_does_not(perturbed, how):
     seen = perturbed[how]
+    assert "error" not in seen, seen["error"]
     for dtype in ("float32", "bfloat16"):
         if how == "noise":
             assert seen[dtype]["matched"] == 8 and seen[dtype]["min_margin"] > 4, seen

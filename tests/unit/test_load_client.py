@@ -3,14 +3,17 @@ rollout tests' "no accepted request was cut short" holds only if a cut is seen a
 import json
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
+import pytest
 from conftest import free_port
-from serving_boxes import ONE_REQUEST, WAIT
+from serving_boxes import ONE_REQUEST
 
 
-def outcome(url: str, tokens: int) -> dict:
-    done = subprocess.run([sys.executable, "-c", ONE_REQUEST, str(tokens), url], capture_output=True, text=True,
-                          timeout=60, check=False)
+def outcome(url: str, tokens: int, wait: float = 1) -> dict:
+    done = subprocess.run([sys.executable, "-c", ONE_REQUEST, str(tokens), url, str(wait)], capture_output=True,
+                          text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -28,8 +31,10 @@ def test_a_server_that_dies_mid_stream_leaves_the_request_short(serve):
 
 def test_a_server_that_answers_health_within_the_wait_gets_the_request(serve):
     # as a box's server does once its drain and restart are over: the request waits for it in its process
-    late = outcome(serve("--start-delay", str(WAIT / 2), "--rate", "2000"), 10)
-    assert late == {"accepted": True, "tokens": 10, "cut": None}
+    url = serve("--start-delay", "8", "--rate", "2000")
+    with pytest.raises(urllib.error.HTTPError, match="503"):  # still starting when the request begins
+        urllib.request.urlopen(url + "/health", timeout=5)
+    assert outcome(url, 10, wait=20) == {"accepted": True, "tokens": 10, "cut": None}
 
 
 def test_a_server_still_starting_or_gone_refuses(serve):

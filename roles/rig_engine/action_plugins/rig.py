@@ -22,7 +22,8 @@ the engine.
 
 controller: true runs the subcommand on the controller instead (with the Python that runs
 Ansible, where rig is installed): steps on the controller's cache and wheelhouse, whose
-changes are no host's. Give them mode read.
+changes are no host's. Give them mode read. Such a step runs as the controller's user, in
+Ansible's own environment, whatever the task's become and environment: say.
 
 Every engine field is on the registered result (`result.path`, `result.lock_hash`);
 `would_change` is the engine's own `changed`, whatever the mode.
