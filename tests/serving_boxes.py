@@ -8,6 +8,7 @@ import threading
 
 import yaml
 from conftest import REPO, box_exec, run
+from sglang_api_server import RATE as STANDIN_RATE
 
 UNIT = "/etc/systemd/system/sglang-server.service"
 SITE = "/opt/rig/venv/lib/python3.11/site-packages"
@@ -87,9 +88,6 @@ except (OSError, http.client.HTTPException) as exc:  # a stream that broke off (
 meta = json.loads(last[6:]).get("meta_info", {}) if last else {}  # an error chunk has none: a short count
 print(json.dumps({"accepted": True, "tokens": meta.get("completion_tokens", 0), "cut": cut}))
 """
-
-
-STANDIN_RATE = 100  # tokens/s: the stand-in's single-stream rate unless its --rate says otherwise
 
 
 class Load:

@@ -68,6 +68,8 @@ import time
 
 from aiohttp import web
 
+RATE = 100.0  # tokens/s of one stream, unless --rate says otherwise (tests/serving_boxes.py paces by it)
+
 
 class Slot:
     """One batch-size slot of SGLang's adaptive speculation: its candidates and the EMA that moves between them."""
@@ -375,7 +377,7 @@ def app(args: argparse.Namespace) -> web.Application:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--rate", type=float, default=100.0, help="single-stream tokens/s")
+    p.add_argument("--rate", type=float, default=RATE, help="single-stream tokens/s")
     p.add_argument("--capacity", type=float, default=0.0, help="total tokens/s shared by running requests (0: none)")
     p.add_argument("--accept-length", type=float, default=0.0, help="tokens per verify step; 0: no speculation")
     p.add_argument("--spec-meta", choices=("full", "verify-only", "none"), default="full",
