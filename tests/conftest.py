@@ -508,9 +508,24 @@ def lab(tmp_path_factory) -> dict:
 
     v23 is the default stack's lock (sglang 0.5.23, flashinfer 0.7.2, torch 2.14.1): an 11 GB install that the
     workers share, so no test changes it (test_patches patches an overlay of its own). v9 holds the 0.5.9
-    stack's locked sglang 0.5.9 and flashinfer 0.6.3 wheels over v23's packages, one per worker: that stack's
-    torch 2.9.1+cu130 comes from a per-site index this machine does not have, and the patched modules import
-    on these.
+    stack's locked sglang 0.5.9 and flashinfer 0.6.3 wheels over v23's packages, one per worker that uses it:
+    that stack's torch 2.9.1+cu130 comes from a per-site index this machine does not have, and the patched
+    modules import on these.
     """
     v23 = built_once(tmp_path_factory, "lab-v23", _default_venv)
-    return {"v23": v23, "v9": overlay(v23, LOCK_059, tmp_path_factory.mktemp("lab") / "v9")}
+    return _Lab(v23=v23, make_v9=lambda: overlay(v23, LOCK_059, tmp_path_factory.mktemp("lab") / "v9"))
+
+
+class _Lab(dict):
+    """The lab's venvs by name: v23 at once, v9 made on a worker's first lab["v9"] (a pip install; the modules of
+    one lab group use it, the other's never do)."""
+
+    def __init__(self, v23: Path, make_v9):
+        super().__init__(v23=v23)
+        self._make_v9 = make_v9
+
+    def __missing__(self, key: str) -> Path:
+        if key != "v9":
+            raise KeyError(key)
+        self["v9"] = self._make_v9()
+        return self["v9"]

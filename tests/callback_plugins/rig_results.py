@@ -2,11 +2,18 @@
 file $RIG_RESULTS names (tests/conftest.py Play), so that no test parses Ansible's human output for them."""
 from __future__ import annotations
 
+import base64
+import dataclasses
+import importlib.util
+import io
 import json
+import marshal
 import os
 import time
+import zipfile
 
 from ansible import constants as C
+from ansible.executor import module_common
 from ansible.plugins.callback import CallbackBase
 from ansible.plugins.loader import connection_loader
 
@@ -25,11 +32,44 @@ description:
     module_utils it imports, found by parsing their sources) once per ansible-playbook run and drops it at
     exit, so every play of the suite built again the payloads of the same modules (see docs/BENCHMARKS.md).
     A payload is the same bytes for every run of one Ansible install; the suite shares one directory per run.
+  - A payload kept there carries each module's bytecode beside its source (name.pyc, the layout zipimport
+    reads, unchecked-hash as in rig's engine bundle). A payload is imported from its zip, where Python never
+    writes bytecode, so each module run compiled ansible.module_utils again, about 0.1 s of a box's CPU of a
+    module's 0.16 (docs/BENCHMARKS.md). A target whose Python is another version reads the sources.
 requirements:
   - RIG_RESULTS, the file to write
 """
 
 CONNECTIONS = ("community.docker.docker_api", "community.docker.docker")  # the suite's boxes, Molecule's
+
+
+def _with_bytecode(zip_data: bytes) -> bytes:
+    """ZIP_DATA (a base64 payload zip) with each .py member's bytecode beside it, for this Python's version."""
+    source = zipfile.ZipFile(io.BytesIO(base64.b64decode(zip_data)))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as payload:
+        for member in source.infolist():
+            data = source.read(member)
+            payload.writestr(member, data)
+            if member.filename.endswith(".py"):
+                code = compile(data, member.filename, "exec", dont_inherit=True)
+                flags = (1).to_bytes(4, "little")  # hash-based, unchecked: the payload is built and read as a whole
+                pyc = importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(data) + marshal.dumps(code)
+                payload.writestr(zipfile.ZipInfo(member.filename + "c", member.date_time), pyc, zipfile.ZIP_DEFLATED)
+    return base64.b64encode(out.getvalue())
+
+
+def _keep_bytecode() -> None:
+    """Payloads written to the cache from now on carry bytecode (see DOCUMENTATION); set before any fork."""
+    dump = module_common._CachedModule.dump
+    if getattr(dump, "with_bytecode", False):
+        return
+
+    def dump_with_bytecode(self, path: str) -> None:
+        dump(dataclasses.replace(self, zip_data=_with_bytecode(self.zip_data)), path)
+
+    dump_with_bytecode.with_bytecode = True  # type: ignore[attr-defined]
+    module_common._CachedModule.dump = dump_with_bytecode  # type: ignore[method-assign]
 
 
 class CallbackModule(CallbackBase):
@@ -46,6 +86,7 @@ class CallbackModule(CallbackBase):
         if shared:  # before any task: see DOCUMENTATION (this run's directory is new, so nothing is there yet)
             os.makedirs(shared, exist_ok=True)
             os.symlink(shared, os.path.join(C.DEFAULT_LOCAL_TMP, "ansiballz_cache"))
+            _keep_bytecode()
         self.changed: list[dict] = []
         self.timings: list[dict] = []  # each task's seconds on each host, from the task's start to its result
         self.started = 0.0

@@ -108,6 +108,49 @@ def test_the_suites_results_callback_counts_what_ansibles_recap_counts(tmp_path)
         failed.recap("ok", "elsewhere")
 
 
+def test_the_suites_module_payloads_carry_bytecode_that_python_reads(tmp_path, monkeypatch):
+    """The callback keeps each payload's modules compiled beside their sources: Python imports the bytecode
+    from the zip, and a Python of another version (another magic number) reads the source instead."""
+    import base64
+    import io
+    import pickle
+    import zipfile
+
+    from conftest import Play
+
+    sys.path.insert(0, str(REPO / "tests" / "callback_plugins"))
+    from rig_results import _with_bytecode
+
+    plain = io.BytesIO()
+    with zipfile.ZipFile(plain, "w") as payload:
+        payload.writestr("pkg/__init__.py", "")
+        payload.writestr("pkg/mod.py", "VALUE = 6 * 7\n")
+    zipped = tmp_path / "payload.zip"
+    zipped.write_bytes(base64.b64decode(_with_bytecode(base64.b64encode(plain.getvalue()))))
+    assert sorted(zipfile.ZipFile(zipped).namelist()) == ["pkg/__init__.py", "pkg/__init__.pyc", "pkg/mod.py",
+                                                          "pkg/mod.pyc"]
+    show = "import sys; sys.path.insert(0, sys.argv[1]); import pkg.mod as m; print(m.VALUE, m.__file__)"
+    assert run([sys.executable, "-c", show, str(zipped)]).stdout.split() == ["42", f"{zipped}/pkg/mod.pyc"]
+    other = tmp_path / "other.zip"  # the same bytes but the magic number: another Python's bytecode
+    with zipfile.ZipFile(zipped) as source, zipfile.ZipFile(other, "w") as payload:
+        for name in source.namelist():
+            data = source.read(name)
+            payload.writestr(name, b"\0\0\r\n" + data[4:] if name.endswith(".pyc") else data)
+    assert run([sys.executable, "-c", show, str(other)]).stdout.split() == ["42", f"{other}/pkg/mod.py"]
+
+    # a play's module comes from the cache with ansible.module_utils compiled
+    monkeypatch.setenv("RIG_ANSIBALLZ_CACHE", str(tmp_path / "cache"))
+    book = tmp_path / "play.yml"
+    book.write_text(yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False,
+                                     "tasks": [{"name": "Run", "ansible.builtin.command": "true"}]}]))
+    Play.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}",
+              str(book)]).expect_ok()
+    cached = [p for p in (tmp_path / "cache").glob("ansible.modules.command-*") if p.suffix != ".lock"]
+    assert len(cached) == 1
+    names = zipfile.ZipFile(io.BytesIO(base64.b64decode(pickle.loads(cached[0].read_bytes()).zip_data))).namelist()
+    assert {"ansible/module_utils/basic.py", "ansible/module_utils/basic.pyc"} <= set(names)
+
+
 def test_every_module_and_test_the_box_run_groups_by_name_exists():
     """A renamed module or test would leave its group silently (the scheduler groups the rest by module)."""
     from conftest import GROUPS, LEADS, worker_group
