@@ -19,14 +19,15 @@ help:  ## List the targets
 
 # uv installs the tools (seconds where pip took two minutes), at the version rig pins for hosts; then their
 # bytecode, as pip would write it: without, every ansible-playbook, rig and pytest start compiles what it imports.
-# Not of the ansible package's collections other than community.docker, the one rig uses: they are three quarters
-# of the venv's modules, and compiling them was most of the install's CPU time (docs/BENCHMARKS.md).
+# Not of the ansible package's collections other than the two that run (community.docker for the boxes,
+# ansible.posix's json callback in tests): the rest are three quarters of the venv's modules (install 36.1 -> 22.8
+# CPU-s, docs/BENCHMARKS.md).
 UV_VERSION := $(shell sed -n 's/^UV_VERSION = "\(.*\)"/\1/p' rig/python/installer.py)
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet uv==$(UV_VERSION)
 	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --upgrade pip -e '.[test]'
-	$(VENV)/bin/python -m compileall -q -j 0 -x '/ansible_collections/(?!community/docker/)' $(VENV)/lib
+	$(VENV)/bin/python -m compileall -q -j 0 -x '/ansible_collections/(?!community/docker/|ansible/posix/)' $(VENV)/lib
 	touch $@
 
 venv: $(VENV)/.installed  ## Create the virtualenv with rig and its pinned tools

@@ -9,6 +9,7 @@ import io
 import json
 import marshal
 import os
+import re
 import time
 import zipfile
 
@@ -32,10 +33,14 @@ description:
     module_utils it imports, found by parsing their sources) once per ansible-playbook run and drops it at
     exit, so every play of the suite built again the payloads of the same modules (see docs/BENCHMARKS.md).
     A payload is the same bytes for every run of one Ansible install; the suite shares one directory per run.
-  - A payload kept there carries each module's bytecode beside its source (name.pyc, the layout zipimport
-    reads, unchecked-hash as in rig's engine bundle). A payload is imported from its zip, where Python never
-    writes bytecode, so each module run compiled ansible.module_utils again, about 0.1 s of a box's CPU of a
-    module's 0.16 (docs/BENCHMARKS.md). A target whose Python is another version reads the sources.
+  - A payload kept there carries its module_utils' bytecode beside their sources (name.pyc, the layout
+    zipimport reads, unchecked-hash as rig/engine/bundle.py writes the engine's). A payload is imported from
+    its zip, where Python never writes bytecode, so each module run compiled ansible.module_utils again
+    (0.20 -> 0.14 CPU-s of a box per module run, docs/BENCHMARKS.md). A target whose Python is another
+    version reads the sources. The bytecode names its file by its path in the zip (the zip's place on the
+    target is a new temporary directory each run), so a frame in module_utils shows that relative path, and a
+    deprecation raised there is reported from an indeterminate source where Ansible would say ansible-core.
+    The module itself stays source, so that its own deprecations and frames are as Ansible reports them.
 requirements:
   - RIG_RESULTS, the file to write
 """
@@ -43,19 +48,27 @@ requirements:
 CONNECTIONS = ("community.docker.docker_api", "community.docker.docker")  # the suite's boxes, Molecule's
 
 
+LIBRARY = re.compile(r"^ansible/module_utils/|^ansible_collections/\w+/\w+/plugins/module_utils/")
+
+
 def _with_bytecode(zip_data: bytes) -> bytes:
-    """ZIP_DATA (a base64 payload zip) with each .py member's bytecode beside it, for this Python's version."""
+    """ZIP_DATA (a base64 payload zip) with each module_utils source's bytecode beside it, for this Python's
+    version; a source this Python cannot compile (newer syntax a target may still run) keeps no bytecode."""
     source = zipfile.ZipFile(io.BytesIO(base64.b64decode(zip_data)))
     out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as payload:
+    with zipfile.ZipFile(out, "w") as payload:
         for member in source.infolist():
             data = source.read(member)
             payload.writestr(member, data)
-            if member.filename.endswith(".py"):
+            if not (member.filename.endswith(".py") and LIBRARY.match(member.filename)):
+                continue
+            try:
                 code = compile(data, member.filename, "exec", dont_inherit=True)
-                flags = (1).to_bytes(4, "little")  # hash-based, unchecked: the payload is built and read as a whole
-                pyc = importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(data) + marshal.dumps(code)
-                payload.writestr(zipfile.ZipInfo(member.filename + "c", member.date_time), pyc, zipfile.ZIP_DEFLATED)
+            except SyntaxError:
+                continue
+            flags = (1).to_bytes(4, "little")  # hash-based, unchecked: the payload is built and read as a whole
+            pyc = importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(data) + marshal.dumps(code)
+            payload.writestr(zipfile.ZipInfo(member.filename + "c", member.date_time), pyc, member.compress_type)
     return base64.b64encode(out.getvalue())
 
 
