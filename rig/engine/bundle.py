@@ -17,7 +17,6 @@ import hashlib
 import importlib.util
 import io
 import os
-import py_compile
 import shutil
 import tempfile
 import zipapp
@@ -31,6 +30,7 @@ import yaml
 
 import rig
 from rig.core import RigError
+from rig.core.bytecode import unchecked_pyc
 from rig.core.fs import atomic_write, read_bytes
 
 PATCH_SET = Path("rig", "patches", "set")  # the patch set, read by rig.patches on targets
@@ -73,12 +73,11 @@ def build(out: str | Path, with_patches: bool = True) -> dict:
             shutil.copyfile(path, Path(tmp) / name)
             if name.suffix == ".py":  # unchecked: the bundle is checked as a whole before it runs
                 try:
-                    py_compile.compile(str(Path(tmp) / name), cfile=str(Path(tmp) / name.with_suffix(".pyc")),
-                                       dfile=str(name), doraise=True,
-                                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
-                except py_compile.PyCompileError as exc:
-                    raise RigError(f"cannot bundle {path}: it does not compile ({exc.exc_type_name}); reinstall "
+                    pyc = unchecked_pyc((Path(tmp) / name).read_bytes(), str(name))
+                except (SyntaxError, ValueError) as exc:
+                    raise RigError(f"cannot bundle {path}: it does not compile ({type(exc).__name__}); reinstall "
                                    "the package it belongs to") from None
+                (Path(tmp) / name.with_suffix(".pyc")).write_bytes(pyc)
         for path in Path(tmp).rglob("*"):
             os.utime(path, (FIXED_MTIME, FIXED_MTIME))  # the same sources, the same bytes
         archive = io.BytesIO()  # then one rename: two controllers' runs building at once never share a file

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import importlib.util
 import io
 import json
-import marshal
 import os
 import re
 import time
@@ -17,6 +15,8 @@ from ansible import constants as C
 from ansible.executor import module_common
 from ansible.plugins.callback import CallbackBase
 from ansible.plugins.loader import connection_loader
+
+from rig.core.bytecode import unchecked_pyc
 
 DOCUMENTATION = """
 name: rig_results
@@ -34,7 +34,7 @@ description:
     exit, so every play of the suite built again the payloads of the same modules (see docs/BENCHMARKS.md).
     A payload is the same bytes for every run of one Ansible install; the suite shares one directory per run.
   - A payload kept there carries its module_utils' bytecode beside their sources (name.pyc, the layout
-    zipimport reads, unchecked-hash as rig/engine/bundle.py writes the engine's). A payload is imported from
+    zipimport reads, unchecked-hash, by rig.core.bytecode as for the engine bundle). A payload is imported from
     its zip, where Python never writes bytecode, so each module run compiled ansible.module_utils again
     (0.20 -> 0.14 CPU-s of a box per module run, docs/BENCHMARKS.md). A target whose Python is another
     version reads the sources. The bytecode names its file by its path in the zip (the zip's place on the
@@ -63,11 +63,9 @@ def _with_bytecode(zip_data: bytes) -> bytes:
             if not (member.filename.endswith(".py") and LIBRARY.match(member.filename)):
                 continue
             try:
-                code = compile(data, member.filename, "exec", dont_inherit=True)
-            except SyntaxError:
+                pyc = unchecked_pyc(data, member.filename)
+            except (SyntaxError, ValueError):
                 continue
-            flags = (1).to_bytes(4, "little")  # hash-based, unchecked: the payload is built and read as a whole
-            pyc = importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(data) + marshal.dumps(code)
             payload.writestr(zipfile.ZipInfo(member.filename + "c", member.date_time), pyc, member.compress_type)
     return base64.b64encode(out.getvalue())
 
