@@ -494,9 +494,11 @@ def overlay(base: Path, lock: Path, dest: Path, names: set[str] | None = None) -
     ok(subprocess.run(["python3", "-m", "venv", "--without-pip", str(dest)], capture_output=True, text=True,
                       check=False))
     wheels = [str(cached_path(CACHE, w)) for w in read(lock)["wheels"] if names is None or w["name"] in names]
+    # no bytecode at install: the tests import a small part of these packages, and the first import writes what
+    # it needs (the 0.5.23 overlay's install 28.7 -> about 3 CPU-seconds, docs/BENCHMARKS.md)
     ok(subprocess.run([str(base / "bin" / "python"), "-m", "pip", "--python", str(dest / "bin" / "python"),
-                       "install", "-q", "--no-deps", "--no-index", *wheels], capture_output=True, text=True,
-                      check=False))
+                       "install", "-q", "--no-compile", "--no-deps", "--no-index", *wheels], capture_output=True,
+                      text=True, check=False))
     site = "lib/python3.11/site-packages"
     (dest / site / "zz-rig-lab-base.pth").write_text(str(base / site) + "\n")
     return dest
