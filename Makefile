@@ -45,8 +45,10 @@ provision: venv docker  ## Provision a throwaway local box with STACK, then run 
 	ansible-playbook -i inventory/local playbooks/site.yml -e rig_stack=$(STACK) -e rig_box_name=$(BOX)
 	rig doctor --container $(BOX) --stack $(STACK)
 
-# The quick tests answer first (no Docker engine, no venv install), then lint, then the boxes;
-# each pytest run leaves a JUnit file under build/ and lists its slowest tests. WORKERS pytest-xdist
+# The quick tests answer first (no Docker engine, no venv install), then the boxes; the lint gates, the
+# Docker engine and the base image come up beside the quick tests, in the CPU their waits leave (tests
+# that wait on a server), their output after the tests' own; any of the three failing stops the run
+# before the boxes. Each pytest run leaves a JUnit file under build/ and lists its slowest tests. WORKERS pytest-xdist
 # workers share each run: quick tests spread one by one, box tests by the state they share (a module's
 # boxes, the lab, the image store: one worker each, tests/conftest.py).
 WORKERS ?= 4
@@ -55,9 +57,13 @@ PYTEST := pytest -ra --durations=25 -n $(WORKERS)
 # run of consecutive tests, and the first one held every slow quick test (validate, bench, tune) in turn
 QUICK := $(PYTEST) --dist load --maxschedchunk 1 -m 'not box and not venv'
 BOXES := $(PYTEST) --dist loadscope -m 'box or venv'
-test: venv  ## Run the whole suite: quick tests, the lint gates, then role scenarios and end to end in boxes
-	$(QUICK) --junitxml=build/junit-quick.xml tests
-	$(MAKE) lint docker
+test: venv  ## Run the whole suite: quick tests and the lint gates, then role scenarios and end to end in boxes
+	mkdir -p build
+	$(MAKE) --no-print-directory lint base-image > build/gates.log 2>&1 & gates=$$!; \
+	  quick=0; $(QUICK) --junitxml=build/junit-quick.xml tests || quick=$$?; \
+	  gated=0; wait $$gates || gated=$$?; cat build/gates.log; \
+	  if [ $$gated -ne 0 ]; then echo "make test: the lint gates or the Docker engine failed (above)" >&2; fi; \
+	  [ $$quick -eq 0 ] && [ $$gated -eq 0 ]
 	export RIG_BASE_IMAGE=$$(bash scripts/base-image.sh) && \
 	  $(BOXES) --junitxml=build/junit-boxes.xml tests
 
