@@ -183,7 +183,8 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet(start
     tiny = REPO / "roles" / "python_stack" / "molecule" / "default" / "tiny.yml"
     inventory = tmp_path / "builders.yml"
     inventory.write_text(yaml.safe_dump({"all": {
-        "vars": {"ansible_connection": "community.docker.docker_api", "ansible_python_interpreter": "/usr/bin/python3"},
+        "vars": {"ansible_connection": "community.docker.docker_api", "ansible_python_interpreter": "/usr/bin/python3",
+                 "python_stack_serve_idle": 120},  # as every box inventory here: the server stops soon after
         "children": {"gpu_hosts": {"hosts": {box.name: None, other.name: None}},
                      "builders": {"hosts": {box.name: None}}}}}))
     wheels = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / "wheels.yml"), "-e",
