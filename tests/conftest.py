@@ -495,7 +495,7 @@ def overlay(base: Path, lock: Path, dest: Path, names: set[str] | None = None) -
                       check=False))
     wheels = [str(cached_path(CACHE, w)) for w in read(lock)["wheels"] if names is None or w["name"] in names]
     # no bytecode at install: the tests import a small part of these packages, and the first import writes what
-    # it needs (the 0.5.23 overlay's install 28.7 -> about 3 CPU-seconds, docs/BENCHMARKS.md)
+    # it needs (the 0.5.23 overlay's install 29-43 -> 10-15 CPU-seconds side by side, docs/BENCHMARKS.md)
     ok(subprocess.run([str(base / "bin" / "python"), "-m", "pip", "--python", str(dest / "bin" / "python"),
                        "install", "-q", "--no-compile", "--no-deps", "--no-index", *wheels], capture_output=True,
                       text=True, check=False))
