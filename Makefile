@@ -58,7 +58,7 @@ PYTEST := pytest -ra --durations=25 -n $(WORKERS)
 QUICK := $(PYTEST) --dist load --maxschedchunk 1 -m 'not box and not venv'
 BOXES := $(PYTEST) --dist loadscope -m 'box or venv'
 test: venv  ## Run the whole suite: quick tests and the lint gates, then role scenarios and end to end in boxes
-	mkdir -p build
+	mkdir -p build && rm -f build/gates.log  # a new file: never written through what stood there
 	$(MAKE) --no-print-directory lint base-image > build/gates.log 2>&1 & gates=$$!; \
 	  quick=0; $(QUICK) --junitxml=build/junit-quick.xml tests || quick=$$?; \
 	  gated=0; wait $$gates || gated=$$?; cat build/gates.log; \
