@@ -13,7 +13,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,12 +27,16 @@ def confined(root: str | Path, relative: str, what: str, follow: bool = True) ->
     base = Path(root).resolve()
     if not relative or "\0" in relative or Path(relative).is_absolute():
         raise RigError(f"{what}: {relative!r} is not a relative path under {base}; refusing it")
-    if follow:
-        target = (base / relative).resolve()
-    elif ".." in Path(relative).parts or (base / relative).parent.resolve() / Path(relative).name == base:
-        raise RigError(f"{what}: {relative!r} leads outside {base}; refusing it (path traversal)")
-    else:
-        target = (base / relative).parent.resolve() / Path(relative).name
+    try:  # resolve() raises on a loop of links (RuntimeError before Python 3.13, OSError after)
+        if follow:
+            target = (base / relative).resolve()
+        elif ".." in Path(relative).parts or (base / relative).parent.resolve() / Path(relative).name == base:
+            raise RigError(f"{what}: {relative!r} leads outside {base}; refusing it (path traversal)")
+        else:
+            target = (base / relative).parent.resolve() / Path(relative).name
+    except (RuntimeError, OSError) as exc:
+        raise RigError(f"{what}: {relative!r} under {base} cannot be resolved ({exc}); a loop of links? "
+                       "refusing it") from None
     if target != base and base not in target.parents:
         raise RigError(f"{what}: {relative!r} leads outside {base}; refusing it (path traversal)")
     return target
@@ -160,6 +164,75 @@ def sha256_file(path: str | Path, what: str = "file") -> str:
 
 def sha256_data(data: str | bytes) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def tree(root: str | Path, what: str, skip: Callable[[tuple[str, ...]], bool] | None = None) -> list[tuple]:
+    """Every entry under the directory ROOT as (kind, relative path, link text): "dir", "file" or "link", in
+    sorted order (a directory before what it holds), walked without following a link. A link is kept as a link
+    (its text, never what it points to) and only while it is relative and resolves under ROOT; a link out, an
+    absolute link and anything that is not a directory, a regular file or such a link (a FIFO, a device, a
+    socket) is a RigError naming it. SKIP(parts) leaves an entry out, unlooked at (build leftovers)."""
+    base = Path(root)
+    found: list[tuple] = []
+
+    def visit(parts: tuple[str, ...]) -> None:
+        with os.scandir(base.joinpath(*parts)) as listed:
+            entries = sorted(listed, key=lambda entry: entry.name)
+        for entry in entries:
+            inner = (*parts, entry.name)
+            if skip and skip(inner):
+                continue
+            relative, mode = "/".join(inner), entry.stat(follow_symlinks=False).st_mode
+            if stat.S_ISLNK(mode):
+                text = os.readlink(entry.path)
+                try:  # an absolute link would point elsewhere once the tree is copied, even one into ROOT
+                    if os.path.isabs(text):
+                        raise RigError("absolute")
+                    confined(base, relative, what)
+                except RigError:
+                    raise RigError(f"{what}: {relative} is a link to {text!r}, which does not resolve inside {base}; "
+                                   "replace it with what it points to (a link out of the tree is never followed)"
+                                   ) from None
+                found.append(("link", relative, text))
+            elif stat.S_ISDIR(mode):
+                found.append(("dir", relative, None))
+                visit(inner)
+            elif stat.S_ISREG(mode):
+                found.append(("file", relative, None))
+            else:
+                raise RigError(f"{what}: {relative} is not a regular file, a directory or a link (a FIFO, a device "
+                               f"or a socket); remove it from {base}")
+
+    if not base.is_dir() or base.is_symlink():
+        raise RigError(f"{what}: {base} is not a directory")
+    visit(())
+    return found
+
+
+def copy_tree(src: str | Path, dest: str | Path, what: str,
+              skip: Callable[[tuple[str, ...]], bool] | None = None) -> Path:
+    """A copy of the tree SRC (as tree() lists it, every entry checked before anything is written) in DEST, which
+    must not exist: regular files with their bytes, mode and times, links as links. A file swapped for a link
+    or a FIFO after the check is refused when it is opened, never followed or waited on."""
+    src, dest = Path(src), Path(dest)
+    entries = tree(src, what, skip)
+    dest.mkdir(parents=True)
+    for kind, relative, text in entries:
+        target = dest / relative
+        if kind == "dir":
+            target.mkdir()
+        elif kind == "link":
+            os.symlink(text, target)
+        else:
+            source = open_plain(src / relative, os.O_RDONLY, f"{what}: file", follow=False)
+            with os.fdopen(source, "rb") as handle:
+                made = open_plain(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, f"{what}: copy", follow=False)
+                with os.fdopen(made, "wb") as out:
+                    shutil.copyfileobj(handle, out, 1 << 20)
+                    seen = os.fstat(handle.fileno())
+                    os.fchmod(out.fileno(), seen.st_mode & 0o777)  # never a set-id bit
+                os.utime(target, ns=(seen.st_atime_ns, seen.st_mtime_ns), follow_symlinks=False)
+    return dest
 
 
 @contextmanager

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from rig.core import RigError, progress
-from rig.core.fs import atomic_copy, atomic_write, sha256_data, sha256_file
+from rig.core.fs import atomic_copy, atomic_write, copy_tree, open_regular, sha256_data, sha256_file, tree
 from rig.core.proc import run
 from rig.kernels.audit import audit_wheel, venv_context
 from rig.python.runtime_env import arch_env
@@ -70,6 +70,8 @@ def source_spec(source: str) -> str:
     path = Path(source)
     if not path.exists():
         raise RigError(f"{source}: no such source dir or sdist; air-gapped builders give a local path")
+    if not (path.is_dir() or path.is_file()):  # read only as a tree or a regular file: never a FIFO or a device
+        raise RigError(f"{source} is neither a source dir nor an sdist file; give one")
     if path.is_dir() and not any((path / f).exists() for f in ("setup.py", "pyproject.toml")):
         raise RigError(f"{source} has neither setup.py nor pyproject.toml")
     return str(path.resolve())
@@ -106,12 +108,22 @@ def source_digest(spec: str) -> str:
     digest = hashlib.sha256()
     if not path.exists():
         digest.update(spec.encode())
-    elif path.is_file():
-        digest.update(path.read_bytes())
-    else:
-        for f in sorted(p for p in path.rglob("*") if p.is_file() and not _ignored(p.relative_to(path).parts)):
-            digest.update(str(f.relative_to(path)).encode() + b"\0" + f.read_bytes())
+    elif not path.is_dir():
+        _digest_file(digest, path, "source")
+    else:  # the entries the clean copy takes (a link out of the tree refused), in the order they sort
+        for kind, relative, text in tree(path, f"source {spec}", _ignored):
+            if kind == "file":
+                digest.update(relative.encode() + b"\0")
+                _digest_file(digest, path / relative, "source file")
+            elif kind == "link":
+                digest.update(relative.encode() + b"\0link\0" + text.encode())
     return digest.hexdigest()
+
+
+def _digest_file(digest, path: Path, what: str) -> None:
+    with open_regular(path, what) as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
 
 
 def _ignored(parts: tuple) -> bool:  # shared by the source digest and the clean copy
@@ -119,8 +131,9 @@ def _ignored(parts: tuple) -> bool:  # shared by the source digest and the clean
 
 
 def copy_source(src: str | Path, dest: Path) -> Path:
-    """A clean copy of a source tree, without the build leftovers the source digest leaves out."""
-    return Path(shutil.copytree(src, dest, ignore=lambda d, names: [n for n in names if _ignored((n,))]))
+    """A clean copy of a source tree, without the build leftovers the source digest leaves out; a link that
+    leads out of the tree is refused, never followed into the builder's copy."""
+    return copy_tree(src, dest, f"source {src}", _ignored)
 
 
 def wheelhouse_key(lock_hash: str, archs: list[str], source: str) -> str:

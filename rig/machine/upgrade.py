@@ -15,13 +15,28 @@ from pathlib import Path
 from rig.core import RigError
 from rig.core.cuda_releases import RELEASES
 from rig.core.fs import MissingFile, atomic_write, open_plain
-from rig.core.schema import Field, sha256
+from rig.core.schema import Field, sha256, validate
 from rig.machine import driver, gpu_health
 
 STATE_DIR = "/var/lib/rig/upgrade"
 LOCK = "rollout.lock"
 RECORD = "previous.json"
-OWNER = Field(str, required=True)
+OWNER_LIMIT = 128  # characters: a playbook draws 16; the lock that holds one stays far under the reader's 4 KiB
+
+
+def _owner(value: str) -> str | None:
+    rule = f"a rollout lock needs its rollout's id: 1 to {OWNER_LIMIT} printable ASCII characters"
+    if not value.strip():
+        return f"is blank; {rule}"
+    if len(value) > OWNER_LIMIT:
+        return f"is {len(value)} characters long; {rule}"
+    if not all(" " <= c <= "~" for c in value):
+        return f"{value[:40]!r} holds a character that is not printable ASCII; {rule}"
+    return None
+
+
+# the one rule for a rollout's id: what lock() takes is what _holder() reads back
+OWNER = Field(str, required=True, check=_owner)
 LOCK_SPEC = Field(dict, open=True, fields={"owner": OWNER, "since": Field(required=True)})
 ROLES = ("driver", "fabricmanager", "container_toolkit")
 PACKAGE = Field(dict, required=True, fields={
@@ -62,11 +77,16 @@ def _holder(path: Path) -> dict | None:
         raise RigError(f"{exc}; if no rollout runs, remove {path}") from None
 
 
+def _owner_given(owner: str) -> None:
+    """OWNER checked by the rule the lock's reader applies, before anything is written: a lock no later run
+    could read would keep every rollout out."""
+    validate(owner, OWNER, "--owner", "the rollout's id")
+
+
 def lock(state_dir: str, owner: str, check: bool = False) -> dict:
     """Take the host's rollout lock for OWNER (one rollout's id); another rollout holding it is an error that
     names it. Taking a lock OWNER already holds changes nothing."""
-    if not owner.strip():
-        raise RigError("a rollout lock needs its rollout's id (--owner)")
+    _owner_given(owner)
     path = Path(state_dir) / LOCK
     holder = _holder(path)
     if not holder and not check:
@@ -84,6 +104,7 @@ def lock(state_dir: str, owner: str, check: bool = False) -> dict:
 
 def unlock(state_dir: str, owner: str, check: bool = False) -> dict:
     """Give the lock back if OWNER holds it; another rollout's lock is left where it is."""
+    _owner_given(owner)
     path = Path(state_dir) / LOCK
     holder = _holder(path)
     mine = holder is not None and holder["owner"] == owner
