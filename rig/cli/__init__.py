@@ -44,6 +44,7 @@ from rig.cli import (
 )
 from rig.cli.common import DEFAULT_BUNDLE, DEFAULT_CACHE, DEFAULT_STACK, ERROR, INTERNAL, INTERRUPTED, SIGNALLED, moved
 from rig.core import RigError
+from rig.core.escape import terminal
 
 __all__ = ["DEFAULT_BUNDLE", "DEFAULT_CACHE", "DEFAULT_STACK", "cli", "main"]
 
@@ -107,9 +108,7 @@ def _explain(exc: BaseException) -> str | None:
 def _said(text: str) -> str:
     """An error as the terminal should show it, whatever an input put in it: control characters written
     escaped, and lines after the first indented, so that only the first one starts with `rig: error:`."""
-    lines = ("".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in line)
-             for line in text.split("\n"))
-    return "\n  ".join(lines)
+    return terminal(text).replace("\n", "\n  ")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,7 +1,6 @@
 """What every command group shares: defaults, exit statuses, options, parameter types and output."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -78,13 +77,13 @@ class Seconds(click.ParamType):
     name = "seconds"
 
     def convert(self, value, param, ctx):
-        import math
+        from rig.core import RigError, numbers
 
         try:
-            seconds = float(value)
-        except (TypeError, ValueError):
+            seconds = numbers.parse(str(value), "seconds")
+        except RigError:
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not math.isfinite(seconds) or not 0 < seconds <= 7 * 86400:
+        if not 0 < seconds <= 7 * 86400:
             self.fail(f"{value!r}: give seconds above 0 and at most a week (604800)", param, ctx)
         return seconds
 
@@ -112,10 +111,15 @@ def to_file_or_stdout(text: str, out: str | None) -> None:
 
 
 def emit(result: dict, as_json: bool) -> None:
+    """RESULT on stdout: as JSON, or its message with whatever input put in it (a log line's terminal
+    escapes) made visible."""
+    from rig.core.documents import dump_json
+    from rig.core.escape import terminal
+
     if as_json:
-        click.echo(json.dumps(result, indent=2, sort_keys=True))
+        click.echo(dump_json(result, "the result", indent=2, sort_keys=True))
     else:
-        click.echo(result.get("msg") or "\n".join(f"{k}: {v}" for k, v in result.items()))
+        click.echo(terminal(result.get("msg") or "\n".join(f"{k}: {v}" for k, v in result.items())))
 
 
 def moved(command: click.Command, now: str) -> click.Command:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
+from rig.core.escape import terminal
+
 MARKS = {"pass": "PASS", "fail": "FAIL", "skip": "skip", "warn": "WARN"}
 
 
@@ -34,7 +36,8 @@ def as_json(checks: list[Check]) -> dict:
 
 
 def render(checks: list[Check], verdict: str) -> str:
-    """One line a check (its problems, when it failed with several), its fix under it, then VERDICT."""
+    """One line a check (its problems, when it failed with several), its fix under it, then VERDICT; for a
+    terminal."""
     lines = []
     for c in checks:
         said = "; ".join(c.problems) if c.status == "fail" and c.problems else c.detail
@@ -42,7 +45,7 @@ def render(checks: list[Check], verdict: str) -> str:
         if c.status in ("fail", "warn") and c.fix:
             lines.append(f"{'':16}{'':26} fix: {c.fix}")
     lines.append(verdict)
-    return "\n".join(lines)
+    return terminal("\n".join(lines))  # a problem may quote input: a path, a log line, a server's answer
 
 
 def _xml(text: str) -> str:

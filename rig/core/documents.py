@@ -2,17 +2,20 @@
 
 Text must be UTF-8; YAML is read strictly (a key given twice, an anchor/alias
 or absurd nesting is refused, not silently resolved); JSON of the wrong shape
-is refused naming the file and the key. Each failure is a RigError that names
-the file and what to do, never a traceback.
+is refused naming the file and the key; every number in either is read by
+rig.core.numbers (bounded, finite). Each failure is a RigError that names
+the file and what to do, never a traceback. dump_json is the one JSON writer.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rig.core import RigError
+from rig.core import RigError, numbers
 from rig.core.fs import read_bytes
 from rig.core.schema import Field, validate
 
@@ -71,6 +74,15 @@ def parse_yaml(text: str, source: str) -> Any:
                 seen.add(key)
             return super().construct_mapping(node, deep)
 
+        def construct_number(self, node):
+            text = self.construct_scalar(node)
+            if text.lower().lstrip("+-") in (".inf", ".nan"):  # YAML's own spellings; a schema bounds them
+                return self.construct_yaml_float(node)
+            convert = self.construct_yaml_int if node.tag.endswith(":int") else self.construct_yaml_float
+            return numbers.parse(text, f"{source}: line {node.start_mark.line + 1}", lambda _: convert(node))
+
+    Strict.add_constructor("tag:yaml.org,2002:int", Strict.construct_number)
+    Strict.add_constructor("tag:yaml.org,2002:float", Strict.construct_number)
     try:
         return yaml.load(text, Loader=Strict)  # noqa: S506 - Strict is a SafeLoader
     except yaml.YAMLError as exc:
@@ -89,8 +101,15 @@ def parse_json(text: str, source: str, spec: Field | None = None) -> Any:
             raise RigError(f"{source}: a key is given twice in one object; not a file rig wrote")
         return dict(items)
 
+    def number(text: str) -> int | float:
+        return numbers.parse(text, source)
+
+    def constant(text: str):
+        raise RigError(f"{source}: {text} is not JSON (no NaN or Infinity); not a file rig wrote")
+
     try:
-        value = json.loads(text, object_pairs_hook=pairs)
+        value = json.loads(text, object_pairs_hook=pairs, parse_int=number, parse_float=number,
+                           parse_constant=constant)
     except RecursionError as exc:
         raise RigError(f"{source}: nested too deeply; not a rig document") from exc
     except ValueError as exc:
@@ -102,6 +121,30 @@ def parse_json(text: str, source: str, spec: Field | None = None) -> Any:
 
 def load_json(path: str | Path, what: str, spec: Field | None = None) -> Any:
     return parse_json(read_text(path, what), str(path), spec)
+
+
+def dump_json(value: Any, what: str, indent: int | None = None, sort_keys: bool = False,
+              default: Callable[[Any], Any] | None = None) -> str:
+    """VALUE as JSON text (json.dumps' own layout for the same arguments, so hashes of it stay put), or a
+    RigError naming WHAT and the key holding a number JSON cannot hold (NaN or infinity)."""
+    try:
+        return json.dumps(value, indent=indent, sort_keys=sort_keys, default=default, allow_nan=False)
+    except ValueError as exc:
+        where = _nonfinite(value) or "a value"
+        raise RigError(f"cannot write {what} as JSON: {where} is not a finite number (NaN or infinity, a "
+                       "measurement that overflowed or was never made); nothing was written") from exc
+
+
+def _nonfinite(value: Any, where: str = "") -> str | None:
+    """The key path of the first NaN or infinity in VALUE."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "the top level"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) \
+        else ()
+    for key, child in items:
+        if found := _nonfinite(child, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip(".")):
+            return found
+    return None
 
 
 def yaml_dump(data: dict) -> str:

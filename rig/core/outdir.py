@@ -7,17 +7,18 @@ said so: the record and the report hold everything they show."""
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rig.core import progress
+from rig.core.documents import dump_json
 from rig.core.fs import atomic_write
 
 
-def record(result: dict) -> str:
-    return json.dumps(result, indent=2, default=str) + "\n"
+def record(result: dict, name: str = "the record") -> str:
+    """RESULT as the JSON record NAME; a non-finite number in it is refused (rig.core.documents.dump_json)."""
+    return dump_json(result, name, indent=2, default=str) + "\n"
 
 
 def write(out: str | Path, files: dict[str, str], draw: Callable[[], dict[str, Any]] | None = None) -> list[str]:

@@ -5,7 +5,6 @@ RigError naming what it was for, and an exit status outside OK is one too, unles
 status itself (ok=None). Long-lived ones (servers) go through start() and stop()."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from rig.core import RigError
+from rig.core.documents import parse_json
 from rig.core.fs import open_plain
 
 
@@ -57,9 +57,11 @@ def last_json(out: str, what: str, kind: type = dict):
     """The JSON value (a KIND) a child printed on its last line."""
     lines = (out or "").strip().splitlines()
     try:
-        value = json.loads(lines[-1])
-    except (IndexError, ValueError, RecursionError) as exc:  # RecursionError: nested past what the parser takes
-        raise RigError(f"{what}: expected one JSON line at the end of its output, got {(out or '')[-300:]!r}") from exc
+        value = parse_json(lines[-1] if lines else "", what)
+    except RigError as exc:
+        why = str(exc).removeprefix(f"{what}: ")
+        raise RigError(f"{what}: expected one JSON line at the end of its output, got {(out or '')[-300:]!r} ({why})") \
+            from exc
     if not isinstance(value, kind):
         raise RigError(f"{what}: expected a JSON {kind.__name__}, got {lines[-1][:200]!r}")
     return value

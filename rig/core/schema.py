@@ -96,5 +96,7 @@ def sha256(value: str) -> str | None:
 
 
 def between(low: float, high: float) -> Callable[[Any], str | None]:
-    """A bounded number: nothing rig feeds to a server or a loop is unbounded."""
-    return lambda value: None if low <= value <= high else f"{value!r} is out of range: give {low} to {high}"
+    """A bounded number: nothing rig feeds to a server or a loop is unbounded (NaN is in no range)."""
+    from rig.core import numbers
+
+    return lambda value: numbers.problem(value, low, high)

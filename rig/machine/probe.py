@@ -9,14 +9,15 @@ GPUs on PCIe, was bound by its all-reduce: speculation paid only at low concurre
 """
 from __future__ import annotations
 
-import json
 import os
 import socket
 import statistics
 import tempfile
 from pathlib import Path
 
-from rig.core import RigError, outdir, progress
+from rig.core import RigError, numbers, outdir, progress
+from rig.core.documents import dump_json
+from rig.core.escape import cell
 from rig.core.proc import PIPE, TimeoutExpired, interpreter, last_json, script, spawn
 
 SIZES = [8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20, 256 << 20]
@@ -41,7 +42,8 @@ def measure(python: Path, gpus: int, sizes: list[int] = SIZES, timeout: float = 
         procs = []
         for rank in range(gpus):
             log = open(Path(tmp) / f"rank{rank}.log", "w+")
-            procs.append((spawn([str(python), "-c", worker, json.dumps({"sizes": sizes})], f"probe rank {rank}",
+            request = dump_json({"sizes": sizes}, "the probe's sizes")
+            procs.append((spawn([str(python), "-c", worker, request], f"probe rank {rank}",
                                 env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
                                 stdout=PIPE if rank == 0 else log, stderr=log, text=True), log))
         codes: list[int | None] = [None] * gpus
@@ -96,7 +98,8 @@ def measure_peers(python: Path, gpus: int, deadline: float = PEER_DEADLINE, work
 
 def _pair(python: Path, code: str, a: int, b: int, deadline: float) -> dict:
     spec = {"a": a, "b": b, "bytes": PEER_BYTES, "iters": 5}
-    child = spawn([str(python), "-c", code, json.dumps(spec)], f"peer probe GPU {a} <-> GPU {b}", stdout=PIPE,
+    request = dump_json(spec, "the peer probe's request")
+    child = spawn([str(python), "-c", code, request], f"peer probe GPU {a} <-> GPU {b}", stdout=PIPE,
                   stderr=PIPE, text=True, start_new_session=True)
     try:
         out, err = child.communicate(timeout=deadline)
@@ -128,9 +131,9 @@ def _direction(d: object) -> dict:
     ends, speed = (d.get("from"), d.get("to")), d.get("gbps")
     if not all(isinstance(e, int) and not isinstance(e, bool) for e in ends) or not isinstance(d.get("correct"), bool):
         raise TypeError(f"a direction of {ends} with correct={d.get('correct')!r}")
-    if not isinstance(speed, (int, float)) or isinstance(speed, bool) or not 0 < speed < float("inf"):
+    if not numbers.answer(speed, low=0):  # None, or 0
         raise ValueError(f"a speed of {speed!r} GB/s")
-    return {"from": ends[0], "to": ends[1], "correct": d["correct"], "gbps": float(speed)}
+    return {"from": ends[0], "to": ends[1], "correct": d["correct"], "gbps": speed}
 
 
 def _kill_session(child) -> None:
@@ -174,8 +177,9 @@ def analyse(raw: dict) -> dict:
 
 
 def report_markdown(result: dict) -> str:
-    lines = ["# rig machine probe", "", f"{result['world_size']} x {result['device']}, torch {result['torch']}, "
-             f"NCCL {result['nccl']}: **{result['link_class']}**, peak bus bandwidth "
+    """The probe as markdown; what the workers reported (device, versions, errors) escaped as cells."""
+    lines = ["# rig machine probe", "", f"{cell(result['world_size'])} x {cell(result['device'])}, torch "
+             f"{cell(result['torch'])}, NCCL {cell(result['nccl'])}: **{result['link_class']}**, peak bus bandwidth "
              f"{result['peak_busbw_gbps']:.1f} GB/s, small-message latency "
              f"{(result['small_message_latency_us'] or 0):.1f} us (median, 8-512 KB)", "",
              "busbw = algbw x 2(n-1)/n, algbw = bytes / time (the slowest rank's), as nccl-tests reports them.", "",
@@ -186,10 +190,10 @@ def report_markdown(result: dict) -> str:
                      f"{'yes' if r['correct'] else 'NO'} |")
     peers = result.get("peers")
     if peers:
-        rows = [f"| {p['a']}<->{p['b']} | {p['offered']} | "
-                + (", ".join(f"{d['from']}->{d['to']} {d['gbps']:.1f}{'' if d['correct'] else ' WRONG'}"
+        rows = [f"| {cell(p['a'])}<->{cell(p['b'])} | {cell(p['offered'])} | "
+                + (", ".join(f"{cell(d['from'])}->{cell(d['to'])} {d['gbps']:.1f}{'' if d['correct'] else ' WRONG'}"
                              for d in p.get("directions", [])) or "-")
-                + f" | {'ok' if p['ok'] else 'FAILED: ' + p['error']} |" for p in peers["pairs"]]
+                + f" | {'ok' if p['ok'] else 'FAILED: ' + cell(p['error'])} |" for p in peers["pairs"]]
         table = ["| pair | offered | each way (GB/s) | verdict |", "|---|---|---|---|", *rows, ""] if rows else []
         lines += ["", "## Peer-to-peer", "", *table, *(f"- {a}" for a in peers["advice"])]
     lines += ["", "## Advice for the stack", ""] + [f"- {a}" for a in result["advice"]]
@@ -197,7 +201,7 @@ def report_markdown(result: dict) -> str:
 
 
 def write(result: dict, out: str | Path) -> list[str]:
-    return outdir.write(out, {"probe.json": outdir.record(result), "probe.md": report_markdown(result)},
+    return outdir.write(out, {"probe.json": outdir.record(result, "probe.json"), "probe.md": report_markdown(result)},
                          lambda: figures(result))
 
 

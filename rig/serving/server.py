@@ -9,13 +9,12 @@ systemd expands, so its value is never in the argv rig prints or logs.
 """
 from __future__ import annotations
 
-import json
-import re
 import shlex
 from pathlib import Path
 
 from rig.core import RigError, progress
-from rig.core.documents import read_text
+from rig.core.documents import dump_json, parse_json, read_text
+from rig.core.escape import unit_exec, unit_path, unit_text
 from rig.core.proc import PIPE, script, spawn
 from rig.serving import adaptive
 
@@ -43,14 +42,14 @@ class _Parser:
         self.stdin, self.stdout, self.stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
 
     def ask(self, request: dict) -> dict:
-        self.stdin.write(json.dumps(request) + "\n")
+        self.stdin.write(dump_json(request, "a request to sglang's argument parser") + "\n")
         self.stdin.flush()
         line = self.stdout.readline()
         if not line:
             self.proc.kill()
             err = self.stderr.read().strip().splitlines()
             raise RigError(f"sglang's argument parser did not load in {self.python}: {err[-1:] or 'no output'}")
-        return json.loads(line)
+        return parse_json(line, "sglang's argument parser's answer")
 
     def close(self) -> None:
         self.stdin.close()
@@ -122,7 +121,9 @@ def render(stack: dict, venv: str | Path, baseline: bool = False, api_key: bool 
 
 def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: bool, api_key: bool) -> dict:
     known = parser.ask({"mode": "options"})
-    version, options = known["version"], set(known["options"])
+    # the version goes into the unit's comment: one line, whatever the venv's sglang says
+    version = unit_text(str(known["version"]), f"the version {python}'s sglang reports")
+    options = set(known["options"])
     argv = []
     for what, value in pairs:
         spellings = SPELLINGS.get(what, (what,))
@@ -153,33 +154,8 @@ def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: b
                            "spell the flag out in server.extra_args")
     full = [str(python), "-m", "sglang.launch_server", *argv]
     return {"sglang": version, "baseline": baseline, "python": str(python), "argv": full,
-            "exec_start": systemd_exec(full, {"${%s}" % key_env} if api_key else ()),
+            "exec_start": unit_exec(full, "the server's command line", {"${%s}" % key_env} if api_key else set()),
             "api_key_env": key_env if api_key else None}
-
-
-SYSTEMD_BARE = re.compile(r"[-A-Za-z0-9_@+=:,./]+")
-
-
-def systemd_exec(argv: list[str], verbatim=()) -> str:
-    """ARGV as one systemd Exec line, serialized by systemd's own rules: `%` is a specifier (%%), `$` expands
-    ($$) except in the VERBATIM words systemd itself must expand (the ${NAME} the unit's EnvironmentFile
-    fills, $MAINPID); words with anything but plain characters are double-quoted with \\ and \" escaped.
-    A newline would end the line and start a directive of its own, so a word holding a control character
-    is refused, never written."""
-    words = []
-    for arg in argv:
-        if any(ord(c) < 32 or ord(c) == 127 for c in arg):
-            raise RigError(f"the server command line holds a control character (newline?) in {arg!r}; "
-                           "it would split the systemd unit: fix server.model, host, extra_args or the paths")
-        if arg in verbatim:
-            words.append(arg)
-            continue
-        if SYSTEMD_BARE.fullmatch(arg):  # no %, $, quote, backslash or space: as it is
-            words.append(arg)
-            continue
-        escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
-        words.append(f'"{escaped}"')
-    return " ".join(words)
 
 
 def health_url(stack: dict) -> str:
@@ -192,16 +168,14 @@ def health_url(stack: dict) -> str:
 def health_gate(stack: dict, engine: str, python: str, log: str, start_timeout: int) -> dict:
     """The unit's start gate and log, serialized like ExecStart: systemd calls the service started only
     once `rig smoke --health-only` has seen /health_generate answer (or the server exit)."""
-    for what, path in (("--gate-engine", engine), ("--gate-python", python), ("--log", log)):
-        bare_program = what == "--gate-python" and re.fullmatch(r"[A-Za-z0-9._+-]+", path)  # systemd finds it
-        if not (path.startswith("/") or bare_program) or any(c.isspace() for c in path):
-            raise RigError(f"{what} {path!r}: give an absolute path without spaces (systemd takes it as it is)")
+    unit_path(engine, "--gate-engine")
+    standard_output = "append:" + unit_path(log, "--log")
     if start_timeout <= 60:
         raise RigError(f"--start-timeout {start_timeout}: give more than 60 s (the gate waits 30 s less)")
     argv = [python, engine, "smoke", "--health-only", "--url", health_url(stack), "--pid", "$MAINPID",
             "--timeout", str(start_timeout - 30), "--log", log, "--api-key-env", stack["server"]["api_key_env"]]
-    return {"exec_start_post": systemd_exec(argv, {"$MAINPID"}), "standard_output": "append:" +
-            log.replace("%", "%%"), "timeout_start_sec": start_timeout, "health_url": health_url(stack)}
+    return {"exec_start_post": unit_exec(argv, "--gate-python", {"$MAINPID"}), "standard_output": standard_output,
+            "timeout_start_sec": start_timeout, "health_url": health_url(stack)}
 
 
 def shell_line(argv: list[str], api_key_env: str | None) -> str:

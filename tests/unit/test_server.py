@@ -8,7 +8,8 @@ import pytest
 from conftest import REPO, rig
 
 from rig.core import RigError
-from rig.serving.server import health_gate, models, shell_line, systemd_exec, wants
+from rig.core.escape import unit_exec
+from rig.serving.server import health_gate, models, shell_line, wants
 from rig.stack.spec import load
 
 
@@ -57,7 +58,8 @@ HOSTILE = ["/models/100%Zfoo", "a b\"c\\d", "$HOME", "${PATH}", "100%", "x;y", "
 
 
 def test_the_unit_line_is_serialized_by_systemds_rules(tmp_path):
-    line = systemd_exec(["/bin/echo", "--model-path", *HOSTILE, "--api-key", "${SGLANG_API_KEY}"], {"${SGLANG_API_KEY}"})
+    line = unit_exec(["/bin/echo", "--model-path", *HOSTILE, "--api-key", "${SGLANG_API_KEY}"], "argv",
+                     {"${SGLANG_API_KEY}"})
     assert "%Z" not in line.replace("%%", "") and "$HOME" not in line.replace("$$", "")
     assert line.endswith("--api-key ${SGLANG_API_KEY}")  # the one reference systemd must expand
     assert '"a b\\"c\\\\d"' in line
@@ -74,7 +76,7 @@ def test_the_unit_line_is_serialized_by_systemds_rules(tmp_path):
 @pytest.mark.parametrize("value", ["127.0.0.1\n--api-key x", "m\rExecStartPre=+/bin/sh -c id", "a\0b"])
 def test_a_control_character_never_reaches_the_unit(value):
     with pytest.raises(RigError, match="control character"):
-        systemd_exec(["/bin/echo", "--host", value])
+        unit_exec(["/bin/echo", "--host", value], "argv")
 
 
 def test_testmodel_names_the_generated_pair():

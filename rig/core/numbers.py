@@ -1,0 +1,72 @@
+"""Numbers from input, read one way: documents (rig.core.documents), server answers, command output.
+
+A number rig reads is finite and within ±LIMIT, and its text is at most MAX_CHARS long before anything
+converts it: Python's int() refuses text past 4300 digits (ValueError), float() of a 401-digit integer
+overflows, and two finite 1.7e308s average to infinity, which no JSON can hold. Within these bounds sums
+and averages of what rig measures stay finite.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from rig.core import RigError
+
+LIMIT = 10**18      # beyond any count, size, byte total, time or rate rig meets; within a signed 64-bit integer
+MAX_CHARS = 64      # the longest float repr is 24 characters; room for a human's zeros, none for an attack
+
+
+def problem(value: Any, low: float = -LIMIT, high: float = LIMIT, whole: bool = False) -> str | None:
+    """What makes VALUE no number rig takes (from LOW to HIGH, an int when WHOLE), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"expected a {'whole ' if whole else ''}number, got {_short(value)}"
+    if whole and not isinstance(value, int):
+        return f"expected a whole number, got {_short(value)}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value!r} is not a finite number; give one"
+    if not -LIMIT <= value <= LIMIT:  # int against int or float: exact, never an OverflowError
+        return f"{_short(value)} is beyond ±10^18, larger than anything rig counts or measures; give a smaller one"
+    if not low <= value <= high:
+        return f"{value!r} is out of range: give {low} to {high}"
+    return None
+
+
+def read(value: Any, what: str, low: float = -LIMIT, high: float = LIMIT, whole: bool = False) -> int | float:
+    """VALUE when problem() finds none; else a RigError naming WHAT."""
+    if found := problem(value, low, high, whole):
+        raise RigError(f"{what}: {found}")
+    return value
+
+
+def answer(value: Any, low: float = -LIMIT, high: float = LIMIT, whole: bool = False) -> int | float | None:
+    """VALUE from a server's or a program's answer when it is a number read() takes, else None (not given)."""
+    return None if problem(value, low, high, whole) else value
+
+
+def _plain(text: str) -> int | float:
+    stripped = text.strip()
+    return int(stripped) if stripped.lstrip("+-").isdigit() else float(stripped)
+
+
+def parse(text: str, what: str, convert: Callable[[str], Any] | None = None, low: float = -LIMIT,
+          high: float = LIMIT, whole: bool = False) -> int | float:
+    """TEXT as a number: its length bounded before CONVERT (int, or float where TEXT is not a whole number)
+    runs, then read()."""
+    if len(text) > MAX_CHARS:
+        raise RigError(f"{what}: a number written with {len(text)} characters ({_short(text)}); rig reads none "
+                       f"longer than {MAX_CHARS}: write a smaller number (or quote it, if it is text)")
+    try:
+        value = (convert or _plain)(text)
+    except (ValueError, OverflowError) as exc:
+        raise RigError(f"{what}: {_short(text)} is not a number ({exc})") from exc
+    if found := problem(value, low, high, whole):
+        raise RigError(f"{what}: {_short(text.strip())}: {found}")
+    return value
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, int) and value.bit_length() > 128:  # str() of one past 4300 digits raises
+        return f"an integer of {len(format(value, 'x'))} hex digits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:30] + "..."
