@@ -1,10 +1,16 @@
 """rig doctor --log: every rule against a line as the failing program prints it."""
 import json
+import re
+import time
 
 import pytest
 from conftest import rig
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rig.machine.log_doctor import rules
+from rig.core import RigError
+from rig.core.schema import validate
+from rig.machine.log_doctor import RULE_SPEC, matches, rules
 
 LINES = {
     "no-kernel-image": "RuntimeError: CUDA error: no kernel image is available for execution on the device",
@@ -51,3 +57,57 @@ def test_a_clean_log_passes_and_a_binary_one_is_read_leniently(tmp_path):
 def test_a_missing_log_is_one_error_line(tmp_path):
     done = rig("doctor", "--log", str(tmp_path / "nope.log"))
     assert done.returncode == 2 and done.stderr.startswith("rig: error: cannot read log")
+
+
+# ------------------------------------------------------------------ every rule in time linear in the line
+
+MIB2 = 2 << 20
+
+
+def adversarial(rule: dict, sample: str) -> list[str]:
+    """2 MiB lines of what RULE looks for without the whole of it: the text it matches in SAMPLE less its last
+    character, its first half, its first piece, each over and over (`NCCL error.*unhandled system error` took
+    20 s on the first)."""
+    first = rule["pieces"][0].search(sample)
+    last = first
+    for piece in rule["pieces"][1:]:
+        last = piece.search(sample, last.end())
+    matched = sample[first.start():last.end()]
+    return [(" " + part) * (MIB2 // (len(part) + 1)) for part in (matched[:-1], matched[:len(matched) // 2],
+                                                                    first.group())]
+
+
+@pytest.mark.parametrize("rule", rules(), ids=lambda r: r["id"])
+def test_every_rule_takes_under_a_second_on_a_2_mib_adversarial_line(rule):
+    lines = adversarial(rule, LINES[rule["id"]])
+    start = time.perf_counter()
+    for line in lines:
+        matches(rule, line)
+    assert time.perf_counter() - start < 1.0  # the issue's bound; a quadratic rule takes tens of seconds
+
+
+@pytest.mark.parametrize("pattern", ["NCCL error.*unhandled system error", "a.+b", ["x", "y.*"], "(ab+)+c", []])
+def test_a_rule_that_can_backtrack_is_refused_with_the_fix(pattern):
+    with pytest.raises(RigError, match="split it|at least one piece"):
+        validate([{"id": "x", "pattern": pattern, "cause": "c", "fix": "f"}], RULE_SPEC, "log_rules.yml")
+
+
+FRAGMENTS = ["NCCL error", "unhandled system error", "NCCL", " error", "unhandled", "\x1b]0;x\x07", "a", " "]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=12).map("".join))
+def test_pieces_in_order_match_what_the_wildcard_pattern_meant(line):
+    rule = next(r for r in rules() if r["id"] == "nccl-system-error")
+    assert matches(rule, line) == bool(re.search("NCCL error.*unhandled system error", line))
+
+
+def test_a_matched_line_is_printed_with_its_terminal_escapes_visible(tmp_path):
+    """OSC sequences in a log line would set the terminal's title or write its clipboard."""
+    log = tmp_path / "server.log"
+    log.write_text("\x1b]0;owned\x07RuntimeError: CUDA driver version is insufficient for CUDA runtime version"
+                   "\x1b]52;c;ZXZpbA==\x07\n")
+    done = rig("doctor", "--log", str(log))
+    assert done.returncode == 1 and "1 known failure(s)" in done.stdout
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "\\x1b]0;owned\\x07RuntimeError" in done.stdout and "\\x1b]52;c;ZXZpbA==\\x07" in done.stdout
