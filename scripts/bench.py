@@ -277,7 +277,7 @@ def bench_wheels(rounds: int) -> None:
 
 Measured {datetime.now(timezone.utc):%Y-%m-%d} with `python scripts/bench.py wheels`, {rounds} rounds,
 interleaved. **audit**: `rig audit` of the {big.stat().st_size / 1e6:.0f} MB sgl-kernel 0.3.21 wheel against
-the default stack (unpack the shared objects, read their ELF, run cuobjdump on each fatbin);
+the default stack (unpack the shared objects, read their ELF and the archs of each fat binary);
 exit 1 is its verdict. **build**: `rig wheels build tests/data/rig_scale_ext` against torch 2.14.1
 with nvcc 13.0 (wheels method) for 12.0a and 9.0a, with a fresh ccache directory, then the same
 build again with that ccache warm. The build includes the audit of the wheel it makes.
@@ -628,7 +628,7 @@ def bench_cubins(rounds: int) -> None:
 
     from elftools.elf.elffile import ELFFile
 
-    from rig.kernels.audit import CUDA_ARCH_OPTION, cubin_arch
+    from rig.core.elf import CUDA_ARCH_OPTION, cubin_arch
     from rig.python.pip import download, target_args
 
     dest = Path(os.environ.get("RIG_CACHE", Path.home() / ".cache" / "rig")) / "index-wheels" / \

@@ -134,14 +134,13 @@ def _wheels(lock: dict, cache: Path, names: set[str]) -> dict[str, tuple[dict, P
 def _kernels(stack: dict, lock: dict, cache: Path) -> tuple[list[str], str]:
     from rig.core.cuda_releases import major
     from rig.kernels import audit
-    from rig.python.tools import fetch_tool
 
     found = _wheels(lock, cache, {*KERNELS, "torch"})
     if "torch" not in found:
         raise Skip("the lock has no torch wheel")
     torch = audit.torch_from_wheel(found["torch"][1])
     common = {"cuda_major": major(stack["cuda"]["version"]), "archs": stack["archs"], "torch": torch,
-              "extra_dirs": [], "cuobjdump": fetch_tool("cuobjdump", cache), "resolve": False}
+              "extra_dirs": [], "resolve": False}
     reports = [audit.audit_path(str(path), {}, common) for name, (_, path) in sorted(found.items())
                if name in KERNELS]
     if not reports:

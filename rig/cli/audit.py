@@ -6,7 +6,6 @@ import json
 import click
 
 from rig.cli.common import (
-    cache_option,
     json_option,
     judged,
     junit_option,
@@ -22,25 +21,25 @@ from rig.cli.common import (
 @venv_option(help="Take torch from this venv, and audit PATHS that are its installed "
               "distributions (e.g. sglang-kernel).")
 @click.option("--torch", "torch_path", help="Take torch from this torch wheel or torch/lib directory instead.")
-@cache_option(help="Where cuobjdump is kept.")
 @junit_option
 @json_option
-def audit(paths, stack_path, venv_path, torch_path, cache, junit, as_json) -> None:
+def audit(paths, stack_path, venv_path, torch_path, junit, as_json) -> None:
     """Audit wheels, installed packages or shared objects before anything loads them.
 
     For every shared object: the CUDA sonames it needs against the stack's CUDA
     major (and whether this host resolves them), the torch symbols it expects
     against those the given torch exports (demangled when missing), the torch its
-    metadata pins, its cubin and PTX archs against the stack's archs (a target
-    with neither is "no kernel image" before it happens), and the C++ string ABI.
+    metadata pins, its cubin and PTX archs against the stack's archs (read by rig
+    from each object's fat binaries, no cuobjdump; a target with neither is "no
+    kernel image" before it happens), and the C++ string ABI.
     With --venv, every needed soname must also resolve where it will load (the
     venv's torch and NVIDIA libraries, RUNPATH, this host's loader cache).
-    Exit 1 when any artifact fails.
+    Exit 1 when any artifact fails; WARN names what could not be read.
     """
     from rig.kernels import audit as audits
     from rig.stack.spec import load
 
-    common, installed = audits.context(load(stack_path), venv_path, torch_path, list(paths), cache)
+    common, installed = audits.context(load(stack_path), venv_path, torch_path, list(paths))
     reports = [audits.audit_path(p, installed, common) for p in paths]
     write_junit(junit, [audits.as_check(r) for r in reports], "rig audit")
     click.echo(json.dumps(reports, indent=2) if as_json else audits.render(reports))

@@ -33,9 +33,8 @@ def wheels() -> None:
 @click.option("--jobs", type=int, help="Parallel compile jobs (default: cores, capped by memory at 4 GiB a job).")
 @cache_option(help="Controller cache; wheels go to built/KEY/.")
 @click.option("--lock-hash", help="The stack lock's hash (default: read from the stack's lock file).")
-@click.option("--cuobjdump", help="cuobjdump to read the wheel's archs with (default: cached, on PATH, or fetched).")
 @json_option
-def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, jobs, cache, lock_hash, cuobjdump,
+def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, jobs, cache, lock_hash,
                  as_json) -> None:
     """Build SOURCE (a source dir, an sdist, or git+URL@REF) into an audited wheel.
 
@@ -47,7 +46,6 @@ def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, j
     """
     from rig.core.cuda_releases import major, series
     from rig.kernels import wheels as builds
-    from rig.python.tools import fetch_tool
     from rig.stack.spec import load
 
     stack = load(stack_path)
@@ -58,7 +56,7 @@ def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, j
     lock_hash = lock_hash or builds.stack_lock_hash(stack_path)
     home = Path(cuda_home) if cuda_home else Path(prefix) / f"cuda-{series(version)}"
     emit(builds.build(source, Path(venv_path), stack["archs"], major(version), home, Path(cache),
-                      lock_hash, Path(cuobjdump) if cuobjdump else fetch_tool("cuobjdump", cache), jobs), as_json)
+                      lock_hash, jobs), as_json)
 
 
 @wheels.command("plan")
@@ -85,7 +83,7 @@ def wheels_plan(source, stack_path, cache, as_json) -> None:
 @click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs on the builder (default: sized there).")
 @json_option
 def wheels_stage(source, stack_path, cache, root, venv_path, cuda_home, jobs, as_json) -> None:
-    """Lay out what a builder host needs to build SOURCE (the stack file, cuobjdump, a clean copy of the
+    """Lay out what a builder host needs to build SOURCE (the stack file, a clean copy of the
     source) and say the `rig wheels build` argv it runs there; the wheel_build role copies the dir over."""
     from rig.kernels.builder import stage_for_host
     from rig.stack.spec import load

@@ -9,19 +9,18 @@ the raw .cubin files a package such as flashinfer-cubin ships), and the C++ stri
 from __future__ import annotations
 
 import email.parser
-import mmap
 import re
 import shutil
-import struct
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rig.core import RigError, progress, wheelfile
 from rig.core.check import Check
-from rig.core.fs import MAX_READ, open_regular
+from rig.core.elf import cubin_arch, read_shared_object
+from rig.core.fs import MAX_READ
 from rig.core.proc import run, venv_python
 from rig.cuda.ldconfig import cache as linker_cache
 from rig.python.introspect import held
@@ -32,18 +31,6 @@ CUDA_SONAME = re.compile(r"^lib(cudart|nvrtc|nvrtc-builtins|cublas|cublasLt|cuff
 # mangled names inside torch's namespaces: at::, c10::, torch::, caffe2::
 TORCH_SYMBOL = re.compile(r"^_Z.*?(2at|3c10|5torch|6caffe2)[0-9A-Z]")
 SYSTEM_LIBS = re.compile(r"^(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux[-\w]*)\.so")
-
-
-@dataclass
-class SharedObject:
-    name: str
-    needed: list[str]
-    runpath: list[str]
-    undefined: set[str]
-    defined: set[str]
-    has_fatbin: bool
-    cubins: list[str] = field(default_factory=list)
-    ptx: list[str] = field(default_factory=list)
 
 
 def object_notes(name: str, archs: list[str], cubins: list[str], ptx: list[str]) -> list[str]:
@@ -62,142 +49,7 @@ def object_notes(name: str, archs: list[str], cubins: list[str], ptx: list[str])
     return found
 
 
-# ELF64, little-endian: the header's fields up to the section table, a section header, a dynamic symbol, a
-# dynamic entry. Read with struct over a read-only map, not pyelftools: torch's libraries export ~130,000
-# symbols, which pyelftools parses one by one in Python about as slowly as it reads cubins.
-ELF_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
-SECTION = struct.Struct("<IIQQQQIIQQ")  # name, type, flags, addr, offset, size, link, info, addralign, entsize
-SYMBOL = struct.Struct("<IBBHQQ")  # name, info, other, shndx, value, size
-DYNAMIC = struct.Struct("<qQ")  # tag, value
-SHT_DYNAMIC, SHT_NOBITS, SHT_DYNSYM = 6, 8, 11
-DT_NULL, DT_NEEDED, DT_RPATH, DT_RUNPATH = 0, 1, 15, 29
-
-
-def read_elf(path: Path, name: str) -> SharedObject:
-    """What the dynamic linker sees of a shared object: DT_NEEDED, the run paths, the dynamic symbols it
-    needs and defines, and whether it carries a CUDA fat binary."""
-    with open_regular(path, "shared object") as handle:  # never a FIFO or a device a RECORD names
-        try:
-            data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError) as exc:  # an empty file cannot be mapped
-            raise RigError(f"{name} is not an ELF shared object: {exc}") from exc
-        with data:
-            return _parse_elf(data, name)
-
-
-def _parse_elf(data: mmap.mmap, name: str) -> SharedObject:
-    def bad(why: str) -> RigError:
-        return RigError(f"{name} is not an ELF shared object rig can read: {why}")
-
-    def blob(section: tuple) -> bytes:
-        offset, size = section[4], section[5]
-        if section[1] == SHT_NOBITS:
-            return b""
-        if offset + size > len(data):
-            raise bad("a section runs past the end of the file")
-        return data[offset:offset + size]
-
-    def text(table: bytes, at: int) -> str:
-        end = table.find(b"\0", at)
-        if at >= len(table) or end < 0:
-            raise bad("a name points outside its string table")
-        return table[at:end].decode("utf-8", "replace")
-
-    if len(data) < ELF_HEADER.size or data[:4] != b"\x7fELF":
-        raise bad("no ELF header")
-    if data[4:6] != b"\x02\x01":
-        raise bad("not a 64-bit little-endian ELF file")
-    *_, shoff, _, _, _, _, shentsize, shnum, shstrndx = ELF_HEADER.unpack_from(data)
-    if shnum and (shentsize != SECTION.size or shoff + shnum * SECTION.size > len(data) or shstrndx >= shnum):
-        raise bad("its section table is malformed")
-    sections = [SECTION.unpack_from(data, shoff + i * SECTION.size) for i in range(shnum)]
-
-    def linked(section: tuple) -> bytes:
-        if section[6] >= shnum:
-            raise bad("a section links to one that does not exist")
-        return blob(sections[section[6]])
-
-    names = blob(sections[shstrndx]) if shnum else b""
-    needed: list[str] = []
-    runpath: list[str] = []
-    undefined: set[str] = set()
-    defined: set[str] = set()
-    for section in sections:
-        if section[1] == SHT_DYNAMIC:
-            strings, entries = linked(section), blob(section)
-            for tag, value in DYNAMIC.iter_unpack(entries[:len(entries) - len(entries) % DYNAMIC.size]):
-                if tag == DT_NULL:
-                    break
-                if tag == DT_NEEDED:
-                    needed.append(text(strings, value))
-                elif tag in (DT_RPATH, DT_RUNPATH):
-                    runpath += text(strings, value).split(":")
-        elif section[1] == SHT_DYNSYM:
-            strings, entries = linked(section), blob(section)
-            for at, _, _, shndx, _, _ in SYMBOL.iter_unpack(entries[:len(entries) - len(entries) % SYMBOL.size]):
-                if at:
-                    (defined if shndx else undefined).add(text(strings, at))
-    fatbin = any(text(names, section[0]) == ".nv_fatbin" for section in sections)
-    return SharedObject(name, needed, runpath, undefined, defined, fatbin)
-
-
-def cuda_archs(path: Path, cuobjdump: Path) -> tuple[list[str], list[str]]:
-    """(cubin archs, PTX archs) embedded in PATH."""
-    found = []
-    for flag in ("--list-elf", "--list-ptx"):
-        done = run([str(cuobjdump), flag, str(path)], f"listing the CUDA archs in {path}", ok=None)
-        if done.returncode != 0 and "does not contain" not in done.stderr:
-            raise RigError(f"cuobjdump cannot read {path}: {done.stderr.strip()}")
-        found.append(sorted(set(re.findall(r"\b(?:sm|compute)_(\d+[a-z]?)\b", done.stdout))))
-    return found[0], found[1]
-
-
 CUBIN_LIMIT = 512 << 20  # bytes: far above any kernel image; a larger "cubin" is not one
-CUDA_ARCH_OPTION = re.compile(rb"-arch sm_(\d{2,3})([af]?)\b")
-MAX_NOTE = 64 << 10  # bytes: ptxas's toolkit note is a few hundred
-TKINFO = b".note.nv.tkinfo\0"
-EM_CUDA, SHT_NOTE = 190, 7
-
-
-def cubin_arch(data: bytes, name: str) -> str:
-    """The SM a raw CUDA ELF (a .cubin file) holds SASS for, spelt as cuobjdump does after sm_ (120, 120a,
-    100f). The number is in e_flags: bits 8-15 from ELF ABI 8 (CUDA 12.8 on), bits 0-7 before. The arch-specific
-    (a) or family (f) suffix is only in the -arch that ptxas records in .note.nv.tkinfo; without it, the plain SM.
-    Read with struct, not pyelftools: a cubin wheel holds thousands, and pyelftools reads them ~100x slower
-    (`python scripts/bench.py cubins`)."""
-    def bad(why: str) -> RigError:
-        return RigError(f"{name} is not a CUDA kernel image (cubin) rig can read: {why}")
-
-    if len(data) < 64 or data[:6] != b"\x7fELF\x02\x01":
-        raise bad("not a 64-bit little-endian ELF file")
-    machine, = struct.unpack_from("<H", data, 18)
-    if machine != EM_CUDA:
-        raise bad(f"its ELF machine is {machine}, not CUDA's {EM_CUDA}")
-    flags, = struct.unpack_from("<I", data, 48)
-    sm = (flags >> 8) & 0xFF if data[8] >= 8 else flags & 0xFF
-    if sm < 20:  # sm_20 is the oldest SASS there was
-        raise bad(f"its e_flags {flags:#x} name no SM (sm_{sm})")
-    section_table, = struct.unpack_from("<Q", data, 40)
-    entry_size, count, names_index = struct.unpack_from("<HHH", data, 58)
-    if entry_size != 64 or names_index >= count or section_table + count * 64 > len(data):
-        raise bad("its section table lies outside the file")
-    sections = [struct.unpack_from("<II16xQQ", data, section_table + i * 64) for i in range(count)]
-    names_at, names_size = sections[names_index][2:4]
-
-    def body(offset: int, size: int) -> bytes:
-        if offset + size > len(data):
-            raise bad("a section lies outside the file")
-        return data[offset:offset + size]
-
-    names = body(names_at, names_size)
-    option = None
-    for name_at, kind, offset, size in sections:
-        if kind == SHT_NOTE and names[name_at:name_at + len(TKINFO)] == TKINFO:
-            if size > MAX_NOTE:
-                raise bad(f"its toolkit note is {size} bytes, far more than ptxas writes")
-            option = CUDA_ARCH_OPTION.search(body(offset, size))
-            break  # the first is ptxas's: a crafted file may carry thousands
-    return f"{sm}{option[2].decode()}" if option and int(option[1]) == sm else str(sm)
 
 
 def cubin_archs(images) -> list[tuple[str, str]]:
@@ -241,7 +93,7 @@ class Torch:
 def torch_from_dir(lib_dir: Path, version: str) -> Torch:
     exported: set[str] = set()
     for lib in sorted(lib_dir.glob("lib*.so*")):
-        exported |= read_elf(lib, lib.name).defined
+        exported |= read_shared_object(lib, lib.name, device_code=False).defined
     if not exported:
         raise RigError(f"no torch libraries in {lib_dir}")
     return Torch(version, exported, abi_of(exported))
@@ -287,24 +139,25 @@ def shared_objects(root: Path) -> list[tuple[Path, str]]:
 
 
 def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None, *, cuda_major: int,
-                archs: list[str], torch: Torch | None, extra_dirs: list[Path], cuobjdump: Path | None,
-                resolve: bool, cubins: list[tuple[str, str]] | None = None) -> dict:
+                archs: list[str], torch: Torch | None, extra_dirs: list[Path], resolve: bool,
+                cubins: list[tuple[str, str]] | None = None) -> dict:
     """Audit shared objects (path, name to report) and raw kernel images (CUBINS: name, arch) that make up
     one artifact.
 
     RESOLVE: check that each needed soname is found where it will load (the venv's
     torch and NVIDIA wheel libraries, RUNPATH, this host's loader cache); the
-    driver's libcuda.so.1 is left to `rig doctor`. Without CUOBJDUMP (no cuobjdump
-    at hand) archs are not read.
+    driver's libcuda.so.1 is left to `rig doctor`. The SASS and PTX archs are read from each object's fat
+    binaries by rig itself (rig.core.elf), with no cuobjdump; what it could not read is UNREAD, with why.
     """
-    errors, objects, notes = [], [], []
+    errors, objects, notes, unread = [], [], [], []
     cubins = cubins or []
     cache = set(linker_cache()) if resolve else set()
     union_cubins, union_ptx = {arch for _, arch in cubins}, set()
     if not files and not cubins:
         errors.append(f"{label} holds no shared objects and no kernel images")
     for path, rel in files:
-        so = read_elf(path, rel)
+        so = read_shared_object(path, rel)
+        unread += [f"{rel}: {why}" for why in so.unread]
         search = [Path(d.replace("$ORIGIN", str(path.parent))) for d in so.runpath] + extra_dirs
         row: dict[str, Any] = {"object": rel, "needed_cuda": [], "unresolved_sonames": [], "unresolved_torch": [],
                                "cubins": [], "ptx": []}
@@ -329,8 +182,8 @@ def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None,
                 errors.append(f"{rel} uses _GLIBCXX_USE_CXX11_ABI={int(mine)}, torch {torch.version} "
                               f"uses {int(torch.cxx11_abi)}")
             row["cxx11_abi"] = mine
-        if so.has_fatbin and cuobjdump:
-            row["cubins"], row["ptx"] = cuda_archs(path, cuobjdump)
+        if so.has_fatbin:
+            row["cubins"], row["ptx"] = so.cubins, so.ptx
             union_cubins |= set(row["cubins"])
             union_ptx |= set(row["ptx"])
             notes += object_notes(rel, archs, row["cubins"], row["ptx"])
@@ -357,7 +210,7 @@ def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None,
     return {"artifact": label, "ok": not errors, "errors": errors, "torch_pin": pin,
             "torch": torch.version if torch else None, "cuda_major": cuda_major,
             "cubins": sorted(union_cubins), "ptx": sorted(union_ptx), "archs": coverage, "objects": objects,
-            "cubin_files": dict(sorted(per_arch.items())), "notes": notes}
+            "cubin_files": dict(sorted(per_arch.items())), "notes": notes, "unread": unread}
 
 
 def _torch_pin(metadata: str | None) -> str | None:
@@ -402,12 +255,9 @@ def venv_context(venv: Path, names: list[str]) -> tuple[Torch | None, list[Path]
     return torch, dirs, {name: found.packages[name] for name in names if name in found.packages}
 
 
-def context(stack: dict, venv: str | None, torch_path: str | None, names: list[str],
-            cache: str | Path) -> tuple[dict, dict]:
+def context(stack: dict, venv: str | None, torch_path: str | None, names: list[str]) -> tuple[dict, dict]:
     """(what every artifact is held to: the stack's CUDA major and archs, the torch of VENV or TORCH_PATH, the
-    library dirs VENV brings, cuobjdump; the distributions NAMES installed in VENV)."""
-    from rig.python.tools import fetch_tool
-
+    library dirs VENV brings; the distributions NAMES installed in VENV)."""
     torch, installed = None, None
     extra_dirs: list[Path] = []
     if venv:
@@ -416,7 +266,7 @@ def context(stack: dict, venv: str | None, torch_path: str | None, names: list[s
         path = Path(torch_path)
         torch = torch_from_wheel(path) if path.suffix == ".whl" else torch_from_dir(path, "unknown")
     common = {"cuda_major": int(stack["cuda"]["version"].split(".")[0]), "archs": stack["archs"], "torch": torch,
-              "extra_dirs": extra_dirs, "cuobjdump": fetch_tool("cuobjdump", cache), "resolve": bool(venv)}
+              "extra_dirs": extra_dirs, "resolve": bool(venv)}
     return common, installed or {}
 
 
@@ -450,14 +300,20 @@ def _read_cubins(images: list[tuple[Path, str]]) -> list[tuple[str, str]]:
     return cubin_archs((name, read_bytes(path, "CUDA kernel image", CUBIN_LIMIT)) for path, name in images)
 
 
-def as_check(report: dict, layer: str = "kernels", name: str = "", fix: str = "",
-             uncovered: str = "no device code") -> Check:
-    """One artifact's verdict in the one report model: `rig audit --junit`, and doctor's audit of the venv.
-    UNCOVERED: what to say where no arch was read."""
+def verdict(report: dict) -> str:
+    """fail on any error; warn where nothing failed but part of the artifact could not be read; else pass."""
+    return "fail" if not report["ok"] else "warn" if report.get("unread") else "pass"
+
+
+def as_check(report: dict, layer: str = "kernels", name: str = "", fix: str = "") -> Check:
+    """One artifact's verdict in the one report model: `rig audit --junit`, and doctor's audit of the venv."""
     coverage = ", ".join(f"{target}: {how or 'no kernel image'}" for target, how in report["archs"].items())
-    coverage = coverage or uncovered
-    return Check(layer, name or report["artifact"], "pass" if report["ok"] else "fail",
-                 f"{report['artifact']}: " + "; ".join([coverage, *report["notes"]]), fix,
+    coverage = coverage or "no device code"
+    unread = [f"not read: {why}" for why in report.get("unread", [])]
+    status = verdict(report)
+    return Check(layer, name or report["artifact"], status,
+                 f"{report['artifact']}: " + "; ".join([coverage, *report["notes"], *unread]),
+                 fix if status != "warn" else "see the detail: what rig could not read of it is not judged",
                  question=f"does {report['artifact']} load and run for the stack's CUDA and archs?",
                  problems=[f"{report['artifact']}: {e}" for e in report["errors"]])
 
@@ -465,7 +321,7 @@ def as_check(report: dict, layer: str = "kernels", name: str = "", fix: str = ""
 def render(reports: list[dict]) -> str:
     lines = []
     for r in reports:
-        lines.append(f"{'PASS' if r['ok'] else 'FAIL'}  {r['artifact']}  (CUDA {r['cuda_major']} stack, "
+        lines.append(f"{verdict(r).upper()}  {r['artifact']}  (CUDA {r['cuda_major']} stack, "
                      f"torch {r['torch'] or 'not given'}{', pins ' + r['torch_pin'] if r['torch_pin'] else ''})")
         if r["cubins"] or r["ptx"]:
             lines.append(f"      cubins: {' '.join('sm_' + a for a in r['cubins']) or 'none'}; "
@@ -477,5 +333,6 @@ def render(reports: list[dict]) -> str:
         if cuda:
             lines.append(f"      CUDA libraries: {' '.join(cuda)}")
         lines += [f"  note: {n}" for n in r["notes"]]
+        lines += [f"  not read: {u}" for u in r.get("unread", [])]
         lines += [f"  error: {e}" for e in r["errors"]]
     return "\n".join(lines)

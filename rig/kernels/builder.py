@@ -1,5 +1,5 @@
 """One builder workflow, for the wheel_build role's builder host and the image's builder stage:
-the controller lays out what a builder needs (the stack file, cuobjdump, clean copies of the
+the controller lays out what a builder needs (the stack file, clean copies of the
 sources) and says the `rig wheels build` commands the builder runs on it."""
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 
 from rig.core import RigError
 from rig.kernels.wheels import copy_source, plan, source_spec, stack_lock_hash
-from rig.python.tools import fetch_tool
 
 # what a torch extension build needs on a Debian builder beyond the stack's venv and toolkit
 BUILD_TOOLS = ["g++", "python3-dev"]
@@ -44,7 +43,6 @@ def _lay_out(builds: list[dict], specs: list[str], stack_path: str, lock_hash: s
              root: str, venv: str, cuda_home: str | None, jobs: int | None) -> list[dict]:
     """Write the builder's files into DEST and say each build's argv."""
     shutil.copyfile(stack_path, dest / "stack.yml")  # the archs and CUDA major
-    shutil.copy(fetch_tool("cuobjdump", cache), dest / "cuobjdump")
     staged = []
     for build, spec in zip(builds, specs, strict=True):
         key = build["key"]
@@ -58,7 +56,7 @@ def _lay_out(builds: list[dict], specs: list[str], stack_path: str, lock_hash: s
             shutil.copyfile(spec, dest / "src" / key / Path(spec).name)
             where = f"{root}/src/{key}/{Path(spec).name}"
         argv = ["wheels", "build", "--venv", venv, "--stack", f"{root}/stack.yml", "--lock-hash", lock_hash,
-                "--cache", f"{root}/cache", "--cuobjdump", f"{root}/cuobjdump"]
+                "--cache", f"{root}/cache"]
         argv += ["--cuda-home", cuda_home] if cuda_home else []
         argv += ["--jobs", str(jobs)] if jobs else []
         staged.append({"key": key, "argv": [*argv, where]})

@@ -8,9 +8,7 @@ import time
 import pytest
 from conftest import CUDA_STACK, REPO, ansible_env, playbook_cmd, rig
 
-from rig.cli import DEFAULT_CACHE
-from rig.kernels.audit import cuda_archs
-from rig.python.tools import fetch_tool
+from rig.core.elf import read_shared_object
 
 pytestmark = pytest.mark.box
 
@@ -55,7 +53,7 @@ def test_nvcc_13_compiles_for_sm120a_and_sm90a(provisioned_box):
     local = REPO / "build" / "k.o"
     local.parent.mkdir(exist_ok=True)
     subprocess.run(["docker", "cp", f"{box.name}:/tmp/k/k.o", str(local)], check=True)
-    assert cuda_archs(local, fetch_tool("cuobjdump", DEFAULT_CACHE))[0] == ["120a", "90a"]
+    assert read_shared_object(local, "k.o").cubins == ["120a", "90a"]  # rig's own reader, no cuobjdump
 
 
 def test_fresh_shell_resolves_sonames_and_nvrtc_compiles_by_soname(provisioned_box):
