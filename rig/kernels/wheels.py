@@ -170,7 +170,7 @@ def export(built_dirs: list[Path], dest: Path) -> dict:
 
 
 def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home: Path, cache: Path,
-          lock_hash: str, cuobjdump: Path, jobs: int | None = None) -> dict:
+          lock_hash: str, jobs: int | None = None) -> dict:
     spec = source_spec(source)
     key = wheelhouse_key(lock_hash, archs, spec)
     nvcc = cuda_home / "bin" / "nvcc"
@@ -196,7 +196,7 @@ def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home:
             raise RigError(f"building {source} failed (pip exit {done.returncode}); its output is above{hint}")
         built = next(Path(out).glob("*.whl"))  # -w OUT: the wheel lands beside the copied source
         report = audit_wheel(built, cuda_major=cuda_major, archs=archs, torch=torch, extra_dirs=extra_dirs,
-                             cuobjdump=cuobjdump, resolve=True)
+                             resolve=True)
         if not report["ok"]:
             raise RigError(f"{built.name} failed the audit and was not kept: " + "; ".join(report["errors"]))
         dest = cache / "built" / key
