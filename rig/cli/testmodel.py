@@ -7,8 +7,10 @@ import click
 
 from rig.cli.common import check_option, emit, json_option, venv_option
 from rig.core import defaults
+from rig.serving.testmodel import DEVICES as _TESTMODEL_DEVICES
 from rig.serving.testmodel import DRAFTS as _TESTMODEL_DRAFTS
 from rig.serving.testmodel import KINDS as _TESTMODEL_KINDS
+from rig.serving.testmodel import SHAPES as _TESTMODEL_SHAPES
 
 
 @click.command()
@@ -23,10 +25,18 @@ from rig.serving.testmodel import KINDS as _TESTMODEL_KINDS
 @click.option("--draft", type=click.Choice(_TESTMODEL_DRAFTS),
               help="serving only: agree (default), the target accepts every proposal; random: it accepts none.")
 @click.option("--context", type=int, default=8192, show_default=True, help="The model's context length in tokens.")
+@click.option("--shape", type=click.Choice(list(_TESTMODEL_SHAPES)), default="tiny", show_default=True,
+              help="tiny (4 layers, hidden 256: proves the path in seconds) or Llama-3.2-1B's / Llama-3-8B's shapes "
+                   "(2.5 / 16 GB: what speculation is worth at a real model's cost).")
+@click.option("--accept", type=float, default=1.0, show_default=True,
+              help="serving, agree draft: the probability the target gives the draft's token at temperature 1 "
+                   "(each drafted position is accepted with it under sampling; greedy accepts every one).")
+@click.option("--device", type=click.Choice(_TESTMODEL_DEVICES), default="auto", show_default=True,
+              help="Where the 1b and 8b weights are made: the GPU when torch sees one (seconds), else the CPU.")
 @check_option
 @json_option
-def testmodel(out_dir, venv_path, python, tp, kind, draft, context, check, as_json) -> None:
-    """Write a tiny Llama target and its EAGLE-3 draft, to prove a box's serving path.
+def testmodel(out_dir, venv_path, python, tp, kind, draft, context, shape, accept, device, check, as_json) -> None:
+    """Write a Llama target and its EAGLE-3 draft, to prove a box's serving path.
 
     The target always generates the same token; the `agree` draft always
     proposes it, so the accept length is the most the server's settings allow
@@ -38,6 +48,11 @@ def testmodel(out_dir, venv_path, python, tp, kind, draft, context, check, as_js
     rig/serving/numerics.py, computed by every layer's attention and MLP with a wide
     margin; it is checked with transformers in the venv (float32 and bfloat16)
     before it is kept. rig prove serves it and compares the tokens.
+
+    --shape 1b / 8b write real sizes, sharded, so that `rig tune` measures a
+    real model's step cost (--check says the size; a disk too small is refused
+    first). --accept P makes sampled acceptance like a trained draft's: the
+    record gives the expected accept length 1 + P + ... + P^steps.
     """
     from rig.core import RigError
     from rig.serving.testmodel import build
@@ -45,4 +60,4 @@ def testmodel(out_dir, venv_path, python, tp, kind, draft, context, check, as_js
     if kind == "numerics" and draft:
         raise RigError("--draft is for --kind serving; the numerics model's draft proposes the rule's lowest token")
     emit(build(out_dir, python or Path(venv_path) / "bin" / "python", tp, draft or "agree", context, check=check,
-               kind=kind), as_json)
+               kind=kind, shape=shape, accept=accept, device=device), as_json)

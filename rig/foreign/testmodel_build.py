@@ -12,7 +12,16 @@ stack's torch is. The weights are built so the outcome is known in advance:
   token (`random`: none is).
 
 Attention, MLPs, the KV cache, CUDA graphs and tensor parallelism still do all
-their work on real shapes: only the result is fixed.
+their work on real shapes: only the result is fixed. rig passes the shape (tiny, or
+Llama-3.2-1B's or Llama-3-8B's); the real ones have grouped KV heads, vocab 128256
+(the tokenizer's own tokens come first, the rest is never sampled) and a draft vocab
+of 32000, and are written sharded with an index, on the GPU when there is one.
+
+Acceptance under sampling (spec "accept" = P): every lm_head row but T's is zero (the
+tokenizer's specials and the ids past it get a logit of -30, so they are never sampled),
+and T's row is set so that at temperature 1 the target gives T probability P. SGLang
+accepts a deterministic draft token with the target's probability of it, so a draft that
+always proposes T is accepted at P per position; greedy requests accept it always.
 
 The numerics target (kind "numerics") computes instead: its greedy token follows the
 rule table rig passes in (rig/serving/numerics.py), and every layer's attention and MLP takes
@@ -73,8 +82,20 @@ def rms_normed(x: torch.Tensor) -> torch.Tensor:
     return x / x.pow(2).mean().sqrt()
 
 
-def rand(*shape):
-    return torch.randn(*shape) * 0.02
+DEVICE = "cpu"
+SALT = [0]
+
+
+def rand(*shape, device=None):
+    """Small pseudo-random weights, the same bytes on any device (an integer hash of each element's index and the
+    call's order, uniform with standard deviation 0.02): a GPU writes 8 GB of them in seconds, a CPU in a minute."""
+    SALT[0] += 1
+    count = math.prod(shape)
+    mixed = (torch.arange(count, device=device or DEVICE, dtype=torch.int64) + SALT[0] * 0x9E3779B1) & 0xFFFFFFFF
+    for multiplier in (0x7FEB352D, 0x846CA68B):  # two rounds of xor-shift-multiply, kept inside 63 bits
+        mixed = ((mixed ^ (mixed >> 16)) * multiplier) & 0xFFFFFFFF
+    mixed = mixed ^ (mixed >> 15)
+    return ((mixed.to(torch.float32) / 2.0 ** 32 - 0.5) * (0.02 * math.sqrt(12))).reshape(shape)
 
 
 def layer_weights(i: int, q, k, v, o, gate, up, down) -> dict:
@@ -86,20 +107,45 @@ def layer_weights(i: int, q, k, v, o, gate, up, down) -> dict:
             p + "post_attention_layernorm.weight": torch.ones(hidden)}
 
 
-def serving_target(shape: dict, vocab: int, greedy: int) -> tuple[dict, torch.Tensor]:
-    """Every output projection zero: the greedy token is GREEDY whatever the input (the module docstring)."""
-    heads, head_dim, hidden, inter = shape["heads"], shape["head_dim"], shape["hidden"], shape["inter"]
-    e = torch.randn(hidden)
-    n = rms_normed(e)
-    weights = {"model.embed_tokens.weight": e.expand(vocab, hidden).clone(), "model.norm.weight": torch.ones(hidden)}
-    for i in range(shape["layers"]):
-        weights.update(layer_weights(i, rand(heads * head_dim, hidden), rand(heads * head_dim, hidden),
-                                     rand(heads * head_dim, hidden), torch.zeros(hidden, heads * head_dim),
-                                     rand(inter, hidden), rand(inter, hidden), torch.zeros(hidden, inter)))
-    lm_head = rand(vocab, hidden)
-    lm_head[greedy] = n / n.norm()  # its logit is |norm(e)| = sqrt(hidden), far above every other row's
-    weights["lm_head.weight"] = lm_head
-    return weights, n / n.norm()
+NEVER = -30.0  # the logit of tokens that must never be sampled: e^-30 per token is nothing even over 128k of them
+SURE = 40.0  # T's logit without --accept: every other token's probability at temperature 1 is below 1e-12
+
+
+def t_logit(accept: float, others: int) -> float:
+    """T's logit that gives it probability ACCEPT at temperature 1 beside OTHERS tokens at logit 0."""
+    return SURE if accept >= 1 else math.log(accept * others / (1 - accept))
+
+
+def serving_target(shape: dict, vocab: int, greedy: int, never: list, accept: float):
+    """(the target's (name, tensor) pairs, layer by layer, so an 8B shape never sits in memory whole; the
+    direction of its final hidden state; T's logit and probability as stored). Every output projection is zero:
+    the greedy token is GREEDY whatever the input (the module docstring); at temperature 1 it has probability
+    ACCEPT, every token in NEVER about none."""
+    heads, kv, head_dim, hidden, inter = (shape[k] for k in ("heads", "kv_heads", "head_dim", "hidden", "inter"))
+    # any direction: the residual stream holds it whatever the input; made on the CPU, so its norm (a float sum)
+    # is the same bytes wherever the rest is written
+    e = (rand(hidden, device="cpu") * 50).to(torch.bfloat16)
+    n = rms_normed(e.float())
+    others = vocab - 1 - len(never)
+    # row . n = logit, with |n|^2 = hidden; bf16 rounds the row, so the logit is taken back from the stored bytes
+    row = (n * (t_logit(accept, others) / hidden)).to(torch.bfloat16)
+    logit = float(row.float() @ n.to(torch.bfloat16).float())
+    lm_head = torch.zeros(vocab, hidden, dtype=torch.bfloat16)
+    lm_head[never] = (n * (NEVER / hidden)).to(torch.bfloat16).to(lm_head.device)
+    lm_head[greedy] = row.to(lm_head.device)
+    realized = {"t_logit": round(logit, 4), "t_probability": round(
+        1.0 / (1.0 + others * math.exp(-logit) + len(never) * math.exp(NEVER - logit)), 6)}
+
+    def tensors():
+        yield "model.embed_tokens.weight", e.to(lm_head.device).expand(vocab, hidden)
+        yield "model.norm.weight", torch.ones(hidden)
+        for i in range(shape["layers"]):
+            yield from layer_weights(i, rand(heads * head_dim, hidden), rand(kv * head_dim, hidden),
+                                     rand(kv * head_dim, hidden), torch.zeros(hidden, heads * head_dim),
+                                     rand(inter, hidden), rand(inter, hidden), torch.zeros(hidden, inter)).items()
+        yield "lm_head.weight", lm_head
+
+    return tensors(), n, realized
 
 
 # the numerics target's design values (the module docstring): the attention score between neighbouring
@@ -198,43 +244,100 @@ def reference(target_dir: Path, prompts: list, expected: list, device: str = "cp
     return report
 
 
+SHARD_BYTES = 2 * 1000 ** 3  # an 8B shape in 8 shards, as released checkpoints are split
+
+
+def save_tensors(directory: Path, tensors) -> int:
+    """(name, tensor) pairs as safetensors (floats in bf16): model.safetensors when they fit one shard, else
+    model-0000i-of-0000N.safetensors and the index transformers and SGLang read; the bytes. On the meta device
+    (rig's size check) nothing is written and only the bytes are counted."""
+    shards: list[dict] = [{}]
+    sizes, total = [0], 0
+    for name, tensor in tensors:
+        if tensor.is_floating_point():
+            tensor = tensor.to(torch.bfloat16)
+        size = tensor.numel() * tensor.element_size()
+        if shards[-1] and sizes[-1] + size > SHARD_BYTES:
+            if DEVICE != "meta":
+                save_file(shards[-1], str(directory / f"shard-{len(shards)}"), metadata={"format": "pt"})
+            shards.append({})
+            sizes.append(0)
+        shards[-1][name] = None if DEVICE == "meta" else tensor.contiguous().cpu()
+        sizes[-1] += size
+        total += size
+    if DEVICE == "meta":
+        return total
+    if len(shards) == 1:
+        save_file(shards[0], str(directory / "model.safetensors"), metadata={"format": "pt"})
+        return total
+    save_file(shards[-1], str(directory / f"shard-{len(shards)}"), metadata={"format": "pt"})
+    weight_map = {}
+    for i, shard in enumerate(shards, 1):
+        name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        (directory / f"shard-{i}").rename(directory / name)
+        weight_map.update(dict.fromkeys(shard, name))
+    write_json(directory / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map})
+    return total
+
+
+def pick_device(wanted: str, shape: dict) -> str:
+    """The GPU when there is one (random bf16 is written there in seconds), with room for the largest tensors
+    the writer holds at once; else the CPU. The bytes are the same on either."""
+    if wanted == "cpu" or (wanted == "auto" and not torch.cuda.is_available()):
+        return "cpu"
+    if not torch.cuda.is_available():
+        sys.exit("--device cuda: torch sees no GPU here; give --device cpu or auto")
+    need = 4 * (shape["vocab"] or 1) * shape["hidden"] + 24 * shape["inter"] * shape["hidden"]
+    free = torch.cuda.mem_get_info()[0]
+    if free < need:
+        sys.exit(f"the GPU has {free / 2 ** 30:.1f} GiB free; writing this shape there needs about "
+                 f"{need / 2 ** 30:.1f} GiB: free it, or give --device cpu")
+    return "cuda"
+
+
 def main(spec: dict) -> dict:
+    global DEVICE
     out = Path(spec["out"])
     target_dir, draft_dir = out / "target", out / "draft"
     target_dir.mkdir(parents=True)
     draft_dir.mkdir(parents=True)
-    torch.manual_seed(spec["seed"])
     numerics = spec.get("kind") == "numerics"
-    heads, head_dim, layers = spec["heads"], 32, 4
-    hidden = heads * head_dim
-    # the numerics target's MLP units (528 pairs over 4 layers) need the wider intermediate size
-    shape = {"heads": heads, "head_dim": head_dim, "layers": layers, "hidden": hidden,
-             "inter": (4 if numerics else 2) * hidden}
+    shape = dict(spec["shape"])
+    SALT[0] = spec["seed"] * 1_000_003
+    DEVICE = "meta" if spec.get("sizes_only") else pick_device(spec.get("device", "auto"), shape)
+    torch.set_default_device(DEVICE)  # every zero, one and eye below is made there too
     context = spec["context"]
     tok = tokenizer(spec["vocab"], context, target_dir)
-    vocab = tok.get_vocab_size()
-    bos, eos = tok.token_to_id(BOS), tok.token_to_id(EOS)
+    words = tok.get_vocab_size()
+    vocab = shape["vocab"] = shape["vocab"] or words  # a real shape's vocab is larger: the rest is never sampled
+    bos, eos, pad = (tok.token_to_id(t) for t in (BOS, EOS, PAD))
     greedy = tok.token_to_id("Ġthe")  # byte-level BPE spells " the" so: a visible, ordinary token
-    common = {"hidden_size": hidden, "intermediate_size": shape["inter"], "num_attention_heads": heads,
-              "num_key_value_heads": heads, "head_dim": head_dim, "max_position_embeddings": context,
-              "rms_norm_eps": 1e-5, "rope_theta": 1e8 if numerics else 10000.0, "hidden_act": "silu",
-              "vocab_size": vocab, "bos_token_id": bos, "eos_token_id": eos, "pad_token_id": tok.token_to_id(PAD),
+    common = {"hidden_size": shape["hidden"], "intermediate_size": shape["inter"],
+              "num_attention_heads": shape["heads"], "num_key_value_heads": shape["kv_heads"],
+              "head_dim": shape["head_dim"], "max_position_embeddings": context, "rms_norm_eps": 1e-5,
+              "rope_theta": 1e8 if numerics else shape.get("rope_theta", 10000.0), "hidden_act": "silu",
+              "vocab_size": vocab, "bos_token_id": bos, "eos_token_id": eos, "pad_token_id": pad,
               "tie_word_embeddings": False, "torch_dtype": "bfloat16", "attention_bias": False}
     write_json(target_dir / "config.json", {**common, "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                                            "num_hidden_layers": layers})
+                                            "num_hidden_layers": shape["layers"]})
     write_json(target_dir / "generation_config.json", {"bos_token_id": bos, "eos_token_id": eos, "do_sample": False})
+    realized = {}
     if numerics:
         weights, direction = numerics_target(shape, vocab, spec["rule"])
+        tensors = iter(weights.items())
         proposal = spec["rule"]["ids"][0]  # the lowest rank: accepted where the rule comes back to it
     else:
-        weights, direction = serving_target(shape, vocab, greedy)
-        proposal = greedy if spec["draft"] == "agree" else next(t for t in range(vocab - 1, 0, -1) if t not in (greedy, eos))
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()}, str(target_dir / "model.safetensors"),
-              metadata={"format": "pt"})
-    draft(draft_dir, common, shape, vocab, direction, proposal)
+        # the specials end requests early or mean nothing; ids past the tokenizer's have no text
+        never = [bos, eos, pad, *range(words, vocab)]
+        tensors, direction, realized = serving_target(shape, vocab, greedy, never, spec.get("accept", 1.0))
+        proposal = greedy if spec["draft"] == "agree" else next(t for t in range(words - 1, 0, -1)
+                                                                if t not in (greedy, bos, eos, pad))
+    size = save_tensors(target_dir, tensors)
+    size += draft(draft_dir, common, shape, vocab, direction, proposal)
     info = {"greedy_token": greedy, "greedy_text": tok.decode([greedy]), "draft_proposes": proposal,
-            "vocab_size": vocab, "draft_vocab_size": min(256, vocab), "hidden_size": hidden, "heads": heads,
-            "layers": layers, "context_length": context, "torch": torch.__version__}
+            "vocab_size": vocab, "draft_vocab_size": min(shape["draft_vocab"], vocab), "hidden_size": shape["hidden"],
+            "heads": shape["heads"], "layers": shape["layers"], "context_length": context, "torch": torch.__version__,
+            "bytes": size, "device": DEVICE, **realized}
     if numerics:
         info.pop("greedy_token")
         info["greedy_text"] = "the rule's token (rig/serving/numerics.py)"
@@ -242,35 +345,40 @@ def main(spec: dict) -> dict:
     return info
 
 
-def draft(draft_dir: Path, common: dict, shape: dict, vocab: int, direction: torch.Tensor, proposal: int) -> None:
+def aux_layers(layers: int) -> list:
+    """The target layers the draft reads: SGLang's default [2, L // 2, L - 3] where it fits (SGLang captures the
+    state after layer id + 1, so ids stop at L - 2), else the first two and L - 2."""
+    return [2, layers // 2, layers - 3] if layers >= 6 else [0, 1, layers - 2]
+
+
+def draft(draft_dir: Path, common: dict, shape: dict, vocab: int, direction: torch.Tensor, proposal: int) -> int:
     """An EAGLE-3 draft that always proposes PROPOSAL: its head's first row follows DIRECTION, which every
-    hidden state it is given holds; SGLang captures the hidden state after layer id, so ids stop at layers - 2."""
-    heads, head_dim, hidden, inter, layers = (shape[k] for k in ("heads", "head_dim", "hidden", "inter", "layers"))
-    draft_vocab = min(256, vocab)
+    hidden state it is given holds; one layer of the target's width, as real EAGLE-3 drafts are. The bytes."""
+    heads, kv, head_dim, hidden, inter = (shape[k] for k in ("heads", "kv_heads", "head_dim", "hidden", "inter"))
+    draft_vocab = min(shape["draft_vocab"], vocab)
     hot = [proposal] + [t for t in range(vocab) if t != proposal][:draft_vocab - 1]
     write_json(draft_dir / "config.json", {
         **common, "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
-        "draft_vocab_size": draft_vocab, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 1, layers - 2]}})
+        "draft_vocab_size": draft_vocab,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux_layers(shape["layers"])}})
     draft_head = torch.zeros(draft_vocab, hidden)
-    draft_head[0] = direction
+    draft_head[0] = direction.to(draft_head.device)
     fc = torch.zeros(hidden, 3 * hidden)
     fc[:, :hidden] = torch.eye(hidden)
     t2d = torch.zeros(vocab, dtype=torch.bool)
     t2d[hot] = True
-    draft = {
+    return save_tensors(draft_dir, iter({
         "fc.weight": fc, "norm.weight": torch.ones(hidden), "lm_head.weight": draft_head,
         "midlayer.self_attn.q_proj.weight": rand(heads * head_dim, 2 * hidden),
-        "midlayer.self_attn.k_proj.weight": rand(heads * head_dim, 2 * hidden),
-        "midlayer.self_attn.v_proj.weight": rand(heads * head_dim, 2 * hidden),
+        "midlayer.self_attn.k_proj.weight": rand(kv * head_dim, 2 * hidden),
+        "midlayer.self_attn.v_proj.weight": rand(kv * head_dim, 2 * hidden),
         "midlayer.self_attn.o_proj.weight": torch.zeros(hidden, heads * head_dim),
         "midlayer.mlp.gate_proj.weight": rand(inter, hidden), "midlayer.mlp.up_proj.weight": rand(inter, hidden),
         "midlayer.mlp.down_proj.weight": torch.zeros(hidden, inter),
         "midlayer.input_layernorm.weight": torch.ones(hidden), "midlayer.hidden_norm.weight": torch.ones(hidden),
-        "midlayer.post_attention_layernorm.weight": torch.ones(hidden)}
-    tensors = {k: v.to(torch.bfloat16).contiguous() for k, v in draft.items()}
-    tensors["d2t"] = torch.tensor(hot, dtype=torch.int64) - torch.arange(draft_vocab, dtype=torch.int64)
-    tensors["t2d"] = t2d
-    save_file(tensors, str(draft_dir / "model.safetensors"), metadata={"format": "pt"})
+        "midlayer.post_attention_layernorm.weight": torch.ones(hidden),
+        "d2t": torch.tensor(hot, dtype=torch.int64) - torch.arange(draft_vocab, dtype=torch.int64),
+        "t2d": t2d}.items()))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,18 @@
-"""`rig testmodel`: a tiny Llama target and an EAGLE-3 draft whose outcome is known in advance.
+"""`rig testmodel`: a Llama target and an EAGLE-3 draft whose outcome is known in advance.
 
 They prove a box's whole serving path (EAGLE-3, CUDA graphs, tensor parallelism,
 NCCL) in minutes, before hundreds of GB of weights arrive. The weights are made by
 rig/foreign/testmodel_build.py in the stack venv's own Python (its torch, safetensors and
 tokenizers), offline and deterministically: the same options give the same bytes,
 so a second run changes nothing.
+
+Shapes: `tiny` (4 layers, hidden 256: a step is kernel-launch overhead, so it proves
+the path but not what speculation is worth) and Llama-3.2-1B's and Llama-3-8B's (grouped
+KV heads, vocab 128256, a one-layer draft of the target's width with draft vocab 32000):
+a step costs what a real model's does, so speculation's crossover shows. `accept` sets
+the probability P the target gives the draft's token at temperature 1: SGLang accepts a
+deterministic draft token with the target's probability of it, so each drafted position
+is accepted with P and a request's accept length is 1 + P + ... + P^steps.
 """
 from __future__ import annotations
 
@@ -19,13 +27,58 @@ from rig.core import RigError, progress
 from rig.core.documents import load_json
 from rig.core.fs import output_dir
 from rig.core.proc import interpreter, last_json, run, script
+from rig.core.schema import Field, between, validate
 from rig.serving import numerics
 
 DRAFTS = ("agree", "random")
 KINDS = ("serving", "numerics")
+DEVICES = ("auto", "cpu", "cuda")
 MARKER = "testmodel.json"
 MIN_MARGIN = 4.0  # logits: half the numerics model's designed margin (testmodel_build.py)
 HEADS = 8  # divisible by every TP size up to 8; larger TP sizes get one head per rank
+# Llama-3.2-1B's and Llama-3-8B's shapes (their config.json); tiny's heads follow --tp, its vocab the tokenizer's
+SHAPES = {
+    "tiny": {"layers": 4, "head_dim": 32, "vocab": 0, "draft_vocab": 256},
+    "1b": {"layers": 16, "heads": 32, "kv_heads": 8, "head_dim": 64, "hidden": 2048, "inter": 8192, "vocab": 128256,
+           "draft_vocab": 32000, "rope_theta": 500000.0},
+    "8b": {"layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128, "hidden": 4096, "inter": 14336,
+           "vocab": 128256, "draft_vocab": 32000, "rope_theta": 500000.0},
+}
+MAX_STEPS = 8  # the expected accept lengths the record lists
+
+
+def shape_of(name: str, tp: int, kind: str) -> dict:
+    """The shape rig asks the builder for."""
+    if name not in SHAPES:
+        raise RigError(f"--shape {name!r}: choose one of {', '.join(SHAPES)}")
+    shape = dict(SHAPES[name])
+    if name == "tiny":
+        heads = max(HEADS, tp)
+        # the numerics target's MLP units (528 pairs over 4 layers) need the wider intermediate size
+        shape.update(heads=heads, kv_heads=heads, hidden=heads * 32, inter=(4 if kind == "numerics" else 2) * heads * 32)
+    elif kind == "numerics":
+        raise RigError(f"--shape {name} is for --kind serving: the numerics model is tiny by design")
+    elif tp > shape["kv_heads"]:
+        raise RigError(f"--tp {tp}: the {name} shape has {shape['kv_heads']} KV heads, so it splits over at most "
+                       f"{shape['kv_heads']} GPUs; give --tp {shape['kv_heads']} or fewer")
+    return shape
+
+
+def expected_accept_lengths(accept: float) -> dict[str, float]:
+    """Tokens per verify step with each step count, when every drafted position is accepted with ACCEPT."""
+    return {str(k): round(sum(accept ** j for j in range(k + 1)), 4) for k in range(1, MAX_STEPS + 1)}
+
+
+def _accept(accept: float, kind: str, draft: str) -> None:
+    if not (isinstance(accept, (int, float)) and 0 < accept <= 1):
+        raise RigError(f"--accept {accept!r}: give the probability of the draft's token at temperature 1, above 0 "
+                       "and at most 1")
+    if accept < 1 and (kind != "serving" or draft != "agree"):
+        raise RigError("--accept is for --kind serving with --draft agree: it sets how often the target takes the "
+                       "draft's token")
+    if accept < 0.001:
+        raise RigError(f"--accept {accept}: below 0.001 the draft's token would no longer be the greedy one; give "
+                       "0.001 or more")
 
 
 def _check(out: Path, python: Path, tp: int, draft: str, context: int) -> None:
@@ -88,13 +141,44 @@ def _reference_holds(report: object) -> None:
                            f"at least {MIN_MARGIN:g}); report this with the venv's torch and transformers versions")
 
 
+def _room(out: Path, size: int) -> None:
+    """Refuse before writing when the file system under OUT cannot take the model (staged beside it)."""
+    parent = next(p for p in [out, *out.parents] if p.exists())
+    free = shutil.disk_usage(parent).free
+    if free < size * 1.05:
+        raise RigError(f"--out {out}: the model takes {size / 1e9:.1f} GB and {parent} has {free / 1e9:.1f} GB free; "
+                       "free space or give an --out on a larger disk")
+
+
+# what rig reads of the builder's answer: another Python may answer anything, so it is checked before it is used
+ANSWER = Field(dict, open=True, fields={
+    "bytes": Field(int, required=True, check=between(0, 1 << 50)), "greedy_text": Field(str, required=True),
+    "greedy_token": Field((int, type(None))),
+    "t_probability": Field((float, type(None)), check=lambda v: v is not None and between(0.0, 1.0)(v)),
+    "reference": Field((dict, type(None)), open=True)})
+
+
+def _write(python: Path, spec: dict, into: Path, timeout: float) -> dict:
+    done = run([str(python), "-c", script("testmodel_build"), json.dumps({**spec, "out": str(into)})],
+               "rig testmodel", timeout=timeout, env={**os.environ, "PYTHONHASHSEED": "0"})
+    answer = last_json(done.stdout, "rig testmodel")
+    return validate(answer, ANSWER, f"the answer of {python} writing the test model")
+
+
 def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree", context: int = 8192,
-          seed: int = 0, check: bool = False, kind: str = "serving") -> dict:
+          seed: int = 0, check: bool = False, kind: str = "serving", shape: str = "tiny", accept: float = 1.0,
+          device: str = "auto") -> dict:
     out, python = Path(out).absolute(), Path(python)
     _check(out, python, tp, draft, context)
     if kind not in KINDS:
         raise RigError(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")
-    spec = {"kind": kind, "draft": draft, "seed": seed, "heads": max(HEADS, tp), "context": context, "vocab": 1024}
+    if device not in DEVICES:
+        raise RigError(f"--device {device!r}: choose one of {', '.join(DEVICES)}")
+    _accept(accept, kind, draft)
+    dims = shape_of(shape, tp, kind)
+    # the tiny model is written on the CPU: seconds either way, and its reference check runs there
+    spec = {"kind": kind, "draft": draft, "seed": seed, "heads": dims["heads"], "context": context, "vocab": 1024,
+            "shape": dims, "shape_name": shape, "accept": accept, "device": "cpu" if shape == "tiny" else device}
     if kind == "numerics":  # the rule, its prompts and their answers, for the build and its own reference check
         prompts = numerics.prompts()
         spec.update(draft="numerics", rule=numerics.table(), prompts=prompts,
@@ -103,10 +187,18 @@ def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree"
         out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=None if check else out.parent))
     try:
-        progress(f"writing the test model with {python}")
-        done = run([str(python), "-c", script("testmodel_build"), json.dumps({**spec, "out": str(staging / "model")})],
-                   "rig testmodel", timeout=600, env={**os.environ, "PYTHONHASHSEED": "0"})
-        info = last_json(done.stdout, "rig testmodel")
+        if shape != "tiny":  # its size first, from the builder's own tensor list on torch's meta device
+            sized = _write(python, {**spec, "sizes_only": True}, staging / "sizes", 300)
+            if check:
+                return {"changed": True, "target": str(out / "target"), "draft": str(out / "draft"), "kind": draft,
+                        "model": kind, "shape": shape, "bytes": sized["bytes"],
+                        "msg": f"would write the {shape} test model ({sized['bytes'] / 1e9:.1f} GB) to {out}"}
+            _room(out, sized["bytes"])
+        progress(f"writing the {shape} test model with {python}")
+        info = _write(python, spec, staging / "model", 600 if shape == "tiny" else 7200)
+        if kind == "serving":
+            info.update(shape=shape, accept=accept, temperature=1.0,
+                        expected_accept_length={"greedy": "steps + 1", **expected_accept_lengths(accept)})
         if kind == "numerics":
             _reference_holds(info.get("reference"))
         made = staging / "model"
@@ -125,7 +217,10 @@ def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree"
         msg = (f"{verb} {out}/target (numerics: transformers follows the rule in float32 and bfloat16, smallest "
                f"logit margin {margin}) and {out}/draft (it proposes the rule's lowest token)")
     else:
-        msg = (f"{verb} {out}/target (greedy token {info['greedy_text']!r}) and {out}/draft "
-               f"({draft}: the draft proposes {'that token' if draft == 'agree' else 'another token'})")
+        msg = (f"{verb} {out}/target ({shape}, {info['bytes'] / 1e9:.2f} GB; greedy token {info['greedy_text']!r}) and "
+               f"{out}/draft ({draft}: the draft proposes {'that token' if draft == 'agree' else 'another token'})")
+        if accept < 1:
+            msg += (f"; at temperature 1 the target gives it probability {info['t_probability']:.3f} (asked "
+                    f"{accept:g}): expected accept length {info['expected_accept_length']['3']:.2f} with 3 steps")
     return {"changed": changed, "target": str(out / "target"), "draft": str(out / "draft"), "kind": spec["draft"],
             "model": kind, **info, "msg": msg}

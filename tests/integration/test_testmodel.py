@@ -178,3 +178,60 @@ def test_a_wrong_kernel_changes_the_numerics_tokens_and_noise_does_not(perturbed
             assert seen[dtype]["matched"] == 8 and seen[dtype]["min_margin"] > 4, seen
         else:
             assert seen[dtype]["matched"] < 8 and seen[dtype]["first_difference"], seen
+
+
+# The 1b shape on the CPU (transformers in bf16), and the 8b shape's configs as SGLang's loader reads them
+REAL = r"""
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from sglang.srt.configs.model_config import ModelConfig
+
+root, configs_8b = sys.argv[1], sys.argv[2]
+tok = AutoTokenizer.from_pretrained(root + "/target")
+model = AutoModelForCausalLM.from_pretrained(root + "/target", dtype=torch.bfloat16).eval()
+ids = tok("List three prime numbers:", return_tensors="pt").input_ids
+with torch.no_grad():
+    logits = model(ids).logits[0, -1].float()
+p = torch.softmax(logits, -1)  # temperature 1
+draws = torch.multinomial(p, 4000, replacement=True, generator=torch.Generator().manual_seed(0))
+greedy = int(logits.argmax())
+seen = {"greedy": greedy, "p": float(p[greedy]), "frequency": float((draws == greedy).float().mean())}
+for name, base in (("1b", root), ("8b", configs_8b)):
+    target = ModelConfig(base + "/target")
+    draft = ModelConfig(base + "/draft", is_draft_model=True, speculative_algorithm="EAGLE3")
+    seen[name] = [target.hf_config.architectures, target.num_attention_heads, target.get_num_kv_heads(1),
+                  target.hf_config.vocab_size, draft.hf_config.draft_vocab_size,
+                  draft.hf_config.eagle_config["eagle_aux_hidden_state_layer_ids"]]
+print(json.dumps(seen))
+"""
+
+
+def test_real_shapes_load_in_transformers_and_sglang_and_sample_the_draft_token_at_the_asked_rate(lab, tmp_path):
+    from rig.core.proc import script
+    from rig.serving.testmodel import shape_of
+
+    root = tmp_path / "1b"
+    made = json.loads(ok(rig("testmodel", "--out", str(root), "--venv", str(lab["v23"]), "--shape", "1b",
+                             "--accept", "0.7", "--device", "cpu", "--json")).stdout)
+    assert made["shape"] == "1b" and made["accept"] == 0.7 and made["temperature"] == 1.0
+    assert made["expected_accept_length"]["3"] == pytest.approx(2.533, abs=1e-3)
+    assert abs(made["t_probability"] - 0.7) < 0.01  # bf16 rounds T's row: the stored logit, read back
+    index = json.loads((root / "target" / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) == 2  # 3.0 GB in 2 GB shards
+    # the 8b shape's tensors are only counted (torch's meta device); its configs are written as for the real thing
+    configs = tmp_path / "8b"
+    spec = {"kind": "serving", "draft": "agree", "seed": 0, "context": 8192, "vocab": 1024, "accept": 0.7,
+            "shape": shape_of("8b", 1, "serving"), "sizes_only": True, "out": str(configs)}
+    sized = json.loads(ok(subprocess.run([str(lab["v23"] / "bin" / "python"), "-c", script("testmodel_build"),
+                                          json.dumps(spec)], capture_output=True, text=True, check=False))
+                       .stdout.strip().splitlines()[-1])
+    assert 15.5e9 < sized["bytes"] < 17.5e9  # Llama-3-8B's 8.0 B parameters in bf16, plus a 0.4 B draft
+    done = ok(subprocess.run([str(lab["v23"] / "bin" / "python"), "-c", REAL, str(root), str(configs)],
+                             capture_output=True, text=True, check=False))
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["greedy"] == made["greedy_token"] == made["draft_proposes"]
+    assert abs(seen["p"] - 0.7) < 0.01
+    assert abs(seen["frequency"] - 0.7) < 4 * (0.7 * 0.3 / 4000) ** 0.5  # within sampling noise (4 sigma)
+    assert seen["1b"] == [["LlamaForCausalLM"], 32, 8, 128256, 32000, [2, 8, 13]]
+    assert seen["8b"] == [["LlamaForCausalLM"], 32, 8, 128256, 32000, [2, 16, 29]]

@@ -62,3 +62,38 @@ def test_prove_takes_a_given_model_only_when_rigs_record_says_numerics(tmp_path,
     with pytest.raises(RigError, match="holds no numerics test model") as refused:
         _given_model(tmp_path, [1], Step("testmodel (given)"))
     assert says in str(refused.value)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--accept", "0"], "--accept 0.0: give the probability"),
+    (["--accept", "1.5"], "--accept 1.5: give the probability"),
+    (["--accept", "nan"], "--accept nan: give the probability"),
+    (["--accept", "0.0001"], "below 0.001 the draft's token would no longer be the greedy one"),
+    (["--accept", "0.5", "--draft", "random"], "--accept is for --kind serving with --draft agree"),
+    (["--shape", "8b", "--kind", "numerics"], "--shape 8b is for --kind serving"),
+    (["--shape", "8b", "--tp", "16"], "the 8b shape has 8 KV heads"),
+])
+def test_bad_shapes_and_acceptance_are_refused_before_anything_runs(tmp_path, args, says):
+    done = rig("testmodel", "--out", str(tmp_path / "m"), "--python", sys.executable, *args)
+    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert not (tmp_path / "m").exists()
+
+
+def test_expected_accept_lengths_are_the_geometric_sums():
+    from rig.serving.testmodel import expected_accept_lengths
+
+    lengths = expected_accept_lengths(0.7)
+    assert lengths["1"] == 1.7 and lengths["3"] == pytest.approx(1 + 0.7 + 0.49 + 0.343, abs=1e-4)
+    assert expected_accept_lengths(1.0)["5"] == 6  # every draft accepted: steps + 1
+    assert [lengths[str(k)] for k in range(1, 9)] == sorted(lengths[str(k)] for k in range(1, 9))
+
+
+def test_a_builder_answer_without_its_keys_is_refused_before_out_is_touched(tmp_path):
+    """Another Python may answer anything: rig checks the answer before it replaces --out (round two)."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho '{\"greedy_text\": 3}'\n")
+    fake.chmod(0o755)
+    out = tmp_path / "m"
+    done = rig("testmodel", "--out", str(out), "--python", str(fake))
+    assert done.returncode == 2 and "writing the test model" in done.stderr and "bytes" in done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()
