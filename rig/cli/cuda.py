@@ -1,12 +1,11 @@
 """The `rig cuda` group: CUDA toolkits side by side and the /usr/local/cuda link."""
 from __future__ import annotations
 
-import json
-
 import click
 
 from rig.cli.common import Url, cache_option, check_option, emit, json_option, prefix_option
 from rig.core import defaults
+from rig.core.documents import dump_json
 
 
 @click.group()
@@ -87,6 +86,6 @@ def cuda_list(prefix, as_json) -> None:
 
     found = engine.toolkits(prefix)
     if as_json:
-        click.echo(json.dumps(found, indent=2))
+        click.echo(dump_json(found, "the toolkits found", indent=2))
     for t in [] if as_json else found:
         click.echo(f"{t['tree']}  nvcc {t['nvcc'] or '-'}  {'rig' if t['installed_by_rig'] else 'other'}")

@@ -1,8 +1,6 @@
 """`rig doctor`: layered health checks, or a log's known failures."""
 from __future__ import annotations
 
-import json
-
 import click
 
 from rig.cli.common import (
@@ -17,6 +15,7 @@ from rig.cli.common import (
     venv_option,
     write_junit,
 )
+from rig.core.documents import dump_json
 
 
 @click.command()
@@ -75,5 +74,5 @@ def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect
     import socket
 
     write_junit(junit, result, f"rig doctor {container or socket.gethostname()}")
-    click.echo(json.dumps(report.as_json(result), indent=2) if as_json else checks.render(result))
+    click.echo(dump_json(report.as_json(result), "the checks", indent=2) if as_json else checks.render(result))
     judged(not report.failed(result))

@@ -1,12 +1,11 @@
 """The `rig env` group: the CUDA environment module of a stack's venv."""
 from __future__ import annotations
 
-import json
-
 import click
 
 from rig.cli.common import check_option, emit, json_option, prefix_option, stack_option, venv_option
 from rig.core import RigError
+from rig.core.documents import dump_json
 
 
 @click.group("env")
@@ -51,7 +50,7 @@ def env_show(stack_path, env_json, prefix, as_json) -> None:
     from rig.python.runtime_env import render
 
     env, name = _environment(stack_path, env_json, prefix)
-    click.echo(json.dumps({**env, "stack": name}, sort_keys=True) if as_json else render(env, name))
+    click.echo(dump_json({**env, "stack": name}, "the environment", sort_keys=True) if as_json else render(env, name))
 
 
 @env_group.command("install")

@@ -1,7 +1,6 @@
 """`rig image sbom` and the `rig image` group: the venv's SBOM and the stack's serving image."""
 from __future__ import annotations
 
-import json
 import os
 
 import click
@@ -16,6 +15,7 @@ from rig.cli.common import (
     venv_option,
 )
 from rig.core import RigError
+from rig.core.documents import dump_json
 
 
 @click.command()
@@ -29,7 +29,8 @@ def sbom(venv_path, requirements, name, out) -> None:
     """A CycloneDX 1.5 SBOM of the venv: every distribution, with its locked wheel's sha256."""
     from rig.image.sbom import cyclonedx
 
-    to_file_or_stdout(json.dumps(cyclonedx(venv_path, list(requirements), name), indent=1, sort_keys=True) + "\n", out)
+    sbom = cyclonedx(venv_path, list(requirements), name)
+    to_file_or_stdout(dump_json(sbom, "the SBOM", indent=1, sort_keys=True) + "\n", out)
 
 
 @click.group()

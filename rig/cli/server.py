@@ -1,13 +1,13 @@
 """The `rig server` group: the SGLang server's command line."""
 from __future__ import annotations
 
-import json
 import os
 
 import click
 
 from rig.cli.common import json_option, stack_option, venv_option
 from rig.core import RigError
+from rig.core.documents import dump_json
 
 
 @click.group()
@@ -54,4 +54,5 @@ def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engin
     result = render(stack, venv_path or stack["venv"], baseline, api_key)
     if gate_engine:
         result.update(health_gate(stack, gate_engine, gate_python, log, start_timeout))
-    click.echo(json.dumps(result, indent=2) if as_json else shell_line(result["argv"], result["api_key_env"]))
+    click.echo(dump_json(result, "the server's command line", indent=2) if as_json
+               else shell_line(result["argv"], result["api_key_env"]))

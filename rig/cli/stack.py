@@ -1,12 +1,10 @@
 """The `rig stack` group: read and validate stack files."""
 from __future__ import annotations
 
-import json
-
 import click
 
 from rig.cli.common import DEFAULT_STACK, json_option, to_file_or_stdout
-from rig.core.documents import yaml_dump
+from rig.core.documents import dump_json, yaml_dump
 
 
 @click.group()
@@ -22,7 +20,7 @@ def stack_show(path: str, as_json: bool) -> None:
     from rig.stack.spec import load
 
     data = load(path)
-    click.echo(json.dumps(data, indent=2) if as_json else yaml_dump(data))
+    click.echo(dump_json(data, "the stack", indent=2) if as_json else yaml_dump(data))
 
 
 @stack.command("vars")
@@ -38,7 +36,7 @@ def stack_vars(path: str, out: str | None, keep: bool) -> None:
 
     if out and keep:
         raise click.UsageError("give --out or --keep, not both")
-    text = json.dumps(ansible_vars(load(path), path), indent=2) + "\n"
+    text = dump_json(ansible_vars(load(path), path), "the stack's variables", indent=2) + "\n"
     if keep:  # confined: a link planted at stack-vars/ is never written through
         from rig.core.defaults import cache_dir
         from rig.core.fs import atomic_write, confined, sha256_data

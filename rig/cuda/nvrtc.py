@@ -7,8 +7,9 @@ Prints one JSON object per arch.
 from __future__ import annotations
 
 import ctypes
-import json
 import sys
+
+from rig.core.documents import dump_json
 
 KERNEL = b'extern "C" __global__ void axpy(float a, const float *x, float *y)' \
          b' { int i = blockIdx.x * blockDim.x + threadIdx.x; y[i] += a * x[i]; }'
@@ -46,12 +47,12 @@ def main(argv: list[str]) -> int:
     try:
         lib = ctypes.CDLL(soname)
     except OSError as exc:
-        print(json.dumps({"ok": False, "error": str(exc)}))
+        print(dump_json({"ok": False, "error": str(exc)}, "the answer"))
         return 1
     major, minor = ctypes.c_int(), ctypes.c_int()
     lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
     results = [dict(compile_for(lib, a), nvrtc=f"{major.value}.{minor.value}") for a in archs]
-    print(json.dumps({"ok": all(r["ok"] for r in results), "results": results}))
+    print(dump_json({"ok": all(r["ok"] for r in results), "results": results}, "the answer"))
     return 0 if all(r["ok"] for r in results) else 1
 
 

@@ -7,7 +7,6 @@ the leftovers and completes it. A tree rig did not install is never modified.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from rig.core import RigError, defaults, progress, wheelfile
 from rig.core.cuda_releases import COMPONENTS, RELEASES, major, series
-from rig.core.documents import load_json
+from rig.core.documents import dump_json, load_json
 from rig.core.fs import atomic_file, atomic_write, confined, held, sha256_data, sha256_file
 from rig.core.proc import run
 from rig.core.schema import Field, sha256
@@ -94,7 +93,7 @@ def _fetch_wheels_locked(version: str, components: list[str], dest: Path, platfo
         download([requirement], staging, target_args(None, platform), [], no_deps=False)
         wheels = {p.name: sha256_file(p) for p in sorted(staging.glob("*.whl"))}
         record = {"version": version, "components": sorted(components), "wheels": wheels}
-        (staging / MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
+        (staging / MANIFEST).write_text(dump_json(record, str(MANIFEST), indent=2) + "\n")
         if dest.exists():
             shutil.rmtree(dest)
         staging.rename(dest)
@@ -265,7 +264,7 @@ def _install(version: str, prefix: str | Path, method: str, components: list[str
             _run_runfile(Path(source), staging, tree.parent / "cuda")
             artifacts = {Path(source).name: sha256}
         _verify_tree(staging, version, components)
-        (staging / MARKER).write_text(json.dumps({**wanted, "artifacts": artifacts}, indent=2) + "\n")
+        (staging / MARKER).write_text(dump_json({**wanted, "artifacts": artifacts}, str(MARKER), indent=2) + "\n")
         _promote(staging, tree)
     finally:
         for scratch in (staging, unpacked):
@@ -463,7 +462,7 @@ def set_default(version: str, prefix: str | Path, state_dir: str | Path = DEFAUL
         with _locked(_prefix_lock(prefix)):
             previous = os.readlink(link) if link.is_symlink() else None  # again, now that no other run moves it
             record = {"prefix": str(prefix.resolve()), "previous": previous, "current": tree.name}
-            atomic_write(_state_file(state_dir, prefix), json.dumps(record) + "\n")
+            atomic_write(_state_file(state_dir, prefix), dump_json(record, "the toolkit's state") + "\n")
             _atomic_symlink(tree.name, link)
     return {"changed": True, "link": str(link), "target": tree.name, "previous": previous,
             "msg": f"{'would point' if check else 'pointed'} {link} at {tree.name} (was {previous or 'no link'})"}

@@ -4,11 +4,11 @@ in (`rig doctor --container`, the tests' boxes), or in a throwaway one of an ima
 from __future__ import annotations
 
 import io
-import json
 import tarfile
 from pathlib import Path
 
 from rig.core import RigError
+from rig.core.documents import parse_json
 from rig.engine.bundle import build
 
 INSIDE = "/tmp/rig-engine"
@@ -66,8 +66,8 @@ def report(done: tuple[int, str, str], what: str) -> dict:
     none at all is a RigError naming WHAT, with the end of what it printed."""
     code, out, err = done
     try:
-        found = json.loads(out)
-    except ValueError as exc:
+        found = parse_json(out, f"{what}'s report")
+    except RigError as exc:
         raise RigError(f"{what} exited {code} with no report: {(out + err)[-1500:]}") from exc
     if not isinstance(found, dict):
         raise RigError(f"{what} exited {code} with a report that is not an object: {out[:200]!r}")

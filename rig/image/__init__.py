@@ -13,7 +13,6 @@ build arguments are visible in `docker history`.
 from __future__ import annotations
 
 import importlib.resources
-import json
 import shlex
 import shutil
 import stat
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from rig.core import RigError, defaults, progress
 from rig.core.cuda_releases import series
-from rig.core.documents import read_text
+from rig.core.documents import dump_json, read_text
 from rig.core.fs import atomic_copy, atomic_write, confined, held, link_or_copy
 from rig.engine import buildkit
 from rig.engine.container import client as _client
@@ -86,7 +85,7 @@ def _context(ctx: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | N
     (ctx / "patches").mkdir()
     for path in patch_files(patch_dir):
         (ctx / "patches" / path.name).write_bytes(path.read_bytes())
-    (ctx / "env.json").write_text(json.dumps({**environment(stack), "stack": stack["name"]}, sort_keys=True))
+    (ctx / "env.json").write_text(dump_json({**environment(stack), "stack": stack["name"]}, "env.json", sort_keys=True))
     (ctx / "Dockerfile").write_bytes(DOCKERFILE.read_bytes())
 
 

@@ -5,13 +5,12 @@ builds of the same lock write the same file.
 """
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from rig.core.documents import read_text
+from rig.core.documents import dump_json, read_text
 from rig.core.proc import venv_python
 from rig.python.introspect import held
 from rig.python.pip import read_pinned
@@ -35,7 +34,7 @@ def cyclonedx(venv: str | Path, requirements: list, name: str = "") -> dict:
         if key in hashes and hashes[key][0] == version:
             component["hashes"] = [{"alg": "SHA-256", "content": hashes[key][1]}]
         components.append(component)
-    body = json.dumps(components, sort_keys=True)
+    body = dump_json(components, "the SBOM's components", sort_keys=True)
     return {"bomFormat": "CycloneDX", "specVersion": "1.5",
             "serialNumber": f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, 'rig-sbom:' + body)}", "version": 1,
             "metadata": {"component": {"type": "application", "name": name or Path(venv).name},

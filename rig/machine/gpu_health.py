@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 import shutil
 from pathlib import Path
 
 from rig.core import RigError
 from rig.core.check import Check
+from rig.core.documents import parse_json
 from rig.core.proc import run
 
 QUERY = ("index", "name", "compute_cap", "driver_version", "persistence_mode", "pcie.link.gen.current",
@@ -289,8 +289,8 @@ def runtime_checks(raw: dict) -> list[Check]:
     if runtimes.get("rc") is None and not cdi:
         return [Check("machine", "container-runtime", "skip", "no Docker here", required=False)]
     try:
-        names = sorted(json.loads(runtimes.get("out") or "{}")) if runtimes.get("rc") == 0 else []
-    except ValueError:
+        names = sorted(parse_json(runtimes.get("out") or "{}", "docker's runtimes")) if runtimes.get("rc") == 0 else []
+    except RigError:
         names = []
     ok = "nvidia" in names or bool(cdi)
     seen = (f"docker runtimes: {', '.join(names)}" if names else "docker answered no runtimes") + \

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import difflib
 import importlib.resources
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rig.core import RigError
+from rig.core.documents import dump_json
 from rig.core.fs import atomic_write, confined, read_bytes, sha256_data
 from rig.core.proc import last_json, run, script, venv_python
 from rig.core.schema import Field, distribution, sha256, validate
@@ -254,7 +254,7 @@ def refuse_unknown_versions(env: Env, patches: list[Patch]) -> None:
 
 def _verify(env: Env, sources: dict[str, str], checks: list[dict]) -> dict:
     done = run([env.python, "-I", "-c", script("patch_checks")], "checking the patched modules", cwd="/", ok=None,
-               input=json.dumps({"sources": sources, "checks": checks}))
+               input=dump_json({"sources": sources, "checks": checks}, "the patch checks"))
     if done.returncode != 0 or not done.stdout.strip():
         return {"checks": done.stderr.strip()[-2000:] or f"exit {done.returncode}"}
     try:
@@ -311,7 +311,7 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
         entry["patched_sha256"] = sha256_data(text.encode())
         state["files"][str(path)] = entry
     # the state goes first: a run cut short still leaves what revert needs
-    atomic_write(env.state_path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write(env.state_path, (dump_json(state, str(env.state_path), indent=2, sort_keys=True) + "\n").encode())
     try:
         for path, text in results.items():
             atomic_write(path, text.encode())

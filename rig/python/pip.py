@@ -6,13 +6,13 @@ out as every manylinux tag it can run.
 """
 from __future__ import annotations
 
-import json
 import re
 import sys
 import tempfile
 from pathlib import Path
 
 from rig.core import RigError
+from rig.core.documents import load_json
 from rig.core.proc import Completed, run
 
 DEFAULT_GLIBC = "2.35"  # Ubuntu 22.04; Debian 12 has 2.36
@@ -68,7 +68,7 @@ def resolve(requirements: list[str], target: list[str], index: list[str], no_dep
         if no_deps:
             args.append("--no-deps")
         run_pip(args + requirements, f"resolve {' '.join(requirements)}")
-        return json.loads(report.read_text())["install"]
+        return load_json(report, "pip's report")["install"]
 
 
 def download(requirements: list[str], dest: Path, target: list[str], index: list[str],

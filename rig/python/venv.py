@@ -6,7 +6,6 @@ bytes differ from the lock is refused. A marker records the lock installed.
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -17,7 +16,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from rig.core import RigError, progress
-from rig.core.documents import load_json, read_text
+from rig.core.documents import dump_json, load_json, read_text
 from rig.core.fs import atomic_write, read_bytes, sha256_data, sha256_file
 from rig.core.proc import run, script, venv_python
 from rig.core.schema import Field, sha256
@@ -101,7 +100,7 @@ def _install(venv: Path, lock_hash: str, wheelhouse: str | None, find_links: str
         for step in _installer_steps(installer, venv, house, scratch, find_links, byte_compile):
             run(step, f"could not install the wheels into {venv}")
         pins = [f"{name}=={version}" for name, version, _ in read_pinned(pinned_text)]
-    atomic_write(venv / MARKER, json.dumps({"lock_hash": lock_hash, "packages": pins}, indent=1) + "\n")
+    atomic_write(venv / MARKER, dump_json({"lock_hash": lock_hash, "packages": pins}, "the venv's marker", indent=1) + "\n")
     return result
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import http.server
 import ipaddress
-import json
 import os
 import selectors
 import socket
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 from rig.core import RigError
+from rig.core.documents import dump_json, parse_json
 from rig.core.fs import atomic_write, open_plain
 from rig.core.proc import DEVNULL, PIPE, spawn
 
@@ -110,11 +110,11 @@ def _url_host(host: str) -> str:
 def serve(directory: str | Path, bind: str, idle_exit: float, stats: str | None = None) -> None:
     """Serve DIRECTORY until nobody has asked anything for IDLE_EXIT seconds; STATS gets the bytes sent."""
     with WheelServer(directory, bind) as server:
-        print(json.dumps({"port": server.port}), flush=True)
+        print(dump_json({"port": server.port}, "the server's port"), flush=True)
         while server.idle_for() < idle_exit:
             time.sleep(0.5)
         if stats:
-            atomic_write(stats, json.dumps({"bytes_sent": server.bytes_sent}) + "\n")
+            atomic_write(stats, dump_json({"bytes_sent": server.bytes_sent}, str(stats)) + "\n")
 
 
 def detach(directory: str | Path, bind: str, idle_exit: float, stats: str | None = None) -> dict:
@@ -136,8 +136,8 @@ def detach(directory: str | Path, bind: str, idle_exit: float, stats: str | None
         with selectors.DefaultSelector() as wait:
             wait.register(proc.stdout, selectors.EVENT_READ)
             line = proc.stdout.readline() if wait.select(START_TIMEOUT) else b""
-        port = json.loads(line)["port"]
-    except (ValueError, KeyError, TypeError):
+        port = parse_json(line.decode(errors="replace"), "the wheelhouse server's first line")["port"]
+    except (RigError, KeyError, TypeError):
         proc.kill()
         raise RigError(f"the wheelhouse server did not start within {START_TIMEOUT} s; see {log}") from None
     finally:

@@ -13,10 +13,9 @@ multi-layer EAGLE, two-batch overlap or pdmux
 from __future__ import annotations
 
 import bisect
-import json
-import math
 
-from rig.core import RigError
+from rig.core import RigError, numbers
+from rig.core.documents import dump_json
 
 # SGLang's knobs and the values that make sense for each: (whole number?, lowest, highest)
 KNOBS = {"ema_alpha": (False, 1e-6, 1.0), "update_interval": (True, 1, 1 << 20), "warmup_batches": (True, 0, 1 << 20),
@@ -52,16 +51,16 @@ def slots(config: object, source: str) -> dict[int, list[int]]:
     for key, entry in config.items():
         if key in KNOBS:
             whole, low, high = KNOBS[key]
-            if isinstance(entry, bool) or not isinstance(entry, int if whole else (int, float)) or \
-                    not math.isfinite(entry) or not low <= entry <= high:
-                raise RigError(f"{source}: {key} must be a {'whole ' if whole else ''}number from {low} to {high}, "
-                               f"got {entry!r}")
+            if found := numbers.problem(entry, low, high, whole):
+                raise RigError(f"{source}: {key} must be a {'whole ' if whole else ''}number from {low} to {high} "
+                               f"({found})")
             continue
         if key == "strategy":
             if entry != "ema":
                 raise RigError(f"{source}: strategy {entry!r}: rig writes and reads only \"ema\" (SGLang's default)")
             continue
-        canonical = isinstance(key, str) and key.isascii() and key.isdigit() and key == str(int(key))
+        canonical = isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= len(str(MAX_BATCH)) \
+            and key == str(int(key))
         if not (canonical and 0 < int(key) <= MAX_BATCH):
             raise RigError(f"{source}: key {key!r} is neither a batch size (1-{MAX_BATCH}, as a string without leading "
                            f"zeros) nor one of SGLang's knobs ({', '.join(KNOBS)})")
@@ -84,8 +83,8 @@ def parse(text: str, source: str) -> dict[int, list[int]]:
 
 def render(choice: dict[int, int]) -> str:
     """One fixed candidate per slot (deterministic: no EMA moves between candidates), as SGLang reads it."""
-    return json.dumps({str(bs): {"candidate_steps": [steps]} for bs, steps in sorted(choice.items())},
-                      indent=2) + "\n"
+    return dump_json({str(bs): {"candidate_steps": [steps]} for bs, steps in sorted(choice.items())},
+                     "the adaptive speculation config", indent=2) + "\n"
 
 
 def route(keys: list[int], batch: int, graph_sizes: list[int] | None) -> int:
