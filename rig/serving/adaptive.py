@@ -51,9 +51,9 @@ def slots(config: object, source: str) -> dict[int, list[int]]:
     for key, entry in config.items():
         if key in KNOBS:
             whole, low, high = KNOBS[key]
-            if found := numbers.problem(entry, low, high, whole):
+            if wrong := numbers.problem(entry, low, high, whole):
                 raise RigError(f"{source}: {key} must be a {'whole ' if whole else ''}number from {low} to {high} "
-                               f"({found})")
+                               f"({wrong})")
             continue
         if key == "strategy":
             if entry != "ema":
