@@ -22,7 +22,9 @@ def ldconfig_conf(version, prefix, conf_dir, root, write_under, as_json) -> None
 
     result = conf_for(version, prefix, conf_dir, root)
     if write_under:
-        atomic_write(confined(write_under, result["path"].lstrip("/"), "--write-under"), result["content"])
+        # follow=False: a link left at the file's place is replaced, never written through
+        atomic_write(confined(write_under, result["path"].lstrip("/"), "--write-under", follow=False),
+                     result["content"])
     if as_json:
         emit(result, True)
     else:

@@ -34,7 +34,9 @@ def probe(venv_path, python, gpus, out_dir, as_json) -> None:
     count = gpus or len(gpu_health.gpus(gpu_health.collect()))
     if not count:
         raise RigError("nvidia-smi lists no GPUs here: nothing to probe (install the driver, or give --gpus)")
-    interpreter = Path(python or Path(venv_path) / "bin" / "python")
+    from rig.core.proc import interpreter as resolved
+
+    interpreter = resolved(python or Path(venv_path) / "bin" / "python")  # --python as typed: ./x is a path
     result = probing.analyse(probing.measure(interpreter, count))
     result["peers"] = probing.measure_peers(interpreter, count)
     files = probing.write(result, out_dir)

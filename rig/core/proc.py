@@ -6,6 +6,7 @@ status itself (ok=None). Long-lived ones (servers) go through start() and stop()
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from importlib import resources
@@ -38,11 +39,23 @@ def run(argv: list[str], what: str, timeout: float | None = None, ok: tuple[int,
 
 
 def interpreter(python: str | Path) -> Path:
-    """A venv's (or a given) Python that rig runs its scripts with; missing is the user's to fix."""
-    python = Path(python)
-    if not python.exists():
-        raise RigError(f"{python} does not exist; install the stack's venv first (python_stack role) or give --python")
-    return python
+    """A venv's (or a given) Python that rig runs its scripts with, as the absolute path to start it by. A name
+    with a slash is a path (./mypython is this directory's, never one on PATH); a bare name is looked up on PATH,
+    as a shell would. Give it what the user typed: Path("./mypython") is already "mypython". Links are kept (a
+    venv's bin/python is one, and the venv is found through it). Missing is the user's to fix."""
+    text = str(python)
+    if "/" not in text:
+        found = shutil.which(text)
+        if not found:
+            raise RigError(f"{text} is not on PATH; give the interpreter's path (./{text} for one in this "
+                           "directory) or install the stack's venv first (python_stack role)")
+        text = found
+    path = Path(text).absolute()
+    if not path.exists():
+        raise RigError(f"{path} does not exist; install the stack's venv first (python_stack role) or give --python")
+    if path.is_dir() or not os.access(path, os.X_OK):
+        raise RigError(f"{path} is not an executable file; give --python the interpreter itself")
+    return path
 
 
 def venv_python(venv: str | Path) -> Path:

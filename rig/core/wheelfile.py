@@ -107,3 +107,41 @@ def _info(archive: zipfile.ZipFile, name: str) -> zipfile.ZipInfo:
 
 def _name(archive: zipfile.ZipFile) -> str:
     return Path(archive.filename or "archive").name
+
+
+# ------------------------------------------------------------------ what a wheel's name and metadata say
+
+def name_version(path: str | Path) -> tuple[str, str]:
+    """(distribution, version) from a wheel's file name (NAME-VERSION[-BUILD]-PY-ABI-PLATFORM.whl), or a RigError
+    naming PATH: a name rig did not check never reaches a requirements line."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        name, version, _, _ = parse_wheel_filename(Path(path).name)
+    except InvalidWheelFilename as exc:
+        raise RigError(f"{str(path)!r} is not named as a wheel ({exc}); remove it or build the wheel again "
+                       "(NAME-VERSION-PY-ABI-PLATFORM.whl)") from None
+    return str(name), str(version)
+
+
+def read_requirement(text: object, who: str):
+    """One Requires-Dist value of WHO's metadata (input like any other) as a packaging Requirement, or a RigError
+    naming WHO and the field."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        if not isinstance(text, str):
+            raise InvalidRequirement("not text")
+        return Requirement(text)
+    except InvalidRequirement as exc:
+        why = str(exc).splitlines()[0][:200] if str(exc) else "not a requirement"
+        raise RigError(f"{who} declares a dependency rig cannot read (Requires-Dist {str(text)[:120]!r}: {why}); "
+                       "that distribution's metadata is broken: pin or install another version") from None
+
+
+def requires_dist(metadata: str, who: str) -> list:
+    """Every Requires-Dist of WHO's METADATA text, each read by read_requirement()."""
+    import email.parser
+
+    fields = email.parser.Parser().parsestr(metadata).get_all("Requires-Dist") or []
+    return [read_requirement(text, who) for text in fields]

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from rig.core import RigError
+from rig.core.fs import confined
 from rig.core.proc import run
 from rig.cuda.toolkit import tree_of
 
@@ -52,8 +53,14 @@ def conf_for(version: str, prefix: str = "/usr/local", conf_dir: str = CONF_DIR,
     if not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):  # a toolkit rig did not install may be any release
         raise RigError(f"--version {version!r}: give a CUDA release like 13.0 or 12.8.1")
     tree = tree_of(Path(prefix).absolute(), version)
-    seen = Path(root).resolve() / tree.relative_to(tree.anchor)
-    dirs = ["/" + str(Path(d).relative_to(Path(root).resolve())) for d in library_dirs(seen)] if seen.is_dir() else []
+    base = Path(root).resolve()
+    try:  # a link in the tree is followed on this machine, not in the root: refused, never scanned or written through
+        seen = confined(base, str(tree.relative_to(tree.anchor)), f"--root {root}")
+    except RigError as exc:
+        raise RigError(f"--root {root}: the toolkit tree {tree} there goes through a link that does not stay under "
+                       f"{base}; give a root that holds the tree itself (copy the toolkit in, or run without --root)"
+                       ) from exc
+    dirs = ["/" + str(Path(d).relative_to(base)) for d in library_dirs(seen)] if seen.is_dir() else []
     if not dirs:  # not installed yet (e.g. under --check): the conventional layout
         dirs = [str(tree / "lib64")]
     name = tree.name.replace(".", "-")

@@ -19,6 +19,7 @@ from pathlib import Path
 from rig.core import RigError, progress
 from rig.core.fs import atomic_copy, atomic_write, copy_tree, open_regular, sha256_data, sha256_file, tree
 from rig.core.proc import run
+from rig.core.wheelfile import name_version
 from rig.kernels.audit import audit_wheel, venv_context
 from rig.python.runtime_env import arch_env
 from rig.python.venv import BUILT_REQUIREMENTS
@@ -163,8 +164,8 @@ def export(built_dirs: list[Path], dest: Path) -> dict:
     if not wheels:
         raise RigError(f"{', '.join(map(str, built_dirs))} holds no built wheels; run the wheel_build role "
                        "(or rig wheels build) first")
-    entries = [(w, {"filename": w.name, "name": w.name.split("-")[0], "version": w.name.split("-")[1],
-                    "sha256": sha256_file(w)}) for w in wheels]
+    entries = [(w, {"filename": w.name, "name": name, "version": version, "sha256": sha256_file(w)})
+               for w in wheels for name, version in [name_version(w)]]
     laid = lay_out(entries, dest, dest / BUILT_REQUIREMENTS)
     return {**laid, "dest": str(dest), "msg": f"exported {len(wheels)} wheel(s)"}
 

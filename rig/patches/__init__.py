@@ -20,7 +20,7 @@ from typing import Any
 from rig.core import RigError
 from rig.core.documents import dump_json
 from rig.core.fs import atomic_write, confined, read_bytes, sha256_data
-from rig.core.proc import last_json, run, script, venv_python
+from rig.core.proc import interpreter, last_json, run, script, venv_python
 from rig.core.schema import Field, distribution, sha256, validate
 from rig.python.introspect import held
 
@@ -191,6 +191,7 @@ def environment(venv: str | None, python: str | None, stack_path: str | None,
 
             venv = load_stack(stack_path)["venv"]
         python = str(venv_python(venv))
+    python = str(interpreter(python))  # --python as typed: ./mypython is a path, never looked up on PATH
     found = load(source)
     return probe(python, [p.package for p in found]), found
 

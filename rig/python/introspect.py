@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rig.core import RigError
 from rig.core.proc import ask
+from rig.core.wheelfile import requires_dist
 
 FIELDS = {"version": str, "root": str, "files": list, "metadata": str}
 
@@ -69,4 +70,6 @@ def _package(name: str, entry: dict, asked: list[str]) -> dict:
             raise TypeError(f"{name}'s {key} is {entry[key]!r:.60}")
     if not all(isinstance(f, str) for f in entry.get("files", [])):
         raise TypeError(f"{name} lists a file that is not a path")
+    if "metadata" in asked:  # read here, once: a caller never meets a Requires-Dist no parser takes
+        requires_dist(entry["metadata"], f"{name} {entry['version']} (installed)")
     return {key: entry[key] for key in FIELDS if key in entry}

@@ -13,7 +13,6 @@ import os
 import re
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -21,6 +20,7 @@ from rig.core import RigError, progress
 from rig.core.cuda_releases import major
 from rig.core.fs import atomic_write, sha256_data
 from rig.core.schema import Field, distribution, sha256, validate
+from rig.core.wheelfile import read_requirement
 from rig.python.pip import PipError, index_args, platform_tags, resolve, target_args
 from rig.stack.spec import RUNTIME_KEYS
 
@@ -99,7 +99,7 @@ def pin_conflicts(items: dict[str, dict], entries: list[dict], stack: dict, sour
     for entry in entries:
         meta = items[entry["name"]]["metadata"]
         for text in meta.get("requires_dist", []):
-            req = _required(text, f"{entry['name']} {entry['version']}")
+            req = read_requirement(text, f"{entry['name']} {entry['version']}")
             if req.marker and not req.marker.evaluate({**env, "extra": ""}):
                 if not any(req.marker.evaluate({**env, "extra": x}) for x in entry["extras"]):
                     continue
@@ -116,15 +116,6 @@ def pin_conflicts(items: dict[str, dict], entries: list[dict], stack: dict, sour
     return found
 
 
-def _required(text: str, who: str) -> Requirement:
-    """A Requires-Dist line of a wheel's metadata (input like any other), or a RigError naming the wheel."""
-    try:
-        return Requirement(text)
-    except InvalidRequirement as exc:
-        raise RigError(f"{who} declares a dependency rig cannot read ({str(text)[:120]!r}: {exc}); "
-                       "that wheel's metadata is broken: pin another version") from exc
-
-
 def torch_cuda_major(meta: dict) -> int | None:
     """The CUDA major a torch wheel is built for, from its version label or its CUDA dependencies."""
     try:
@@ -135,7 +126,7 @@ def torch_cuda_major(meta: dict) -> int | None:
     if local.startswith("cu"):
         return int(local[2:-1]) if len(local) == 5 else int(local[2:4])
     for text in meta.get("requires_dist", []):
-        req = _required(text, "torch")
+        req = read_requirement(text, "torch")
         suffix = re.search(r"-cu(\d+)$", req.name)
         if suffix and req.name.startswith("nvidia-"):
             return int(suffix.group(1))

@@ -11,6 +11,7 @@ Only that venv's interpreter reads its site-packages, so no other one sees it.
 from __future__ import annotations
 
 import importlib.resources
+import json
 from pathlib import Path
 
 from rig.core import RigError
@@ -64,7 +65,11 @@ def render(env: dict, stack_name: str) -> str:
     import jinja2
 
     text = (importlib.resources.files("rig") / "templates" / "sitecustomize.py.j2").read_text()  # a zipapp too
-    template = jinja2.Template(text, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    renderer = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    # a Python string literal: JSON's escapes mean the same in Python, but not its \uD83D\uDE00 pairs (Python
+    # keeps two lone surrogates), so characters beyond the BMP are written as they are
+    renderer.filters["literal"] = lambda value: json.dumps(value, ensure_ascii=False)
+    template = renderer.from_string(text)
     home = env.get("home", {})
     _refuse_unwritable(env["pinned"], env["defaults"], home)
     return template.render(stack=stack_name, pinned=env["pinned"], defaults=env["defaults"], home=home)
@@ -72,7 +77,7 @@ def render(env: dict, stack_name: str) -> str:
 
 def _refuse_unwritable(pinned: dict, defaults: dict, home: dict) -> None:
     """What the module cannot hold: a name os.environ refuses (every Python start of the venv would raise), a
-    value that is not text or holds a NUL, a home path that leaves the home, a name in two sections."""
+    value that is not text or holds a NUL or a lone surrogate, a home path that leaves the home, a name in two sections."""
     from rig.stack.spec import env_name
 
     seen: set[str] = set()
@@ -84,6 +89,12 @@ def _refuse_unwritable(pinned: dict, defaults: dict, home: dict) -> None:
                                "the stack's environment (or the --env-json that rig env show printed)")
             if not isinstance(value, str) or "\0" in value:
                 raise RigError(f"environment {name}: {value!r} is not a text value")
+            try:  # os.environ encodes every value at each start: a lone surrogate would stop them all
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise RigError(f"environment {name}: {value[:60]!r} holds a lone surrogate "
+                               f"({value[exc.start]!r}), which no environment value can; give UTF-8 text in the "
+                               "stack's environment (or the --env-json)") from None
             seen.add(name)
     for name, value in home.items():
         if value.startswith("/") or ".." in value.split("/") or not value.strip() or any(ord(c) < 32 for c in value):

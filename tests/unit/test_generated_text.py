@@ -11,7 +11,8 @@ from conftest import rig
 
 from rig.core import RigError
 from rig.core.check import Check, junit
-from rig.python.lock import _required, torch_cuda_major
+from rig.core.wheelfile import read_requirement
+from rig.python.lock import torch_cuda_major
 from rig.stack.spec import validate
 
 
@@ -72,7 +73,7 @@ def test_a_lock_refuses_an_option_in_extra_packages_before_pip_runs(tmp_path):
 
 def test_broken_wheel_metadata_is_named_not_a_crash():
     with pytest.raises(RigError, match="declares a dependency rig cannot read"):
-        _required("nvidia-cuda-runtime (>=13", "torch 2.14.1")
+        read_requirement("nvidia-cuda-runtime (>=13", "torch 2.14.1")
     for meta in ({"requires_dist": []}, {"version": "not-a-version", "requires_dist": []}):
         with pytest.raises(RigError, match="no PEP 440 version"):
             torch_cuda_major(meta)

@@ -173,3 +173,157 @@ def test_the_cli_refuses_a_long_owner_with_one_error_and_no_lock(tmp_path):
                            "--state-dir", str(tmp_path / "s")], capture_output=True, text=True, check=False)
     assert done.returncode == 2 and done.stderr.count("rig: error:") == 1 and "5000 characters long" in done.stderr
     assert not (tmp_path / "s").exists()
+
+
+# ------------------------------------------------------------------ round two: environment values, wheel names and
+# metadata, ldconfig roots, interpreters
+
+@pytest.fixture(scope="module")
+def bare_venv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("env") / "venv"
+    subprocess.run([os.sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    return path
+
+
+@settings(FUZZ, max_examples=25)
+@given(st.text(max_size=12))
+def test_an_environment_value_is_written_only_where_every_start_of_the_venv_still_works(bare_venv, value):
+    from rig.python.runtime_env import install
+
+    env = {"pinned": {}, "defaults": {"RIG_FUZZ_VALUE": value}, "home": {}}
+    try:
+        install(bare_venv, env, "t")
+    except RigError as exc:
+        assert str(exc).startswith("environment RIG_FUZZ_VALUE: ")
+        return
+    code = "import os, sys; sys.stdout.buffer.write(os.environb[b'RIG_FUZZ_VALUE'])"
+    done = subprocess.run([str(bare_venv / "bin" / "python"), "-c", code], capture_output=True, env={}, check=False)
+    assert done.returncode == 0 and done.stdout == value.encode(), done.stderr
+
+
+@FUZZ
+@given(st.text(max_size=40))
+def test_a_requires_dist_is_one_requirement_or_one_error_naming_the_distribution_and_field(text):
+    from rig.core.wheelfile import read_requirement, requires_dist
+
+    try:
+        parsed = read_requirement(text, "evil 1.0")
+    except RigError as exc:
+        assert str(exc).startswith("evil 1.0 declares a dependency rig cannot read (Requires-Dist ")
+    else:
+        assert str(read_requirement(str(parsed), "again")) == str(parsed)  # what rig read is a requirement
+    line = text.replace("\r", " ").replace("\n", " ")
+    metadata = f"Metadata-Version: 2.1\nName: evil\nVersion: 1.0\nRequires-Dist: {line}\n"
+    try:
+        requires_dist(metadata, "evil 1.0")
+    except RigError as exc:
+        assert "evil 1.0 declares a dependency rig cannot read" in str(exc)
+
+
+def test_an_installed_distribution_with_a_broken_requires_dist_is_named(tmp_path):
+    from rig.python.introspect import held
+
+    site = tmp_path / "v" / "lib" / f"python{os.sys.version_info.major}.{os.sys.version_info.minor}" / "site-packages"
+    (site / "evil-1.0.dist-info").mkdir(parents=True)
+    (site / "evil-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: evil\nVersion: 1.0\nRequires-Dist: torch (>=2.0\n")
+    (site / "evil-1.0.dist-info" / "RECORD").write_text("")
+    (tmp_path / "v" / "bin").mkdir()
+    (tmp_path / "v" / "bin" / "python").symlink_to(os.sys.executable)
+    (tmp_path / "v" / "pyvenv.cfg").write_text("include-system-site-packages = false\n")
+    assert held(tmp_path / "v" / "bin" / "python", ["evil"]).packages["evil"]["version"] == "1.0"  # not asked: read
+    with pytest.raises(RigError, match=r"evil 1.0 \(installed\) declares a dependency rig cannot read "
+                                       r"\(Requires-Dist 'torch \(>=2.0'"):
+        held(tmp_path / "v" / "bin" / "python", ["evil"], metadata=True)
+
+
+WHEEL_NAMES = st.one_of(
+    st.text(alphabet=st.characters(blacklist_characters="/\0", blacklist_categories=("Cs",)), min_size=1,
+            max_size=30),
+    st.lists(st.sampled_from(["pkg", "1.0", "py3", "none", "any", "", "x_y", "1.0+local", "-"]), max_size=6)
+    .map("-".join))
+
+
+@FUZZ
+@given(WHEEL_NAMES)
+def test_an_export_takes_a_wheel_named_as_one_or_refuses_it_naming_it_and_writes_nothing(stem):
+    from rig.kernels.wheels import export
+
+    if stem in (".", "..") or len((stem + ".whl").encode()) > 255:
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        built, dest = Path(scratch) / "built", Path(scratch) / "dest"
+        built.mkdir()
+        (built / f"{stem}.whl").write_bytes(b"not read as a zip")
+        try:
+            done = export([built], dest)
+        except RigError as exc:
+            assert "is not named as a wheel" in str(exc) and repr(str(built / f"{stem}.whl")) in str(exc)
+            assert not dest.exists()
+            return
+        lines = (dest / "built-requirements.txt").read_text().splitlines()
+        assert done["wheels"] == [f"{stem}.whl"] and len(lines) == 1 and "==" in lines[0]
+
+
+LINK_AT = st.sampled_from(["usr", "usr/local", "usr/local/cuda-13.0", "usr/local/cuda-13.0/lib64"])
+
+
+@FUZZ
+@given(LINK_AT, st.booleans(), st.booleans())
+def test_an_ldconfig_root_is_scanned_only_inside_itself(where, inside, absolute):
+    from rig.cuda.ldconfig import conf_for
+
+    with tempfile.TemporaryDirectory() as scratch:
+        base = Path(scratch).resolve()
+        root = base / "root"
+        elsewhere = root / "elsewhere" if inside else base / "outside"  # a whole toolkit tree, LINK_AT's levels
+        (elsewhere / "usr/local/cuda-13.0/lib64").mkdir(parents=True)
+        (elsewhere / "usr/local/cuda-13.0/lib64/libcudart.so.13").write_bytes(b"\x7fELF")
+        real, link = elsewhere / where, root / where
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(real if absolute else os.path.relpath(real, link.parent))
+        try:
+            conf = conf_for("13.0.2", "/usr/local", root=str(root))
+        except RigError as exc:
+            assert str(exc).startswith(f"--root {root}: the toolkit tree /usr/local/cuda-13.0 there goes through a link")
+            assert not inside and not where.endswith("lib64")
+            return
+        assert inside or where.endswith("lib64")
+        if where.endswith("lib64"):  # a link inside the tree is not scanned: the conventional dir, as seen from /
+            assert conf["dirs"] == ["/usr/local/cuda-13.0/lib64"]
+        else:  # the tree where its link leads inside the root, written as the root's own system will see it
+            assert conf["dirs"] == ["/elsewhere/usr/local/cuda-13.0/lib64"]
+
+
+def test_ldconfig_write_under_replaces_a_link_at_its_file_and_never_writes_through_it(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    confdir = tmp_path / "image" / "etc" / "ld.so.conf.d"
+    confdir.mkdir(parents=True)
+    (confdir / "rig-cuda-13-0.conf").symlink_to(victim)
+    done = subprocess.run([str(Path(os.sys.executable).parent / "rig"), "cuda", "ldconfig-conf", "--version",
+                           "13.0.2", "--root", str(tmp_path / "image"), "--write-under", str(tmp_path / "image")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "keep me" and not (confdir / "rig-cuda-13-0.conf").is_symlink()
+
+
+def test_a_python_given_with_a_slash_is_that_file_and_a_bare_name_is_looked_up_on_path(tmp_path, monkeypatch):
+    from rig.core.proc import interpreter
+
+    here, onpath = tmp_path / "here", tmp_path / "onpath"
+    for where in (here, onpath):
+        where.mkdir()
+        (where / "mypython").write_text(f"#!/bin/sh\ntouch {where}/ran\nexit 3\n")
+        (where / "mypython").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{onpath}:{os.environ['PATH']}")
+    monkeypatch.chdir(here)
+    assert interpreter("./mypython") == here / "mypython" and interpreter("mypython") == onpath / "mypython"
+    assert interpreter(here / "mypython") == here / "mypython"
+    for missing, says in (("./nothere", "does not exist"), ("nothere-on-path", "is not on PATH"), ("./", "not an exec")):
+        with pytest.raises(RigError, match=says):
+            interpreter(missing)
+    done = subprocess.run([str(Path(os.sys.executable).parent / "rig"), "patch", "status", "--python", "./mypython"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and done.stderr.count("rig: error:") == 1
+    assert (here / "ran").exists() and not (onpath / "ran").exists()  # the file in this directory, not PATH's
