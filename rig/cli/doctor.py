@@ -70,7 +70,12 @@ def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect
     elif layer:
         result = checks.ALONE[layer](cuda_version, list(archs), prefix)
     else:
-        result = checks.run(cuda_version, list(archs), prefix, venv_path, expect_gpus, default_gpus, pcie_only)
+        from rig.python.lock import lock_path, read
+
+        # what a venv rig did not install is held to: the stack's lock, where there is one
+        lock_file = lock_path(stack_path or DEFAULT_STACK) if venv_path else None
+        result = checks.run(cuda_version, list(archs), prefix, venv_path, expect_gpus, default_gpus, pcie_only,
+                            lock=read(lock_file) if lock_file and lock_file.is_file() else None)
     import socket
 
     write_junit(junit, result, f"rig doctor {container or socket.gethostname()}")

@@ -94,10 +94,26 @@ def header_release(tree: Path) -> str | None:
 
 
 def runtime_release(tree: Path) -> str | None:
-    """The release of the toolkit's own libcudart (its file name: libcudart.so.13.0.96 -> '13.0')."""
-    found = {release(p.name.split(".so.", 1)[1]) for p in (tree / "lib64").glob("libcudart.so.*.*")
-             if p.is_file() and not p.is_symlink()} - {None}
-    return ", ".join(sorted(str(r) for r in found)) if found else None  # two releases: named, and never agree
+    """The release of the toolkit's own libcudart, from the name of its file: libcudart.so.13.0.96 -> '13.0' (the
+    runfile's and the apt packages' layout); where the file is its soname alone, libcudart.so.13 (NVIDIA's wheels
+    ship it so), the major it says: '13'. Two releases are both named, and never agree."""
+    found: set[str] = set()
+    for path in (tree / "lib64").glob("libcudart.so.*"):
+        if path.is_symlink() or not path.is_file():  # the links name what they lead to: the file says it once
+            continue
+        suffix = path.name.split(".so.", 1)[1]
+        said = suffix if SONAME_MAJOR.fullmatch(suffix) else release(suffix)
+        if said:
+            found.add(said)
+    found -= {r for r in found if "." not in r and any(f.startswith(f"{r}.") for f in found)}
+    return ", ".join(sorted(found)) or None
+
+
+SONAME_MAJOR = re.compile(r"[1-9]\d{0,2}")
+# why a part of a toolkit says no release, for a check that could not read it
+UNREAD = {"nvcc": "bin/nvcc is missing or does not say its release",
+          "headers": "include/cuda_runtime_api.h is missing or defines no CUDART_VERSION",
+          "cudart": "lib64 holds no libcudart.so.* file (libcudart.so.13, or .so.13.0.96)"}
 
 
 def toolkit_parts(tree: Path) -> dict[str, str | None]:
@@ -108,9 +124,11 @@ def toolkit_parts(tree: Path) -> dict[str, str | None]:
 
 def toolkit_problems(tree: Path, parts: dict[str, str | None]) -> list[str]:
     """nvcc, the headers and libcudart of one tree at one release ("compiler and toolkit headers are
-    incompatible" otherwise, or kernels built against one runtime loading another)."""
+    incompatible" otherwise, or kernels built against one runtime loading another). A part that says only its
+    major (libcudart.so.13) agrees with the releases of that major."""
     known = {k: v for k, v in parts.items() if v}
-    if len(set(known.values())) <= 1:
+    releases = {r for v in known.values() for r in v.split(", ")}
+    if len({r for r in releases if "." in r}) <= 1 and len({r.split(".")[0] for r in releases}) <= 1:
         return []
     said = ", ".join(f"{k} {v}" for k, v in known.items())
     return [f"{tree} mixes CUDA releases ({said}): reinstall one release there (the cuda_toolkit role, "

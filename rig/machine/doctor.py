@@ -95,14 +95,18 @@ def _toolkit(cuda_series: str, prefix: str) -> list[Check]:
 
 
 def _toolkit_agreement(tree: Path) -> Check:
-    from rig.cuda.agreement import toolkit_parts, toolkit_problems
+    from rig.cuda.agreement import UNREAD, toolkit_parts, toolkit_problems
 
     parts = toolkit_parts(tree)
     problems = toolkit_problems(tree, parts)
-    said = ", ".join(f"{k} {v or 'unknown'}" for k, v in parts.items())
-    return Check("toolkit", f"{tree.name}-agreement", "fail" if problems else "pass",
-                 "; ".join(problems) if problems else f"{tree}: {said}",
-                 "reinstall that release (cuda_toolkit role)" if problems else "")
+    if problems:
+        return Check("toolkit", f"{tree.name}-agreement", "fail", "; ".join(problems),
+                     "reinstall that release (cuda_toolkit role)")
+    said = ", ".join(f"{k} {v}" for k, v in parts.items() if v) or "no part says its release"
+    unread = [f"{k} not read: {UNREAD[k]}" for k, v in parts.items() if not v]
+    return Check("toolkit", f"{tree.name}-agreement", "warn" if unread else "pass",
+                 "; ".join([f"{tree}: {said}", *unread]),
+                 "reinstall that release (cuda_toolkit role): what is not read is not compared" if unread else "")
 
 
 def _libraries(cuda_version: str) -> list[Check]:
@@ -140,19 +144,35 @@ def _nvrtc(cuda_version: str, archs: list[str]) -> list[Check]:
             for r in report["results"]]
 
 
-def _venv(venv: str) -> Check:
-    from rig.python.venv import read_marker, verify
+def _venv(venv: str, lock: dict | None = None) -> Check:
+    """PASS: rig installed the venv from its lock and it still holds it. WARN "adopted": rig did not install it
+    (no marker: a venv built over a machine's own torch, as an NGC-style container's is) but every distribution
+    LOCK pins is there at its version. FAIL: it differs, naming each difference. With no marker and no LOCK
+    there is nothing to hold it to: WARN, not judged."""
+    from rig.python.venv import MARKER, differences, read_marker, verify
 
+    if not (Path(venv) / "bin" / "python").exists():
+        return Check("python", "venv", "fail", f"{venv} holds no venv (no bin/python)",
+                     "run the python_stack role (installs the stack's lock offline)")
     try:
-        if read_marker(venv) is None:
-            return Check("python", "venv", "fail", f"{venv} holds no rig-installed stack",
-                         "run the python_stack role (installs the stack's lock offline)")
-        result = verify(venv)
+        if read_marker(venv) is None and lock is None:
+            return Check("python", "venv", "warn", f"{venv} was not installed by rig (no {MARKER}) and no lock was "
+                         "given to hold it to: its distributions are not judged",
+                         "give --stack whose lock the venv should match (rig lock writes it)")
+        result = verify(venv, lock)
     except RigError as exc:  # a marker rig did not write, or a Python that cannot start: a failed check
         return Check("python", "venv", "fail", str(exc), "run the python_stack role again")
+    by_rig = "" if result["installed_by_rig"] else " (not installed by rig)"
     if not result["ok"]:
-        return Check("python", "venv", "fail", f"{venv} differs from lock {result['lock_hash'][:12]}: "
-                     f"{result['mismatched']}", "run the python_stack role again")
+        problems = differences(result)
+        return Check("python", "venv", "fail", f"{venv}{by_rig} differs from lock {result['lock_hash'][:12]}: "
+                     f"{'; '.join(problems)}", "run the python_stack role again" if by_rig == "" else
+                     "install the lock's versions of these into the venv, or let the python_stack role install "
+                     "the lock into a venv of its own", problems=[f"{venv}: {p}" for p in problems])
+    if by_rig:
+        return Check("python", "venv", "warn", f"{venv}: adopted: not installed by rig, its {result['packages']} "
+                     f"distributions match lock {result['lock_hash'][:12]}'s pins",
+                     "nothing to do if this is meant: rig holds it to the lock, but did not install it")
     return Check("python", "venv", "pass", f"{venv}: {result['packages']} packages as locked "
                  f"({result['lock_hash'][:12]})")
 
@@ -200,12 +220,17 @@ def _agreement(venv: str, seen: dict) -> Check:
         problems = flashinfer_problems(packages) + ([
             f"CUDA_HOME {home} holds no toolkit that says its release (no bin/nvcc, no "
             "include/cuda_runtime_api.h): install the stack's CUDA there or fix CUDA_HOME"] if home else [])
+    if problems:
+        return Check("python", "cuda-agreement", "fail", "; ".join(problems),
+                     "see the detail: each problem names its fix")
     seen_cuda = torch_cuda(packages)
-    detail = (f"torch's CUDA {seen_cuda[0] if seen_cuda else 'unknown'}, CUDA_HOME {home or 'unset'} "
-              f"({'CUDA ' + toolkit if toolkit else 'no release'})")
-    return Check("python", "cuda-agreement", "fail" if problems else "pass",
-                 "; ".join(problems) if problems else detail, "see the detail: each problem names its fix"
-                 if problems else "")
+    unread = ([] if seen_cuda else ["torch's CUDA not read: no CUDA runtime wheel (nvidia-cuda-runtime) and no "
+                                    f"+cuXY tag on torch {packages.get('torch', '(not installed)')}"]) + \
+        ([] if toolkit else ["nothing to compare torch's CUDA with: CUDA_HOME is unset"])
+    said = f"torch's CUDA {seen_cuda[0]}" if seen_cuda else ""
+    said += f"{', ' if said else ''}CUDA_HOME {home} (CUDA {toolkit})" if toolkit else ""
+    return Check("python", "cuda-agreement", "warn" if unread else "pass", "; ".join(filter(None, [said, *unread])),
+                 "see the detail: what is not read is not compared" if unread else "")
 
 
 KERNEL_PACKAGES = ("sglang-kernel", "sgl-kernel", "flashinfer-jit-cache", "flashinfer-cubin")
@@ -258,7 +283,8 @@ ALONE = {"toolkit": lambda version, archs, prefix: _toolkit(series(version), pre
 
 def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: str | None = None,
         expect_gpus: int | None = None, default_gpus: int | None = None,
-        pcie_only_env: bool | None = None) -> list[Check]:
+        pcie_only_env: bool | None = None, lock: dict | None = None) -> list[Check]:
+    """Every layer's checks; LOCK (the stack's) is what a venv rig did not install is held to."""
     gpus, smi = visible_gpus()
     checks = _machine(expect_gpus, default_gpus, pcie_only_env) + [smi]
     if gpus:
@@ -268,8 +294,8 @@ def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: s
     checks += _libraries(cuda_version)
     checks += _nvrtc(cuda_version, archs)
     if venv:
-        checks.append(_venv(venv))
-        if checks[-1].status == "pass":  # the kernels are audited in a venv known to be whole
+        checks.append(_venv(venv, lock))
+        if checks[-1].status in ("pass", "warn"):  # the kernels are audited in a venv known to be whole or adopted
             from rig.python.runtime_env import seen_by
 
             try:  # what a fresh interpreter of the venv, started with an empty environment, has

@@ -179,16 +179,36 @@ def installed(venv: str | Path) -> dict[str, str]:
     return {canonicalize_name(name): version for name, version in held(venv_python(venv), every=True).every}
 
 
-def verify(venv: str | Path) -> dict:
-    """Compare what the venv holds with what its marker says was installed."""
+def verify(venv: str | Path, lock: dict | None = None) -> dict:
+    """Compare what the venv holds with what its marker says was installed; with no marker (a venv rig did not
+    install, e.g. one built over a machine's own torch), with the pins of LOCK, where one is given. installed_by_rig
+    says which."""
     marker = read_marker(venv)
-    if marker is None:
+    if marker is None and lock is None:
         raise RigError(f"{venv} was not installed by rig (no {MARKER})")
+    if marker is not None:
+        lock_hash, wanted = marker["lock_hash"], dict(pin.split("==") for pin in marker["packages"])
+    else:
+        assert lock is not None
+        lock_hash, wanted = lock["lock_hash"], lock_pins(lock)
     held = installed(venv)
-    wanted = dict(pin.split("==") for pin in marker["packages"])
-    wrong = {n: (v, held.get(n)) for n, v in wanted.items() if held.get(n) != v}
-    return {"ok": not wrong, "lock_hash": marker["lock_hash"], "packages": len(wanted),
+    wanted = {canonicalize_name(n): v for n, v in wanted.items()}
+    wrong = {n: (v, held.get(n)) for n, v in sorted(wanted.items()) if held.get(n) != v}
+    return {"ok": not wrong, "lock_hash": lock_hash, "packages": len(wanted), "installed_by_rig": marker is not None,
             "mismatched": {n: {"locked": v, "installed": i} for n, (v, i) in wrong.items()}}
+
+
+def lock_pins(lock: dict) -> dict[str, str]:
+    """What installing LOCK puts into a venv, as its marker records it: name -> version."""
+    from rig.python.wheelhouse import requirements
+
+    return {name: version for name, version, _ in read_pinned(requirements(lock["wheels"]), "the lock's pins")}
+
+
+def differences(result: dict) -> list[str]:
+    """verify()'s mismatches in words: each name, the version wanted, the version found."""
+    return [f"{name}: wanted {pair['locked']}, found {pair['installed'] or 'not installed'}"
+            for name, pair in result["mismatched"].items()]
 
 
 BUILT_MARKER = ".rig-built.json"
