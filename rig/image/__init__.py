@@ -104,7 +104,7 @@ def ca_bundle(certs: list[str], dest: Path) -> Path | None:
     return dest
 
 
-BUILD_ROOT = f"{defaults.IMAGE_ROOT}/build"  # the builder stage's scratch: sources, stack file, cuobjdump, its cache
+BUILD_ROOT = f"{defaults.IMAGE_ROOT}/build"  # the builder stage's scratch: sources, stack file, its cache
 
 
 def source_builds(stack_path: str, stack: dict, lock: dict, cache: Path) -> list[dict]:
