@@ -5,6 +5,7 @@ changed."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -327,3 +328,82 @@ def test_a_python_given_with_a_slash_is_that_file_and_a_bare_name_is_looked_up_o
                           capture_output=True, text=True, check=False)
     assert done.returncode == 2 and done.stderr.count("rig: error:") == 1
     assert (here / "ran").exists() and not (onpath / "ran").exists()  # the file in this directory, not PATH's
+
+
+# ------------------------------------------------------------------ the engine's keep dir on a target
+
+def _safe_says(keep: Path) -> subprocess.CompletedProcess:
+    """The action's keep-dir check (the one snippet its run and keep scripts share), run by sh on KEEP."""
+    from test_rig_action import action
+
+    script = f"d={shlex.quote(str(keep))}\n{action.ActionModule._safe()}echo \"ok $p\"\n"
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
+
+
+MODES = st.sampled_from([0o700, 0o755, 0o750, 0o775, 0o757, 0o777, 0o1777, 0o2755, 0o1755])
+
+
+@FUZZ
+@given(MODES, MODES, st.sampled_from(["me", "root", "nobody"]), st.sampled_from(["me", "root", "nobody"]))
+def test_a_keep_dir_is_used_only_where_nobody_else_can_change_it_or_a_dir_above(mode, above, owner, above_owner):
+    me = os.getuid()
+    uids = {"me": me, "root": 0, "nobody": 65534}
+    if me != 0 and {owner, above_owner} - {"me"}:
+        return  # only root can give a directory away
+    with tempfile.TemporaryDirectory() as scratch:
+        parent = Path(scratch).resolve() / "cache"
+        keep = parent / "engine"
+        keep.mkdir(parents=True)
+        for path, m, who in ((keep, mode, owner), (parent, above, above_owner)):
+            os.chown(path, uids[who], -1)
+            os.chmod(path, m)
+        done = _safe_says(keep)
+        trusted = {0, me}
+        wrong = (uids[owner] not in trusted or uids[above_owner] not in trusted or mode & 0o022
+                 or (above & 0o022 and not above & 0o1000))
+        if wrong:
+            assert done.returncode == action_unsafe() and done.stderr.startswith("rig-keep-unsafe: ")
+            assert str(keep if (uids[owner] not in trusted or mode & 0o022) else parent) in done.stderr
+        else:
+            assert done.returncode == 0 and done.stdout == f"ok {keep}\n", done.stderr
+
+
+def action_unsafe() -> int:
+    from test_rig_action import action
+
+    return action.UNSAFE
+
+
+def test_a_keep_dir_others_may_write_fails_the_task_naming_it_and_nothing_runs(tmp_path):
+    from test_rig_action import SHOW, play
+
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept").chmod(0o777)
+    rc, result = play(tmp_path, [SHOW])
+    assert rc != 0 and result["failed"] is True and "name" not in result  # the engine never answered
+    assert result["msg"].startswith(f"rig_engine_keep_dir {tmp_path / 'kept'} is not safe to run the engine from: "
+                                    f"{tmp_path / 'kept'} is writable by group or others (mode 777)")
+    assert "chmod 0755" in result["msg"] and list((tmp_path / "kept").iterdir()) == []
+
+
+def test_the_bytes_checked_are_the_bytes_that_run_whatever_happens_to_the_kept_file(tmp_path):
+    """The interpreter stands in for an attacker racing the run: it replaces the kept bundle just before python
+    starts. The run is of the private copy that was hashed, so the real engine answers."""
+    import hashlib
+    import sys
+
+    from test_rig_action import SHOW, play
+
+    assert play(tmp_path, [SHOW])[0] == 0  # the bundle kept once
+    kept = next((tmp_path / "kept").glob("rig-*.pyz"))
+    digest = hashlib.sha256(kept.read_bytes()).hexdigest()
+    racer = tmp_path / "racer"
+    racer.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$1\" >> {tmp_path}/ran\nsha256sum < \"$1\" >> {tmp_path}/ran\n"
+                     f"printf 'import sys; sys.exit(9)\\n' > {kept}\nexec {sys.executable} \"$@\"\n")
+    racer.chmod(0o755)
+    rc, result = play(tmp_path, [SHOW], "-e", f"rig_engine_python={racer}")
+    assert rc == 0 and result["name"] == "sm120-sglang-0.5.23", result.get("msg")
+    path, ran = (tmp_path / "ran").read_text().splitlines()
+    assert ran.split()[0] == digest and not path.startswith(str(tmp_path / "kept"))
+    assert "ansible-tmp" not in path  # the kept bundle's copy, not one sent for this task
+    assert not Path(path).exists()  # the private copy is removed after the run

@@ -14,8 +14,10 @@ mode says how the subcommand meets check mode:
   needed. The task reports a change in check mode only, where the plan is the answer.
 - read: it only reads; it runs in check mode too and never reports a change.
 
-On a target the bundle is kept in rig_engine_keep_dir, named by its sha256 and checked against it
-before every run, so it crosses the connection once per rig version, not once per task (a
+On a target the bundle is kept in rig_engine_keep_dir, named by its sha256; before every run it is
+copied into a file of the run's own, and that copy is checked against the sha256 and run. A keep dir
+another user could change (it, or a directory above it, not root's or the task user's, or writable by
+others) fails the task saying so. The bundle crosses the connection once per rig version, not once per task (a
 target the connection user cannot write there, and check mode, which leaves the host as it
 was, get it in the task's temporary directory as before). The task's `environment:` reaches
 the engine.
@@ -49,23 +51,44 @@ from ansible.plugins.action import ActionBase
 RESERVED = frozenset(("changed", "failed", "skipped", "diff", "msg", "rc", "stdout", "stderr", "invocation"))
 CANNOT_KEEP = "rig_engine_cannot_keep"  # a host fact: the keep dir this host's connection cannot write
 NOT_KEPT = 200  # the run script's status when the kept bundle is absent or another one (the engine exits 0-3)
-# The engine from BUNDLE (a kept one: its sha256 checked first), stderr after a marker line on stdout when it
-# fails: over SSH a tty merges the two streams (and writes CRLF), and stdout must stay one JSON object.
+UNSAFE = 201  # the keep dir (or a directory above it) is one another user could change: refused, never used
+UNSAFE_LINE = "rig-keep-unsafe: "
+# The engine from the bundle at "$b", stderr after a marker line on stdout when it fails: over SSH a tty
+# merges the two streams (and writes CRLF), and stdout must stay one JSON object.
 RUN = """{check}e={err} || exit {not_kept}
 {command} 2>"$e"; rc=$?
 [ "$rc" -eq 0 ] || {{ printf '\\n%s\\n' {marker}; cat "$e"; }}
 rm -f "$e"; exit "$rc"
 """
-CHECK = """k={kept}
-[ -f "$k" ] && [ ! -L "$k" ] && [ "$(sha256sum < "$k")" = "{digest}  -" ] || exit {not_kept}
+# Whoever may write the keep dir, or a directory above it, could swap the engine that root runs: each one on
+# its physical path ($p after this) must belong to root or this user and be writable by nobody else (a sticky
+# directory above it, as /tmp, excepted: nobody else can move what is in it).
+SAFE = """me=$(id -u); p=$(cd "$d" && pwd -P) || exit {not_kept}; q=$p
+while :; do
+  o=$(stat -c %u "$q") && m=$(stat -c %a "$q") || {{ echo "{line}cannot stat $q" >&2; exit {unsafe}; }}
+  if [ "$o" != 0 ] && [ "$o" != "$me" ]; then echo "{line}$q belongs to uid $o" >&2; exit {unsafe}; fi
+  if [ $((0$m & 022)) -ne 0 ] && {{ [ "$q" = "$p" ] || [ $((0$m & 01000)) -eq 0 ]; }}; then
+    echo "{line}$q is writable by group or others (mode $m)" >&2; exit {unsafe}; fi
+  [ "$q" = / ] && break; q=$(dirname "$q")
+done
+"""
+# The kept bundle is copied into a file of this run's own (mktemp: 0600) and that copy is hashed and run: the
+# bytes checked are the bytes that run, whatever happens to the kept file meanwhile.
+CHECK = """d={keep}; [ -d "$d" ] && [ ! -L "$d" ] || exit {not_kept}
+{safe}k="$p/{name}"; [ -f "$k" ] && [ ! -L "$k" ] || exit {not_kept}
+b=$(mktemp) || exit {not_kept}
+trap 'rm -f "$b"' EXIT
+cat < "$k" > "$b" && [ "$(sha256sum < "$b")" = "{digest}  -" ] || exit {not_kept}
 """
 # The bundle sent once, put in place by one rename from a file mktemp made (never through a link). Bundles
 # of other rig versions stay until they are a week old: another controller's run may be reading one.
-KEEP = """d={keep}; k={kept}; n=
+KEEP = """d={keep}; n=
 trap 'rm -f "$n"' EXIT
-[ ! -L "$d" ] && mkdir -p -m 0755 "$d" && [ -d "$d" ] && [ ! -L "$d" ] && n=$(mktemp "$d/.rig-XXXXXX") &&
-cat {sent} > "$n" && chmod 0644 "$n" && [ "$(sha256sum < "$n")" = "{digest}  -" ] &&
-{{ find "$d" -maxdepth 1 -type f -name 'rig-*.pyz' ! -path "$k" -mtime +7 -delete 2>/dev/null; mv -f "$n" "$k"; }}
+umask 022
+[ ! -L "$d" ] && mkdir -p -m 0755 "$d" && [ -d "$d" ] && [ ! -L "$d" ] || exit 1
+{safe}k="$p/{name}"
+n=$(mktemp "$p/.rig-XXXXXX") && cat {sent} > "$n" && chmod 0644 "$n" && [ "$(sha256sum < "$n")" = "{digest}  -" ] &&
+{{ find "$p" -maxdepth 1 -type f -name 'rig-*.pyz' ! -path "$k" -mtime +7 -delete 2>/dev/null; mv -f "$n" "$k"; }}
 """
 
 
@@ -110,37 +133,68 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"rig_engine_keep_dir {keep!r}: give an absolute directory other than /, "
                                     "where the target keeps the engine bundle (default /var/cache/rig/engine)")
         digest = _sha256(bundle)
-        kept = f"{keep}/rig-{digest[:16]}.pyz"
+        name = f"rig-{digest[:16]}.pyz"
         refused = {**task_vars.get("ansible_facts", {}), **task_vars}.get(CANNOT_KEEP) == keep
         out = {"rc": NOT_KEPT}
         if not refused:  # a host that could not keep it is not asked again in this run
-            out = self._run(python, kept, argv, digest)
+            out = self._run(python, argv, keep=(keep, name, digest))
             if out["rc"] == NOT_KEPT and not self._task.check_mode:  # check mode leaves the host as it was
-                if self._send(bundle, lambda sent: self._keep(sent, keep, kept, digest)):
-                    out = self._run(python, kept, argv, digest)
+                if self._send(bundle, lambda sent: self._keep(sent, keep, name, digest)):
+                    out = self._run(python, argv, keep=(keep, name, digest))
                 else:
                     out["ansible_facts"] = {CANNOT_KEEP: keep}
         if out["rc"] == NOT_KEPT:  # a target rig cannot keep it on: the bundle for this task alone, as before
             facts = {"ansible_facts": out["ansible_facts"]} if "ansible_facts" in out else {}
-            out = {**self._send(bundle, lambda sent: self._run(python, sent, argv, None)), **facts}
+            out = {**self._send(bundle, lambda sent: self._run(python, argv, sent=sent)), **facts}
         return out
 
-    def _run(self, python: list[str], bundle: str, argv: list[str], digest: str | None) -> dict:
-        """The engine from BUNDLE on the target: a kept one once its sha256 is DIGEST (NOT_KEPT where it is
-        not), or (DIGEST None) the one this task sent, its stderr in the task's temporary directory."""
+    def _run(self, python: list[str], argv: list[str], keep: tuple[str, str, str] | None = None,
+             sent: str | None = None) -> dict:
+        """The engine on the target: the bundle KEEP (dir, name, sha256) names, copied and checked first (NOT_KEPT
+        where it is absent or another one), or the one this task SENT, its stderr in the task's temporary dir."""
         marker = f"--- rig stderr {secrets.token_hex(8)} ---"
         env = self._compute_environment_string()  # the task's `environment:`, as VAR=value words
-        command = " ".join([env] * bool(env) + [shlex.quote(p) for p in (*python, bundle, *argv)])
-        check = CHECK.format(kept=shlex.quote(bundle), digest=digest, not_kept=NOT_KEPT) if digest else ""
-        err = "$(mktemp)" if digest else shlex.quote(os.path.join(os.path.dirname(bundle), "rig.err"))
+        command = " ".join([env] * bool(env) + [shlex.quote(p) for p in python] + ['"$b"']
+                           + [shlex.quote(a) for a in argv])
+        if keep:
+            check = CHECK.format(keep=shlex.quote(keep[0]), name=keep[1], digest=keep[2], not_kept=NOT_KEPT,
+                                 safe=self._safe())
+            err = "$(mktemp)"
+        else:
+            check = f"b={shlex.quote(str(sent))}\n"
+            err = shlex.quote(os.path.join(os.path.dirname(str(sent)), "rig.err"))
         script = RUN.format(check=check, err=err, not_kept=NOT_KEPT, command=command, marker=shlex.quote(marker))
         out = self._low_level_execute_command(f"sh -c {shlex.quote(script)}", sudoable=True)
+        if keep:
+            self._refuse_unsafe(out, keep[0])
         stdout, said = _split(out.get("stdout", ""), marker)
         return {**out, "stdout": stdout, "stderr": said + out.get("stderr", "")}
 
-    def _keep(self, sent: str, keep: str, kept: str, digest: str) -> bool:
-        script = KEEP.format(keep=shlex.quote(keep), kept=shlex.quote(kept), sent=shlex.quote(sent), digest=digest)
-        return self._low_level_execute_command(f"sh -c {shlex.quote(script)}", sudoable=True)["rc"] == 0
+    def _keep(self, sent: str, keep: str, name: str, digest: str) -> bool:
+        script = KEEP.format(keep=shlex.quote(keep), name=name, sent=shlex.quote(sent), digest=digest,
+                             safe=self._safe())
+        out = self._low_level_execute_command(f"sh -c {shlex.quote(script)}", sudoable=True)
+        self._refuse_unsafe(out, keep)
+        return out["rc"] == 0
+
+    @staticmethod
+    def _safe() -> str:
+        return SAFE.format(line=UNSAFE_LINE, unsafe=UNSAFE, not_kept=NOT_KEPT)
+
+    @staticmethod
+    def _refuse_unsafe(out: dict, keep: str) -> None:
+        """A keep dir another user could change fails the task, naming what and the fix (its stderr line may
+        arrive on stdout: over SSH a tty merges the two)."""
+        if out.get("rc") != UNSAFE:
+            return
+        said = f"{out.get('stderr', '')}\n{out.get('stdout', '')}"
+        why = next((line.strip()[len(UNSAFE_LINE):] for line in said.splitlines()
+                    if line.strip().startswith(UNSAFE_LINE)), "it could not be checked")
+        raise AnsibleActionFail(
+            f"rig_engine_keep_dir {keep} is not safe to run the engine from: {why}. The engine runs from it as "
+            "this task's user, so it and every directory above it must belong to root or that user and be "
+            "writable by nobody else: fix the owner or mode (chown root:root, chmod 0755) or set "
+            "rig_engine_keep_dir to such a directory")
 
     def _send(self, bundle: str, then):
         """THEN(path) with the bundle copied into the task's temporary directory, which is removed after."""
