@@ -397,13 +397,16 @@ def bench_client(rounds: int) -> None:
     import urllib.request
 
     sys.path.insert(0, str(REPO))
-    from rig.serving import bench as serve_bench
+    from rig.serving.measure import load
+    from rig.serving.measure.plan import plan_from
+    from rig.serving.measure.stats import summarize
     from rig.serving.sglang_api import generate_body
+    from rig.serving.workload import builtin
 
     cores = sorted(os.sched_getaffinity(0))
     client_core, server_core = cores[-1], cores[0]
     os.sched_setaffinity(0, {client_core})
-    plan = serve_bench.Plan()
+    plan = plan_from()
     concurrency, requests, tokens = 250, 500, 256
 
     def serve(*options: str):
@@ -423,11 +426,12 @@ def bench_client(rounds: int) -> None:
 
     def sweep(url: str) -> tuple[dict, float]:
         urllib.request.urlopen(urllib.request.Request(url + "/rig_test/stats", data=b"", method="POST"))
-        bodies = [generate_body(serve_bench.prompt(i), tokens, True) for i in range(requests)]
+        bodies = [generate_body(builtin(i), tokens, True) for i in range(requests)]
         cpu = time.process_time()
-        results = asyncio.run(serve_bench._run_requests(url, plan, "SGLANG_API_KEY", bodies, concurrency))
+        results = asyncio.run(load.run_requests(url, plan, "SGLANG_API_KEY", bodies.__getitem__, requests,
+                                                concurrency))
         cpu = time.process_time() - cpu
-        level = serve_bench.summarize(results, concurrency)
+        level = summarize(results, concurrency)
         if level["failed"]:
             raise SystemExit(f"failed requests: {level['errors']}")
         return level, cpu

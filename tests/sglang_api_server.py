@@ -46,7 +46,13 @@ under speculation, draft_ms x steps for the draft's steps plus extend_ms x batch
 for the draft-extend pass over every request's accepted tokens (so drafting more
 costs more, and step 0 is no free "off": the extend still runs after each decode,
 as SGLang's EAGLE worker does). Each position of a draft is accepted at
---accept-rate (the expected count, spread evenly over steps). The steps come from
+--accept-rate (the expected count, spread evenly over steps) when the request is greedy; SGLang's
+acceptance under sampling is the target's probability of the draft token, so a request at temperature t
+accepts each position at accept-rate x p_t, where p_t is what a target whose draft token has probability
+--sampled-accept at temperature 1 beside 1000 tokens at logit 0 gives it at t (1 when greedy, falling
+with t; rig testmodel --accept builds such a target). As SGLang's scheduler does, at most
+max_running_requests run at once (--max-running-requests; when not given, 48 under speculation, SGLang's
+spec hook, and 2048 without: a KV-limited figure), the rest wait; /server_info reports it. The steps come from
 --steps, or from SGLang's adaptive config (--adaptive-config, as
 sglang/srt/speculative/adaptive_spec_params.py reads it: integer-string keys are
 batch sizes, each {"candidate_steps"}; the running batch is padded up to the next
@@ -142,15 +148,28 @@ class Simulator:
         self.gracefully_exit = False
         self.adaptive = Adaptive(args.adaptive_config, [int(g) for g in args.cuda_graph_bs.split(",")], args.steps) \
             if args.adaptive_config else None
-        self.members: dict[int, asyncio.Queue] = {}
+        self.members: dict[int, dict] = {}
         self.joined = asyncio.Event()
-        self.owed = 0.0
+        self.cap = args.max_running_requests or (48 if self.speculative_flags(args) else 2048)
         self.steps_run: dict[int, int] = {}
         self.rule = json.loads(open(args.rule).read())["spec"]["rule"] if args.rule else None
 
+    @staticmethod
+    def speculative_flags(args: argparse.Namespace) -> bool:
+        return args.accept_length > 0 or args.steps > 0 or bool(args.adaptive_config)
+
     @property
     def speculative(self) -> bool:
-        return self.args.accept_length > 0 or self.args.steps > 0 or self.adaptive is not None
+        return self.speculative_flags(self.args)
+
+    def acceptance(self, temperature: float) -> float:
+        """Each drafted position's acceptance at TEMPERATURE (the module docstring)."""
+        if temperature <= 0:
+            return self.args.accept_rate
+        p, others = self.args.sampled_accept, 1000
+        if p >= 1:
+            return self.args.accept_rate
+        return self.args.accept_rate / (1 + others ** (1 - 1 / temperature) * ((1 - p) / p) ** (1 / temperature))
 
     async def schedule(self) -> None:
         """The batched scheduler (--step-ms): one step for every running request at a time."""
@@ -159,24 +178,25 @@ class Simulator:
             if not self.members:
                 self.joined.clear()
                 await self.joined.wait()
-            batch = list(self.members.values())
+            batch = list(self.members.values())[:self.cap]  # the rest wait, as SGLang's scheduler keeps them
             slot = self.adaptive.slot(len(batch)) if self.adaptive else None
             steps = slot.steps if slot else a.steps
             draft = a.draft_ms * steps + a.extend_ms * len(batch) if self.speculative else 0.0
             await asyncio.sleep((a.step_ms + a.token_ms * len(batch) * (steps + 1) + draft) / 1000)
-            self.owed += sum(a.accept_rate ** j for j in range(1, steps + 1))
-            accepted = int(self.owed)
-            self.owed -= accepted
             self.steps_run[steps] = self.steps_run.get(steps, 0) + 1
-            for queue in batch:
-                queue.put_nowait(1 + accepted)
-            if slot and slot.observe([accepted] * len(batch)):
+            accepted = []
+            for member in batch:
+                member["owed"] += sum(member["rate"] ** j for j in range(1, steps + 1))
+                accepted.append(int(member["owed"]))
+                member["owed"] -= accepted[-1]
+                member["queue"].put_nowait(1 + accepted[-1])
+            if slot and slot.observe(accepted):
                 self.adaptive.switches += 1
 
-    async def batched_steps(self, number: int, max_tokens: int):
+    async def batched_steps(self, number: int, max_tokens: int, temperature: float):
         """Tokens per step of one request as the batched scheduler hands them out."""
         queue: asyncio.Queue = asyncio.Queue()
-        self.members[number] = queue
+        self.members[number] = {"queue": queue, "rate": self.acceptance(temperature), "owed": 0.0}
         self.joined.set()
         done = 0
         try:
@@ -218,7 +238,7 @@ async def server_info(request: web.Request) -> web.Response:
         "model_path": "test-stand-in", "tp_size": 1, "version": "stand-in",
         "speculative_algorithm": "EAGLE3" if spec else None,
         "speculative_num_steps": sim.args.steps or None, "speculative_adaptive": sim.adaptive is not None,
-        "cuda_graph_bs": [int(g) for g in sim.args.cuda_graph_bs.split(",")],
+        "cuda_graph_bs": [int(g) for g in sim.args.cuda_graph_bs.split(",")], "max_running_requests": sim.cap,
         **({} if sim.args.hide_context else {"context_length": sim.args.context_length,
                                                 "max_req_input_len": sim.args.context_length - 1}),
         "internal_states": [{"avg_spec_accept_length": average}] if spec else [{}],
@@ -309,7 +329,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return stream
     sim.active += 1
     batched = sim.args.step_ms > 0
-    steps = sim.batched_steps(number, max_tokens) if batched else _paced(sim, max_tokens)
+    temperature = float(params.get("temperature", 1.0))  # SGLang's default when a request gives none
+    steps = sim.batched_steps(number, max_tokens, temperature) if batched else _paced(sim, max_tokens)
     try:
         i = -1
         async for step in steps:
@@ -394,6 +415,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--extend-ms", type=float, default=0.0, help="draft-extend cost per running request, step 0 too")
     p.add_argument("--steps", type=int, default=0, help="speculative steps per decode (0: no speculation)")
     p.add_argument("--accept-rate", type=float, default=0.0, help="acceptance probability of each drafted position")
+    p.add_argument("--sampled-accept", type=float, default=0.7,
+                   help="the target's probability of the draft token at temperature 1 (acceptance falls with it)")
+    p.add_argument("--max-running-requests", type=int, default=0,
+                   help="requests run at once (0: SGLang's default, 48 under speculation)")
     p.add_argument("--adaptive-config", default="", help="SGLang's adaptive speculation config (JSON)")
     p.add_argument("--cuda-graph-bs", default="1,2,4,8,16,32,64,128,256", help="CUDA-graph batch sizes")
     p.add_argument("--rule", default="", help="a numerics test model's testmodel.json: input_ids get its rule's tokens")

@@ -133,3 +133,39 @@ def moved(command: click.Command, now: str) -> click.Command:
 
     return click.Command(command.name, params=command.params, callback=run, hidden=True,
                          help=f"Deprecated: {line}.\n\n{command.help or ''}", short_help=f"Deprecated: use rig {now}.")
+
+
+def plan_options(serial: bool = False):
+    """The measurement plan's options, declared once for bench and tune: each left out means the stack's bench
+    section, and each given is checked by the same schema field as that key (rig.serving.measure.plan)."""
+    options = [
+        click.option("--concurrency", help="Closed-loop levels, comma-separated, e.g. 1,4,16,64 (default: "
+                                           "bench.concurrency)."),
+        click.option("--max-tokens", type=int, help="Output tokens per request (default: bench.max_tokens)."),
+        click.option("--rounds", type=int, help="Rounds per level, servers interleaved (default: bench.rounds)."),
+        click.option("--min-requests", type=int, help="Each round sends at least max(this, 2C) requests "
+                                                      "(default: bench.min_requests)."),
+        click.option("--min-seconds", type=float, help="Each round lasts at least this long (default: "
+                                                       "bench.min_seconds)."),
+        click.option("--temperature", type=float, help="Sampling temperature of every request; 0 is greedy "
+                                                       "(default: bench.temperature)."),
+        click.option("--top-p", type=float, help="Sampling top_p of every request (default: bench.top_p)."),
+        click.option("--seed", type=int, help="Poisson arrivals and the prompt file's order (default: bench.seed)."),
+        click.option("--slo-ttft-ms", type=float, help="Goodput SLO on TTFT; 0: none (default: bench.slo_ttft_ms)."),
+        click.option("--slo-tpot-ms", type=float, help="Goodput SLO on TPOT; 0: none (default: bench.slo_tpot_ms)."),
+        click.option("--read-timeout", type=float, help="Seconds without a byte before a request fails (default: "
+                                                        "bench.read_timeout)."),
+        click.option("--request-timeout", type=float, help="Seconds a whole request may take (default: "
+                                                           "bench.request_timeout)."),
+    ]
+    if serial:
+        options += [click.option("--serial-runs", type=int, help="Serial runs (default: bench.serial_runs)."),
+                    click.option("--serial-tokens", type=int, help="Tokens per serial run (default: "
+                                                                   "bench.serial_tokens).")]
+
+    def declare(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return declare

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import Seconds, Url, emit, json_option, judged, stack_option
+from rig.cli.common import Seconds, Url, emit, json_option, judged, plan_options, stack_option
 from rig.core import RigError
 from rig.core.fs import output_dir
 from rig.serving.sglang_api import KEY_ENV
@@ -54,41 +54,35 @@ def smoke(url, timeout, max_tokens, log_path, speculation, health_only, pid, req
 @click.option("--baseline-results", type=click.Path(exists=True, dir_okay=False),
               help="results.json of an earlier run against the baseline (when both cannot run at once).")
 @stack_option(help="Plan defaults: its bench section.")
-@click.option("--concurrency", help="Comma-separated levels, e.g. 1,2,5,10 (default: the stack's).")
-@click.option("--max-tokens", type=int, help="Output tokens per sweep request (default: the stack's).")
-@click.option("--serial-runs", type=int, help="Serial runs (default: the stack's).")
-@click.option("--serial-tokens", type=int, help="Tokens per serial run (default: the stack's).")
-@click.option("--rounds", type=int, help="Rounds per level, the two servers interleaved (default: the stack's).")
-@click.option("--min-requests", type=int, default=30, show_default=True, help="Requests per level: max(this, 2C).")
-@click.option("--read-timeout", type=Seconds(), default=300, show_default=True,
-              help="Seconds without a byte before a request counts as failed.")
+@plan_options(serial=True)
 @click.option("--out", "out_dir", default="bench-results", show_default=True,
               help="Where results.json, report.md and the plots go.")
 @api_key_env_option
 @json_option
-def bench(url, baseline_url, baseline_results, stack_path, concurrency, max_tokens, serial_runs, serial_tokens,
-          rounds, min_requests, read_timeout, out_dir, api_key_env, as_json) -> None:
+def bench(url, baseline_url, baseline_results, stack_path, out_dir, api_key_env, as_json, **given) -> None:
     """Benchmark EAGLE-3 against a baseline: serial runs, then a concurrency sweep.
 
     Reports total and per-request tokens/s, TTFT, TPOT and latency at
-    p50/p90/p99 and the accept length per level, and, with a baseline, the
+    p50/p90/p99 and the accept length per level (each request's and the
+    server's own), at the plan's temperature (greedy by default; sampling
+    makes acceptance what a trained draft's is), and, with a baseline, the
     highest concurrency at which EAGLE-3 still wins. Each level runs in
     rounds with the two servers interleaved; a level is won or lost only when
     every round agrees, else it is "within noise". A plan that cannot fit the
-    server's context length is refused before anything is measured. Refused
-    and failed requests are recorded with their reason, not retried; when a
-    server stops answering, what was measured is still written. Exit 1 when
-    any request failed or a run stopped early.
+    server's context length is refused before anything is measured, a URL
+    where nothing answers before anything is written. Refused and failed
+    requests are recorded with their reason, not retried; when a server
+    stops answering, what was measured is still written. Exit 1 when any
+    request failed, a run stopped early or measured nothing.
     """
     from rig.serving import bench as serve_bench
+    from rig.serving.measure.plan import concurrency_option, plan_from
     from rig.stack.spec import load
 
     if baseline_url and baseline_results:
         raise RigError("give --baseline-url or --baseline-results, not both")
     output_dir(out_dir, "--out")
-    plan = serve_bench.plan_for(load(stack_path)["bench"], concurrency, max_tokens, serial_runs, serial_tokens, rounds,
-                                min_requests, read_timeout)
-    result = serve_bench.run(url, plan, baseline_url, baseline_results, api_key_env)
-    summary = serve_bench.outcome(result, serve_bench.write(result, out_dir)["files"])
+    plan = plan_from(load(stack_path)["bench"], **{**given, "concurrency": concurrency_option(given["concurrency"])})
+    summary = serve_bench.run(url, plan, out_dir, baseline_url, baseline_results, api_key_env)
     emit(summary, as_json)
     judged(summary["ok"])

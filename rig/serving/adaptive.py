@@ -87,12 +87,18 @@ def render(choice: dict[int, int]) -> str:
                      "the adaptive speculation config", indent=2) + "\n"
 
 
-def route(keys: list[int], batch: int, graph_sizes: list[int] | None) -> int:
-    """The slot key SGLang uses for a running batch: padded up to the next CUDA-graph size (beyond the largest
-    one, or without graphs, it stays as it is), then the largest key at or below it, else the smallest key."""
+def pad(batch: int, graph_sizes: list[int] | None) -> int:
+    """A running batch as SGLang pads it: up to the next CUDA-graph size; beyond the largest one, or without
+    graphs, as it is."""
     sizes = sorted(graph_sizes or [])
     at = bisect.bisect_left(sizes, batch)
-    padded = sizes[at] if at < len(sizes) else batch
+    return sizes[at] if at < len(sizes) else batch
+
+
+def route(keys: list[int], batch: int, graph_sizes: list[int] | None) -> int:
+    """The slot key SGLang uses for a running batch: padded (pad), then the largest key at or below it, else the
+    smallest key."""
+    padded = pad(batch, graph_sizes)
     below = [k for k in sorted(keys) if k <= padded]
     return below[-1] if below else min(keys)
 

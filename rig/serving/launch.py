@@ -3,6 +3,7 @@ and every one stopped when the run ends, however it ends (a failure, Ctrl-C, SIG
 from __future__ import annotations
 
 import copy
+import os
 import socket
 import time
 from dataclasses import dataclass, field
@@ -50,15 +51,15 @@ class Servers:
         for server in list(self.running):
             self.stop(server)
 
-    def start(self, label: str, argv: list[str], url: str, log: Path) -> Launched:
-        """Start ARGV, wait until URL is healthy and generates; a server that exits or never gets healthy
-        is stopped and its log tail is in the error."""
+    def start(self, label: str, argv: list[str], url: str, log: Path, env: dict | None = None) -> Launched:
+        """Start ARGV (with ENV added to rig's environment), wait until URL is healthy and generates; a server that
+        exits or never gets healthy is stopped and its log tail is in the error."""
         if _answers(url):
             raise RigError(f"{label}: something already listens at {url}; stop it (rig starts its own servers "
                            "there) or set server.port to a free port")
         progress(f"{label}: starting ({argv[0]} {' '.join(argv[1:4])} ...), log {log}")
         began = time.monotonic()
-        server = Launched(label, url, log, proc.start(argv, log, label))
+        server = Launched(label, url, log, proc.start(argv, log, label, {**os.environ, **env} if env else None))
         self.running.append(server)
         try:
             # tune and prove judge a server by what they measure (a draft the target rejects loses tune's

@@ -17,15 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from rig.core import RigError, outdir, progress
+from rig.core import RigError, progress
+from rig.core.escape import cell
 from rig.core.fs import atomic_write
 from rig.python.introspect import held
 from rig.serving import numerics, testmodel
-from rig.serving.bench import Plan, Server, ServerDown, _num
 from rig.serving.launch import Launched, Servers, make_logs, results_dir, with_server
+from rig.serving.measure.plan import plan_from
+from rig.serving.measure.record import recorded
+from rig.serving.measure.stats import shown
+from rig.serving.measure.sweep import Level, Server, measure
+from rig.serving.measure.verdict import margin_problem, nothing_measured
 from rig.serving.server import health_url, render
 from rig.serving.sglang_api import call, expect_json
-from rig.serving.tune import Level, measure
 
 SCHEMA_VERSION = 1
 OUTPUTS = ("prove.json", "report.md", "prove.png")
@@ -90,8 +94,10 @@ def _margin(position: object) -> float | None:
         return None
     values = [p[0] for p in position[:2]
               if isinstance(p, list) and p and isinstance(p[0], (int, float)) and not isinstance(p[0], bool)]
-    if len(values) < 2 or any(math.isnan(v) for v in values) or not math.isfinite(max(values)):
+    if len(values) < 2:
         return None
+    if any(math.isnan(v) for v in values) or not math.isfinite(max(values)):
+        return math.nan  # NaN (or +inf) logprobs: broken logits, never "not given"
     return max(values) - min(values) if math.isfinite(min(values)) else float("inf")
 
 
@@ -129,8 +135,9 @@ def check_numerics(url: str, api_key_env: str, want: list[list[int]] | None = No
                       min(len(answer["tokens"]), len(expected)))
             first = {"prompt": n, "position": at, "got": answer["tokens"][at:at + 4], "expected": expected[at:at + 4]}
     matched = sum(g == w for g, w in zip(got, want, strict=True))
+    finite = [m for m in margins if math.isfinite(m)]
     return {"matched": matched, "prompts": len(asked), "tokens": got, "first_difference": first,
-            "min_margin": round(min(margins), 3) if margins else None}
+            "min_margin": round(min(finite), 3) if finite else None, "margin_problem": margin_problem(margins)}
 
 
 def _difference(label: str, against: str, result: dict) -> str:
@@ -181,12 +188,16 @@ def versions(python: Path) -> dict:
                       {"torch_cuda": runtime.get("cuda"), "nccl": runtime.get("nccl")})}  # torch_cuda: its build
 
 
-def _doctor(stack: dict, venv: str, record: Step) -> None:
+def _doctor(stack: dict, stack_path: str, venv: str, record: Step) -> None:
     from rig.core.check import as_json
     from rig.machine import doctor
+    from rig.python.lock import lock_path, read
 
+    # the stack's lock is what a venv rig did not install is held to: matching it, the venv is "adopted" (WARN)
+    held_to = lock_path(stack_path)
     checks = doctor.run(stack["cuda"]["version"], stack["archs"], venv=venv, default_gpus=stack["server"]["tp"],
-                        pcie_only_env=stack["environment"]["nccl_pcie_only"])
+                        pcie_only_env=stack["environment"]["nccl_pcie_only"],
+                        lock=read(held_to) if held_to.is_file() else None)
     record.data = as_json(checks)
     failed = [f"{c.layer}/{c.name}: {c.detail}" for c in checks if c.status == "fail" and c.required]
     if failed:
@@ -226,7 +237,7 @@ def _testmodel(python: Path, models: Path, tps: list[int], record: Step) -> None
 
 
 def _serve(servers: Servers, report: Report, label: str, argv: list[str], url: str, baseline: bool, out: Path,
-           api_key_env: str, want: list[list[int]] | None) -> dict | None:
+           api_key_env: str, want: list[list[int]] | None, bench: dict) -> dict | None:
     """One server, from ARGV (rendered by plan()): started and smoke-tested, asked the numerics prompts,
     benchmarked briefly, stopped. Returns its numerics answer (None when it never served)."""
     launched: list[Launched] = []
@@ -249,22 +260,27 @@ def _serve(servers: Servers, report: Report, label: str, argv: list[str], url: s
         against = "the rule's tokens" if want is None else "the baseline's tokens"
         if result["matched"] != result["prompts"]:
             raise RigError(_difference(label, against, result))
+        if result["margin_problem"]:
+            raise RigError(f"{label}: {result['margin_problem']}")
         if result["min_margin"] is not None and result["min_margin"] < testmodel.MIN_MARGIN:
             raise RigError(f"{label}: the tokens are the rule's, but the smallest top-2 logprob margin is "
                            f"{result['min_margin']} (designed 8, at least {testmodel.MIN_MARGIN:g}): the numbers drift")
         record.detail = (f"{result['prompts']} prompts x {len(result['tokens'][0])} greedy tokens = {against}"
                          + (f", smallest top-2 margin {result['min_margin']}" if result["min_margin"] is not None else ""))
 
-    def bench(record: Step) -> None:
-        bench_plan = Plan(concurrency=[lv.concurrency for lv in BENCH_LEVELS], max_tokens=64, rounds=1,
-                          min_requests=8, serial_runs=1, serial_tokens=1)
-        try:
-            levels = measure(Server(url, label, bench_plan, api_key_env), bench_plan, BENCH_LEVELS)
-        except ServerDown as exc:
-            raise RigError(f"{label}: the server stopped answering during the bench ({exc})") from exc
-        record.data = {name: {k: lv.get(k) for k in ("output_throughput", "median_ttft_ms", "median_itl_ms",
-                                                     "server_accept_length", "failed")} for name, lv in levels.items()}
-        record.detail = ", ".join(f"{name}: {_num(lv['output_throughput'], 1)} tok/s" for name, lv in record.data.items())
+    def measured(record: Step) -> None:
+        bench_plan = plan_from(bench, concurrency=[lv.concurrency for lv in BENCH_LEVELS], max_tokens=64, rounds=1,
+                               min_requests=8, min_seconds=0, warmup=2, temperature=0.0)
+        server = Server(url, label, bench_plan, api_key_env)
+        measure([server], BENCH_LEVELS)
+        if server.run["stopped"]:
+            raise RigError(f"{label}: {server.run['stopped']} during the bench")
+        if problem := nothing_measured(label, server.run["levels"]):
+            raise RigError(problem)
+        record.data = {lv["level"]: {k: lv.get(k) for k in ("output_throughput", "median_ttft_ms", "median_itl_ms",
+                                                             "server_accept_length", "failed")}
+                       for lv in server.run["levels"]}
+        record.detail = ", ".join(f"{name}: {shown(lv['output_throughput'], 1)} tok/s" for name, lv in record.data.items())
         if bad := [name for name, lv in record.data.items() if lv["failed"] or not lv["output_throughput"]]:
             raise RigError(f"{label}: requests failed at {', '.join(bad)} ({record.detail}); its log is "
                            f"{out / 'logs'}")
@@ -273,7 +289,7 @@ def _serve(servers: Servers, report: Report, label: str, argv: list[str], url: s
         if report.step(f"{label}: start and smoke", start).status != "pass":
             return None
         report.step(f"{label}: numerics", check)
-        report.step(f"{label}: bench", bench)
+        report.step(f"{label}: bench", measured)
     finally:
         for server in launched:
             if server in servers.running:
@@ -300,9 +316,16 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
 
     make_logs(out)
     report = Report()
-    result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "started": time.time(),
-                              "tp_sizes": tps, "gpus": 0, "driver": None, "stopped": None}
-    try:
+    result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "tp_sizes": tps, "gpus": 0,
+                              "driver": None, "ok": False, "steps": []}
+
+    def files(result: dict) -> dict[str, str]:
+        from rig.core.outdir import record
+
+        result.update(ok=report.ok and not result.get("stopped"), steps=[s.__dict__ for s in report.steps])
+        return {"prove.json": record(result, "prove.json"), "report.md": report_markdown(result)}
+
+    with recorded(out, result, files, figures) as written:
         listed = visible_gpus()[0]
         gpus = len(listed)
         result.update(gpus=gpus, driver=listed[0].get("driver") if listed else None, versions=versions(python),
@@ -310,7 +333,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
         if "doctor" in skip:
             report.skip("doctor", "not asked for (--skip doctor)")
         else:
-            report.step("doctor", lambda r: _doctor(stack, venv, r))
+            report.step("doctor", lambda r: _doctor(stack, stack_path, venv, r))
         if "probe" in skip:
             report.skip("probe", "not asked for (--skip probe)")
         elif gpus < 1:
@@ -328,15 +351,11 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
         else:
             with Servers(stack["tune"]["start_timeout"], api_key_env) as servers:
                 for size in tps:
-                    _serve_size(servers, report, lines, health_url(stack), size, gpus, out, api_key_env)
-    except BaseException as exc:
-        result["stopped"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        _write_quietly(result, report, out)
-        raise
-    files = write(result, report, out)
+                    _serve_size(servers, report, lines, health_url(stack), size, gpus, out, api_key_env,
+                                stack["bench"])
     failed = [s.name for s in report.steps if s.status == "fail"]
-    return {"ok": report.ok, "files": files, "steps": [s.__dict__ for s in report.steps],
-            "msg": "\n".join([f"wrote {', '.join(files)}",
+    return {"ok": report.ok, "files": written, "steps": [s.__dict__ for s in report.steps],
+            "msg": "\n".join([f"wrote {', '.join(written)}",
                               *(_line(s) for s in report.steps),
                               "every step passed or was skipped" if report.ok else f"FAILED: {', '.join(failed)}"])}
 
@@ -347,18 +366,18 @@ def _line(s: Step) -> str:
 
 
 def _serve_size(servers: Servers, report: Report, lines: dict[str, list[str]], url: str, size: int, gpus: int,
-                out: Path, api_key_env: str) -> None:
+                out: Path, api_key_env: str, bench: dict) -> None:
     if size > 1 and gpus < size:
         report.skip(f"tp{size}", f"TP {size} needs {size} GPUs; {gpus} visible")
         return
     base_label, eagle_label = f"{BASELINE} tp{size}", f"{EAGLE} tp{size}"
-    base = _serve(servers, report, base_label, lines[base_label], url, True, out, api_key_env, None)
+    base = _serve(servers, report, base_label, lines[base_label], url, True, out, api_key_env, None, bench)
     if base is None:
         report.skip(f"{EAGLE} tp{size}", "the baseline did not serve, so there is no reference")
     elif base["matched"] != base["prompts"]:
         report.skip(f"{EAGLE} tp{size}", "the baseline does not follow the rule, so it is no reference")
     else:
-        _serve(servers, report, eagle_label, lines[eagle_label], url, False, out, api_key_env, base["tokens"])
+        _serve(servers, report, eagle_label, lines[eagle_label], url, False, out, api_key_env, base["tokens"], bench)
 
 
 def _machine() -> dict:
@@ -373,6 +392,7 @@ def _machine() -> dict:
 # ------------------------------------------------------------------ the report
 
 
+
 def report_markdown(result: dict) -> str:
     v = result.get("versions", {})
     lines = [f"# rig prove: {result['stack']}", "",
@@ -381,15 +401,14 @@ def report_markdown(result: dict) -> str:
              f"{sum(s['status'] == 'skip' for s in result['steps'])} skipped; TP sizes {result['tp_sizes']}, "
              f"{result['gpus']} GPU(s) visible.", "",
              "| versions | |", "|---|---|",
-             *(f"| {k} | {v.get(k) if v.get(k) is not None else '-'} |"
+             *(f"| {k} | {cell(v.get(k) if v.get(k) is not None else '-')} |"
                for k in ("torch", "torch_cuda", "nccl", "sglang", "kernel", "flashinfer", "transformers")),
-             f"| driver | {result.get('driver') or '-'} |",
+             f"| driver | {cell(result.get('driver') or '-')} |",
              "", "| step | verdict | s | detail |", "|---|---|---|---|"]
     for s in result["steps"]:
-        detail = s["detail"].replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {s['name']} | {s['status']} | {s['seconds']:g} | {detail[:400]} |")
+        lines.append(f"| {cell(s['name'])} | {s['status']} | {s['seconds']:g} | {cell(s['detail'][:400])} |")
     if result.get("stopped"):
-        lines += ["", f"Stopped early: {result['stopped']}"]
+        lines += ["", f"Stopped early: {cell(result['stopped'])}"]
     return "\n".join(lines) + "\n"
 
 
@@ -412,20 +431,6 @@ def figures(result: dict) -> dict:
     ax.set_ylabel("output tok/s (numerics model)")
     ax.legend(fontsize=8)
     return {"prove.png": fig}
-
-
-def write(result: dict, report: Report, out: Path) -> list[str]:
-    result.update(ok=report.ok and not result.get("stopped"), steps=[s.__dict__ for s in report.steps],
-                  finished=time.time())
-    return outdir.write(out, {"prove.json": outdir.record(result), "report.md": report_markdown(result)},
-                         lambda: figures(result))
-
-
-def _write_quietly(result: dict, report: Report, out: Path) -> None:
-    try:  # what was proven is written; a failure to write it never hides why the run stopped
-        write(result, report, out)
-    except Exception as again:  # noqa: BLE001 - the first error is the one to report
-        progress(f"could not write what was proven to {out}: {again}")
 
 
 # ------------------------------------------------------------------ a fleet's reports
@@ -464,8 +469,8 @@ def summary(reports: str | Path) -> dict:
     if not rows:
         raise RigError(f"--summary {root}: no HOST/ directory with a prove.json in it")
     lines = ["| host | verdict | smallest numerics margin | sglang | failed steps |", "|---|---|---|---|---|"]
-    lines += [f"| {r['host']} | {'pass' if r['ok'] else 'FAIL'} | {_num(r['margin'], 2)} | {r['sglang'] or '-'} | "
-              f"{'; '.join(r['failed']).replace('|', '/') or '-'} |" for r in rows]
+    lines += [f"| {cell(r['host'])} | {'pass' if r['ok'] else 'FAIL'} | {shown(r['margin'], 2)} | "
+              f"{cell(r['sglang'] or '-')} | {cell('; '.join(r['failed']) or '-')} |" for r in rows]
     table = "\n".join(lines) + "\n"
     path = atomic_write(root / "summary.md", f"# rig prove across {len(rows)} host(s)\n\n" + table)
     ok = all(r["ok"] for r in rows)

@@ -98,6 +98,10 @@ def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
         pairs += [("--speculative-adaptive", None),
                   ("--speculative-adaptive-config", server["speculative_adaptive_config"])]
     pairs += [("tp", str(server["tp"])), ("cuda_graph_max_bs", str(graph_bs))]
+    if server["max_running_requests"]:
+        pairs.append(("--max-running-requests", str(server["max_running_requests"])))
+    if server["attention_backends"]:
+        pairs.append(("--attention-backend", server["attention_backends"][0]))
     if server["mem_fraction_static"]:
         pairs.append(("--mem-fraction-static", str(server["mem_fraction_static"])))
     if server["flashinfer_allreduce_fusion"]:

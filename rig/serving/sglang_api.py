@@ -21,10 +21,11 @@ def headers(api_key_env: str = KEY_ENV) -> dict:
     return {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
 
 
-def generate_body(prompt: str, max_tokens: int, stream: bool) -> dict:
-    # ignore_eos: every request generates exactly max_tokens, so runs compare like for like
+def generate_body(prompt: str, max_tokens: int, stream: bool, sampling: dict | None = None) -> dict:
+    """Greedy unless SAMPLING gives temperature / top_p. ignore_eos: every request generates exactly max_tokens,
+    so runs compare like for like."""
     return {"text": prompt, "stream": stream,
-            "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}}
+            "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True, **(sampling or {})}}
 
 
 def number(value) -> float | None:

@@ -37,7 +37,7 @@ MARKER = "testmodel.json"
 MIN_MARGIN = 4.0  # logits: half the numerics model's designed margin (testmodel_build.py)
 HEADS = 8  # divisible by every TP size up to 8; larger TP sizes get one head per rank
 # Llama-3.2-1B's and Llama-3-8B's shapes (their config.json); tiny's heads follow --tp, its vocab the tokenizer's
-SHAPES = {
+SHAPES: dict[str, dict] = {
     "tiny": {"layers": 4, "head_dim": 32, "vocab": 0, "draft_vocab": 256},
     "1b": {"layers": 16, "heads": 32, "kv_heads": 8, "head_dim": 64, "hidden": 2048, "inter": 8192, "vocab": 128256,
            "draft_vocab": 32000, "rope_theta": 500000.0},
@@ -51,7 +51,7 @@ def shape_of(name: str, tp: int, kind: str) -> dict:
     """The shape rig asks the builder for."""
     if name not in SHAPES:
         raise RigError(f"--shape {name!r}: choose one of {', '.join(SHAPES)}")
-    shape = dict(SHAPES[name])
+    shape: dict = dict(SHAPES[name])
     if name == "tiny":
         heads = max(HEADS, tp)
         # the numerics target's MLP units (528 pairs over 4 layers) need the wider intermediate size
@@ -91,7 +91,6 @@ def _check(out: Path, python: Path, tp: int, draft: str, context: int) -> None:
     output_dir(out, "--out")
     if out.is_dir() and any(out.iterdir()) and made_by_rig(out) is None:
         raise RigError(f"--out {out} holds files that are not a rig test model; give an empty or new directory")
-    interpreter(python)
 
 
 def made_by_rig(out: Path) -> dict | None:
@@ -154,7 +153,7 @@ def _room(out: Path, size: int) -> None:
 ANSWER = Field(dict, open=True, fields={
     "bytes": Field(int, required=True, check=between(0, 1 << 50)), "greedy_text": Field(str, required=True),
     "greedy_token": Field((int, type(None))),
-    "t_probability": Field((float, type(None)), check=lambda v: v is not None and between(0.0, 1.0)(v)),
+    "t_probability": Field((float, type(None)), check=lambda v: None if v is None else between(0.0, 1.0)(v)),
     "reference": Field((dict, type(None)), open=True)})
 
 
@@ -168,7 +167,7 @@ def _write(python: Path, spec: dict, into: Path, timeout: float) -> dict:
 def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree", context: int = 8192,
           seed: int = 0, check: bool = False, kind: str = "serving", shape: str = "tiny", accept: float = 1.0,
           device: str = "auto") -> dict:
-    out, python = Path(out).absolute(), Path(python)
+    out, python = Path(out).absolute(), interpreter(python)
     _check(out, python, tp, draft, context)
     if kind not in KINDS:
         raise RigError(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")

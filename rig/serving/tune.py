@@ -3,90 +3,166 @@
 On the box itself, one server at a time (each may need every GPU), each started from the stack's
 own server line (`rig server args`), health-gated by `rig smoke`, measured, stopped, its log kept:
 
-1. the variants: the baseline (no speculation), and fixed EAGLE-3 at each of tune.steps (topk 1,
-   steps + 1 draft tokens: SGLang's adaptive mode takes topk 1 only), and the stack's own line when
-   it is none of those;
-2. every level (bench.concurrency closed-loop, tune.request_rates open-loop Poisson), in rounds,
-   each round at least bench.min_requests requests and bench.min_seconds long;
-3. the choice per level: the variant with the best median (output tok/s, or goodput under the
-   SLOs), ties going to the simpler one (baseline < fewer steps < more): the simplest variant whose
-   per-round ratios to the best are not all below 1;
+1. the variants: per attention backend (server.attention_backends), the baseline and fixed EAGLE-3 at
+   each of tune.steps (topk 1, steps + 1 draft tokens: SGLang's adaptive mode takes topk 1 only), the
+   stack's own line when it is none of those, and SGLang's step 0 as servers of their own (tune.step0:
+   as shipped, and with the draft extend skipped where the installed sglang reads that variable);
+   a speculative server that caps its running requests below its decode graph (SGLang sets 48 when
+   unset) is measured again with the cap lifted to the graph size;
+2. every level (bench.concurrency closed-loop, tune.request_rates open-loop Poisson), in rounds at the
+   plan's temperature, each round at least bench.min_requests requests and bench.min_seconds long,
+   each round's server-side accept length read after it (rig.serving.measure);
+3. the choice per level, within each family of variants one server line can switch between (one
+   backend, one cap): the variant with the best median (output tok/s, or goodput under the SLOs), ties
+   going to the simpler one (baseline < fewer steps < more); where choices change with load, the
+   step-0 slots take the family's measured step-0 server's numbers when there is one. The family whose
+   choices come closest to the per-level best of every variant (geometric mean) gives the policy;
 4. the policy: one choice everywhere is served as it is (no speculation, or fixed EAGLE-3); choices
    that change with load become SGLang's adaptive config, one candidate per slot (deterministic: no
    EMA flapping), each level's slot keyed at the CUDA-graph batch its running batch pads to;
 5. confirmation: the policy's own server at every level, in rounds, against the baseline and the
    per-level best. Where the policy is not within noise of the best, the report says so with the
    ratio, and names what does pay.
+
+A variant whose every request failed, or that claims EAGLE-3 while its server runs no speculation, is
+a failure with its reason, never a measurement the policy builds on.
 """
 from __future__ import annotations
 
 import copy
 import difflib
-import json
 import math
 import statistics
-import time
-from dataclasses import dataclass, replace
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rig.core import RigError, outdir, progress
+from rig.core import RigError, progress
+from rig.core.documents import dump_json
+from rig.core.escape import cell
 from rig.core.fs import atomic_write
 from rig.serving import adaptive
-from rig.serving.bench import Plan, Server, ServerDown, _num, aggregate, check_fits, summarize, within_range
 from rig.serving.launch import Servers, make_logs, results_dir, with_server
+from rig.serving.measure.plan import Plan, check_fits
+from rig.serving.measure.record import recorded
+from rig.serving.measure.stats import shown
+from rig.serving.measure.sweep import Level, Server, count, measure
+from rig.serving.measure.verdict import choose, confirm, not_speculating, nothing_measured
 from rig.serving.server import health_url, render
-from rig.serving.sglang_api import server_accept_length, server_info
 from rig.serving.workload import Workload
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BASELINE = "baseline"
 POLICY = "policy"
-# The policy's server runs after the others, not interleaved with them: the same line started twice differs by a
-# few percent (the stand-in) or more (a tiny model on the H200), so confirmation calls a level lost only when every
-# round is more than this below.
-LIFETIMES = 0.05
+SKIP_EXTEND = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
+# what --check's estimate assumes: a server's start (60-130 s for an 8B shape on the H200) and one request's decode
+START_S, TOKENS_PER_S = 120, 50
 
 
 @dataclass(frozen=True)
 class Variant:
     name: str
-    steps: int  # 0: no speculation
+    steps: int  # drafted tokens per step; 0: the baseline or SGLang's step 0 (kind says which)
     stack: dict
+    kind: str = "eagle"  # baseline | eagle | step0
+    family: str = ""  # one server line's backend and cap: the variants an adaptive server can switch between
+    env: dict = field(default_factory=dict)  # what the server's environment adds
     candidate: bool = True  # may the policy choose it (SGLang's adaptive mode: topk 1 only)
 
     @property
     def baseline(self) -> bool:
-        return self.steps == 0
+        return self.kind == "baseline"
 
 
-@dataclass(frozen=True)
-class Level:
-    concurrency: int
-    rate: float | None = None
 
-    @property
-    def name(self) -> str:
-        return f"C={self.concurrency}" if self.rate is None else f"R={self.rate:g}/s"
-
-
-def eagle(stack: dict, steps: int, config: str = "") -> dict:
+def eagle(stack: dict, steps: int, config: str = "", **server: list | int) -> dict:
     """The stack's server line with fixed EAGLE-3 at STEPS (or the adaptive CONFIG): topk 1, steps + 1 drafts."""
     return with_server(stack, speculative_num_steps=steps, speculative_eagle_topk=1,
-                        speculative_num_draft_tokens=steps + 1, speculative_adaptive_config=config)
+                       speculative_num_draft_tokens=steps + 1, speculative_adaptive_config=config, **server)
 
 
-def variants(stack: dict) -> list[Variant]:
+def _site_packages(venv: str | Path) -> list[Path]:
+    return sorted(Path(venv).glob("lib/python3*/site-packages"))
+
+
+# what each attention backend needs installed, beyond sglang: FA3 is sgl_kernel's flash_ops (a stripped
+# sglang-kernel leaves it out), flashinfer its package (JIT or cubins), triton its package
+BACKEND_NEEDS = {"fa3": ("sgl_kernel/flash_ops*.so", "sgl_kernel's flash_ops (FlashAttention 3)"),
+                 "flashinfer": ("flashinfer/__init__.py", "the flashinfer package"),
+                 "triton": ("triton/__init__.py", "the triton package")}
+
+
+def backend_problem(venv: str | Path, backend: str) -> str | None:
+    """Why the venv cannot run BACKEND, or None (a backend rig knows no needs of is left to SGLang's parser)."""
+    if backend not in BACKEND_NEEDS:
+        return None
+    pattern, what = BACKEND_NEEDS[backend]
+    if any(any(p.is_file() for p in site.glob(pattern)) for site in _site_packages(venv)):
+        return None
+    return f"server.attention_backends lists {backend}, but {venv} has no {what}: install it or drop {backend}"
+
+
+def reads_skip_extend(venv: str | Path) -> bool:
+    """Whether the venv's sglang reads SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND (its environ module or the
+    speculative workers name it)."""
+    from rig.core.documents import read_text
+
+    for site in _site_packages(venv):
+        root = site / "sglang" / "srt"
+        for path in [root / "environ.py", *sorted((root / "speculative").glob("*.py"))]:
+            if path.is_file() and not path.is_symlink():
+                try:
+                    if SKIP_EXTEND in read_text(path, "sglang source"):
+                        return True
+                except RigError:
+                    continue
+    return False
+
+
+def variants(stack: dict, venv: str | Path, step0_config: str) -> list[Variant]:
     server = stack["server"]
     if not server["draft_model"]:
         raise RigError("rig tune compares EAGLE-3 with the baseline: the stack has no server.draft_model; set it")
-    found = [Variant(BASELINE, 0, with_server(stack, speculative_adaptive_config=""))]
+    backends = server["attention_backends"] or [None]
+    for backend in filter(None, backends):
+        if problem := backend_problem(venv, backend):
+            raise RigError(problem)
     own = server["speculative_num_steps"]
     steps = sorted(set(stack["tune"]["steps"]) | ({own} if server["speculative_eagle_topk"] == 1 else set()))
-    found += [Variant(f"eagle3-{k}", k, eagle(stack, k)) for k in steps]
-    if server["speculative_eagle_topk"] != 1:  # measured, but SGLang's adaptive mode cannot serve it
-        found.append(Variant("stack", own, with_server(stack, speculative_adaptive_config=""), candidate=False))
+    found = []
+    for backend in backends:
+        tag, on = (f"@{backend}", {"attention_backends": [backend]}) if backend and len(backends) > 1 else \
+            ("", {})
+        family = backend or ""
+        found.append(Variant(BASELINE + tag, 0, with_server(stack, speculative_adaptive_config="", **on), "baseline",
+                             family))
+        found += [Variant(f"eagle3-{k}{tag}", k, eagle(stack, k, "", **on), "eagle", family) for k in steps]
+        if server["speculative_eagle_topk"] != 1:  # measured, but SGLang's adaptive mode cannot serve it
+            found.append(Variant("stack" + tag, own, with_server(stack, speculative_adaptive_config="", **on),
+                                 "eagle", family, candidate=False))
+    first = backends[0] or ""
+    for which in stack["tune"]["step0"]:
+        env = {}
+        if which == "step0-skip-extend":
+            if not reads_skip_extend(venv):
+                raise RigError(f"tune.step0 lists step0-skip-extend, but the sglang in {venv} does not read "
+                               f"{SKIP_EXTEND}: drop it from tune.step0 (or install an sglang that has it)")
+            env = {SKIP_EXTEND: "1"}
+        on = {"attention_backends": [first]} if first else {}
+        found.append(Variant(which, 0, eagle(stack, 1, step0_config, **on), "step0", first, env))
     return found
+
+
+def uncapped(variant: Variant, record: dict) -> Variant | None:
+    """The variant again with its running-request cap lifted to its decode graph, when its server capped below it
+    (SGLang under speculation sets 48 where max_running_requests is not given)."""
+    cap, graphs = record.get("max_running_requests"), record.get("cuda_graph_bs")
+    if variant.kind == "baseline" or not cap or not graphs or cap >= max(graphs) or variant.name.endswith("-uncapped"):
+        return None
+    return Variant(f"{variant.name}-uncapped", variant.steps,
+                   with_server(variant.stack, max_running_requests=max(graphs)), variant.kind,
+                   f"{variant.family}/uncapped", variant.env, variant.candidate)
 
 
 def levels(stack: dict) -> list[Level]:
@@ -99,62 +175,42 @@ def levels(stack: dict) -> list[Level]:
     return found
 
 
-def _metric(plan: Plan) -> str:
-    return "goodput" if plan.slo_ttft_ms or plan.slo_tpot_ms else "output_throughput"
-
-
-def _ratios(mine: list[float | None], theirs: list[float | None]) -> list[float]:
-    return [a / b for a, b in zip(mine, theirs, strict=False) if a and b]
-
-
 # ------------------------------------------------------------------ measuring
 
 
-def measure(server: Server, plan: Plan, wanted: list[Level]) -> dict[str, dict]:
-    """Every level in rounds on one running server; a server that stops answering ends it (ServerDown)."""
-    server.warmup()
-    measured: dict[str, dict] = {}
-    for level in wanted:
-        rounds, counters = [], []
-        for round_no in range(plan.rounds):
-            rounds.append(server.level(level.concurrency, round_no, level.rate))
-            counters.append(server_accept_length(server_info(server.url, server.key)))  # this round's: flushed before
-        result = aggregate(rounds, level.concurrency, server)
-        values = [summarize(r, level.concurrency, plan).get(_metric(plan)) for r in rounds]
-        known = [c for c in counters if c]
-        result.update({"level": level.name, "rate": level.rate, "round_values": values,
-                       "value": statistics.median([v for v in values if v]) if any(values) else None,
-                       "server_accept_length": statistics.fmean(known) if known else None})
-        measured[level.name] = result
-    return measured
-
-
-def run_variant(servers: Servers, name: str, stack: dict, baseline: bool, venv: str, plan: Plan, wanted: list[Level],
-                out: Path, workload: Workload, record: dict) -> None:
+def run_variant(servers: Servers, variant: Variant, venv: str, plan: Plan, wanted: list[Level], out: Path,
+                workload: Workload, record: dict) -> None:
     """Start one variant's server, measure it, stop it; RECORD holds what was measured even when it fails."""
-    args = render(stack, venv, baseline=baseline)
-    url = health_url(stack)
-    record.update({"argv": args["argv"], "log": str(out / "logs" / f"{name}.log"), "levels": {}, "stopped": None})
-    launched = servers.start(name, args["argv"], url, out / "logs" / f"{name}.log")
+    args = render(variant.stack, venv, baseline=variant.baseline)
+    url = health_url(variant.stack)
+    log = out / "logs" / f"{variant.name}.log"
+    record.update({"steps": variant.steps, "kind": variant.kind, "family": variant.family, "env": variant.env,
+                   "argv": args["argv"], "log": str(log), "levels": {}, "stopped": None})
+    launched = servers.start(variant.name, args["argv"], url, log, variant.env)
     record.update({"healthy_after_s": launched.started_s, "smoke": launched.smoke["msg"],
                    "speculative_algorithm": launched.smoke.get("speculative_algorithm")})
     try:
-        server = Server(url, name, plan, servers.api_key_env, workload)
+        server = Server(url, variant.name, plan, servers.api_key_env, workload)
         record.update({"cuda_graph_bs": graph_sizes(server.info),
-                       "max_running_requests": _count(server.info.get("max_running_requests"))})
-        if note := check_fits(plan, name, server.info, workload):
+                       "max_running_requests": count(server.info.get("max_running_requests")),
+                       "speculative_algorithm": server.run["speculative_algorithm"]})
+        if problem := not_speculating(variant.name, variant.steps or int(variant.kind == "step0"),
+                                      server.run["speculative_algorithm"]):
+            record["stopped"] = problem
+            raise RigError(f"{problem}; its log is {log}")
+        if note := check_fits(plan, variant.name, server.info, workload, serial=False):
             progress(note)
-        record["levels"] = measure(server, plan, wanted)
-    except ServerDown as exc:
-        record["stopped"] = f"the server stopped answering: {exc}"
-        raise RigError(f"{name}: the server stopped answering during the measurement ({exc}); its log is "
-                       f"{record['log']}; what was measured is in {out}/tune.json") from exc
+        measure([server], wanted)
+        record["levels"] = {lv["level"]: lv for lv in server.run["levels"]}
+        if server.run["stopped"]:
+            record["stopped"] = server.run["stopped"]
+            raise RigError(f"{variant.name}: {server.run['stopped']} during the measurement; its log is {log}; what "
+                           f"was measured is in {out}/tune.json")
+        if problem := nothing_measured(variant.name, server.run["levels"]):
+            record["stopped"] = problem
+            raise RigError(f"{problem}; its log is {log}")
     finally:
         servers.stop(launched)
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 1 << 20 else None
 
 
 def graph_sizes(info: dict) -> list[int] | None:
@@ -163,34 +219,12 @@ def graph_sizes(info: dict) -> list[int] | None:
     config = info.get("cuda_graph_config")
     decode = config.get("decode") if isinstance(config, dict) else None
     for sizes in (info.get("cuda_graph_bs"), decode.get("bs") if isinstance(decode, dict) else None):
-        if isinstance(sizes, list) and sizes and all(_count(g) for g in sizes):
+        if isinstance(sizes, list) and sizes and all(count(g) for g in sizes):
             return sorted(sizes)
     return None
 
 
 # ------------------------------------------------------------------ choosing
-
-
-def choose(measured: dict[str, dict], candidates: list[Variant], wanted: list[Level], cap: int | None = None) -> list[dict]:
-    """Per level: the best variant by median, and the one chosen: the simplest not clearly below the best.
-    A level's running batch is its concurrency (or, open-loop, its mean in flight), at most CAP: a speculative
-    server's max_running_requests (SGLang lowers it under speculation: 48 on the H200), which the policy's
-    server has too."""
-    rows = []
-    for level in wanted:
-        have = [v for v in candidates if (measured.get(v.name, {}).get(level.name) or {}).get("value")]
-        if not have:
-            continue
-        at = {v.name: measured[v.name][level.name] for v in have}
-        best = max(have, key=lambda v: at[v.name]["value"])
-        chosen = next(v for v in have  # candidates are in order of simplicity
-                      if v is best or within_range(_ratios(at[v.name]["round_values"],
-                                                           at[best.name]["round_values"]) or [1.0]) != "lost")
-        batch = level.concurrency if level.rate is None else max(1, round(at[chosen.name].get("in_flight") or 1))
-        batch = min(batch, cap) if cap else batch
-        rows.append({"level": level.name, "batch": batch, "best": best.name, "best_value": at[best.name]["value"],
-                     "chosen": chosen.name, "steps": chosen.steps, "chosen_value": at[chosen.name]["value"]})
-    return rows
 
 
 def slot_config(rows: list[dict], graph_sizes: list[int] | None) -> tuple[dict[int, int], list[str]]:
@@ -199,7 +233,7 @@ def slot_config(rows: list[dict], graph_sizes: list[int] | None) -> tuple[dict[i
     notes: list[str] = []
     keys: dict[int, int] = {}
     for row in sorted(rows, key=lambda r: r["batch"]):
-        key = 1 if not keys else adaptive_pad(row["batch"], graph_sizes)
+        key = 1 if not keys else adaptive.pad(row["batch"], graph_sizes)
         if key in keys:
             if keys[key] != row["steps"]:
                 notes.append(f"{row['level']} (batch {row['batch']}) shares the slot of batch size {key} with a lower "
@@ -213,17 +247,13 @@ def slot_config(rows: list[dict], graph_sizes: list[int] | None) -> tuple[dict[i
     return merged, notes
 
 
-def adaptive_pad(batch: int, graph_sizes: list[int] | None) -> int:
-    return next((g for g in sorted(graph_sizes or []) if g >= batch), batch)
-
-
 def policy(rows: list[dict], graph_sizes: list[int] | None) -> dict:
     steps = {r["steps"] for r in rows}
     if not rows:
         return {"kind": "none", "notes": ["no level has measurements"]}
-    if steps == {0}:
+    if steps == {0}:  # SGLang's step 0 everywhere is a baseline that pays speculation's costs
         return {"kind": "baseline", "notes": []}
-    if len(steps) == 1:
+    if len(steps) == 1 and 0 not in steps:
         return {"kind": "fixed", "steps": steps.pop(), "notes": []}
     config, notes = slot_config(rows, graph_sizes)
     for row in rows:  # the config must send each measured level where it was chosen to go
@@ -235,29 +265,56 @@ def policy(rows: list[dict], graph_sizes: list[int] | None) -> dict:
             "steps": adaptive.steps_needed(config), "notes": notes}
 
 
-# ------------------------------------------------------------------ confirming
+def family_choice(measured: dict[str, dict], found: list[Variant], wanted: list[Level], records: dict) -> dict:
+    """The family whose per-level choices come closest to the per-level best of every variant, its rows and policy.
+
+    Within a family the candidates are its baseline (its backend's) and its EAGLE-3 variants, in order of
+    simplicity; where the choice changes with load, a step-0 slot is what SGLang's step 0 costs, so the rows
+    are chosen again with the family's best-measured step-0 server in the baseline's place."""
+    candidates = [v for v in found if v.candidate and measured.get(v.name)]
+    if not candidates:
+        return {"rows": [], "family": None, "scores": {}}
+    overall = {r["level"]: r for r in choose(measured, candidates, wanted)}
+    best: dict = {"rows": [], "family": None, "scores": {}}
+    for family in sorted({v.family for v in candidates if not v.baseline}):
+        backend = family.split("/")[0]
+        base = [v for v in candidates if v.baseline and v.family == backend]
+        spec = sorted((v for v in candidates if v.family == family and v.kind == "eagle"), key=lambda v: v.steps)
+        cap = min((records[v.name].get("max_running_requests") or 0 for v in spec), default=0) or None
+        rows = choose(measured, base + spec, wanted, cap)
+        stand_in = None
+        if len({r["steps"] for r in rows}) > 1:  # it switches with load: step 0 must be paid for as measured
+            step0 = [v for v in candidates if v.family == family and v.kind == "step0"]
+            if step0:
+                stand_in = max(step0, key=lambda v: _closeness(measured[v.name], overall, wanted) or 0)
+                rows = choose(measured, [stand_in, *spec], wanted, cap)
+        kinds = {v.name: v.kind for v in found}
+        for row in rows:
+            row.update(kind=kinds[row["chosen"]], best=overall[row["level"]]["best"],
+                       best_value=overall[row["level"]]["best_value"])
+        score = _score(rows)
+        best["scores"][family or "default"] = score
+        if rows and (best["family"] is None or (score or 0) > (best["score"] or 0)):
+            best.update(rows=rows, family=family, score=score, step0=stand_in.name if stand_in else None,
+                        env=stand_in.env if stand_in else {}, cap=cap,
+                        graphs=next((records[v.name].get("cuda_graph_bs") for v in spec
+                                     if records[v.name].get("cuda_graph_bs")), None),
+                        server=spec[0].stack["server"] if spec else None)
+    return best
 
 
-def confirm(measured: dict[str, dict], rows: list[dict]) -> dict:
-    """The policy against the baseline and the per-level best, per level, by per-round ratios."""
-    mine = measured.get(POLICY, {})
-    table = []
-    for row in rows:
-        own = mine.get(row["level"])
-        if not own or not own.get("value"):
-            continue
-        best = measured[row["best"]][row["level"]]
-        base = measured.get(BASELINE, {}).get(row["level"])
-        vs_best = _ratios(own["round_values"], best["round_values"])
-        vs_base = _ratios(own["round_values"], base["round_values"]) if base else []
-        table.append({"level": row["level"], "policy": own["value"], "best": row["best"], "best_value": row["best_value"],
-                      "steps": row["steps"], "ratio_best": statistics.median(vs_best) if vs_best else None,
-                      "ratio_best_range": [min(vs_best), max(vs_best)] if vs_best else None,
-                      "verdict": within_range(vs_best, LIFETIMES) if vs_best else "not measured",
-                      "ratio_baseline": statistics.median(vs_base) if vs_base else None,
-                      "vs_baseline": within_range(vs_base, LIFETIMES) if vs_base else None})
-    return {"levels": table, "confirmed": bool(table) and all(t["verdict"] != "lost" for t in table)
-            and len(table) == len(rows)}
+def _score(rows: list[dict]) -> float | None:
+    """The geometric mean, over levels, of the chosen variant's value to the per-level best's."""
+    ratios = [r["chosen_value"] / r["best_value"] for r in rows if r["chosen_value"] and r["best_value"]]
+    return math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None
+
+
+def _closeness(levels_of: dict, overall: dict, wanted: list[Level]) -> float | None:
+    return _score([{"chosen_value": (levels_of.get(lv.name) or {}).get("value"),
+                    "best_value": overall[lv.name]["best_value"]} for lv in wanted if lv.name in overall])
+
+
+# ------------------------------------------------------------------ the recommendation
 
 
 def recommend(kind: dict, rows: list[dict], confirmation: dict | None, config_path: str | None,
@@ -312,8 +369,10 @@ def fallback(rows: list[dict], measured: dict[str, dict]) -> str:
 # ------------------------------------------------------------------ the stack diff and the report
 
 
-def proposed_stack(stack_path: str, kind: dict, config_path: str | None) -> tuple[str, str] | None:
-    """The stack file with the policy in its server section (as YAML rig serializes), and the diff from it."""
+def proposed_stack(stack_path: str, kind: dict, config_path: str | None,
+                   family: dict | None = None) -> tuple[str, str] | None:
+    """The stack file with the policy in its server section (as YAML rig serializes), and the diff from it; the
+    server keys of the family it came from (its attention backend, its running-request cap) go with it."""
     from rig.core.documents import load_yaml, yaml_dump
 
     if kind["kind"] not in ("adaptive", "fixed"):
@@ -325,6 +384,9 @@ def proposed_stack(stack_path: str, kind: dict, config_path: str | None) -> tupl
                    "speculative_num_draft_tokens": kind["steps"] + 1})
     if kind["kind"] == "adaptive":
         server["speculative_adaptive_config"] = config_path
+    for key in ("attention_backends", "max_running_requests"):
+        if family and family.get(key):
+            server[key] = family[key]
     before, after = yaml_dump(raw) + "\n", yaml_dump(new) + "\n"
     diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), stack_path,
                                         f"{stack_path} (proposed)"))
@@ -332,40 +394,56 @@ def proposed_stack(stack_path: str, kind: dict, config_path: str | None) -> tupl
 
 
 def report_markdown(result: dict) -> str:
-    names = [n for n in result["variants"]]
-    lines = ["# rig tune", "", f"Stack `{result['stack']}`; {result['plan']['rounds']} round(s) per level; metric: "
-             f"{result['metric']} (median over rounds, the range over rounds in brackets).", "",
-             "| level | " + " | ".join(names) + " | chosen |", "|---" * (len(names) + 2) + "|"]
+    names = list(result["variants"])
+    plan = result["plan"]
+    lines = ["# rig tune", "", f"Stack `{cell(result['stack'])}`; {plan['rounds']} round(s) per level at temperature "
+             f"{plan.get('temperature', 0)}, top_p {plan.get('top_p', 1)}; metric: {result['metric']} (median over "
+             "rounds, the range over rounds in brackets; the server's own accept length under each, where it "
+             "speculates).", "",
+             "| level | " + " | ".join(cell(n) for n in names) + " | chosen |", "|---" * (len(names) + 2) + "|"]
     chosen = {r["level"]: r["chosen"] for r in result["choices"]}
     for level in result["levels"]:
         cells = []
         for name in names:
             lv = result["variants"][name].get("levels", {}).get(level)
             values = [v for v in (lv or {}).get("round_values", []) if v]
+            accept = (lv or {}).get("server_accept_length")
             cells.append("-" if not lv or not lv.get("value") else
-                         f"{lv['value']:.1f} ({min(values):.1f}-{max(values):.1f})")
-        lines.append(f"| {level} | " + " | ".join(cells) + f" | {chosen.get(level, '-')} |")
+                         f"{lv['value']:.1f} ({min(values):.1f}-{max(values):.1f})" +
+                         (f" acc {accept:.2f}" if accept else "") + (f" cap {lv['capped_at']}" if lv.get("capped_at")
+                                                                     else ""))
+        lines.append(f"| {level} | " + " | ".join(cells) + f" | {cell(chosen.get(level, '-'))} |")
+    stopped = [f"- {cell(n)}: {cell(v['stopped'])}" for n, v in result["variants"].items() if v.get("stopped")]
+    if stopped:
+        lines += ["", "Variants that stopped:", *stopped]
     kind = result["policy"]
-    lines += ["", f"**Policy:** {kind['kind']}" + (f", slots {json.dumps(kind['slots'])}" if kind.get("slots") else ""),
-              *[f"- {n}" for n in kind.get("notes", [])]]
+    lines += ["", f"**Policy:** {kind['kind']}" + (f", slots {cell(dump_json(kind['slots'], 'slots'))}"
+                                                   if kind.get("slots") else "")
+              + (f", from the family `{cell(result.get('family') or 'default')}`" if result.get("family") is not None
+                 else ""),
+              *[f"- {cell(n)}" for n in kind.get("notes", [])]]
+    if result.get("family_scores"):
+        lines += ["", "Families (one server line: backend and cap), their choices' geometric mean to the per-level "
+                  "best: " + ", ".join(f"`{cell(k)}` {shown(v, 3)}" for k, v in result["family_scores"].items())]
     if result.get("confirmation"):
         lines += ["", "## Confirmation", "", "| level | policy | per-level best | ratio to best (range) | verdict | "
                   "ratio to baseline |", "|---|---|---|---|---|---|"]
         for t in result["confirmation"]["levels"]:
             rng = t["ratio_best_range"]
-            lines.append(f"| {t['level']} | {_num(t['policy'], 1)} | {t['best']} {_num(t['best_value'], 1)} | "
-                         f"{_num(t['ratio_best'], 2)} ({_num(rng and rng[0], 2)}-{_num(rng and rng[1], 2)}) | "
-                         f"{t['verdict']} | {_num(t['ratio_baseline'], 2)} |")
+            lines.append(f"| {t['level']} | {shown(t['policy'], 1)} | {cell(t['best'])} {shown(t['best_value'], 1)} | "
+                         f"{shown(t['ratio_best'], 2)} ({shown(rng and rng[0], 2)}-{shown(rng and rng[1], 2)}) | "
+                         f"{t['verdict']} | {shown(t['ratio_baseline'], 2)} |")
     if result.get("stack_diff"):
-        lines += ["", "## Proposed stack change", "", "```diff", result["stack_diff"].rstrip(), "```"]
-    lines += ["", f"**Recommendation:** {result['recommendation']}", ""]
+        lines += ["", "## Proposed stack change", "", "```diff", result["stack_diff"].replace("```", "'''").rstrip(),
+                  "```"]
+    lines += ["", f"**Recommendation:** {cell(result['recommendation'])}", ""]
     if result.get("stopped"):
-        lines += [f"**Stopped early:** {result['stopped']}", ""]
+        lines += [f"**Stopped early:** {cell(result['stopped'])}", ""]
     return "\n".join(lines)
 
 
 def figures(result: dict) -> dict:
-    """tune.png: each variant's median per level, its bars spanning the rounds."""
+    """tune.png: each variant's median per level, its bars spanning the rounds (none when nothing was measured)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 4.8))
@@ -380,103 +458,126 @@ def figures(result: dict) -> dict:
         high = [max(v for v in lv["round_values"] if v) - lv["value"] for _, lv in points]
         ax.errorbar([x for x, _ in points], [lv["value"] for _, lv in points], yerr=[low, high], marker="o",
                     capsize=3, label=name)
+    if not ax.get_legend_handles_labels()[0]:
+        return {}
     ax.set_xticks(xs, result["levels"])
     ax.set_xlabel("load (C: requests in flight, R: Poisson arrivals per second)")
     ax.set_ylabel(result["metric"])
     ax.set_title("rig tune: median over rounds, bars span the rounds")
     ax.grid(True, alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
+    ax.legend()
     fig.tight_layout()
     return {"tune.png": fig}
 
 
-def write(result: dict, out: Path) -> list[str]:
-    return outdir.write(out, {"tune.json": outdir.record(result), "report.md": report_markdown(result)},
-                         lambda: figures(result))
+def files(result: dict) -> dict[str, str]:
+    from rig.core.outdir import record
+
+    return {"tune.json": record(result, "tune.json"), "report.md": report_markdown(result)}
 
 
 # ------------------------------------------------------------------ the run
 
 
-def prepare(stack: dict, plan: Plan) -> tuple[list[Variant], list[Level]]:
+OUTPUTS = ("tune.json", "report.md", "tune.png", "adaptive.json", "step0.json", "proposed-stack.yml")
+
+
+def prepare(stack: dict, venv: str, step0_config: str) -> tuple[list[Variant], list[Level], dict[str, list[str]]]:
+    """The variants, the levels and every server line, rendered and parsed by the venv's sglang: all that can be
+    refused is refused here, before anything is written."""
     if reason := adaptive.unsupported_reason({**stack["server"], "speculative_eagle_topk": 1}):
         raise RigError(f"rig tune derives SGLang's adaptive speculation, which SGLang refuses here: {reason}")
-    return variants(stack), levels(stack)
+    found, wanted = variants(stack, venv, step0_config), levels(stack)
+    lines = {v.name: render(v.stack, venv, baseline=v.baseline)["argv"] for v in found}
+    return found, wanted, lines
 
 
-OUTPUTS = ("tune.json", "report.md", "tune.png", "adaptive.json", "proposed-stack.yml")
+def estimate_s(plan: Plan, servers: int, wanted: list[Level]) -> float:
+    """A rough duration: server starts, then each level's rounds at an assumed per-request decode speed."""
+    per_server = sum(max(plan.min_seconds, plan.requests_at(lv.concurrency) / lv.concurrency * plan.max_tokens
+                         / TOKENS_PER_S) for lv in wanted) * plan.rounds
+    return servers * (START_S + per_server)
+
+
+def _check(stack: dict, found: list[Variant], wanted: list[Level], lines: dict, plan: Plan) -> dict:
+    may_lift = [v.name for v in found if v.kind != "baseline"] if stack["tune"]["uncapped"] else []
+    least = len(found) + 1  # and the policy's server, when the choice changes with load
+    most = least + len(may_lift)
+    return {"ok": True, "changed": False, "variants": lines, "levels": [lv.name for lv in wanted],
+            "estimate_s": [estimate_s(plan, least, wanted), estimate_s(plan, most, wanted)],
+            "msg": "\n".join([
+                f"would start, one at a time at {health_url(stack)}, and measure at "
+                f"{', '.join(lv.name for lv in wanted)} in {plan.rounds} round(s) at temperature {plan.temperature:g} "
+                f"(at least {sum(plan.requests_at(lv.concurrency) for lv in wanted)} requests a round"
+                + (f", {plan.min_seconds:g} s a level" if plan.min_seconds else "") + "):",
+                *(f"  {name}: {' '.join(argv)}" for name, argv in lines.items()),
+                *([f"  and each of {', '.join(may_lift)} again with --max-running-requests at its decode graph size, "
+                   "where its server caps running requests below it"] if may_lift else []),
+                "  then the policy derived from them, against the baseline and the per-level best",
+                f"estimated {estimate_s(plan, least, wanted) / 60:.0f}-{estimate_s(plan, most, wanted) / 60:.0f} min "
+                f"({least}-{most} servers at about {START_S} s a start, {TOKENS_PER_S} tok/s a request: measure "
+                "yours with a first run)"])}
 
 
 def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, workload: Workload,
         api_key_env: str, check: bool = False) -> dict:
     out = results_dir(out, OUTPUTS)
-    found, wanted = prepare(stack, plan)
-    if check:  # every server line rendered and parsed by the venv's sglang; nothing starts
-        lines = {v.name: render(v.stack, venv, baseline=v.baseline)["argv"] for v in found}
-        per_round = sum(max(plan.min_requests, 2 * lv.concurrency) for lv in wanted)
-        return {"ok": True, "changed": False, "variants": lines, "levels": [lv.name for lv in wanted],
-                "msg": "\n".join([f"would start, one at a time at {health_url(stack)}, and measure at "
-                                  f"{', '.join(lv.name for lv in wanted)} in {plan.rounds} round(s) "
-                                  f"(at least {per_round} requests a round"
-                                  + (f", {plan.min_seconds:g} s a level" if plan.min_seconds else "") + "):",
-                                  *(f"  {name}: {' '.join(argv)}" for name, argv in lines.items()),
-                                  "  then the policy derived from them, against the baseline and the per-level best"])}
+    step0_config = str(out / "step0.json")
+    if check:  # the step-0 config is rendered from a scratch copy; nothing is written to --out
+        with tempfile.TemporaryDirectory() as scratch:
+            config = str(Path(scratch) / "step0.json")
+            atomic_write(config, adaptive.render({1: 0}))
+            found, wanted, lines = prepare(stack, venv, config)
+            return _check(stack, found, wanted, lines, plan)
+    if stack["tune"]["step0"]:
+        atomic_write(step0_config, adaptive.render({1: 0}))  # every batch size at step 0
+    found, wanted, _ = prepare(stack, venv, step0_config)
     make_logs(out)
-    result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "started": time.time(),
-                              "plan": {**plan.__dict__}, "metric": _metric(plan),
-                              "levels": [lv.name for lv in wanted], "variants": {}, "choices": [],
-                              "policy": {"kind": "none", "notes": []}, "confirmation": None,
-                              "recommendation": "not finished", "stopped": None}
-    written: list[str] = []  # the policy's files, when it has them
-    try:
-        with Servers(stack["tune"]["start_timeout"], api_key_env) as servers:
-            for variant in found:
-                record = result["variants"].setdefault(variant.name, {"steps": variant.steps})
-                run_variant(servers, variant.name, variant.stack, variant.baseline, venv, plan, wanted, out, workload,
-                            record)
-            measured = {name: v["levels"] for name, v in result["variants"].items()}
-            speculative = [v for k, v in result["variants"].items() if k != BASELINE]
-            cap = min((v["max_running_requests"] for v in speculative if v.get("max_running_requests")), default=None)
-            rows = choose(measured, [v for v in found if v.candidate], wanted, cap)
-            graphs = next((v["cuda_graph_bs"] for v in speculative if v.get("cuda_graph_bs")), None)
-            kind = policy(rows, graphs)
-            result.update({"choices": rows, "policy": kind, "cuda_graph_bs": graphs, "running_cap": cap})
-            config_path = None
-            if kind["kind"] == "adaptive":
-                config_path = str(out / "adaptive.json")
-                atomic_write(config_path, adaptive.render({int(k): v for k, v in kind["slots"].items()}))
-                written.append(config_path)
-                record = result["variants"].setdefault(POLICY, {"steps": kind["steps"], "adaptive": kind["slots"]})
-                run_variant(servers, POLICY, eagle(stack, kind["steps"], config_path), False, venv, plan, wanted,
-                            out, workload, record)
-                result["confirmation"] = confirm({n: v["levels"] for n, v in result["variants"].items()}, rows)
-            result["recommendation"] = recommend(kind, rows, result["confirmation"], config_path,
-                                                 {n: v["levels"] for n, v in result["variants"].items()})
-            proposal = proposed_stack(stack_path, kind, config_path)
-            if proposal:
-                written.append(str(atomic_write(out / "proposed-stack.yml", proposal[0])))
-                result["stack_diff"] = proposal[1]
-    except BaseException as exc:
-        result["stopped"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        try:  # what was measured is written; a failure to write it never hides why the run stopped
-            result["finished"] = time.time()
-            write(result, out)
-        except Exception as again:  # noqa: BLE001 - the first error is the one to report
-            progress(f"could not write what was measured to {out}: {again}")
-        raise
-    result["finished"] = time.time()
-    files = write(result, out) + written
+    result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "plan": {**plan.__dict__},
+                              "metric": plan.metric, "levels": [lv.name for lv in wanted], "variants": {},
+                              "choices": [], "policy": {"kind": "none", "notes": []}, "confirmation": None,
+                              "recommendation": "not finished"}
+    extra: list[str] = []  # the policy's files, when it has them
+    with recorded(out, result, files, figures) as written, \
+            Servers(stack["tune"]["start_timeout"], api_key_env) as servers:
+        queue = list(found)
+        while queue:
+            variant = queue.pop(0)
+            record = result["variants"].setdefault(variant.name, {})
+            run_variant(servers, variant, venv, plan, wanted, out, workload, record)
+            if stack["tune"]["uncapped"] and (lifted := uncapped(variant, record)):
+                found.append(lifted)
+                queue.insert(0, lifted)  # measured next, while the box is as it was for its capped twin
+        measured = {name: v["levels"] for name, v in result["variants"].items()}
+        chosen = family_choice(measured, found, wanted, result["variants"])
+        rows = chosen["rows"]
+        kind = policy(rows, chosen.get("graphs"))
+        result.update({"choices": rows, "policy": kind, "family": chosen["family"],
+                       "family_scores": chosen["scores"], "cuda_graph_bs": chosen.get("graphs"),
+                       "running_cap": chosen.get("cap"), "step0_stand_in": chosen.get("step0")})
+        config_path = None
+        if kind["kind"] == "adaptive":
+            config_path = str(out / "adaptive.json")
+            atomic_write(config_path, adaptive.render({int(k): v for k, v in kind["slots"].items()}))
+            extra.append(config_path)
+            family_line = with_server(stack, **{k: chosen["server"][k] for k in ("attention_backends",
+                                                                                  "max_running_requests")})
+            own = Variant(POLICY, kind["steps"], eagle(family_line, kind["steps"], config_path), "eagle",
+                          chosen["family"], chosen.get("env") or {})
+            record = result["variants"].setdefault(POLICY, {"adaptive": kind["slots"]})
+            run_variant(servers, own, venv, plan, wanted, out, workload, record)
+            result["confirmation"] = confirm({n: v["levels"] for n, v in result["variants"].items()}, rows, POLICY,
+                                             BASELINE)
+        result["recommendation"] = recommend(kind, rows, result["confirmation"], config_path,
+                                             {n: v["levels"] for n, v in result["variants"].items()})
+        proposal = proposed_stack(stack_path, kind, config_path, chosen.get("server"))
+        if proposal:
+            extra.append(str(atomic_write(out / "proposed-stack.yml", proposal[0])))
+            result["stack_diff"] = proposal[1]
+    files_written = written + extra
     confirmed = kind["kind"] != "adaptive" or bool(result["confirmation"] and result["confirmation"]["confirmed"])
-    return {"ok": confirmed, "files": files, "policy": kind, "recommendation": result["recommendation"],
-            "confirmation": result["confirmation"], "choices": rows,
-            "msg": "\n".join([f"wrote {', '.join(files)}", *(f"{r['level']}: {r['chosen']} (best {r['best']})"
-                                                            for r in rows), result["recommendation"]])}
-
-
-def plan_of(stack: dict, **given: Any) -> Plan:
-    """The measurement plan: the stack's bench section, each option given instead where it is given."""
-    bench = stack["bench"]
-    wanted = {k: (bench[k] if given.get(k) is None else given[k]) for k in ("max_tokens", "rounds", "min_seconds")}
-    extra = {k: v for k, v in given.items() if k not in wanted and v is not None}
-    return replace(Plan(concurrency=bench["concurrency"], serial_runs=1, serial_tokens=1, **wanted), **extra)
+    return {"ok": confirmed and kind["kind"] != "none", "files": files_written, "policy": kind,
+            "recommendation": result["recommendation"], "confirmation": result["confirmation"], "choices": rows,
+            "msg": "\n".join([f"wrote {', '.join(files_written)}",
+                              *(f"{r['level']}: {r['chosen']} (best {r['best']})" for r in rows),
+                              result["recommendation"]])}

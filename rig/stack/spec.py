@@ -169,12 +169,22 @@ SCHEMA = {
         "model": Field(default=""),
         "draft_model": Field(default=""),            # EAGLE-3 draft; "" serves without speculation
         "testmodel_dir": Field(default=defaults.TESTMODEL_DIR, check=_absolute),
+        # the generated model's shape (tiny proves the path; 1b and 8b cost what a real model's step costs) and the
+        # probability its target gives the draft's token at temperature 1 (rig testmodel --shape, --accept)
+        "testmodel_shape": Field(default="tiny", choices=("tiny", "1b", "8b")),
+        "testmodel_accept": Field((int, float), default=1.0, check=lambda v: None if 0.001 <= v <= 1 else
+                                  "must be a probability from 0.001 to 1"),
         "speculative_num_steps": Field(int, default=2, check=between(1, 32)),
         "speculative_eagle_topk": Field(int, default=4, check=between(1, 64)),
         "speculative_num_draft_tokens": Field(int, default=8, check=between(1, 1024)),
         "tp": Field(int, default=1, check=between(1, 64)),
         "mem_fraction_static": Field((int, float), default=0, check=_fraction),  # 0: sglang's default
         "cuda_graph_max_bs": Field(int, default=0, check=between(0, 4096)),  # 0: the largest bench concurrency
+        # 0 leaves SGLang's own: under speculation it sets 48 when unset, below a large decode graph
+        "max_running_requests": Field(int, default=0, check=between(0, 1 << 20)),
+        # the first is served (none: SGLang's default); rig tune measures each (triton, fa3, flashinfer, ...)
+        "attention_backends": Field(list, default=[], item=Field(check=lambda v: None if re.fullmatch(
+            r"[a-z0-9_]{1,40}", v) else f"{v!r} is not an attention backend name like triton or fa3")),
         "flashinfer_allreduce_fusion": Field(bool, default=False),
         "torch_symm_mem": Field(bool, default=False),
         "host": Field(default="127.0.0.1", check=_host),
@@ -185,19 +195,39 @@ SCHEMA = {
         "speculative_adaptive_config": Field(default="", check=lambda v: v and _absolute(v)),
         "extra_args": Field(list, default=[], item=Field()),
     }),
+    # what `rig bench`, `rig tune` and `rig prove` measure: the one place for the plan's defaults and limits
+    # (rig.serving.measure.plan checks the options against these same fields)
     "bench": Field(dict, default={}, fields={
-        "concurrency": Field(list, default=[1, 2, 5, 10, 30, 70, 100, 250], item=Field(int, check=between(1, 100_000))),
+        "concurrency": Field(list, default=[1, 2, 5, 10, 30, 70, 100, 250], check=lambda v: None if v else
+                             "give at least one level", item=Field(int, check=between(1, 100_000))),
         "max_tokens": Field(int, default=512, check=between(1, 1_000_000)),
         "serial_runs": Field(int, default=10, check=between(1, 10_000)),
         "serial_tokens": Field(int, default=2048, check=between(1, 1_000_000)),
         "rounds": Field(int, default=3, check=between(1, 100)),  # each level's rounds, the servers interleaved
+        "min_requests": Field(int, default=30, check=between(1, 100_000)),  # each round sends max(this, 2C)
+        "warmup": Field(int, default=2, check=between(0, 1000)),  # requests before a server is measured
         # each level also runs at least this long: a count of short requests can be over in half a second
         "min_seconds": Field((int, float), default=0, check=between(0, 3600)),
+        "read_timeout": Field((int, float), default=300, check=between(1, 86400)),  # silence that fails a request
+        # however steadily a server streams, a request that takes longer than this has failed
+        "request_timeout": Field((int, float), default=1800, check=between(1, 86400)),
+        "slo_ttft_ms": Field((int, float), default=0, check=between(0, 3_600_000)),  # goodput SLOs (0: not set)
+        "slo_tpot_ms": Field((int, float), default=0, check=between(0, 3_600_000)),
+        "seed": Field(int, default=0, check=between(0, 2 ** 32 - 1)),  # Poisson arrivals, the prompt file's order
+        # 0 is greedy: every draft of rig's agree test model is accepted. Sampling (1.0) accepts a draft token
+        # with the target's probability of it, as with a trained draft
+        "temperature": Field((int, float), default=0.0, check=between(0, 2)),
+        "top_p": Field((int, float), default=1.0, check=lambda v: None if 0 < v <= 1 else "must be above 0, at most 1"),
     }),
     # `rig tune`: the variants it measures on the box and the load it measures them at (the bench section's
     # concurrency, max_tokens, rounds and min_seconds, plus open-loop request rates)
     "tune": Field(dict, default={}, fields={
         "steps": Field(list, default=[1, 2, 3], item=Field(int, check=between(1, 32))),
+        # SGLang's adaptive step 0 measured as servers of their own: "step0" as SGLang ships it, "step0-skip-extend"
+        # with SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 (where the installed sglang reads it)
+        "step0": Field(list, default=[], item=Field(choices=("step0", "step0-skip-extend"))),
+        # when a speculative server caps its running requests below its decode graph, measure it uncapped too
+        "uncapped": Field(bool, default=True),
         "request_rates": Field(list, default=[], item=Field((int, float), check=between(0.001, 100_000))),
         "start_timeout": Field(int, default=900, check=between(30, 7200)),
     }),

@@ -225,10 +225,18 @@ def test_smoke_stops_waiting_when_the_server_process_exits(tmp_path):
 def test_bench_refuses_bad_input(tmp_path):
     bad = rig("bench", "--url", "http://127.0.0.1:9", "--concurrency", "1,two", "--out", str(tmp_path))
     assert bad.returncode == 2 and "--concurrency '1,two'" in bad.stderr
-    for option, value, says in (("--concurrency", "0", "concurrency 0"), ("--concurrency", "", "--concurrency ''"),
-                                ("--rounds", "0", "rounds 0"), ("--serial-tokens", "-5", "serial_tokens -5")):
+    for option, value, says in (("--concurrency", "0", "concurrency[0]: 0 is out of range"),
+                                ("--concurrency", "", "--concurrency ''"), ("--rounds", "0", "rounds: 0 is out of range"),
+                                ("--serial-tokens", "-5", "serial_tokens: -5 is out of range"),
+                                ("--temperature", "nan", "temperature: nan"),
+                                ("--top-p", "0", "top_p: must be above 0, at most 1")):
         bad = rig("bench", "--url", "http://127.0.0.1:9", option, value, "--out", str(tmp_path))
         assert bad.returncode == 2 and says in bad.stderr, (option, value, bad.stderr)
+    # one plan, one set of words: tune refuses the same options as bench, before it looks for a venv
+    for option, value in (("--max-tokens", "0"), ("--concurrency", "1,x"), ("--temperature", "3")):
+        said = [rig(command, option, value, "--out", str(tmp_path), *extra).stderr
+                for command, extra in (("bench", ["--url", "http://127.0.0.1:9"]), ("tune", ["--venv", "/nonexistent"]))]
+        assert said[0] == said[1] and said[0].startswith("rig: error:"), said
     a_file = tmp_path / "taken"
     a_file.write_text("x")
     bad = rig("bench", "--url", "http://127.0.0.1:9", "--out", str(a_file))

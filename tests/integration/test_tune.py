@@ -73,7 +73,7 @@ def tune_case(tmp_path, standin_venv):
                         "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
                         "cuda_graph_max_bs": 64},
              "bench": {"concurrency": [1, 64], "max_tokens": 16, "rounds": 2},
-             "tune": {"steps": [1, 3], "start_timeout": 60}}
+             "tune": {"steps": [1, 3], "start_timeout": 60, "uncapped": False}}
     case = standin_case(tmp_path, stack)
     case.port, case.venv, case.dir = port, standin_venv, tmp_path
     yield case
@@ -100,7 +100,7 @@ def test_crossing_curves_give_speculation_below_the_crossover_and_step_0_above(t
     done = tune(stack, out, env)
     assert done.returncode in (0, 1), done.stderr[-2000:]
     result = json.loads((out / "tune.json").read_text())
-    assert result["schema_version"] == 1 and result["levels"] == ["C=1", "C=64"]
+    assert result["schema_version"] == 2 and result["levels"] == ["C=1", "C=64"]
     assert list(result["variants"]) == ["baseline", "eagle3-3", "policy"]
     chosen = {r["level"]: r["chosen"] for r in result["choices"]}
     assert chosen == {"C=1": "eagle3-3", "C=64": "baseline"}, result["choices"]
@@ -263,7 +263,7 @@ def test_sigterm_stops_every_server_it_started_and_writes_what_was_measured(tune
     ("fifo-log", [], "baseline.log is not a regular file"),
     ("link-logs", [], "logs is not a directory of its own"),
     ("dir-output", [], "holds directories where rig writes tune.json"),
-    (None, ["--request-rate", "0.0001"], "each value must be from 0.001"),
+    (None, ["--request-rate", "0.0001"], "0.0001 is out of range: give 0.001 to 100000"),
     (None, ["--request-rate", "1_0"], "give comma-separated numbers"),
     (None, ["--concurrency", "1,1"], "C=1 are given twice"),
 ])
@@ -290,3 +290,39 @@ def test_an_out_path_that_cannot_be_a_plain_directory_is_refused(tune_case, out)
     stack, env = tune_case(*MODEL)
     done = rig("tune", "--stack", str(stack), "--out", out, env=env, timeout=60)
     assert done.returncode == 2 and "--out" in done.stderr and "control characters" in done.stderr
+
+
+def test_sampling_lowers_acceptance_and_a_capped_server_is_measured_uncapped_and_step_0_on_its_own(tune_case):
+    """At temperature 1 each drafted position is accepted at 0.8 x 0.7 (the stand-in's target gives its draft
+    token 0.7); SGLang caps a speculative server at 48 running requests, below its decode graph of 64, so tune
+    measures each speculative variant again with --max-running-requests 64; SGLang's step 0 is a server of its own."""
+    stack, env = tune_case(*MODEL)
+    data = yaml.safe_load(stack.read_text())
+    data["tune"].update(steps=[3], uncapped=True, step0=["step0"])
+    stack.write_text(yaml.safe_dump(data))
+    out = tune_case.dir / "out"
+    done = tune(stack, out, env, "--temperature", "1", "--rounds", "1")
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    result = json.loads((out / "tune.json").read_text())
+    assert result["plan"]["temperature"] == 1
+    variants = result["variants"]
+    assert [n for n in variants if n != "policy"] == ["baseline", "eagle3-3", "eagle3-3-uncapped", "step0",
+                                                     "step0-uncapped"]
+    capped, lifted = variants["eagle3-3"], variants["eagle3-3-uncapped"]
+    assert capped["max_running_requests"] == 48 and capped["cuda_graph_bs"][-1] == 64
+    assert lifted["max_running_requests"] == 64 and "--max-running-requests" in lifted["argv"]
+    assert capped["levels"]["C=64"]["capped_at"] == 48 and lifted["levels"]["C=64"]["capped_at"] is None
+    # 1 + 0.56 + 0.56^2 + 0.56^3 = 2.05 tokens a step at temperature 1 (greedy: 2.95)
+    assert 1.7 < capped["levels"]["C=1"]["server_accept_length"] < 2.3
+    assert variants["step0"]["argv"].count("--speculative-adaptive") == 1
+    assert set(result["family_scores"]) == {"default", "/uncapped"}
+    assert "acc " in (out / "report.md").read_text()
+
+
+def test_step_0_with_the_draft_extend_skipped_is_refused_where_sglang_does_not_read_it(tune_case):
+    stack, env = tune_case(*MODEL)
+    data = yaml.safe_load(stack.read_text())
+    data["tune"]["step0"] = ["step0-skip-extend"]
+    stack.write_text(yaml.safe_dump(data))
+    done = tune(stack, tune_case.dir / "out", env, "--check")
+    assert done.returncode == 2 and "does not read SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND" in done.stderr

@@ -1,5 +1,5 @@
 """The crossover rule on synthetic noisy results: a level is won or lost only when every round agrees."""
-from rig.serving.bench import crossover
+from rig.serving.measure.verdict import crossover
 
 
 def run(levels: dict[int, list[float]]) -> dict:

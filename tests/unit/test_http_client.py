@@ -85,15 +85,16 @@ def test_a_redirect_is_answered_as_it_is_and_the_key_never_leaves_the_origin(ser
 def test_the_bench_client_does_not_follow_a_redirect_either(servers, monkeypatch):
     import asyncio
 
-    from rig.serving.bench import Plan, _session, _stream
+    from rig.serving.measure.load import session, stream
+    from rig.serving.measure.plan import plan_from
 
     monkeypatch.setenv("SGLANG_API_KEY", "secret")
     other = servers("plain")
     first = servers("redirect", other.server_port)
 
     async def one() -> dict:
-        async with _session(Plan(concurrency=[1]), "SGLANG_API_KEY", 1) as session:
-            return await _stream(session, f"http://127.0.0.1:{first.server_port}", {"text": "hi"})
+        async with session(plan_from(concurrency=[1]), "SGLANG_API_KEY", 1) as client:
+            return await stream(client, f"http://127.0.0.1:{first.server_port}", {"text": "hi"})
 
     result = asyncio.run(one())
     assert result["ok"] is False and result["error"].startswith("redirected (HTTP 302): rig does not follow")
@@ -121,7 +122,7 @@ def test_numbers_no_float_can_hold_are_no_numbers():
 
 
 def test_an_error_body_nested_past_the_parser_is_a_reason_not_a_crash():
-    from rig.serving.bench import _refused
+    from rig.serving.measure.load import refused as _refused
 
     refused = _refused(500, b"[" * 100_000)
     assert refused["ok"] is False and refused["error"].startswith("server error (HTTP 500): [[[")

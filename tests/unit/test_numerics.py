@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import http.server
 import json
+import math
 import threading
 
 import pytest
 
 from rig.core import RigError
 from rig.serving import numerics
+from rig.serving.measure.verdict import margin_problem
 from rig.serving.prove import _margin, check_numerics, greedy_tokens
 
 
@@ -39,10 +41,16 @@ def test_a_prompt_with_a_token_outside_the_rule_is_refused():
 
 @pytest.mark.parametrize("position, margin", [
     ([[-0.001, 5, None], [-8.001, 6, None]], 8.0), ([[-0.1, 5, None]], None), ([[None, 0, None], [None, 1, None]], None),
-    ([[float("nan"), 5, None], [-8.0, 6, None]], None), ("not a list", None), ([[True, 5, None], [-1.0, 6, None]], None)])
-def test_a_margin_is_read_only_from_two_finite_logprobs(position, margin):
+    ([[float("nan"), 5, None], [-8.0, 6, None]], "nan"), ("not a list", None),
+    ([[True, 5, None], [-1.0, 6, None]], None)])
+def test_a_margin_is_read_only_from_two_logprobs_and_nan_is_never_not_given(position, margin):
+    """NaN logprobs are broken logits: a margin that is not a number, which fails the numerics (issue 49)."""
     got = _margin(position)
-    assert (got is None) if margin is None else got == pytest.approx(margin)
+    if margin == "nan":
+        assert got is not None and math.isnan(got)
+        assert "not finite" in margin_problem([8.0, got])
+    else:
+        assert (got is None) if margin is None else got == pytest.approx(margin)
 
 
 class Answers(http.server.BaseHTTPRequestHandler):

@@ -10,7 +10,9 @@ import sglang_api_server as standin
 
 from rig.core import RigError
 from rig.serving import adaptive
-from rig.serving.tune import Level, Variant, choose, fallback, graph_sizes, policy, slot_config
+from rig.serving.measure.sweep import Level
+from rig.serving.measure.verdict import choose
+from rig.serving.tune import Variant, fallback, graph_sizes, policy, slot_config
 
 GRAPHS = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 40, 44, 48]  # 0.5.17's, max 48
 
@@ -56,7 +58,7 @@ def _measured(table: dict[str, dict[str, list[float]]]) -> dict:
                    for level, v in levels.items()} for name, levels in table.items()}
 
 
-VARIANTS = [Variant("baseline", 0, {}), Variant("eagle3-1", 1, {}), Variant("eagle3-3", 3, {})]
+VARIANTS = [Variant("baseline", 0, {}, "baseline"), Variant("eagle3-1", 1, {}), Variant("eagle3-3", 3, {})]
 
 
 def test_ties_go_to_the_simpler_variant_and_clear_wins_to_the_best():
@@ -177,10 +179,10 @@ def test_server_answers_nested_absurdly_deep_are_an_error_not_a_crash():
 
 
 def test_a_context_too_small_for_any_plan_says_so():
-    from rig.serving.bench import Plan, check_fits
+    from rig.serving.measure.plan import check_fits, plan_from
 
     with pytest.raises(RigError, match="too small for rig's prompts"):
-        check_fits(Plan(), "baseline", {"context_length": 1})
+        check_fits(plan_from(), "baseline", {"context_length": 1})
 
 
 def test_booleans_are_refused_where_a_number_is_wanted():

@@ -25,6 +25,7 @@ class ServerArgs:
         parser.add_argument("--speculative-adaptive", action="store_true")
         parser.add_argument("--speculative-adaptive-config")
         parser.add_argument("--max-running-requests", type=int)
+        parser.add_argument("--attention-backend")
         parser.add_argument("--cuda-graph-max-bs-decode", type=int)
         parser.add_argument("--enable-flashinfer-allreduce-fusion", action="store_true")
         parser.add_argument("--enable-torch-symm-mem", action="store_true")

@@ -1,0 +1,92 @@
+"""The measurement plan: the stack's bench section with the options given over it, checked by the stack
+schema's own fields (one place for the defaults and the limits)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from rig.core import RigError
+from rig.core.schema import validate
+from rig.serving.sglang_api import context_length
+from rig.serving.workload import Workload, builtin
+
+
+@dataclass(frozen=True)
+class Plan:
+    concurrency: list[int]
+    max_tokens: int
+    serial_runs: int
+    serial_tokens: int
+    rounds: int
+    min_requests: int
+    warmup: int
+    read_timeout: float  # seconds without a byte before a request counts as failed
+    request_timeout: float  # seconds a whole request may take, however steadily it streams
+    min_seconds: float  # each level keeps sending until it has run this long, too
+    slo_ttft_ms: float  # goodput: requests within both SLOs per second (0: that SLO is not set)
+    slo_tpot_ms: float
+    seed: int  # Poisson arrivals and the prompt file's order
+    temperature: float  # 0: greedy; sampling makes acceptance what a trained draft's is
+    top_p: float
+
+    def requests_at(self, c: int) -> int:
+        return max(self.min_requests, 2 * c)
+
+    @property
+    def metric(self) -> str:
+        return "goodput" if self.slo_ttft_ms or self.slo_tpot_ms else "output_throughput"
+
+    def sampling(self) -> dict:
+        """SGLang's sampling_params for every measured request."""
+        return {"temperature": self.temperature, "top_p": self.top_p}
+
+
+def plan_from(bench: dict | None = None, **given: Any) -> Plan:
+    """BENCH (a stack's bench section; None: the schema's defaults) with each option in GIVEN that is not None over
+    it, checked by the schema that checks stack files: an option gets the same limits and words as the stack key."""
+    from rig.stack.spec import SCHEMA
+
+    merged = {**(bench or {}), **{k: v for k, v in given.items() if v is not None}}
+    unknown = set(merged) - {f.name for f in fields(Plan)}
+    if unknown:
+        raise RigError(f"the bench plan has no {', '.join(sorted(unknown))}")
+    checked = validate(merged, SCHEMA["bench"], "the bench plan (the stack's bench section and the options)")
+    return Plan(**checked)
+
+
+def concurrency_option(text: str | None) -> list[int] | None:
+    """--concurrency as comma-separated whole numbers; their range is the plan's to check."""
+    if text is None:
+        return None
+    items = text.split(",")
+    if not all(item.isascii() and item.isdigit() and len(item) <= 6 for item in items):
+        raise RigError(f"--concurrency {text!r}: give comma-separated whole numbers, e.g. 1,4,16")
+    return [int(item) for item in items]
+
+
+# Byte-level and byte-fallback tokenizers make at most one token per byte; a few more for BOS and templates.
+PROMPT_TOKENS_MAX = max(len(builtin(i).encode()) for i in (-9, 10_000_000)) + 8
+
+
+def check_fits(plan: Plan, label: str, info: dict, workload: Workload | None = None,
+               serial: bool = True) -> str | None:
+    """Refuse a plan whose longest request cannot fit the server's context; a note when it cannot be told."""
+    context = context_length(info)
+    if context is None:
+        return f"{label}: /server_info gives no context length; requests that do not fit will be refused"
+    if workload is not None and workload.prompts:  # a prompt file: each entry's own bytes and output
+        worst = max(len(p.text.encode()) + 8 + p.max_tokens for p in workload.prompts)
+        if worst > context:
+            raise RigError(f"{label}: a prompt of the prompt file with its max_tokens may need {worst} tokens, but "
+                           f"the server's context length is {context} tokens: shorten it or lower its max_tokens")
+        return None
+    longest = max(plan.serial_tokens if serial else 0, plan.max_tokens)
+    if longest + PROMPT_TOKENS_MAX > context:
+        which = "serial_tokens" if serial and plan.serial_tokens >= plan.max_tokens else "max_tokens"
+        if context - PROMPT_TOKENS_MAX < 1:
+            raise RigError(f"{label}: the server's context length is {context} tokens, too small for rig's prompts "
+                           f"({PROMPT_TOKENS_MAX} tokens at most): serve with a longer --context-length")
+        raise RigError(f"{label}: the plan asks for {longest} output tokens ({which}) plus up to {PROMPT_TOKENS_MAX} "
+                       f"prompt tokens, but the server's context length is {context} tokens: lower bench.{which} "
+                       f"(or --{which.replace('_', '-')}) to at most {context - PROMPT_TOKENS_MAX}")
+    return None

@@ -1,0 +1,97 @@
+"""One round's numbers from its requests, and one level's from its rounds (sglang.bench_serving's names)."""
+from __future__ import annotations
+
+import math
+import statistics
+
+from rig.serving.measure.plan import Plan
+
+PERCENTILES = (50, 90, 99)
+
+
+def shown(value: float | None, digits: int) -> str:
+    """A measured number in a report: DIGITS decimals, "-" where nothing was measured."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def spread(values: list[float]) -> dict:
+    return {f"p{q}": percentile(values, q) for q in PERCENTILES}
+
+
+def mean(values: list[float]) -> float | None:
+    """The mean of measured values, or None: values averaging past the largest float (each finite) say nothing."""
+    found = statistics.fmean(values) if values else None
+    return found if found is not None and math.isfinite(found) else None
+
+
+def median(values: list) -> float | None:
+    known = [v for v in values if v]
+    return statistics.median(known) if known else None
+
+
+def _ms(name: str, values: list[float]) -> dict:
+    """sglang.bench_serving's spelling: mean_/median_/p90_/p99_NAME_ms."""
+    if not values:
+        return {}
+    return {f"mean_{name}_ms": statistics.fmean(values) * 1000, f"median_{name}_ms": statistics.median(values) * 1000,
+            **{f"p{q}_{name}_ms": (percentile(values, q) or 0) * 1000 for q in (90, 99)}}
+
+
+def summarize(results: list[dict], concurrency: int, plan: Plan | None = None) -> dict:
+    good = [r for r in results if r["ok"]]
+    errors = sorted({r["error"] for r in results if not r["ok"]})
+    level = {"concurrency": concurrency, "requests": len(results), "ok": len(good),
+             "failed": len(results) - len(good), "errors": errors[:5]}
+    if not good:
+        return level
+    span = max(r["end"] for r in good) - min(r["start"] for r in good)
+    tokens = sum(r["tokens"] for r in good)
+    tpots = [r["tpot"] for r in good if r["tpot"] is not None]
+    per_second = (lambda x: x / span) if span > 0 else (lambda x: None)
+    level.update({
+        "output_tokens": tokens, "duration_s": span,
+        "throughput": per_second(tokens), "output_throughput": per_second(tokens),
+        "total_throughput": per_second(tokens + sum(r.get("prompt_tokens", 0) for r in good)),
+        "request_throughput": per_second(len(good)),
+        # mean requests in flight (Little's law): the running batch the server saw at this level
+        "in_flight": per_second(sum(r["e2e"] for r in good)),
+        "per_request_speed": spread([r["speed"] for r in good if r["speed"]]),
+        "ttft_s": spread([r["ttft"] for r in good]),
+        "tpot_s": spread(tpots),
+        "e2e_s": spread([r["e2e"] for r in good]),
+        **_ms("ttft", [r["ttft"] for r in good]), **_ms("tpot", tpots),
+        **_ms("itl", [gap for r in good for gap in r.get("itl", [])]), **_ms("e2e_latency", [r["e2e"] for r in good]),
+        "accept_length": mean([r["accept_length"] for r in good if r["accept_length"]]),
+    })
+    if plan and (plan.slo_ttft_ms or plan.slo_tpot_ms):
+        within = [r for r in good if (not plan.slo_ttft_ms or r["ttft"] * 1000 <= plan.slo_ttft_ms) and
+                  (not plan.slo_tpot_ms or (r["tpot"] or 0) * 1000 <= plan.slo_tpot_ms)]
+        level["goodput"] = per_second(len(within))
+    return level
+
+
+def aggregate(rounds: list[list[dict]], c: int, plan: Plan, server_accept: list[float | None]) -> dict:
+    """One level over its rounds: latencies over all requests, throughput and the plan's metric per round and
+    their medians; the server's own accept length per round (its counters are flushed before each)."""
+    level = summarize([r for results in rounds for r in results], c, plan)
+    per_round = [summarize(results, c, plan) for results in rounds]
+    level["round_throughput"] = [r.get("throughput") for r in per_round]
+    level["throughput"] = level["output_throughput"] = median(level["round_throughput"])
+    level["round_values"] = [r.get(plan.metric) for r in per_round]
+    level["value"] = median(level["round_values"])
+    level["server_accept_length"] = mean([a for a in server_accept if a])
+    level["round_server_accept_length"] = server_accept
+    if level.get("output_tokens") and level["accept_length"] is None:
+        level["accept_length"] = level["server_accept_length"]
+    return level

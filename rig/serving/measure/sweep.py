@@ -1,0 +1,129 @@
+"""Servers under test, measured level by level in rounds.
+
+Noise must not decide a comparison: each level runs in several rounds, the servers interleaved round by round
+(their order alternating), every round after a /flush_cache (which also resets SGLang's acceptance counters,
+so the server's own accept length read after a round is that round's). Prompts are distinct across levels
+and rounds, so the prefix cache serves none.
+"""
+from __future__ import annotations
+
+import asyncio
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from rig.core import progress
+from rig.serving.measure import load
+from rig.serving.measure.plan import Plan
+from rig.serving.measure.stats import aggregate
+from rig.serving.sglang_api import context_length, generate_body, server_accept_length, server_info
+from rig.serving.workload import Workload, builtin
+
+
+@dataclass(frozen=True)
+class Level:
+    concurrency: int
+    rate: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"C={self.concurrency}" if self.rate is None else f"R={self.rate:g}/s"
+
+
+def count(value: object) -> int | None:
+    """A positive whole number a server reports (a batch size, a cap), or None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 1 << 20 else None
+
+
+class Server:
+    """One server under test and what was measured against it (its run record)."""
+
+    def __init__(self, url: str, label: str, plan: Plan, api_key_env: str, workload: Workload | None = None):
+        self.url, self.plan, self.key = url.rstrip("/"), plan, api_key_env
+        self.workload = workload or Workload(None, plan.max_tokens, plan.seed)
+        self.info = server_info(self.url, api_key_env)
+        self.run: dict[str, Any] = {
+            "url": self.url, "label": label, "speculative_algorithm": self.info.get("speculative_algorithm"),
+            "context_length": context_length(self.info), "max_running_requests":
+                count(self.info.get("max_running_requests")), "serial": None, "levels": [], "stopped": None}
+
+    @property
+    def label(self) -> str:
+        return self.run["label"]
+
+    def _send(self, body_for, n: int, concurrency: int, rate: float | None = None, min_seconds=None) -> list[dict]:
+        return asyncio.run(load.run_requests(self.url, self.plan, self.key, body_for, n, concurrency, rate,
+                                             min_seconds))
+
+    def body(self, text: str, tokens: int) -> dict:
+        return generate_body(text, tokens, True, self.plan.sampling())
+
+    def warmup(self) -> None:
+        progress(f"{self.label}: warm-up ({self.plan.warmup} requests)")
+        self._send(lambda i: self.body(builtin(-i), 16), self.plan.warmup, 1, min_seconds=0.0)
+        load.flush(self.url, self.key)
+
+    def serial(self) -> None:
+        plan = self.plan
+        progress(f"{self.label}: serial, {plan.serial_runs} x {plan.serial_tokens} tokens")
+        runs = self._send(lambda i: self.body(builtin(10_000 + i), plan.serial_tokens), plan.serial_runs, 1)
+        speeds = [r["speed"] for r in runs if r["ok"]]
+        self.run["serial"] = {"runs": len(runs), "ok": len(speeds), "tok_s": speeds,
+                              "median": statistics.median(speeds) if speeds else None,
+                              "min": min(speeds, default=None), "max": max(speeds, default=None),
+                              "errors": sorted({r["error"] for r in runs if not r["ok"]})[:5]}
+        load.down_if_lost(runs)
+
+    def round(self, level: Level, round_no: int) -> tuple[list[dict], float | None]:
+        """One round of one level: C requests in flight (closed loop), or Poisson arrivals at RATE with at
+        most C in flight; its results and the server's own accept length over it."""
+        load.flush(self.url, self.key)
+        c, n = level.concurrency, self.plan.requests_at(level.concurrency)
+        what = f"concurrency {c}" if level.rate is None else f"request rate {level.rate:g}/s (at most {c} in flight)"
+        progress(f"{self.label}: {what}, round {round_no + 1}/{self.plan.rounds}, {n} requests"
+                 + (f" and {self.plan.min_seconds:g} s" if self.plan.min_seconds else ""))
+
+        def body(i: int) -> dict:
+            chosen = self.workload(c * 100_000 + round_no * 10_000 + i)
+            return self.body(chosen.text, chosen.max_tokens)
+
+        results = self._send(body, n, c, level.rate)
+        load.down_if_lost(results)
+        accepted = server_accept_length(server_info(self.url, self.key)) if self.run["speculative_algorithm"] else None
+        return results, accepted
+
+    def stop(self, exc: Exception) -> None:
+        self.run["stopped"] = f"the server stopped answering: {exc}"
+        progress(f"{self.label}: {self.run['stopped']}; keeping what was measured")
+
+
+def measure(servers: list[Server], levels: list[Level], serial: bool = False) -> None:
+    """Warm-up (and the serial runs), then every level in rounds, the servers interleaved: each server's levels
+    go to its run record. A server that stops answering is stopped there (its record says why); the rest go on."""
+    for server in servers:
+        try:
+            server.warmup()
+            if serial:
+                server.serial()
+        except load.ServerDown as exc:
+            server.stop(exc)
+    plan = servers[0].plan
+    for level in levels:
+        rounds: dict[str, list] = {s.label: [] for s in servers}
+        for round_no in range(plan.rounds):
+            for server in servers if round_no % 2 == 0 else servers[::-1]:  # neither always goes first
+                if server.run["stopped"]:
+                    continue
+                try:
+                    rounds[server.label].append(server.round(level, round_no))
+                except load.ServerDown as exc:
+                    server.stop(exc)
+        for server in servers:
+            if measured := rounds[server.label]:
+                result = aggregate([r for r, _ in measured], level.concurrency, plan, [a for _, a in measured])
+                cap = server.run["max_running_requests"]
+                result.update({"level": level.name, "rate": level.rate,
+                               "capped_at": cap if cap and cap < level.concurrency else None})
+                server.run["levels"].append(result)
+        if all(s.run["stopped"] for s in servers):
+            break

@@ -1,0 +1,151 @@
+"""What measurements come to: ratios over rounds, noise, the crossover, the per-level choice and its
+confirmation, and the failures of a measurement that measured nothing or not what it claims."""
+from __future__ import annotations
+
+import math
+import statistics
+
+# The policy's server runs after the others, not interleaved with them: the same line started twice differs by a
+# few percent (the stand-in) or more (a tiny model on the H200), so confirmation calls a level lost only when every
+# round is more than this below.
+LIFETIMES = 0.05
+
+
+def ratios(mine: list, theirs: list) -> list[float]:
+    """Round-by-round ratios where both rounds measured something finite."""
+    found = [a / b for a, b in zip(mine, theirs, strict=False) if a and b]
+    return [r for r in found if math.isfinite(r)]
+
+
+def within_range(values: list[float], tolerance: float = 0.0) -> str:
+    """won / lost only when every round agrees, by more than TOLERANCE; otherwise the difference is within noise."""
+    if min(values) > 1 + tolerance:
+        return "won"
+    if max(values) < 1 - tolerance:
+        return "lost"
+    return "within noise"
+
+
+# ------------------------------------------------------------------ failures of measuring
+
+
+def nothing_measured(label: str, levels: list[dict]) -> str | None:
+    """Why a server's run measured nothing (every request of every level failed), or None."""
+    if any(lv.get("value") or lv.get("throughput") for lv in levels):
+        return None
+    errors = sorted({e for lv in levels for e in lv.get("errors", [])})[:3]
+    return f"{label}: nothing was measured (every request failed" + (f": {'; '.join(errors)}" if errors else "") + ")"
+
+
+def not_speculating(label: str, claims_steps: int, algorithm: object) -> str | None:
+    """A variant measured as speculative whose server says it runs no speculative algorithm."""
+    if claims_steps > 0 and not algorithm:
+        return (f"{label}: the server reports no speculative algorithm, so it did not measure EAGLE-3; its "
+                "numbers are not used")
+    return None
+
+
+def margin_problem(margins: list[float]) -> str | None:
+    """Numerics margins that are not numbers (NaN logprobs are a broken kernel, never "not given"); +inf is a sure
+    top-1 beside a -inf runner-up, and is a number."""
+    broken = [m for m in margins if not isinstance(m, (int, float)) or isinstance(m, bool) or math.isnan(m)]
+    if broken:
+        return (f"{len(broken)} of {len(margins)} top-2 logprob margins are not finite numbers (NaN logprobs): the "
+                "server's logits are broken")
+    return None
+
+
+# ------------------------------------------------------------------ bench: EAGLE-3 against the baseline
+
+
+def crossover(eagle: dict, baseline: dict) -> dict:
+    """Where EAGLE-3 stops paying, by per-round throughput ratios.
+
+    A level is won (lost) only when every round's EAGLE-3/baseline ratio is above
+    (below) 1. The crossover is the highest concurrency up to which every level is
+    won; a win above the first level that is not is reported apart.
+    """
+    base = {lv["concurrency"]: lv for lv in baseline["levels"]}
+    rows = []
+    for lv in eagle["levels"]:
+        other = base.get(lv["concurrency"])
+        mine = lv.get("round_throughput") or [lv.get("throughput")]
+        theirs = (other or {}).get("round_throughput") or [(other or {}).get("throughput")]
+        if len(theirs) == 1:  # an earlier run of one value: hold every round against it
+            theirs = theirs * len(mine)
+        elif len(mine) == 1:
+            mine = mine * len(theirs)
+        found = ratios(mine, theirs)
+        if not found or other is None:  # no baseline level: theirs is [None], so no ratio either
+            continue
+        rows.append({"concurrency": lv["concurrency"], "eagle3": lv["throughput"], "baseline": other["throughput"],
+                     "ratio": statistics.median(found), "ratio_min": min(found), "ratio_max": max(found),
+                     "rounds": len(found), "verdict": within_range(found)})
+    first_other = next((i for i, r in enumerate(rows) if r["verdict"] != "won"), len(rows))
+    highest = rows[first_other - 1]["concurrency"] if first_other else None
+    noisy = [r["concurrency"] for r in rows if r["verdict"] == "within noise"]
+    lost = [r["concurrency"] for r in rows if r["verdict"] == "lost"]
+    again = [r["concurrency"] for r in rows[first_other:] if r["verdict"] == "won"]
+    tail = (f"; within noise at C={', '.join(map(str, noisy))}" if noisy else "") + \
+           (f"; it loses at C={', '.join(map(str, lost))}" if lost else "") + \
+           (f"; it wins again at C={', '.join(map(str, again))}, above a level it did not win" if again else "")
+    if not rows:
+        advice = "no level has results from both servers; nothing to compare"
+    elif highest is None and not noisy:
+        advice = "EAGLE-3 loses at every measured concurrency: serve without speculation"
+    elif highest is None:
+        advice = "EAGLE-3 wins clearly at no measured concurrency" + tail + \
+                 ": serve without speculation, or measure with more rounds"
+    elif first_other == len(rows):
+        advice = f"EAGLE-3 wins at every measured concurrency (up to {highest}), in every round: serve with it"
+    else:
+        advice = (f"EAGLE-3 wins in every round up to concurrency {highest}{tail}: serve with it where load "
+                  f"stays at or below {highest} request{'s' if highest > 1 else ''} in flight, without it above")
+    return {"highest_winning_concurrency": highest, "levels": rows, "recommendation": advice,
+            "within_noise": noisy, "wins_after_a_loss": again}
+
+
+# ------------------------------------------------------------------ tune: the per-level choice, confirmed
+
+
+def choose(measured: dict[str, dict], candidates: list, levels: list, cap: int | None = None) -> list[dict]:
+    """Per level: the best candidate by median, and the one chosen: the simplest not clearly below the best
+    (CANDIDATES in order of simplicity, each with .name and .steps). A level's running batch is its concurrency
+    (or, open-loop, its mean in flight), at most CAP: the policy server's max_running_requests."""
+    rows = []
+    for level in levels:
+        have = [v for v in candidates if (measured.get(v.name, {}).get(level.name) or {}).get("value")]
+        if not have:
+            continue
+        at = {v.name: measured[v.name][level.name] for v in have}
+        best = max(have, key=lambda v: at[v.name]["value"])
+        chosen = next(v for v in have
+                      if v is best or within_range(ratios(at[v.name]["round_values"],
+                                                          at[best.name]["round_values"]) or [1.0]) != "lost")
+        batch = level.concurrency if level.rate is None else max(1, round(at[chosen.name].get("in_flight") or 1))
+        batch = min(batch, cap) if cap else batch
+        rows.append({"level": level.name, "batch": batch, "best": best.name, "best_value": at[best.name]["value"],
+                     "chosen": chosen.name, "steps": chosen.steps, "chosen_value": at[chosen.name]["value"]})
+    return rows
+
+
+def confirm(measured: dict[str, dict], rows: list[dict], policy: str, baseline: str) -> dict:
+    """The POLICY's measurements against the BASELINE's and the per-level best, per level, by per-round ratios."""
+    mine = measured.get(policy, {})
+    table = []
+    for row in rows:
+        own = mine.get(row["level"])
+        if not own or not own.get("value"):
+            continue
+        best = measured[row["best"]][row["level"]]
+        base = measured.get(baseline, {}).get(row["level"])
+        vs_best = ratios(own["round_values"], best["round_values"])
+        vs_base = ratios(own["round_values"], base["round_values"]) if base else []
+        table.append({"level": row["level"], "policy": own["value"], "best": row["best"], "best_value": row["best_value"],
+                      "steps": row["steps"], "ratio_best": statistics.median(vs_best) if vs_best else None,
+                      "ratio_best_range": [min(vs_best), max(vs_best)] if vs_best else None,
+                      "verdict": within_range(vs_best, LIFETIMES) if vs_best else "not measured",
+                      "ratio_baseline": statistics.median(vs_base) if vs_base else None,
+                      "vs_baseline": within_range(vs_base, LIFETIMES) if vs_base else None})
+    return {"levels": table, "confirmed": bool(table) and all(t["verdict"] != "lost" for t in table)
+            and len(table) == len(rows)}
