@@ -1,8 +1,6 @@
 """`rig audit`: audit wheels, installed packages or shared objects."""
 from __future__ import annotations
 
-import json
-
 import click
 
 from rig.cli.common import (
@@ -13,6 +11,7 @@ from rig.cli.common import (
     venv_option,
     write_junit,
 )
+from rig.core.documents import dump_json
 
 
 @click.command()
@@ -42,5 +41,5 @@ def audit(paths, stack_path, venv_path, torch_path, junit, as_json) -> None:
     common, installed = audits.context(load(stack_path), venv_path, torch_path, list(paths))
     reports = [audits.audit_path(p, installed, common) for p in paths]
     write_junit(junit, [audits.as_check(r) for r in reports], "rig audit")
-    click.echo(json.dumps(reports, indent=2) if as_json else audits.render(reports))
+    click.echo(dump_json(reports, "the audit", indent=2) if as_json else audits.render(reports))
     judged(all(r["ok"] for r in reports))

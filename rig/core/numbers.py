@@ -70,3 +70,12 @@ def _short(value: Any) -> str:
         return f"an integer of {len(format(value, 'x'))} hex digits"
     text = repr(value)
     return text if len(text) <= 40 else text[:30] + "..."
+
+
+def mean(values: list) -> float | None:
+    """The mean of measured values, or None: finite values can still average past the largest float (two of
+    1.7e308), and such a mean says nothing."""
+    import statistics
+
+    found = statistics.fmean(values) if values else None
+    return found if found is not None and math.isfinite(found) else None

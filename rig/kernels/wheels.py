@@ -9,7 +9,6 @@ A wheel is accepted only if `rig audit` passes it.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -17,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from rig.core import RigError, progress
+from rig.core.documents import dump_json
 from rig.core.fs import atomic_copy, atomic_write, copy_tree, open_regular, sha256_data, sha256_file, tree
 from rig.core.proc import run
 from rig.core.wheelfile import name_version
@@ -202,6 +202,6 @@ def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home:
             raise RigError(f"{built.name} failed the audit and was not kept: " + "; ".join(report["errors"]))
         dest = cache / "built" / key
         atomic_copy(built, dest / built.name)  # kept wheels are trusted by name: never a torn one
-    atomic_write(dest / f"{built.name}.audit.json", json.dumps(report, indent=2) + "\n")
+    atomic_write(dest / f"{built.name}.audit.json", dump_json(report, "the audit report", indent=2) + "\n")
     return {"changed": True, "wheel": str(dest / built.name), "key": key, "audit": report, "jobs": jobs,
             "msg": f"built and audited {dest / built.name}"}

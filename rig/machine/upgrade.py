@@ -7,13 +7,13 @@ The playbook (playbooks/upgrade.yml) asks these through `rig upgrade ...`; it ju
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
 from rig.core import RigError
 from rig.core.cuda_releases import RELEASES
+from rig.core.documents import dump_json
 from rig.core.fs import MissingFile, atomic_write, open_plain
 from rig.core.schema import Field, sha256, validate
 from rig.machine import driver, gpu_health
@@ -94,7 +94,7 @@ def lock(state_dir: str, owner: str, check: bool = False) -> dict:
         # O_EXCL: of two rollouts starting at once, one takes it; never through a link left there
         fd = open_plain(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, "the rollout lock", follow=False)
         with os.fdopen(fd, "w") as out:
-            json.dump({"owner": owner, "since": _now()}, out)
+            out.write(dump_json({"owner": owner, "since": _now()}, "the rollout lock"))
         return {"changed": True, "path": str(path), "msg": f"took {path}"}
     if holder and holder["owner"] != owner:
         raise RigError(f"another rollout ({holder['owner']}, since {holder['since']}) holds {path} on this host: "
@@ -174,7 +174,7 @@ def record(state_dir: str, packages: dict[str, str], cuda_prefix: str | None = N
     now = {role: {"package": package, "version": driver.installed(package)["version"]}
            for role, package in packages.items()}
     now.update(_stack_now(cuda_prefix, venv))
-    text = json.dumps({**now, "recorded": _now(), "finished": False}, indent=1) + "\n"
+    text = dump_json({**now, "recorded": _now(), "finished": False}, "the upgrade record", indent=1) + "\n"
     if not check:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, text)
@@ -211,7 +211,7 @@ def finish(state_dir: str, check: bool = False, reopen: bool = False) -> dict:
         return {"changed": False, "path": str(path),
                 "msg": f"no {'finished' if reopen else 'unfinished'} upgrade recorded in {path}"}
     if not check:
-        atomic_write(path, json.dumps({**kept, "finished": not reopen}, indent=1) + "\n")
+        atomic_write(path, dump_json({**kept, "finished": not reopen}, "the upgrade record", indent=1) + "\n")
     return {"changed": True, "path": str(path), "msg": f"{'would mark' if check else 'marked'} {path} "
             f"{'unfinished' if reopen else 'finished'} (recorded {kept['recorded']})"}
 

@@ -3,11 +3,11 @@ and one answer, checked here, for everything that needs to know (audit, patches,
 doctor, prove). rig never imports a venv's packages; their metadata is input like any other."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rig.core import RigError
+from rig.core.documents import dump_json
 from rig.core.proc import ask
 from rig.core.wheelfile import requires_dist
 
@@ -30,7 +30,8 @@ def held(python: str | Path, names: list[str] | tuple[str, ...] = (), *, files: 
     EVERY distribution's version, and torch's build (TORCH: imports torch there). A distribution whose metadata
     cannot be read is one error naming it; a Python that does not answer within TIMEOUT seconds is one too."""
     request = {"names": sorted(set(names)), "files": files, "metadata": metadata, "every": every, "torch": torch}
-    answer = ask(python, "distributions", [json.dumps(request)], "report what its environment holds (its Python must start)",
+    answer = ask(python, "distributions", [dump_json(request, "the request")],
+                 "report what its environment holds (its Python must start)",
                  timeout=timeout)
     try:
         broken = [(_text(path), _text(why)) for path, why in answer.get("broken", [])]

@@ -8,7 +8,6 @@ that does not answer) gets a partial lock that says exactly what is missing.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -18,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from rig.core import RigError, progress
 from rig.core.cuda_releases import major
+from rig.core.documents import dump_json
 from rig.core.fs import atomic_write, sha256_data
 from rig.core.schema import Field, distribution, sha256, validate
 from rig.core.wheelfile import read_requirement
@@ -248,7 +248,7 @@ def _index_of(item: dict, entries: list[dict]) -> str:
 
 def lock_hash(lock: dict) -> str:
     body = {k: v for k, v in lock.items() if k != "lock_hash"}
-    return sha256_data(json.dumps(body, sort_keys=True))
+    return sha256_data(dump_json(body, "the lock", sort_keys=True))
 
 
 def lock_path(stack_path: str | Path, python: str | None = None) -> Path:
@@ -315,7 +315,7 @@ def lock_all(stack: dict, stack_path: str) -> dict:
 
 
 def write(lock: dict, path: Path) -> None:
-    atomic_write(path, json.dumps(lock, indent=1, sort_keys=True) + "\n")
+    atomic_write(path, dump_json(lock, "the lock", indent=1, sort_keys=True) + "\n")
 
 
 def read(path: str | Path) -> dict:
@@ -365,4 +365,4 @@ def stack_digest(stack: dict) -> str:
     for later in ("extensions", "pythons"):  # later keys: absent or empty, the locks made before them stay current
         if not packages.get(later):
             packages.pop(later, None)
-    return sha256_data(json.dumps(packages, sort_keys=True))
+    return sha256_data(dump_json(packages, "the packages", sort_keys=True))

@@ -9,10 +9,10 @@ internal_states[i].avg_spec_accept_length.
 """
 from __future__ import annotations
 
-import json
 import os
 
-from rig.core import RigError, http, progress
+from rig.core import RigError, http, numbers, progress
+from rig.core.documents import dump_json, parse_json
 from rig.stack.spec import KEY_ENV
 
 
@@ -30,14 +30,9 @@ def generate_body(prompt: str, max_tokens: int, stream: bool, sampling: dict | N
 
 def number(value) -> float | None:
     """A positive number from a server's answer, or None: answers are input, never trusted to be well formed
-    (a 400-digit integer is no float)."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return None
-    try:
-        found = float(value)
-    except OverflowError:
-        return None
-    return found if 0 < found < float("inf") else None
+    (rig.core.numbers bounds it: a 400-digit integer is no number rig takes)."""
+    found = numbers.answer(value, low=0)
+    return found if found else None
 
 
 def accept_length(meta: dict) -> float | None:
@@ -53,7 +48,7 @@ def accept_length(meta: dict) -> float | None:
 def call(url: str, path: str, body: dict | None = None, timeout: float = 30.0,
          api_key_env: str = KEY_ENV) -> tuple[int, bytes]:
     """(HTTP status, body); status 0 when nothing answered (rig.core.http: no redirects, one deadline)."""
-    data = json.dumps(body).encode() if body is not None else None
+    data = dump_json(body, f"the request to {path}").encode() if body is not None else None
     return http.request(url.rstrip("/") + path, data, headers(api_key_env), timeout)
 
 
@@ -63,8 +58,8 @@ def server_info(url: str, api_key_env: str = KEY_ENV) -> dict:
         status, body = call(url, path, api_key_env=api_key_env)
         if status == 200:
             try:
-                info = json.loads(body)
-            except (ValueError, RecursionError):
+                info = parse_json(body.decode(errors="replace"), f"{url}{path}")
+            except RigError:
                 info = None
             if isinstance(info, dict):
                 return info
@@ -88,15 +83,15 @@ def server_accept_length(info: dict) -> float | None:
     found = [number(s.get("avg_spec_accept_length")) for s in states if isinstance(s, dict)] \
         if isinstance(states, list) else []
     values = [v for v in found if v is not None]
-    return sum(values) / len(values) if values else None
+    return numbers.mean(values)
 
 
 def expect_json(status: int, body: bytes, what: str) -> dict:
     if status != 200:
         raise RigError(f"{what}: HTTP {status or 'no answer'}: {body[:300].decode(errors='replace')}")
     try:
-        value = json.loads(body)
-    except (ValueError, RecursionError) as exc:
+        value = parse_json(body.decode(errors="replace"), what)
+    except RigError as exc:
         raise RigError(f"{what}: the answer is not JSON (or nested absurdly deep): {body[:200]!r}") from exc
     if not isinstance(value, dict):
         raise RigError(f"{what}: the answer is not a JSON object: {body[:200]!r}")

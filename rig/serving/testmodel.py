@@ -17,14 +17,13 @@ is accepted with P and a request's accept length is 1 + P + ... + P^steps.
 from __future__ import annotations
 
 import filecmp
-import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from rig.core import RigError, progress
-from rig.core.documents import load_json
+from rig.core.documents import dump_json, load_json
 from rig.core.fs import output_dir
 from rig.core.proc import interpreter, last_json, run, script
 from rig.core.schema import Field, between, validate
@@ -158,7 +157,8 @@ ANSWER = Field(dict, open=True, fields={
 
 
 def _write(python: Path, spec: dict, into: Path, timeout: float) -> dict:
-    done = run([str(python), "-c", script("testmodel_build"), json.dumps({**spec, "out": str(into)})],
+    request = dump_json({**spec, "out": str(into)}, "the test model's spec")
+    done = run([str(python), "-c", script("testmodel_build"), request],
                "rig testmodel", timeout=timeout, env={**os.environ, "PYTHONHASHSEED": "0"})
     answer = last_json(done.stdout, "rig testmodel")
     return validate(answer, ANSWER, f"the answer of {python} writing the test model")
@@ -201,7 +201,7 @@ def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree"
         if kind == "numerics":
             _reference_holds(info.get("reference"))
         made = staging / "model"
-        (made / MARKER).write_text(json.dumps({"spec": spec, **info}, indent=2, sort_keys=True) + "\n")
+        (made / MARKER).write_text(dump_json({"spec": spec, **info}, MARKER, indent=2, sort_keys=True) + "\n")
         _readable(made)
         changed = not _same_tree(made, out)
         if changed and not check:

@@ -132,3 +132,14 @@ def test_a_version_that_would_add_a_unit_directive_and_a_relative_venv_are_refus
     with pytest.raises(RigError, match="relative path, which systemd refuses.*absolute path"):
         server_line("0.5.23", "venv/bin/python")
     assert unit_text("100%", "x") == "100%%"
+
+
+def test_accept_lengths_that_average_past_the_largest_float_are_no_measurement():
+    from rig.serving.measure.plan import plan_from
+    from rig.serving.measure.stats import aggregate
+    from rig.serving.sglang_api import server_accept_length
+
+    huge = {"internal_states": [{"avg_spec_accept_length": 1.7e308}, {"avg_spec_accept_length": 1.7e308}]}
+    assert server_accept_length(huge) is None
+    level = aggregate([[]], 1, plan_from(), [1.7e308, 1.7e308])
+    assert level["server_accept_length"] is None

@@ -12,12 +12,12 @@ to the requests in flight, so it never caps a level below what it claims.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from collections.abc import Callable
 
 from rig.core import RigError
+from rig.core.documents import parse_json
 from rig.serving.measure.plan import Plan
 from rig.serving.sglang_api import accept_length, call, headers, number
 
@@ -83,8 +83,8 @@ async def stream(session, url: str, body: dict) -> dict:
     if not done or first is None or last is None or ttft is None:  # the first chunk sets all three
         return {"ok": False, "lost": True, "error": "the stream ended before [DONE] (the server closed it)"}
     try:
-        json.loads(first)
-        final = json.loads(last)
+        parse_json(first.decode(errors="replace"), "the first chunk")
+        final = parse_json(last.decode(errors="replace"), "the last chunk")
         if "error" in final:  # SGLang refuses a streamed request inside the stream: HTTP 200, one error chunk
             return refused(200, last)
         meta = final["meta_info"]
@@ -92,7 +92,7 @@ async def stream(session, url: str, body: dict) -> dict:
         if tokens is None or tokens != int(tokens) or tokens > most:
             raise ValueError(f"completion_tokens {str(meta['completion_tokens'])[:40]}")
         prompt_tokens = number(meta.get("prompt_tokens")) or 0
-    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+    except (RigError, ValueError, KeyError, TypeError) as exc:
         return {"ok": False, "error": f"malformed chunk: {exc.__class__.__name__}: {str(exc)[:200]}"}
     e2e = end - start
     tokens = int(tokens)
@@ -114,9 +114,9 @@ def refused(status: int, body: bytes) -> dict:
     """A request the server answered but would not serve; its reason as SGLang gives it ({"error": {"message"}})."""
     reason = body[:300].decode(errors="replace")
     try:
-        error = json.loads(body)["error"]
+        error = parse_json(body.decode(errors="replace"), "the refusal")["error"]
         reason = str(error.get("message", error) if isinstance(error, dict) else error)[:300]
-    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: nested past the parser
+    except (RigError, KeyError, TypeError):
         pass
     if 300 <= status < 400:
         return {"ok": False, "refused": True, "error": f"redirected (HTTP {status}): rig does not follow redirects; "

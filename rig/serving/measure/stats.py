@@ -1,9 +1,9 @@
 """One round's numbers from its requests, and one level's from its rounds (sglang.bench_serving's names)."""
 from __future__ import annotations
 
-import math
 import statistics
 
+from rig.core.numbers import mean
 from rig.serving.measure.plan import Plan
 
 PERCENTILES = (50, 90, 99)
@@ -27,12 +27,6 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def spread(values: list[float]) -> dict:
     return {f"p{q}": percentile(values, q) for q in PERCENTILES}
-
-
-def mean(values: list[float]) -> float | None:
-    """The mean of measured values, or None: values averaging past the largest float (each finite) say nothing."""
-    found = statistics.fmean(values) if values else None
-    return found if found is not None and math.isfinite(found) else None
 
 
 def median(values: list) -> float | None:
