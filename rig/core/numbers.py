@@ -77,5 +77,8 @@ def mean(values: list) -> float | None:
     1.7e308), and such a mean says nothing."""
     import statistics
 
-    found = statistics.fmean(values) if values else None
+    try:
+        found = statistics.fmean(values) if values else None
+    except OverflowError:  # fsum's intermediate overflow
+        return None
     return found if found is not None and math.isfinite(found) else None
