@@ -223,3 +223,25 @@ def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree"
                     f"{accept:g}): expected accept length {info['expected_accept_length']['3']:.2f} with 3 steps")
     return {"changed": changed, "target": str(out / "target"), "draft": str(out / "draft"), "kind": spec["draft"],
             "model": kind, **info, "msg": msg}
+
+
+def ensure(server: dict, python: str | Path, check: bool = False) -> dict | None:
+    """The serving test model a stack's server section asks for (server.model: testmodel): its shape and
+    acceptance (server.testmodel_shape, testmodel_accept), split for server.tp. Kept when rig's record in
+    server.testmodel_dir says it is that model (an 8B shape is not rewritten to be compared), else written;
+    None when the stack serves a model of its own."""
+    if server["model"] != "testmodel":
+        return None
+    root = Path(server["testmodel_dir"])
+    wanted = {"kind": "serving", "draft": "agree", "shape_name": server["testmodel_shape"],
+              "accept": server["testmodel_accept"], "heads": shape_of(server["testmodel_shape"], server["tp"],
+                                                                     "serving")["heads"]}
+    found = made_by_rig(root) or {}
+    if all(found.get(k) == v for k, v in wanted.items()):
+        record = load_json(root / MARKER, "test model record")
+        return {"changed": False, "msg": f"the {wanted['shape_name']} test model in {root} is the one asked for",
+                **{k: record[k] for k in ("shape", "accept", "t_probability", "expected_accept_length") if k in record}}
+    if check:
+        return {"changed": True, "msg": f"would write the {wanted['shape_name']} test model (accept "
+                                        f"{wanted['accept']:g}) to {root} first"}
+    return build(root, python, tp=server["tp"], shape=wanted["shape_name"], accept=wanted["accept"])

@@ -42,7 +42,7 @@ from rig.core import RigError, progress
 from rig.core.documents import dump_json
 from rig.core.escape import cell
 from rig.core.fs import atomic_write
-from rig.serving import adaptive
+from rig.serving import adaptive, testmodel
 from rig.serving.launch import Servers, make_logs, results_dir, with_server
 from rig.serving.measure.plan import Plan, check_fits
 from rig.serving.measure.record import recorded
@@ -523,20 +523,25 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
         api_key_env: str, check: bool = False) -> dict:
     out = results_dir(out, OUTPUTS)
     step0_config = str(out / "step0.json")
-    if check:  # the step-0 config is rendered from a scratch copy; nothing is written to --out
-        with tempfile.TemporaryDirectory() as scratch:
-            config = str(Path(scratch) / "step0.json")
-            atomic_write(config, adaptive.render({1: 0}))
-            found, wanted, lines = prepare(stack, venv, config)
-            return _check(stack, found, wanted, lines, plan)
+    # every line rendered from a scratch copy of the step-0 config first: nothing is written before all is checked
+    with tempfile.TemporaryDirectory() as scratch:
+        config = str(Path(scratch) / "step0.json")
+        atomic_write(config, adaptive.render({1: 0}))
+        found, wanted, lines = prepare(stack, venv, config)
+    model = testmodel.ensure(stack["server"], Path(venv) / "bin" / "python", check)
+    if check:
+        found_plan = _check(stack, found, wanted, lines, plan)
+        if model:
+            found_plan["msg"] = model["msg"] + "\n" + found_plan["msg"]
+        return found_plan
     if stack["tune"]["step0"]:
         atomic_write(step0_config, adaptive.render({1: 0}))  # every batch size at step 0
-    found, wanted, _ = prepare(stack, venv, step0_config)
+        found = variants(stack, venv, step0_config)
     make_logs(out)
     result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "plan": {**plan.__dict__},
                               "metric": plan.metric, "levels": [lv.name for lv in wanted], "variants": {},
                               "choices": [], "policy": {"kind": "none", "notes": []}, "confirmation": None,
-                              "recommendation": "not finished"}
+                              "recommendation": "not finished", "testmodel": model}
     extra: list[str] = []  # the policy's files, when it has them
     with recorded(out, result, files, figures) as written, \
             Servers(stack["tune"]["start_timeout"], api_key_env) as servers:

@@ -97,3 +97,23 @@ def test_a_builder_answer_without_its_keys_is_refused_before_out_is_touched(tmp_
     done = rig("testmodel", "--out", str(out), "--python", str(fake))
     assert done.returncode == 2 and "writing the test model" in done.stderr and "bytes" in done.stderr
     assert "Traceback" not in done.stderr and not out.exists()
+
+
+def test_tune_keeps_the_test_model_rigs_record_says_is_the_one_asked_for_and_writes_another(tmp_path):
+    """An 8B shape is not rewritten to be compared: rig's record decides; another shape or acceptance is written."""
+    import json
+
+    from rig.serving.testmodel import ensure
+
+    root = tmp_path / "testmodel"
+    for part in ("target", "draft"):
+        (root / part).mkdir(parents=True)
+    spec = {"kind": "serving", "draft": "agree", "seed": 0, "heads": 32, "shape_name": "8b", "accept": 0.7}
+    (root / "testmodel.json").write_text(json.dumps({"spec": spec, "shape": "8b", "accept": 0.7}))
+    server = {"model": "testmodel", "testmodel_dir": str(root), "testmodel_shape": "8b", "testmodel_accept": 0.7,
+              "tp": 1}
+    kept = ensure(server, sys.executable)
+    assert kept["changed"] is False and kept["shape"] == "8b" and kept["accept"] == 0.7
+    assert ensure({**server, "model": "/models/llama"}, sys.executable) is None
+    assert ensure({**server, "testmodel_accept": 0.5}, sys.executable, check=True)["changed"]
+    assert "would write the 1b test model" in ensure({**server, "testmodel_shape": "1b"}, sys.executable, check=True)["msg"]
