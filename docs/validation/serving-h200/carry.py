@@ -3,7 +3,8 @@ and cut them into pieces under the device tool's 64 MiB transfer limit (run here
 
 The GPU machine already has torch 2.11.0+cu130, transformers' dependencies, numpy, triton and the like; the names
 below are what sglang 0.5.17 needs on top (as seen there). Every file comes from the lock, so the versions are
-the lock's. Usage: python docs/validation/serving-h200/carry.py OUTDIR
+the lock's. Usage: python docs/validation/serving-h200/carry.py OUTDIR [--full-kernel]
+(--full-kernel keeps sglang-kernel whole: FlashAttention 3, for `server.attention_backends: [..., fa3]`)
 """
 import json
 import shutil
@@ -43,6 +44,7 @@ def strip_wheel(wheel: Path, prefixes: tuple) -> list[str]:
 
 
 out = Path(sys.argv[1])
+full_kernel = "--full-kernel" in sys.argv[2:]
 lock = read(LOCK)
 wanted = [w for w in lock["wheels"] if w["name"] in MISSING]
 absent = sorted(set(MISSING) - {w["name"] for w in wanted})
@@ -60,8 +62,15 @@ for w in wanted:
 # backend the validation runs); the sm100 ops do not load on SM90. Both stay behind, for transport only: the
 # repacked wheel's sha256 differs from the lock's, and stripped.json says what was left out.
 kernel = next(stage.glob("sglang_kernel-*.whl"))
-dropped = strip_wheel(kernel, ("sgl_kernel/flash_ops.abi3.so", "sgl_kernel/sm100/"))
+dropped = strip_wheel(kernel, ("sgl_kernel/sm100/",) if full_kernel else
+                      ("sgl_kernel/flash_ops.abi3.so", "sgl_kernel/sm100/"))
 (out / "stripped.json").write_text(json.dumps({"wheel": kernel.name, "dropped": dropped}, indent=1))
+# a wheel larger than a piece (sglang-kernel whole) travels as NAME.partNNN chunks, joined there before installing
+for f in [f for f in stage.iterdir() if f.stat().st_size >= PIECE]:
+    data = f.read_bytes()
+    for n, at in enumerate(range(0, len(data), PIECE - 1_000_000)):
+        (stage / f"{f.name}.part{n:03d}").write_bytes(data[at:at + PIECE - 1_000_000])
+    f.unlink()
 bins: list[list[Path]] = []
 for f in sorted(stage.iterdir(), key=lambda p: -p.stat().st_size):
     fit = next((b for b in bins if sum(x.stat().st_size for x in b) + f.stat().st_size < PIECE), None)
