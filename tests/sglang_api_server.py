@@ -31,7 +31,8 @@ What is simulated, and configurable: the single-stream token rate, a total
 capacity shared by the running requests (per-request speed falls under load),
 the accept length (tokens per verify step under speculation), and faults:
 503 for the first seconds, dying mid-stream after N requests, and a malformed
-chunk in every Kth request. GET /rig_test/stats (not SGLang's; the benchmark's
+chunk in every Kth request, and a server that never ends a request (--stream-forever: a chunk every 0.2 s past
+max_new_tokens when streaming, no answer at all otherwise). GET /rig_test/stats (not SGLang's; the benchmark's
 own check) reports the tokens generated and when.
 
 With --rule (the launcher passes a numerics test model's testmodel.json), a request given
@@ -327,6 +328,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
         await stream.write(b"data: [DONE]\n\n")
         await stream.write_eof()
         return stream
+    if sim.args.stream_forever:
+        await _forever(stream, meta)
     sim.active += 1
     batched = sim.args.step_ms > 0
     temperature = float(params.get("temperature", 1.0))  # SGLang's default when a request gives none
@@ -372,6 +375,18 @@ async def generate(request: web.Request) -> web.StreamResponse:
     return stream
 
 
+async def _forever(stream, meta: dict) -> None:
+    """A request that never ends: chunks every 0.2 s whatever max_new_tokens said, or silence (not streaming)."""
+    count = 0
+    while True:
+        await asyncio.sleep(0.2)
+        count += 1
+        if stream is not None:
+            await stream.write(b"data: " + json.dumps({"text": "tok " * count, "output_ids": list(range(count)),
+                                                       "meta_info": {**meta, "completion_tokens": count}}).encode()
+                               + b"\n\n")
+
+
 async def _paced(sim: Simulator, max_tokens: int):
     """Tokens per step of one request at the single-stream rate or its share of the capacity."""
     due = time.monotonic()
@@ -406,6 +421,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--start-delay", type=float, default=0.0, help="seconds of 503 from the health endpoints")
     p.add_argument("--die-after", type=int, default=0, help="exit mid-stream in request N")
     p.add_argument("--malformed-every", type=int, default=0, help="a malformed chunk in every Kth request")
+    p.add_argument("--stream-forever", action="store_true", help="never end a request (a chunk every 0.2 s)")
     p.add_argument("--api-key", default="")
     p.add_argument("--context-length", type=int, default=32768, help="prompt + output tokens a request may ask for")
     p.add_argument("--hide-context", action="store_true", help="leave the context length out of /server_info")

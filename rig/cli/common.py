@@ -151,6 +151,7 @@ def plan_options(serial: bool = False):
                                                        "(default: bench.temperature)."),
         click.option("--top-p", type=float, help="Sampling top_p of every request (default: bench.top_p)."),
         click.option("--seed", type=int, help="Poisson arrivals and the prompt file's order (default: bench.seed)."),
+        click.option("--warmup", type=int, help="Requests sent before a server is measured (default: bench.warmup)."),
         click.option("--slo-ttft-ms", type=float, help="Goodput SLO on TTFT; 0: none (default: bench.slo_ttft_ms)."),
         click.option("--slo-tpot-ms", type=float, help="Goodput SLO on TPOT; 0: none (default: bench.slo_tpot_ms)."),
         click.option("--read-timeout", type=float, help="Seconds without a byte before a request fails (default: "

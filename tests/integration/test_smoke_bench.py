@@ -244,3 +244,25 @@ def test_bench_refuses_bad_input(tmp_path):
     bad = rig("bench", "--url", "http://127.0.0.1:9", "--baseline-results", str(a_file), "--out", str(tmp_path))
     assert bad.returncode == 2 and "not a results.json of rig bench" in bad.stderr
     assert not (tmp_path / "results.json").exists()
+
+
+def test_a_server_that_never_ends_a_request_is_held_to_a_deadline_by_smoke_and_bench(serve, tmp_path):
+    """A chunk every 0.2 s past max_new_tokens never trips a read timeout: bench fails the request at its chunk
+    limit (it asked for 8 tokens), and at its whole-request deadline when the chunks stay within it; smoke's
+    non-streamed request ends at its own deadline (issue 49: every request gets a deadline)."""
+    url = serve("--stream-forever")
+    began = time.monotonic()
+    done = bench("--url", url, "--concurrency", "1", "--max-tokens", "8", "--serial-runs", "1",
+                 "--serial-tokens", "8", "--rounds", "1", "--min-requests", "1", "--warmup", "0",
+                 "--read-timeout", "5", "--out", str(tmp_path / "chunks"))
+    assert done.returncode == 1, done.stderr[-2000:]
+    level = results(tmp_path / "chunks")["runs"][0]["levels"][0]
+    assert level["failed"] == level["requests"] and "went on past the request's end" in level["errors"][0]
+    done = bench("--url", url, "--concurrency", "1", "--max-tokens", "500", "--serial-runs", "1",
+                 "--serial-tokens", "500", "--rounds", "1", "--min-requests", "1", "--warmup", "0",
+                 "--request-timeout", "2", "--out", str(tmp_path / "deadline"))
+    assert done.returncode == 1
+    assert "longer than the request timeout (2 s)" in results(tmp_path / "deadline")["runs"][0]["levels"][0]["errors"][0]
+    smoked = rig("smoke", "--url", url, "--timeout", "20", "--request-timeout", "2", "--json", timeout=120)
+    assert smoked.returncode != 0
+    assert time.monotonic() - began < 60  # every one of them ended on its own limits, not the test's
