@@ -35,11 +35,16 @@ def _rates(text: str | None) -> list[float] | None:
               help="A JSONL ({\"prompt\", \"max_tokens\"} per line) or ShareGPT JSON prompt file (default: rig's).")
 @click.option("--request-rate", "request_rates", help="Open-loop Poisson levels in requests/s, e.g. 2,8 "
               "(default: tune.request_rates), at most the largest concurrency in flight.")
+@click.option("--load-profile", "load_profile", type=click.Path(dir_okay=False),
+              help="Your server's load over time (its log's #running-req lines, a scrape of its "
+                   "sglang:num_running_reqs metric, or {\"histogram\": {...}}): also name the one server that pays "
+                   "best for it.")
 @plan_options()
 @api_key_env_option
 @check_option
 @json_option
-def tune(stack_path, venv_path, out_dir, prompts_path, request_rates, api_key_env, check, as_json, **given) -> None:
+def tune(stack_path, venv_path, out_dir, prompts_path, request_rates, load_profile, api_key_env, check, as_json,
+         **given) -> None:
     """Find where EAGLE-3 pays on this box and how to serve so that it always does.
 
     One server at a time from the stack's own line (rig server args), each
@@ -71,6 +76,10 @@ def tune(stack_path, venv_path, out_dir, prompts_path, request_rates, api_key_en
         stack["tune"]["request_rates"] = rates
     workload = Workload(load_prompts(prompts_path, plan.max_tokens) if prompts_path else None, plan.max_tokens,
                         plan.seed)
-    result = tuning.run(stack, stack_path, venv_path or stack["venv"], out_dir, plan, workload, api_key_env, check)
+    from rig.serving import load_profile as loads
+
+    profile = (load_profile, loads.load(load_profile)) if load_profile else None  # read before anything starts
+    result = tuning.run(stack, stack_path, venv_path or stack["venv"], out_dir, plan, workload, api_key_env, check,
+                        profile)
     emit(result, as_json)
     judged(result["ok"])

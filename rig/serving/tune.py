@@ -48,7 +48,7 @@ from rig.serving.measure.plan import Plan, check_fits
 from rig.serving.measure.record import recorded
 from rig.serving.measure.stats import shown
 from rig.serving.measure.sweep import Level, Server, count, measure
-from rig.serving.measure.verdict import choose, confirm, not_speculating, nothing_measured
+from rig.serving.measure.verdict import choose, confirm, for_load, not_speculating, nothing_measured
 from rig.serving.server import health_url, render
 from rig.serving.workload import Workload
 
@@ -433,6 +433,15 @@ def report_markdown(result: dict) -> str:
             lines.append(f"| {t['level']} | {shown(t['policy'], 1)} | {cell(t['best'])} {shown(t['best_value'], 1)} | "
                          f"{shown(t['ratio_best'], 2)} ({shown(rng and rng[0], 2)}-{shown(rng and rng[1], 2)}) | "
                          f"{t['verdict']} | {shown(t['ratio_baseline'], 2)} |")
+    if (mine := result.get("load_profile")) and mine.get("chosen"):
+        lines += ["", f"## For the load in `{cell(mine['file'])}`", "", "Share of busy time at each measured level "
+                  "(each running-request count at the level nearest it): " + ", ".join(
+                      f"{level} {share:.2f}" for level, share in mine["weights"].items()), "",
+                  "| server | expected |", "|---|---|",
+                  *[f"| {cell(n)} | {v:.1f} |" for n, v in sorted(mine["expected"].items(), key=lambda x: -x[1])],
+                  "", f"Chosen: {cell(mine['chosen'])}, {shown(mine['of_per_level_best'], 2)} of the per-level best's "
+                  "expectation; its ratio to the best per level: " + ", ".join(
+                      f"{level} {ratio:.2f}" for level, ratio in mine["ratios"].items())]
     if result.get("stack_diff"):
         lines += ["", "## Proposed stack change", "", "```diff", result["stack_diff"].replace("```", "'''").rstrip(),
                   "```"]
@@ -520,7 +529,7 @@ def _check(stack: dict, found: list[Variant], wanted: list[Level], lines: dict, 
 
 
 def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, workload: Workload,
-        api_key_env: str, check: bool = False) -> dict:
+        api_key_env: str, check: bool = False, profile: tuple[str, dict[int, float]] | None = None) -> dict:
     out = results_dir(out, OUTPUTS)
     step0_config = str(out / "step0.json")
     # every line rendered from a scratch copy of the step-0 config first: nothing is written before all is checked
@@ -575,6 +584,14 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
                                              BASELINE)
         result["recommendation"] = recommend(kind, rows, result["confirmation"], config_path,
                                              {n: v["levels"] for n, v in result["variants"].items()})
+        if profile:  # the one server that pays best for the user's own load
+            measured = {n: v["levels"] for n, v in result["variants"].items() if v.get("levels")}
+            mine = for_load(measured, list(measured), wanted, profile[1])
+            result["load_profile"] = {"file": profile[0], "histogram": profile[1], **mine}
+            if mine["chosen"]:
+                result["recommendation"] += (f". For the load in {profile[0]}: serve {mine['chosen']} (expected "
+                                             f"{mine['expected'][mine['chosen']]:.0f} {plan.metric.replace('_', ' ')},"
+                                             f" {mine['of_per_level_best']:.2f} of the per-level best's)")
         proposal = proposed_stack(stack_path, kind, config_path, chosen.get("server"))
         if proposal:
             extra.append(str(atomic_write(out / "proposed-stack.yml", proposal[0])))

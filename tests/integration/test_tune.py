@@ -97,10 +97,17 @@ def test_crossing_curves_give_speculation_below_the_crossover_and_step_0_above(t
     stack, env = tune_case(*MODEL)
     three_steps_only(stack)
     out = tune_case.dir / "out"
-    done = tune(stack, out, env)
+    busy = tune_case.dir / "load.json"  # a server that runs 64 requests nine tenths of its busy time
+    busy.write_text(json.dumps({"histogram": {"64": 9, "1": 1}}))
+    done = tune(stack, out, env, "--load-profile", str(busy))
     assert done.returncode in (0, 1), done.stderr[-2000:]
     result = json.loads((out / "tune.json").read_text())
     assert result["schema_version"] == 2 and result["levels"] == ["C=1", "C=64"]
+    mine = result["load_profile"]
+    assert mine["weights"] == {"C=1": 0.1, "C=64": 0.9} and set(mine["expected"]) == set(result["variants"])
+    assert mine["chosen"] == max(mine["expected"], key=mine["expected"].get)
+    assert f"For the load in {busy}: serve {mine['chosen']}" in result["recommendation"]
+    assert "## For the load in" in (out / "report.md").read_text()
     assert list(result["variants"]) == ["baseline", "eagle3-3", "policy"]
     chosen = {r["level"]: r["chosen"] for r in result["choices"]}
     assert chosen == {"C=1": "eagle3-3", "C=64": "baseline"}, result["choices"]

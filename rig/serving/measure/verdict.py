@@ -149,3 +149,33 @@ def confirm(measured: dict[str, dict], rows: list[dict], policy: str, baseline: 
                       "vs_baseline": within_range(vs_base, LIFETIMES) if vs_base else None})
     return {"levels": table, "confirmed": bool(table) and all(t["verdict"] != "lost" for t in table)
             and len(table) == len(rows)}
+
+
+# ------------------------------------------------------------------ tune: the best single server for a load
+
+
+def for_load(measured: dict[str, dict], candidates: list[str], levels: list, profile: dict[int, float]) -> dict:
+    """The one server (of CANDIDATES) with the highest expected output (or goodput) over PROFILE ({running
+    requests: share of time}), each share weighed at the measured closed-loop level nearest it; with each level's
+    ratio to the per-level best, and its expectation's ratio to the per-level best's."""
+    from rig.serving.load_profile import nearest
+
+    closed = {lv.concurrency: lv.name for lv in levels if lv.rate is None}
+    at = {running: closed[nearest(running, list(closed))] for running in profile} if closed else {}
+    best_at = {name: max((measured[v].get(name) or {}).get("value") or 0 for v in candidates)
+               for name in closed.values()}
+    expected: dict[str, float] = {}
+    for name in candidates:
+        values: dict[str, float] = {level: (measured[name].get(level) or {}).get("value") or 0.0
+                                    for level in closed.values()}
+        if all(values[at[r]] > 0 for r in profile):
+            expected[name] = sum(share * values[at[r]] for r, share in profile.items())
+    if not expected:
+        return {"chosen": None, "expected": {}, "why": "no server was measured at every level the profile needs"}
+    chosen = max(expected, key=lambda n: expected[n])
+    ceiling = sum(share * best_at[at[r]] for r, share in profile.items())
+    return {"chosen": chosen, "expected": expected, "weights": {closed_name: round(sum(
+                share for r, share in profile.items() if at[r] == closed_name), 4) for closed_name in closed.values()},
+            "of_per_level_best": expected[chosen] / ceiling if ceiling else None,
+            "ratios": {level: ((measured[chosen].get(level) or {}).get("value") or 0) / best_at[level]
+                       for level in closed.values() if best_at[level]}}
