@@ -12,18 +12,15 @@ because an earlier one failed is skipped, saying which.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from rig.core import RigError, progress, wheelfile
-from rig.core.check import Check, as_json, failed, render
+from rig.core import RigError, wheelfile
+from rig.core.check import Check, Runner, Skip, as_json, failed, render
 
 KERNELS = ("sglang-kernel", "sgl-kernel", "flashinfer-cubin")  # compiled kernels, audited from their files
-
-
-class Skip(Exception):
-    """The check cannot run here; the message says why."""
 
 
 def run(stack_path: str, cache: str | Path, venv: str | None = None, patch_dir: str | None = None) -> dict:
@@ -98,22 +95,20 @@ def run(stack_path: str, cache: str | Path, venv: str | None = None, patch_dir: 
               ("patches", "Does every patch know the locked sglang and flashinfer, and still anchor?", patches),
               ("server", "Does the server command line parse?", server),
               ("environment", "Does the environment module render?", environment)]
-    results = []
+    runner = Runner("validate")
     for name, question, body in checks:
-        check = Check("validate", name, "pass", "", question=question)
-        progress(f"validate: {name}")
-        try:
-            check.problems, check.detail = body()
-        except Skip as exc:
-            check.status, check.detail = "skip", str(exc)
-        except RigError as exc:
-            check.problems = [str(exc)]
-        if check.problems:
-            check.status = "fail"
-        results.append(check)
+        runner.run(name, _answering(body), question)
+    results = runner.checks
     ok = not failed(results)
     return {**as_json(results), "stack": stack_path, "suite": f"rig validate {stack_path}",
             "msg": render(results, f"{'valid' if ok else 'NOT valid'}: {stack_path}")}
+
+
+def _answering(body: Callable[[], tuple[list[str], str]]) -> Callable[[Check], None]:
+    """A check's work from BODY, which answers (problems, detail)."""
+    def work(check: Check) -> None:
+        check.problems, check.detail = body()
+    return work
 
 
 def _need(state: dict, key: str):

@@ -3,8 +3,11 @@ and prove alike."""
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from rig.core import RigError, progress
 from rig.core.escape import terminal
 
 MARKS = {"pass": "PASS", "fail": "FAIL", "skip": "skip", "warn": "WARN"}
@@ -20,6 +23,54 @@ class Check:
     required: bool = True  # a failed check that is not required is reported without failing the run
     question: str = ""  # what the check asks: a CI report's test name says it
     problems: list[str] = field(default_factory=list)  # every problem a failed check found, not only the first
+    seconds: float | None = None  # how long it ran, where a runner timed it
+    data: dict = field(default_factory=dict)  # what it measured, for a report to show
+
+
+class Skip(Exception):
+    """The check cannot run here; the message says why (never a pass)."""
+
+
+class Runner:
+    """Checks run one after another (validate's, prove's steps), each timed: a Skip is a skip with its reason,
+    a RigError a failure with its message, problems the work leaves a failure; an interruption or a defect is
+    recorded as failed, never passed, and raised."""
+
+    def __init__(self, layer: str) -> None:
+        self.layer = layer
+        self.checks: list[Check] = []
+
+    def run(self, name: str, work: Callable[[Check], None], question: str = "") -> Check:
+        check = Check(self.layer, name, "pass", "", question=question)
+        self.checks.append(check)
+        progress(f"{self.layer}: {name}")
+        began = time.monotonic()
+        try:
+            work(check)
+        except Skip as exc:
+            check.status, check.detail = "skip", str(exc)
+        except RigError as exc:
+            check.status, check.detail, check.problems = "fail", str(exc), [*check.problems, str(exc)]
+        except BaseException as exc:  # interrupted or broken: never recorded as passed
+            check.status, check.detail = "fail", f"stopped: {type(exc).__name__}: {exc}"
+            raise
+        finally:
+            check.seconds = round(time.monotonic() - began, 1)
+        if check.problems:
+            check.status = "fail"
+        said = check.detail.splitlines()[0] if check.detail else ""
+        progress(f"{self.layer}: {name}: {MARKS[check.status]} {said}".rstrip())
+        return check
+
+    def skip(self, name: str, why: str) -> Check:
+        """NAME not run, for WHY."""
+        self.checks.append(Check(self.layer, name, "skip", why, seconds=0.0))
+        progress(f"{self.layer}: {name}: skipped ({why})")
+        return self.checks[-1]
+
+    @property
+    def ok(self) -> bool:
+        return not failed(self.checks)
 
 
 def failed(checks: list[Check]) -> bool:
@@ -65,6 +116,8 @@ def junit(checks: list[Check], suite_name: str) -> str:
     for check in checks:
         case = ET.SubElement(suite, "testcase", classname=f"rig.{check.layer}",
                              name=_xml(f"{check.name}: {check.question}" if check.question else check.name))
+        if check.seconds is not None:
+            case.set("time", f"{check.seconds:g}")
         if check.status == "fail":
             problems = check.problems or [check.detail]
             failure = ET.SubElement(case, "failure", message=_xml(problems[0][:500]))

@@ -12,12 +12,12 @@ run passes only when no step fails.
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from rig.core import RigError, progress
+from rig.core import RigError
+from rig.core.check import Check, Runner
 from rig.core.escape import cell
 from rig.core.fs import atomic_write
 from rig.python.introspect import held
@@ -36,48 +36,6 @@ OUTPUTS = ("prove.json", "report.md", "prove.png")
 STEPS = ("doctor", "probe", "testmodel", "servers")
 BASELINE, EAGLE = "baseline", "eagle3"
 BENCH_LEVELS = [Level(1), Level(8)]
-
-
-@dataclass
-class Step:
-    name: str
-    status: str = "skip"  # pass, fail or skip
-    detail: str = ""
-    seconds: float = 0.0
-    data: dict = field(default_factory=dict)
-
-
-class Report:
-    """The steps so far; each runs through `step`, which times it and turns its failure into a verdict."""
-
-    def __init__(self) -> None:
-        self.steps: list[Step] = []
-
-    def step(self, name: str, work: Callable[[Step], None]) -> Step:
-        record = Step(name, "pass")
-        self.steps.append(record)
-        progress(f"prove: {name}")
-        began = time.monotonic()
-        try:
-            work(record)
-        except RigError as exc:
-            record.status, record.detail = "fail", str(exc)
-        except BaseException as exc:  # interrupted or broken: never recorded as passed
-            record.status, record.detail = "fail", f"stopped: {type(exc).__name__}: {exc}"
-            raise
-        finally:
-            record.seconds = round(time.monotonic() - began, 1)
-        progress(f"prove: {name}: {record.status.upper()} {record.detail.splitlines()[0] if record.detail else ''}")
-        return record
-
-    def skip(self, name: str, why: str) -> Step:
-        self.steps.append(Step(name, "skip", why))
-        progress(f"prove: {name}: skipped ({why})")
-        return self.steps[-1]
-
-    @property
-    def ok(self) -> bool:
-        return not any(s.status == "fail" for s in self.steps)
 
 
 # ------------------------------------------------------------------ numerics against a server
@@ -188,7 +146,7 @@ def versions(python: Path) -> dict:
                       {"torch_cuda": runtime.get("cuda"), "nccl": runtime.get("nccl")})}  # torch_cuda: its build
 
 
-def _doctor(stack: dict, stack_path: str, venv: str, record: Step) -> None:
+def _doctor(stack: dict, stack_path: str, venv: str, record: Check) -> None:
     from rig.core.check import as_json
     from rig.machine import doctor
     from rig.python.lock import lock_path, read
@@ -205,7 +163,7 @@ def _doctor(stack: dict, stack_path: str, venv: str, record: Step) -> None:
     record.detail = f"{len(checks)} checks, none failed"
 
 
-def _probe(python: Path, gpus: int, record: Step) -> None:
+def _probe(python: Path, gpus: int, record: Check) -> None:
     from rig.machine import probe
 
     record.data = {**probe.analyse(probe.measure(python, gpus)), "peers": probe.measure_peers(python, gpus)}
@@ -217,7 +175,7 @@ def _probe(python: Path, gpus: int, record: Step) -> None:
         raise RigError(f"peer-to-peer failed (rig machine probe): {record.detail}")
 
 
-def _given_model(models: Path, tps: list[int], record: Step) -> None:
+def _given_model(models: Path, tps: list[int], record: Check) -> None:
     """--skip testmodel: the model in MODELS must be rig's numerics test model, split for every TP size."""
     spec = testmodel.made_by_rig(models) or {}
     if spec.get("kind") != "numerics":
@@ -230,19 +188,19 @@ def _given_model(models: Path, tps: list[int], record: Step) -> None:
     record.detail = f"{models}: rig's numerics test model, as it is (--skip testmodel)"
 
 
-def _testmodel(python: Path, models: Path, tps: list[int], record: Step) -> None:
+def _testmodel(python: Path, models: Path, tps: list[int], record: Check) -> None:
     made = testmodel.build(models, python, tp=max(tps), kind="numerics")
     record.data = {k: made[k] for k in ("reference", "heads", "torch", "changed")}
     record.detail = made["msg"]
 
 
-def _serve(servers: Servers, report: Report, label: str, argv: list[str], url: str, baseline: bool, out: Path,
+def _serve(servers: Servers, report: Runner, label: str, argv: list[str], url: str, baseline: bool, out: Path,
            api_key_env: str, want: list[list[int]] | None, bench: dict) -> dict | None:
     """One server, from ARGV (rendered by plan()): started and smoke-tested, asked the numerics prompts,
     benchmarked briefly, stopped. Returns its numerics answer (None when it never served)."""
     launched: list[Launched] = []
 
-    def start(record: Step) -> None:
+    def start(record: Check) -> None:
         record.data = {"argv": argv, "log": str(out / "logs" / f"{label.replace(' ', '-')}.log")}
         launched.append(servers.start(label, argv, url, Path(record.data["log"])))
         record.data.update(smoke=launched[0].smoke["msg"], healthy_after_s=launched[0].started_s,
@@ -253,7 +211,7 @@ def _serve(servers: Servers, report: Report, label: str, argv: list[str], url: s
 
     answer: dict[str, Any] = {}
 
-    def check(record: Step) -> None:
+    def check(record: Check) -> None:
         result = check_numerics(url, api_key_env, want)
         answer.update(result)
         record.data = {k: v for k, v in result.items() if k != "tokens"}
@@ -268,7 +226,7 @@ def _serve(servers: Servers, report: Report, label: str, argv: list[str], url: s
         record.detail = (f"{result['prompts']} prompts x {len(result['tokens'][0])} greedy tokens = {against}"
                          + (f", smallest top-2 margin {result['min_margin']}" if result["min_margin"] is not None else ""))
 
-    def measured(record: Step) -> None:
+    def measured(record: Check) -> None:
         bench_plan = plan_from(bench, concurrency=[lv.concurrency for lv in BENCH_LEVELS], max_tokens=64, rounds=1,
                                min_requests=8, min_seconds=0, warmup=2, temperature=0.0)
         server = Server(url, label, bench_plan, api_key_env)
@@ -286,10 +244,10 @@ def _serve(servers: Servers, report: Report, label: str, argv: list[str], url: s
                            f"{out / 'logs'}")
 
     try:
-        if report.step(f"{label}: start and smoke", start).status != "pass":
+        if report.run(f"{label}: start and smoke", start).status != "pass":
             return None
-        report.step(f"{label}: numerics", check)
-        report.step(f"{label}: bench", measured)
+        report.run(f"{label}: numerics", check)
+        report.run(f"{label}: bench", measured)
     finally:
         for server in launched:
             if server in servers.running:
@@ -315,14 +273,14 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
     from rig.machine.doctor import visible_gpus
 
     make_logs(out)
-    report = Report()
+    report = Runner("prove")
     result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "tp_sizes": tps, "gpus": 0,
                               "driver": None, "ok": False, "steps": []}
 
     def files(result: dict) -> dict[str, str]:
         from rig.core.outdir import record
 
-        result.update(ok=report.ok and not result.get("stopped"), steps=[s.__dict__ for s in report.steps])
+        result.update(ok=report.ok and not result.get("stopped"), steps=[asdict(s) for s in report.checks])
         return {"prove.json": record(result, "prove.json"), "report.md": report_markdown(result)}
 
     with recorded(out, result, files, figures) as written:
@@ -333,17 +291,17 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
         if "doctor" in skip:
             report.skip("doctor", "not asked for (--skip doctor)")
         else:
-            report.step("doctor", lambda r: _doctor(stack, stack_path, venv, r))
+            report.run("doctor", lambda r: _doctor(stack, stack_path, venv, r))
         if "probe" in skip:
             report.skip("probe", "not asked for (--skip probe)")
         elif gpus < 1:
             report.skip("probe", "no GPU is visible (nvidia-smi lists none)")
         else:
-            report.step("probe", lambda r: _probe(python, gpus, r))
+            report.run("probe", lambda r: _probe(python, gpus, r))
         if "testmodel" in skip:
-            built = report.step("testmodel (given)", lambda r: _given_model(models, tps, r))
+            built = report.run("testmodel (given)", lambda r: _given_model(models, tps, r))
         else:
-            built = report.step("testmodel", lambda r: _testmodel(python, models, tps, r))
+            built = report.run("testmodel", lambda r: _testmodel(python, models, tps, r))
         if "servers" in skip:
             report.skip("servers", "not asked for (--skip servers)")
         elif built.status == "fail":
@@ -353,19 +311,19 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
                 for size in tps:
                     _serve_size(servers, report, lines, health_url(stack), size, gpus, out, api_key_env,
                                 stack["bench"])
-    failed = [s.name for s in report.steps if s.status == "fail"]
-    return {"ok": report.ok, "files": written, "steps": [s.__dict__ for s in report.steps],
+    failed = [s.name for s in report.checks if s.status == "fail"]
+    return {"ok": report.ok, "files": written, "steps": [asdict(s) for s in report.checks],
             "msg": "\n".join([f"wrote {', '.join(written)}",
-                              *(_line(s) for s in report.steps),
+                              *(_line(s) for s in report.checks),
                               "every step passed or was skipped" if report.ok else f"FAILED: {', '.join(failed)}"])}
 
 
-def _line(s: Step) -> str:
+def _line(s: Check) -> str:
     first = s.detail.splitlines()[0] if s.detail else ""
     return f"{s.status.upper():4}  {s.name} ({s.seconds:g} s)" + (f": {first}" if first else "")
 
 
-def _serve_size(servers: Servers, report: Report, lines: dict[str, list[str]], url: str, size: int, gpus: int,
+def _serve_size(servers: Servers, report: Runner, lines: dict[str, list[str]], url: str, size: int, gpus: int,
                 out: Path, api_key_env: str, bench: dict) -> None:
     if size > 1 and gpus < size:
         report.skip(f"tp{size}", f"TP {size} needs {size} GPUs; {gpus} visible")

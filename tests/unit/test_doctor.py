@@ -18,7 +18,7 @@ def test_a_missing_venv_fails_with_the_fix_and_the_report_has_every_layer(tmp_pa
     assert toolkit.status == "fail" and "no CUDA toolkit under" in toolkit.detail
     assert report.failed(checks)
     assert set(report.as_json(checks)["checks"][0]) == {"layer", "name", "status", "detail", "fix", "required",
-                                                       "question", "problems"}
+                                                       "question", "problems", "seconds", "data"}
 
 
 def test_a_venv_that_matches_its_marker_passes(tmp_path):
