@@ -221,7 +221,7 @@ def bench_lock(rounds: int) -> None:
             stack = Path(tmp) / STACK.name
             shutil.copyfile(STACK, stack)
             for kind in ("lock cold", "lock warm"):
-                results[kind].append(timed([str(BIN / "rig"), "lock", str(stack)], env))
+                results[kind].append(timed([str(BIN / "rig"), "lock", "--stack", str(stack)], env))
         for kind in ("fetch cold", "fetch warm"):
             results[kind].append(timed([str(BIN / "rig"), "wheelhouse", "fetch", str(lock), "--cache", str(cache)], env))
         shutil.rmtree(cache, ignore_errors=True)
@@ -799,7 +799,7 @@ def bench_tasks(rounds: int) -> None:
         loop = {"loop": list(range(TASKS))}
         plays = {
             "rig": [{"hosts": "all", "gather_facts": False, "roles": ["rig_engine"], "tasks": [
-                {"name": "Show the stack", "rig": {"argv": ["stack", "show", "/nonexistent.yml"], "mode": "read"},
+                {"name": "Show the stack", "rig": {"argv": ["stack", "show", "--stack", "/nonexistent.yml"], "mode": "read"},
                  "failed_when": False, **loop}]}],
             "command": [{"hosts": "all", "gather_facts": False, "tasks": [
                 {"name": "A command", "ansible.builtin.command": "true", "changed_when": False, **loop}]}],

@@ -2,78 +2,134 @@
 --check for a dry run wherever something would change.
 
 One module per command group (rig/cli/NAME.py), each only parse -> call the
-engine -> print; what they share is in rig.cli.common. This module holds the
-root group and main(), the one error boundary.
+engine -> print, its imports at its top; what they share is in rig.cli.common.
+This module holds the root group, its command table and main(), the one error
+boundary.
 
-Heavy controller-only libraries (yaml, docker) are imported inside commands so
-that the engine bundle runs on targets with python3 alone.
+The table is lazy, as pip's is: it names each command's module and its one-line
+summary, so `rig --help` lists the commands in the order users take them
+without importing any, and a run imports only its own command's module (the
+engine bundle runs on targets with python3 and the bundled libraries alone).
 """
 from __future__ import annotations
 
+import difflib
+import importlib
 import json
 import os
+import signal
 import sys
+import tarfile
+import traceback
+import zipfile
+from typing import NamedTuple
 
 import click
 
 from rig import __version__
-from rig.cli import (
-    audit,
-    bundle,
-    cuda,
-    doctor,
-    env,
-    image,
-    ldconfig,
-    lock,
-    machine,
-    patch,
-    plumbing,
-    prove,
-    server,
-    smoke,
-    stack,
-    testmodel,
-    tool,
-    tune,
-    upgrade,
-    validate,
-    venv,
-    wheelhouse,
-    wheels,
+from rig.cli.common import (
+    DEFAULT_BUNDLE,
+    DEFAULT_CACHE,
+    ERROR,
+    INTERNAL,
+    INTERRUPTED,
+    OK,
+    SIGNALLED,
+    moved,
 )
-from rig.cli.common import DEFAULT_BUNDLE, DEFAULT_CACHE, DEFAULT_STACK, ERROR, INTERNAL, INTERRUPTED, SIGNALLED, moved
 from rig.core import RigError
 from rig.core.escape import terminal
 
-__all__ = ["DEFAULT_BUNDLE", "DEFAULT_CACHE", "DEFAULT_STACK", "cli", "main"]
+__all__ = ["COMMANDS", "DEFAULT_BUNDLE", "DEFAULT_CACHE", "cli", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Entry(NamedTuple):
+    name: str
+    where: str  # MODULE:ATTRIBUTE under rig.cli, or MODULE:GROUP SUBCOMMAND for an old spelling
+    summary: str  # what `rig --help` says of it
+    moved_to: str = ""  # an old top-level spelling: where the command lives now (hidden, for one release)
+
+
+# In the order users take them: the stack and its lock, the CUDA toolkit, the wheels and the venv, the
+# environment and patches, the checks, the machine, the test model, serving and measuring, images, upgrades,
+# plumbing.
+COMMANDS = (
+    Entry("stack", "stack:stack", "Read and validate stack files."),
+    Entry("lock", "lock:lock_cmd", "Resolve a stack into its lock: every wheel, version, file and sha256."),
+    Entry("validate", "validate:validate_cmd", "Gate a stack in CI, with no GPU: every check, every problem."),
+    Entry("cuda", "cuda:cuda", "Install CUDA toolkits side by side; the /usr/local/cuda link."),
+    Entry("wheelhouse", "wheelhouse:wheelhouse", "The controller's hash-keyed cache of locked wheels."),
+    Entry("venv", "venv:venv", "The stack's virtualenv on a target, installed offline."),
+    Entry("wheels", "wheels:wheels", "Build kernel wheels against the venv's own torch."),
+    Entry("env", "env:env_group", "The CUDA 13 environment the venv's processes start with."),
+    Entry("patch", "patch:patch", "SM120 / EAGLE-3 source patches on an installed venv."),
+    Entry("doctor", "doctor:doctor", "Check the machine, driver, toolkits and venv; or read a log."),
+    Entry("audit", "audit:audit", "Audit wheels, installed packages or shared objects."),
+    Entry("machine", "machine:machine", "The GPUs and the machine under the stack: facts, probe."),
+    Entry("testmodel", "testmodel:testmodel", "Write a tiny target and EAGLE-3 draft to prove serving."),
+    Entry("server", "server:server", "The SGLang server's command line from the stack."),
+    Entry("smoke", "smoke:smoke", "Wait for the server, send prompts, check the completions."),
+    Entry("bench", "smoke:bench", "Benchmark EAGLE-3 against a baseline: serial, then a sweep."),
+    Entry("tune", "tune:tune", "Find where EAGLE-3 pays on this box and how to serve it."),
+    Entry("prove", "prove:prove", "Prove this box: doctor, probe, numerics, the servers."),
+    Entry("image", "image:image", "The stack's serving image, built from its lock."),
+    Entry("upgrade", "upgrade:upgrade", "A day-two upgrade of a serving host, step by step."),
+    Entry("plumbing", "plumbing:plumbing", "What roles and images use underneath: bundle, tools."),
+    # the old top-level spellings, for one release
+    Entry("ldconfig-conf", "cuda:cuda ldconfig-conf", "", "cuda ldconfig-conf"),
+    Entry("probe", "machine:machine probe", "", "machine probe"),
+    Entry("sbom", "image:image sbom", "", "image sbom"),
+    Entry("tool", "plumbing:plumbing tool", "", "plumbing tool"),
+    Entry("bundle", "plumbing:plumbing bundle", "", "plumbing bundle"),
+)
+_TABLE = {entry.name: entry for entry in COMMANDS}
+
+
+class LazyGroup(click.Group):
+    """The root group: its commands from COMMANDS, each module imported when its command is asked for."""
+
+    def list_commands(self, ctx):
+        return [entry.name for entry in COMMANDS]
+
+    def get_command(self, ctx, cmd_name):
+        entry = _TABLE.get(cmd_name)
+        if entry is None:
+            return None
+        module, _, path = entry.where.partition(":")
+        attribute, *sub = path.split()
+        command = getattr(importlib.import_module(f"rig.cli.{module}"), attribute)
+        if sub:
+            return moved(command.commands[sub[0]], entry.moved_to)
+        command.short_help = entry.summary
+        return command
+
+    def format_commands(self, ctx, formatter):
+        """The table's summaries, in its order: no command module is imported for `rig --help`."""
+        rows = [(entry.name, entry.summary) for entry in COMMANDS if not entry.moved_to]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def resolve_command(self, ctx, args):
+        """An unknown command is answered with the close matches among the commands users see."""
+        if args and args[0] not in _TABLE and not args[0].startswith("-") and not ctx.resilient_parsing:
+            shown = [entry.name for entry in COMMANDS if not entry.moved_to]
+            near = difflib.get_close_matches(args[0], shown, n=3, cutoff=0.6)
+            hint = f": did you mean {' or '.join(f'`rig {n}`' for n in near)}?" if near else ""
+            raise click.UsageError(f"no command {args[0]!r}{hint}", ctx)
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rig")
 @click.option("--debug", is_flag=True, help="On failure, print the traceback too (anywhere on the line; or RIG_DEBUG=1).")
 def cli(debug: bool) -> None:
     """Provision, build and prove an SGLang + EAGLE-3 stack on CUDA 13.
 
-    Versions come from a stack file (stacks/NAME.yml). Ansible roles and the
-    Dockerfile call these same subcommands. Every failure is one `rig: error:`
-    line and exit 2 (bad input, or a host problem to fix).
+    Versions come from a stack file (--stack, $RIG_STACK, or the nearest
+    stacks/default.yml). Ansible roles and the Dockerfile call these same
+    subcommands. Every failure is one `rig: error:` line and exit 2 (bad
+    input, or a host problem to fix).
     """
-
-
-# Commands by what users do; the tools under them in their groups (cuda, machine, image, plumbing).
-cuda.cuda.add_command(ldconfig.ldconfig_conf)
-machine.machine.add_command(machine.probe)
-image.image.add_command(image.sbom)
-for _command in (stack.stack, lock.lock_cmd, wheelhouse.wheelhouse, venv.venv, env.env_group, server.server,
-                 smoke.smoke, smoke.bench, tune.tune, prove.prove, upgrade.upgrade, testmodel.testmodel,
-                 machine.machine, image.image, cuda.cuda, doctor.doctor, patch.patch, audit.audit,
-                 validate.validate_cmd, wheels.wheels, plumbing.plumbing):
-    cli.add_command(_command)
-# the old top-level spellings, for one release
-for _command, _now in ((ldconfig.ldconfig_conf, "cuda ldconfig-conf"), (machine.probe, "machine probe"),
-                       (image.sbom, "image sbom"), (tool.tool, "plumbing tool"), (bundle.bundle, "plumbing bundle")):
-    cli.add_command(moved(_command, _now))
 
 
 class Terminated(BaseException):
@@ -86,9 +142,6 @@ def _terminate(signum, frame) -> None:
 
 def _explain(exc: BaseException) -> str | None:
     """One line for an error that input or the host caused; None for a defect of rig's own."""
-    import tarfile
-    import zipfile
-
     if isinstance(exc, RigError):
         return str(exc)
     if isinstance(exc, UnicodeError):
@@ -113,10 +166,8 @@ def _said(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """The one error boundary: every failure is one `rig: error:` line and exit 2 (bad input or host),
-    70 for a defect of rig's own; --debug (or RIG_DEBUG=1) adds the traceback."""
-    import signal
-    import traceback
-
+    70 for a defect of rig's own; --debug (or RIG_DEBUG=1) adds the traceback; a group given no command prints
+    its help and exits 0."""
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv or os.environ.get("RIG_DEBUG") == "1"
     for signum in (signal.SIGTERM, signal.SIGHUP):
@@ -129,6 +180,9 @@ def main(argv: list[str] | None = None) -> None:
     except Terminated as exc:
         click.echo("rig: terminated", err=True)
         sys.exit(SIGNALLED + exc.args[0])
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help())
+        sys.exit(OK)
     except click.exceptions.ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""

@@ -12,13 +12,16 @@ from rig.cli.common import (
     write_junit,
 )
 from rig.core.documents import dump_json
+from rig.kernels import audit as audits
+from rig.stack.spec import load
 
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
 @stack_option(help="The CUDA major and target archs to hold the files to.")
-@venv_option(help="Take torch from this venv, and audit PATHS that are its installed "
-              "distributions (e.g. sglang-kernel).")
+@venv_option(optional="torch from --torch, or none (the torch symbols are not checked).",
+             help="Take torch from this venv, and audit PATHS that are its installed distributions (e.g. "
+                  "sglang-kernel).")
 @click.option("--torch", "torch_path", help="Take torch from this torch wheel or torch/lib directory instead.")
 @junit_option
 @json_option
@@ -35,9 +38,6 @@ def audit(paths, stack_path, venv_path, torch_path, junit, as_json) -> None:
     venv's torch and NVIDIA libraries, RUNPATH, this host's loader cache).
     Exit 1 when any artifact fails; WARN names what could not be read.
     """
-    from rig.kernels import audit as audits
-    from rig.stack.spec import load
-
     common, installed = audits.context(load(stack_path), venv_path, torch_path, list(paths))
     reports = [audits.audit_path(p, installed, common) for p in paths]
     write_junit(junit, [audits.as_check(r) for r in reports], "rig audit")

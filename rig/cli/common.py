@@ -1,17 +1,35 @@
-"""What every command group shares: defaults, exit statuses, options, parameter types and output."""
+"""What every command group shares: defaults, exit statuses, options, parameter types and output.
+
+The grammar every command follows, declared here once:
+- the stack is `--stack FILE`, else $RIG_STACK, else stacks/default.yml in the nearest directory at or above the
+  current one that has it (as cargo finds Cargo.toml); `--help` shows which file that is;
+- a venv a command needs is `--venv DIR`, else the stack's `venv` key; an optional one says what its absence means;
+- a result directory is `--out DIR`; one file written is `--output FILE` (or `--junit FILE`);
+- a mode flag that makes other options meaningless refuses them (`refuse_unused`);
+- a choice misspelt is answered with the close matches.
+"""
 from __future__ import annotations
 
+import difflib
+import functools
 import os
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import click
+from click.core import ParameterSource
 
-from rig.core import defaults
+from rig.core import RigError, check, defaults, numbers
+from rig.core.documents import dump_json
+from rig.core.escape import terminal
+from rig.core.fs import atomic_write
+from rig.stack.spec import load
 
-DEFAULT_STACK = "stacks/default.yml"
+STACKS_DEFAULT = Path("stacks") / "default.yml"
 DEFAULT_CACHE = defaults.cache_dir()
 DEFAULT_BUNDLE = os.environ.get("RIG_BUNDLE", str(Path(DEFAULT_CACHE) / "engine" / "rig.pyz"))
+STACK_ENV = "RIG_STACK"
 
 # exit statuses, named once: every command and the error boundary in rig.cli use these
 OK = 0
@@ -22,17 +40,129 @@ INTERNAL = 70  # a defect of rig's own (EX_SOFTWARE)
 INTERRUPTED = 130  # Ctrl-C
 SIGNALLED = 128  # plus the signal's number: SIGTERM or SIGHUP
 
+
+def default_stack(start: Path | None = None) -> str | None:
+    """stacks/default.yml in START (the current directory) or the nearest directory above it that has one."""
+    here = (start or Path.cwd()).absolute()
+    for directory in (here, *here.parents):
+        if (directory / STACKS_DEFAULT).is_file():
+            return str(directory / STACKS_DEFAULT)
+    return None
+
+
+def _no_stack() -> click.UsageError:
+    return click.UsageError(f"no stack: give --stack FILE or set {STACK_ENV} (no {STACKS_DEFAULT} in "
+                            f"{Path.cwd()} or any directory above it)")
+
+
+def need_stack(path: str | None) -> str:
+    """The stack a command needs: PATH, or the one error that says how to give it."""
+    if path is None:
+        raise _no_stack()
+    return path
+
+
+class StackOption(click.Option):
+    """--stack: the option, else $RIG_STACK, else the nearest stacks/default.yml; its help names the file."""
+
+    def get_help_extra(self, ctx):
+        extra = super().get_help_extra(ctx)
+        found = default_stack()
+        extra["default"] = f"{found} (the nearest {STACKS_DEFAULT})" if found else \
+            f"none: no {STACKS_DEFAULT} here or above"
+        return extra
+
+
+class _OldStackArgument(click.Argument):
+    """The positional STACK of before --stack: accepted for one release, shown nowhere."""
+
+    def get_usage_pieces(self, ctx):
+        return []
+
+
+def stack_option(required: bool = True, positional: bool = False, **settings):
+    """--stack, declared once (STACK_PATH): from the option, $RIG_STACK or the nearest stacks/default.yml.
+    REQUIRED: the command refuses to run without one (else it gets None and says when it needs one).
+    POSITIONAL: the command once took the stack as its argument; that spelling still runs for one release."""
+    def declare(func):
+        @functools.wraps(func)
+        def run(*args, **kwargs):
+            old = kwargs.pop("old_stack", None)
+            if old is not None:
+                if click.get_current_context().get_parameter_source("stack_path") is ParameterSource.COMMANDLINE:
+                    raise click.UsageError(f"give the stack once: --stack {kwargs['stack_path']} or the old "
+                                           f"positional {old}, not both")
+                click.echo("rig: the stack as an argument is now `--stack FILE`; the old spelling goes in the next "
+                           "release", err=True)
+                kwargs["stack_path"] = old
+            if required:
+                need_stack(kwargs["stack_path"])
+            return func(*args, **kwargs)
+
+        if positional:
+            run = click.argument("old_stack", required=False, cls=_OldStackArgument)(run)
+        return click.option("--stack", "stack_path", cls=StackOption, envvar=STACK_ENV, show_envvar=True,
+                            default=default_stack, metavar="FILE",
+                            **{"help": "The stack file.", **settings})(run)
+
+    return declare
+
+
+VENV_DEFAULT = "Default: the stack's `venv` key."
+
+
+def venv_option(optional: str | None = None, **settings):
+    """--venv, declared once (VENV_PATH). A command that needs a venv takes the stack's `venv` key when none is
+    given (resolve it with venv_of); OPTIONAL says what a command that can do without one does then."""
+    said = settings.pop("help", "The stack's virtualenv.")
+    said = f"{said} Without it: {optional}" if optional else f"{said} {VENV_DEFAULT}"
+    return click.option("--venv", "venv_path", metavar="DIR", help=said, **settings)
+
+
+def venv_of(venv_path: str | None, stack_path: str | None) -> str:
+    """The venv a command works on: --venv, else the stack's `venv` key."""
+    if venv_path:
+        return venv_path
+    return load(need_stack(stack_path))["venv"]
+
+
+def refuse_unused(mode: str, *used: str) -> None:
+    """MODE (a mode option, given) ignores every option but USED (parameter names): one given on the command
+    line anyway is refused, naming it, before anything runs."""
+    ctx = click.get_current_context()
+    unused = [p for p in ctx.command.params if p.name not in (*used, "as_json") and isinstance(p, click.Option)
+              and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE]
+    if unused:
+        names = ", ".join(p.opts[0] for p in unused)
+        raise click.UsageError(f"{names} {'has' if len(unused) == 1 else 'have'} no effect with {mode}: leave "
+                               f"{'it' if len(unused) == 1 else 'them'} out")
+
+
+class Choice(click.Choice):
+    """click's Choice, with the close matches said when a value is misspelt (`--skip dcotor`: doctor)."""
+
+    def convert(self, value, param, ctx):
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            near = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=3, cutoff=0.6)
+            choices = ", ".join(map(str, self.choices))
+            hint = f"did you mean {' or '.join(near)}? " if near else ""
+            self.fail(f"{value!r} is not a choice: {hint}choose from {choices}", param, ctx)
+
+
+def out_option(default: str | None, what: str, **settings):
+    """--out DIR, declared once: the directory a command writes its results to (a new one or a directory)."""
+    return click.option("--out", "out_dir", type=click.Path(file_okay=False), metavar="DIR", default=default,
+                        show_default=default is not None, help=f"The result directory: {what}", **settings)
+
+
+def output_option(what: str = "Write here instead of stdout.", **settings):
+    """--output FILE, declared once: the one file a command writes (instead of printing it)."""
+    return click.option("--output", type=click.Path(dir_okay=False), metavar="FILE", help=what, **settings)
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-
-
-def venv_option(**settings):
-    """--venv, declared once (the command's VENV_PATH); SETTINGS say what it is to that command."""
-    return click.option("--venv", "venv_path", **{"help": "The stack's virtualenv.", **settings})
-
-
-def stack_option(**settings):
-    """--stack, declared once (STACK_PATH), the default stack unless SETTINGS say otherwise."""
-    return click.option("--stack", "stack_path", **{"default": DEFAULT_STACK, "show_default": True, **settings})
 
 
 def cache_option(**settings):
@@ -57,8 +187,6 @@ class Url(click.ParamType):
         self.schemes = schemes
 
     def convert(self, value, param, ctx):
-        from urllib.parse import urlsplit
-
         if not value:
             return value
         try:
@@ -77,8 +205,6 @@ class Seconds(click.ParamType):
     name = "seconds"
 
     def convert(self, value, param, ctx):
-        from rig.core import RigError, numbers
-
         try:
             seconds = numbers.parse(str(value), "seconds")
         except RigError:
@@ -95,16 +221,11 @@ junit_option = click.option("--junit", type=click.Path(dir_okay=False),
 def write_junit(path: str | None, checks: list, suite: str) -> None:
     """The checks (rig.core.check.Check) as JUnit XML at PATH, when one was given."""
     if path:
-        from rig.core import check
-        from rig.core.fs import atomic_write
-
         atomic_write(path, check.junit(checks, suite))
 
 
 def to_file_or_stdout(text: str, out: str | None) -> None:
     if out:
-        from rig.core.fs import atomic_write
-
         atomic_write(out, text)
     else:
         click.echo(text, nl=False)
@@ -113,9 +234,6 @@ def to_file_or_stdout(text: str, out: str | None) -> None:
 def emit(result: dict, as_json: bool) -> None:
     """RESULT on stdout: as JSON, or its message with whatever input put in it (a log line's terminal
     escapes) made visible."""
-    from rig.core.documents import dump_json
-    from rig.core.escape import terminal
-
     if as_json:
         click.echo(dump_json(result, "the result", indent=2, sort_keys=True))
     else:
@@ -135,34 +253,30 @@ def moved(command: click.Command, now: str) -> click.Command:
                          help=f"Deprecated: {line}.\n\n{command.help or ''}", short_help=f"Deprecated: use rig {now}.")
 
 
+# The plan's options: (stack key under bench, type, what it sets); --KEY spelled with dashes
+PLAN_OPTIONS = (
+    ("concurrency", str, "Closed-loop levels, comma-separated, e.g. 1,4,16,64"),
+    ("max_tokens", int, "Output tokens per request"),
+    ("rounds", int, "Rounds per level, servers interleaved"),
+    ("min_requests", int, "Each round sends at least max(this, 2C) requests"),
+    ("min_seconds", float, "Each round lasts at least this long"),
+    ("temperature", float, "Sampling temperature of every request; 0 is greedy"),
+    ("top_p", float, "Sampling top_p of every request"),
+    ("seed", int, "Poisson arrivals and the prompt file's order"),
+    ("warmup", int, "Requests sent before a server is measured"),
+    ("slo_ttft_ms", float, "Goodput SLO on TTFT; 0: none"),
+    ("slo_tpot_ms", float, "Goodput SLO on TPOT; 0: none"),
+    ("read_timeout", float, "Seconds without a byte before a request fails"),
+    ("request_timeout", float, "Seconds a whole request may take"),
+)
+SERIAL_OPTIONS = (("serial_runs", int, "Serial runs"), ("serial_tokens", int, "Tokens per serial run"))
+
+
 def plan_options(serial: bool = False):
     """The measurement plan's options, declared once for bench and tune: each left out means the stack's bench
     section, and each given is checked by the same schema field as that key (rig.serving.measure.plan)."""
-    options = [
-        click.option("--concurrency", help="Closed-loop levels, comma-separated, e.g. 1,4,16,64 (default: "
-                                           "bench.concurrency)."),
-        click.option("--max-tokens", type=int, help="Output tokens per request (default: bench.max_tokens)."),
-        click.option("--rounds", type=int, help="Rounds per level, servers interleaved (default: bench.rounds)."),
-        click.option("--min-requests", type=int, help="Each round sends at least max(this, 2C) requests "
-                                                      "(default: bench.min_requests)."),
-        click.option("--min-seconds", type=float, help="Each round lasts at least this long (default: "
-                                                       "bench.min_seconds)."),
-        click.option("--temperature", type=float, help="Sampling temperature of every request; 0 is greedy "
-                                                       "(default: bench.temperature)."),
-        click.option("--top-p", type=float, help="Sampling top_p of every request (default: bench.top_p)."),
-        click.option("--seed", type=int, help="Poisson arrivals and the prompt file's order (default: bench.seed)."),
-        click.option("--warmup", type=int, help="Requests sent before a server is measured (default: bench.warmup)."),
-        click.option("--slo-ttft-ms", type=float, help="Goodput SLO on TTFT; 0: none (default: bench.slo_ttft_ms)."),
-        click.option("--slo-tpot-ms", type=float, help="Goodput SLO on TPOT; 0: none (default: bench.slo_tpot_ms)."),
-        click.option("--read-timeout", type=float, help="Seconds without a byte before a request fails (default: "
-                                                        "bench.read_timeout)."),
-        click.option("--request-timeout", type=float, help="Seconds a whole request may take (default: "
-                                                           "bench.request_timeout)."),
-    ]
-    if serial:
-        options += [click.option("--serial-runs", type=int, help="Serial runs (default: bench.serial_runs)."),
-                    click.option("--serial-tokens", type=int, help="Tokens per serial run (default: "
-                                                                   "bench.serial_tokens).")]
+    options = [click.option("--" + key.replace("_", "-"), type=kind, help=f"{what} (default: bench.{key}).")
+               for key, kind, what in PLAN_OPTIONS + (SERIAL_OPTIONS if serial else ())]
 
     def declare(command):
         for option in reversed(options):

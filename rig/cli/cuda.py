@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import Url, cache_option, check_option, emit, json_option, prefix_option
+from rig.cli.common import Choice, Url, cache_option, check_option, emit, json_option, prefix_option
+from rig.cli.ldconfig import ldconfig_conf
 from rig.core import defaults
 from rig.core.documents import dump_json
+from rig.cuda import toolkit as engine
 
 
 @click.group()
@@ -13,10 +15,13 @@ def cuda() -> None:
     """Install CUDA toolkits side by side and manage the /usr/local/cuda link."""
 
 
+cuda.add_command(ldconfig_conf)
+
+
 @cuda.command("fetch")
 @click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
 @click.option("--component", "components", multiple=True, help="cuda-toolkit extra; repeat. Default: all rig needs.")
-@click.option("--method", type=click.Choice(["wheels", "runfile"]), default="wheels", show_default=True)
+@click.option("--method", type=Choice(["wheels", "runfile"]), default="wheels", show_default=True)
 @click.option("--url", type=Url(("https", "http", "file")), default="", help="Runfile URL (runfile method).")
 @click.option("--sha256", default="", help="Expected runfile sha256 (runfile method).")
 @click.option("--platform", default="x86_64", show_default=True, help="Target machine (uname -m).")
@@ -24,8 +29,6 @@ def cuda() -> None:
 @json_option
 def cuda_fetch(version, components, method, url, sha256, platform, cache, as_json) -> None:
     """Download a toolkit's artifacts once into the controller cache (verified)."""
-    from rig.cuda import toolkit as engine
-
     if method == "runfile":
         result = engine.fetch_runfile(url, sha256, cache)
     else:
@@ -35,7 +38,7 @@ def cuda_fetch(version, components, method, url, sha256, platform, cache, as_jso
 
 @cuda.command("install")
 @click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
-@click.option("--method", type=click.Choice(["wheels", "runfile"]), default="wheels", show_default=True)
+@click.option("--method", type=Choice(["wheels", "runfile"]), default="wheels", show_default=True)
 @click.option("--component", "components", multiple=True, help="cuda-toolkit extra; repeat. Default: all rig needs.")
 @click.option("--source", help="The fetched wheel dir or its archive (wheels), or the runfile (runfile).")
 @click.option("--sha256", default="", help="Expected runfile sha256 (runfile method).")
@@ -44,8 +47,6 @@ def cuda_fetch(version, components, method, url, sha256, platform, cache, as_jso
 @json_option
 def cuda_install(version, method, components, source, sha256, prefix, check, as_json) -> None:
     """Install a toolkit into PREFIX/cuda-X.Y, staged and renamed into place."""
-    from rig.cuda import toolkit as engine
-
     emit(engine.install(version, prefix, method, list(components or engine.COMPONENTS),
                         source, sha256, check), as_json)
 
@@ -60,8 +61,6 @@ def cuda_install(version, method, components, source, sha256, prefix, check, as_
 @json_option
 def cuda_default(version, prefix, state_dir, check, installing, as_json) -> None:
     """Point PREFIX/cuda at cuda-X.Y atomically, remembering the old target."""
-    from rig.cuda import toolkit as engine
-
     emit(engine.set_default(version, prefix, state_dir, check, installing), as_json)
 
 
@@ -72,8 +71,6 @@ def cuda_default(version, prefix, state_dir, check, installing, as_json) -> None
 @json_option
 def cuda_rollback(prefix, state_dir, check, as_json) -> None:
     """Restore PREFIX/cuda to the target it had before `rig cuda default`."""
-    from rig.cuda import toolkit as engine
-
     emit(engine.rollback_default(prefix, state_dir, check), as_json)
 
 
@@ -82,8 +79,6 @@ def cuda_rollback(prefix, state_dir, check, as_json) -> None:
 @json_option
 def cuda_list(prefix, as_json) -> None:
     """List the toolkits under PREFIX and the version each nvcc reports."""
-    from rig.cuda import toolkit as engine
-
     found = engine.toolkits(prefix)
     if as_json:
         click.echo(dump_json(found, "the toolkits found", indent=2))

@@ -1,36 +1,47 @@
 """`rig doctor`: layered health checks, or a log's known failures."""
 from __future__ import annotations
 
+import socket
+
 import click
+from click.core import ParameterSource
 
 from rig.cli.common import (
     DEFAULT_BUNDLE,
-    DEFAULT_STACK,
+    Choice,
     emit,
     json_option,
     judged,
     junit_option,
+    need_stack,
     prefix_option,
+    refuse_unused,
     stack_option,
     venv_option,
     write_junit,
 )
+from rig.core import check as report
 from rig.core.documents import dump_json
+from rig.machine import doctor as checks
+from rig.machine.log_doctor import diagnose
+from rig.python.lock import lock_path, read
+from rig.stack.spec import load, pins_packages
 
 
 @click.command()
-@stack_option(default=None, show_default=False, help="Take the CUDA version and archs from this stack file.")
+@stack_option(required=False, help="The stack whose CUDA version, archs, venv, lock and TP the checks hold the box "
+              "to, where --cuda, --arch and --venv do not say.")
 @click.option("--cuda", "cuda_version", help="CUDA release to expect (default: the stack's).")
 @click.option("--arch", "archs", multiple=True, help="Target arch, e.g. 12.0a; repeat (default: the stack's).")
-@venv_option(help="Check this stack venv against its lock (default: the stack's, "
-              "when it pins packages).")
+@venv_option(help="Check this venv against the stack's lock (where the stack pins no packages, only a venv "
+                 "given is checked).")
 @prefix_option
 @click.option("--container", help="Run the checks inside this running container instead of here.")
 @click.option("--expect-gpus", type=click.IntRange(1), help="GPUs this box must have (default, where a driver is: "
               "the stack's server.tp).")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False),
               help="Instead: read a server or build log and name each known failure, its cause and fix.")
-@click.option("--layer", type=click.Choice(["toolkit", "libraries", "nvrtc"]),
+@click.option("--layer", type=Choice(["toolkit", "libraries", "nvrtc"]),
               help="Only this layer's checks (the cuda_ldconfig role asks `libraries`: do the sonames resolve?).")
 @junit_option
 @json_option
@@ -43,23 +54,19 @@ def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect
     GPU count, one compute capability, PCIe links at their maximum, ECC errors
     and row remaps, the container runtime and the GPUs' topology. Each failed
     check names its fix. With --log, the log's known failures instead (rules in
-    rig/log_rules.yml); exit 1 when one is found.
+    rig/log_rules.yml; no other option applies); exit 1 when one is found.
     """
-    from rig.core import check as report
-    from rig.machine import doctor as checks
-
     if log_path:
-        from rig.machine.log_doctor import diagnose
-
+        refuse_unused("--log", "log_path")
         found = diagnose(log_path)
         emit(found, as_json)
         judged(not found["findings"])
 
+    # the stack is read when a check needs what only it says, or when it was named (option or $RIG_STACK)
+    stack_given = click.get_current_context().get_parameter_source("stack_path") is not ParameterSource.DEFAULT
     default_gpus = pcie_only = None
-    if not cuda_version or (not archs and layer in (None, "nvrtc")) or stack_path:
-        from rig.stack.spec import load, pins_packages
-
-        data = load(stack_path or DEFAULT_STACK)
+    if not cuda_version or (not archs and layer in (None, "nvrtc")) or stack_given:
+        data = load(need_stack(stack_path))
         cuda_version = cuda_version or data["cuda"]["version"]
         archs = archs or data["archs"]
         venv_path = venv_path or (data["venv"] if pins_packages(data) else None)
@@ -70,14 +77,10 @@ def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect
     elif layer:
         result = checks.ALONE[layer](cuda_version, list(archs), prefix)
     else:
-        from rig.python.lock import lock_path, read
-
         # what a venv rig did not install is held to: the stack's lock, where there is one
-        lock_file = lock_path(stack_path or DEFAULT_STACK) if venv_path else None
+        lock_file = lock_path(stack_path) if venv_path and stack_path else None
         result = checks.run(cuda_version, list(archs), prefix, venv_path, expect_gpus, default_gpus, pcie_only,
                             lock=read(lock_file) if lock_file and lock_file.is_file() else None)
-    import socket
-
     write_junit(junit, result, f"rig doctor {container or socket.gethostname()}")
     click.echo(dump_json(report.as_json(result), "the checks", indent=2) if as_json else checks.render(result))
     judged(not report.failed(result))

@@ -3,9 +3,21 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import check_option, emit, json_option, prefix_option, stack_option, venv_option
+from rig.cli.common import (
+    check_option,
+    emit,
+    json_option,
+    need_stack,
+    prefix_option,
+    stack_option,
+    venv_of,
+    venv_option,
+)
 from rig.core import RigError
-from rig.core.documents import dump_json
+from rig.core.documents import dump_json, parse_json
+from rig.core.schema import Field, distribution
+from rig.python.runtime_env import environment, install, remove, render
+from rig.stack.spec import load
 
 
 @click.group("env")
@@ -16,16 +28,14 @@ def env_group() -> None:
 def _env_source(func):
     func = click.option("--env-json", help="The environment as `rig env show --json` prints it "
                         "(roles pass this; default: from --stack).")(func)
-    func = stack_option(help="Render the stack's environment section, CUDA version and archs.")(func)
+    func = stack_option(required=False, help="Render the stack's environment section, CUDA version and archs "
+                        "(unless --env-json is given).")(func)
     return prefix_option(func)
 
 
 def _environment(stack_path: str, env_json: str | None, prefix: str) -> tuple[dict, str]:
     """(environment, stack name) from a stack file, or from the JSON a role passes."""
     if env_json:
-        from rig.core.documents import parse_json
-        from rig.core.schema import Field, distribution
-
         spec = Field(dict, fields={"pinned": Field(dict, required=True, values=Field()),
                                    "defaults": Field(dict, required=True, values=Field()),
                                    "home": Field(dict, default={}, values=Field()),
@@ -35,10 +45,7 @@ def _environment(stack_path: str, env_json: str | None, prefix: str) -> tuple[di
         except RigError as exc:
             raise RigError(f"--env-json is not what `rig env show --json` prints: {exc}") from exc
         return {"pinned": data["pinned"], "defaults": data["defaults"], "home": data["home"]}, data["stack"]
-    from rig.python.runtime_env import environment
-    from rig.stack.spec import load
-
-    stack = load(stack_path)
+    stack = load(need_stack(stack_path))
     return environment(stack, prefix), stack["name"]
 
 
@@ -47,14 +54,12 @@ def _environment(stack_path: str, env_json: str | None, prefix: str) -> tuple[di
 @json_option
 def env_show(stack_path, env_json, prefix, as_json) -> None:
     """Print the sitecustomize module a stack renders (or its variables as JSON)."""
-    from rig.python.runtime_env import render
-
     env, name = _environment(stack_path, env_json, prefix)
     click.echo(dump_json({**env, "stack": name}, "the environment", sort_keys=True) if as_json else render(env, name))
 
 
 @env_group.command("install")
-@venv_option(required=True, help="The stack's venv (never the system Python).")
+@venv_option(help="The stack's venv (never the system Python).")
 @_env_source
 @check_option
 @json_option
@@ -63,18 +68,15 @@ def env_install(venv_path, stack_path, env_json, prefix, check, as_json) -> None
 
     Any sitecustomize already there keeps running, after rig's module.
     """
-    from rig.python.runtime_env import install
-
     env, name = _environment(stack_path, env_json, prefix)
-    emit(install(venv_path, env, name, check), as_json)
+    emit(install(venv_of(venv_path, stack_path), env, name, check), as_json)
 
 
 @env_group.command("remove")
-@venv_option(required=True)
+@venv_option()
+@stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
 @check_option
 @json_option
-def env_remove(venv_path, check, as_json) -> None:
+def env_remove(venv_path, stack_path, check, as_json) -> None:
     """Take rig's environment module out of the venv."""
-    from rig.python.runtime_env import remove
-
-    emit(remove(venv_path, check), as_json)
+    emit(remove(venv_of(venv_path, stack_path), check), as_json)

@@ -10,32 +10,42 @@ from rig.cli.common import (
     emit,
     json_option,
     judged,
+    output_option,
     stack_option,
     to_file_or_stdout,
+    venv_of,
     venv_option,
 )
 from rig.core import RigError
 from rig.core.documents import dump_json
+from rig.image import build, verify
+from rig.image.sbom import cyclonedx
 
 
 @click.command()
-@venv_option(required=True)
+@venv_option()
+@stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
 @click.option("--requirements", required=True, multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="The hash-pinned requirements the venv was installed from (the wheels' sha256); "
                    "repeat it for the wheels rig built.")
 @click.option("--name", default="", help="What the SBOM describes (default: the venv's name).")
-@click.option("--out", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
-def sbom(venv_path, requirements, name, out) -> None:
-    """A CycloneDX 1.5 SBOM of the venv: every distribution, with its locked wheel's sha256."""
-    from rig.image.sbom import cyclonedx
+@output_option()
+@json_option
+def sbom(venv_path, stack_path, requirements, name, output, as_json) -> None:
+    """A CycloneDX 1.5 SBOM of the venv: every distribution, with its locked wheel's sha256.
 
-    sbom = cyclonedx(venv_path, list(requirements), name)
-    to_file_or_stdout(dump_json(sbom, "the SBOM", indent=1, sort_keys=True) + "\n", out)
+    The SBOM is one JSON document with or without --json.
+    """
+    document = cyclonedx(venv_of(venv_path, stack_path), list(requirements), name)
+    to_file_or_stdout(dump_json(document, "the SBOM", indent=1, sort_keys=True) + "\n", output)
 
 
 @click.group()
 def image() -> None:
     """The stack's serving image, built from its lock (Docker)."""
+
+
+image.add_command(sbom)
 
 
 @image.command("build")
@@ -60,8 +70,6 @@ def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, as_json)
     environment, a CycloneDX SBOM, the patch set last). The server runs as the
     non-root user sglang; the HEALTHCHECK waits for /health_generate.
     """
-    from rig.image import build
-
     if not base:
         raise RigError("no base image: give --base (e.g. the output of scripts/base-image.sh) or set RIG_BASE_IMAGE")
     emit(build(stack_path, cache, base, patch_dir, ca_certs, no_cache), as_json)
@@ -72,8 +80,6 @@ def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, as_json)
 @json_option
 def image_verify(tag, as_json) -> None:
     """Run rig doctor and rig patch status inside the image; exit 1 on a failed check."""
-    from rig.image import verify
-
     result = verify(tag)
     emit(result, as_json)
     judged(result["ok"])

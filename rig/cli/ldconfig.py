@@ -4,6 +4,8 @@ from __future__ import annotations
 import click
 
 from rig.cli.common import emit, json_option, prefix_option
+from rig.core.fs import atomic_write, confined
+from rig.cuda.ldconfig import conf_for
 
 
 @click.command("ldconfig-conf")
@@ -17,9 +19,6 @@ from rig.cli.common import emit, json_option, prefix_option
 @json_option
 def ldconfig_conf(version, prefix, conf_dir, root, write_under, as_json) -> None:
     """Print the ld.so.conf.d file (path, content) that covers a toolkit's libraries."""
-    from rig.core.fs import atomic_write, confined
-    from rig.cuda.ldconfig import conf_for
-
     result = conf_for(version, prefix, conf_dir, root)
     if write_under:
         # follow=False: a link left at the file's place is replaced, never written through

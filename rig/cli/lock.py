@@ -5,11 +5,13 @@ import sys
 
 import click
 
-from rig.cli.common import DEFAULT_STACK, PARTIAL, emit, json_option
+from rig.cli.common import PARTIAL, emit, json_option, stack_option
+from rig.python import lock as locking
+from rig.stack.spec import load
 
 
 @click.command("lock")
-@click.argument("stack_path", metavar="STACK", default=DEFAULT_STACK)
+@stack_option(positional=True, help="The stack to lock.")
 @click.option("--verify", is_flag=True,
               help="Fail if STACK.lock is missing or stale; write nothing (CI runs this before any box sees the stack).")
 @click.option("--check", "old_check", is_flag=True, hidden=True)  # the old spelling of --verify, for one release
@@ -20,9 +22,6 @@ def lock_cmd(stack_path, verify, old_check, as_json) -> None:
     A stack whose hosts have other Pythons lists them under `pythons`; each gets a
     lock of its own, STACK.pyXY.lock, and hosts install the one of their python3.
     """
-    from rig.python import lock as locking
-    from rig.stack.spec import load
-
     if old_check:
         click.echo("rig: `rig lock --check` is now `rig lock --verify`; the old spelling goes in the next release",
                    err=True)

@@ -5,20 +5,22 @@ from pathlib import Path
 
 import click
 
-from rig.cli.common import emit, json_option, judged, venv_option
-from rig.core import RigError, defaults
+from rig.cli.common import emit, json_option, judged, out_option, stack_option, venv_of, venv_option
+from rig.core import RigError
 from rig.core.fs import output_dir
+from rig.core.proc import interpreter as resolved
+from rig.machine import driver, gpu_health
+from rig.machine import probe as probing
 
 
 @click.command()
-@venv_option(default=defaults.VENV, show_default=True,
-              help="The stack's venv: its torch and NCCL run the all-reduce.")
+@venv_option(help="The stack's venv: its torch and NCCL run the all-reduce.")
+@stack_option(required=False, help="The stack whose venv it is (when neither --venv nor --python is given).")
 @click.option("--python", "python", help="Use this interpreter instead of the venv's.")
 @click.option("--gpus", type=int, help="GPUs to all-reduce across (default: every GPU nvidia-smi lists).")
-@click.option("--out", "out_dir", default="probe-results", show_default=True,
-              help="Where probe.json, probe.md and probe.png go.")
+@out_option("probe-results", "probe.json, probe.md and probe.png.")
 @json_option
-def probe(venv_path, python, gpus, out_dir, as_json) -> None:
+def probe(venv_path, stack_path, python, gpus, out_dir, as_json) -> None:
     """Measure the GPUs' all-reduce (8 KB to 256 MB) and say what it means for the stack.
 
     One process per GPU through torch.distributed and NCCL in the stack's venv:
@@ -27,16 +29,12 @@ def probe(venv_path, python, gpus, out_dir, as_json) -> None:
     every GPU pair's peer-to-peer: offered or not, a copy each way checked and
     timed, each pair under a deadline (a hang fails that pair, not the probe).
     """
-    from rig.machine import gpu_health
-    from rig.machine import probe as probing
-
     output_dir(out_dir, "--out")
     count = gpus or len(gpu_health.gpus(gpu_health.collect()))
     if not count:
         raise RigError("nvidia-smi lists no GPUs here: nothing to probe (install the driver, or give --gpus)")
-    from rig.core.proc import interpreter as resolved
-
-    interpreter = resolved(python or Path(venv_path) / "bin" / "python")  # --python as typed: ./x is a path
+    # --python as typed: ./x is a path
+    interpreter = resolved(python or Path(venv_of(venv_path, stack_path)) / "bin" / "python")
     result = probing.analyse(probing.measure(interpreter, count))
     result["peers"] = probing.measure_peers(interpreter, count)
     files = probing.write(result, out_dir)
@@ -50,6 +48,9 @@ def probe(venv_path, python, gpus, out_dir, as_json) -> None:
 @click.group()
 def machine() -> None:
     """Facts about the machine under the stack (roles read them before a driver exists)."""
+
+
+machine.add_command(probe)
 
 
 @machine.command("facts")
@@ -66,8 +67,6 @@ def machine() -> None:
 def machine_facts(pci_root, module_version_path, dev, docker_config, driver_package, cdi_spec, as_json) -> None:
     """NVIDIA GPUs and NVSwitches on the PCI bus, the GPU device nodes a process here can open, and the
     loaded driver module's version (and with --docker-config, the container runtimes Docker has)."""
-    from rig.machine import driver, gpu_health
-
     facts = {**gpu_health.pci_devices(pci_root), "device_nodes": gpu_health.device_nodes(dev),
              "module_version": gpu_health.module_version(module_version_path)}
     if docker_config:

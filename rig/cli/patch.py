@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from rig import patches
 from rig.cli.common import check_option, emit, json_option, stack_option, venv_option
 
 
@@ -19,10 +20,9 @@ def patch() -> None:
 
 def _patch_target(func):
     func = click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's own patch set).")(func)
-    func = stack_option(default=None, show_default=False,
-                        help="Use this stack's venv when neither --venv nor --python is given.")(func)
+    func = stack_option(required=False, help="Use this stack's venv when neither --venv nor --python is given.")(func)
     func = click.option("--python", "python", help="The environment's Python interpreter.")(func)
-    func = venv_option(help="The environment: a virtualenv directory.")(func)
+    func = venv_option(help="The environment: a virtualenv directory (or --python).")(func)
     return json_option(func)
 
 
@@ -30,8 +30,6 @@ def _patch_target(func):
 @_patch_target
 def patch_status(venv_path, python, stack_path, patch_dir, as_json) -> None:
     """Say, for every patch, whether this environment needs it."""
-    from rig import patches
-
     env, found = patches.environment(venv_path, python, stack_path, patch_dir)
     rows = patches.status(env, found)
     emit({"changed": False, "patches": rows, "msg": patches.table(rows)}, as_json)
@@ -43,8 +41,6 @@ def patch_status(venv_path, python, stack_path, patch_dir, as_json) -> None:
 @click.option("--force", is_flag=True, help="Act on package versions no patch knows, skipping drifted patches.")
 def patch_apply(venv_path, python, stack_path, patch_dir, as_json, check, force) -> None:
     """Apply every needed patch; a no-op when all are applied or upstream."""
-    from rig import patches
-
     env, found = patches.environment(venv_path, python, stack_path, patch_dir)
     result = patches.apply(env, found, check=check, force=force)
     if check and not as_json and result["diff"]:
@@ -58,7 +54,5 @@ def patch_apply(venv_path, python, stack_path, patch_dir, as_json, check, force)
 @click.option("--force", is_flag=True, help="Restore the originals even over files changed since.")
 def patch_revert(venv_path, python, stack_path, patch_dir, as_json, check, force) -> None:
     """Put back every file rig patched in this environment, byte for byte."""
-    from rig import patches
-
     env, _ = patches.environment(venv_path, python, stack_path, patch_dir)
     emit(patches.revert(env, check=check, force=force), as_json)

@@ -1,21 +1,39 @@
 """`rig prove`: the box proves itself, numerics included."""
 from __future__ import annotations
 
+import socket
+
 import click
 
-from rig.cli.common import check_option, emit, json_option, judged, stack_option, venv_option
+from rig.cli.common import (
+    Choice,
+    check_option,
+    emit,
+    json_option,
+    judged,
+    junit_option,
+    out_option,
+    refuse_unused,
+    stack_option,
+    venv_of,
+    venv_option,
+    write_junit,
+)
 from rig.cli.smoke import api_key_env_option
+from rig.core.check import Check
+from rig.serving import prove as proving
+from rig.stack.spec import load
 
 
 @click.command()
 @stack_option(help="The stack: its CUDA and archs for the doctor, its server line for the servers.")
-@venv_option(help="The venv whose sglang serves (default: the stack's).")
+@venv_option(help="The venv whose sglang serves.")
 @click.option("--tp", type=click.IntRange(1, 64), help="The TP size to prove beside 1 (default: the stack's server.tp).")
-@click.option("--out", "out_dir", default="prove-results", show_default=True,
-              help="prove.json, report.md, prove.png, logs/ and (without --models) models/.")
+@out_option("prove-results", "prove.json, report.md, prove.png, logs/ and (without --models) models/.")
 @click.option("--models", "models_dir", type=click.Path(file_okay=False),
               help="Where the numerics test model is written (default: OUT/models).")
-@click.option("--skip", multiple=True, help="Leave out a step: doctor, probe, testmodel or servers (repeat); it is "
+@click.option("--skip", multiple=True, type=Choice(proving.STEPS),
+              help="Leave out a step: doctor, probe, testmodel or servers (repeat); it is "
               "reported as skipped, never as passed.")
 @click.option("--port", type=click.IntRange(1, 65535),
               help="Serve on this port instead of the stack's: a host being upgraded proves where its balancer, "
@@ -24,9 +42,10 @@ from rig.cli.smoke import api_key_env_option
               help="Instead: tabulate DIR/HOST/prove.json of a fleet (playbooks/prove.yml fetches them) into "
                    "DIR/summary.md; exit 1 unless every host passed.")
 @api_key_env_option
+@junit_option
 @check_option
 @json_option
-def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, port, summary_dir, api_key_env, check,
+def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, port, summary_dir, api_key_env, junit, check,
           as_json) -> None:
     """Prove this box: doctor, all-reduce probe, numerics test model, then the baseline and EAGLE-3 servers.
 
@@ -39,19 +58,22 @@ def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, port, summary_di
     with the versions that ran and each step's verdict and time. Exit 0 only
     when no step fails; a step that cannot run here is skipped with its
     reason. --check renders the server lines and starts nothing. Interrupted,
-    it stops every server it started and writes what it has.
+    it stops every server it started and writes what it has. --junit writes
+    the steps as JUnit test cases for CI (a skipped step is skipped there too).
     """
-    from rig.serving import prove as proving
-    from rig.stack.spec import load
-
     if summary_dir:
+        refuse_unused("--summary", "summary_dir")
         table = proving.summary(summary_dir)
         emit(table, as_json)
         judged(table["ok"])
+    if junit and check:
+        raise click.UsageError("--junit has no effect with --check (nothing is proved): leave one out")
     stack = load(stack_path)
     if port:
         stack["server"]["port"] = port
-    result = proving.run(stack, stack_path, venv_path or stack["venv"], out_dir, tp, tuple(skip), models_dir,
+    result = proving.run(stack, stack_path, venv_of(venv_path, stack_path), out_dir, tp, tuple(skip), models_dir,
                          api_key_env, check)
+    if junit:
+        write_junit(junit, [Check(**step) for step in result["steps"]], f"rig prove {socket.gethostname()}")
     emit(result, as_json)
     judged(result["ok"])

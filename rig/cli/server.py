@@ -5,9 +5,11 @@ import os
 
 import click
 
-from rig.cli.common import json_option, stack_option, venv_option
+from rig.cli.common import json_option, need_stack, stack_option, venv_option
 from rig.core import RigError
-from rig.core.documents import dump_json
+from rig.core.documents import dump_json, parse_json
+from rig.serving.server import health_gate, render, shell_line
+from rig.stack.spec import load, validate
 
 
 @click.group()
@@ -16,9 +18,9 @@ def server() -> None:
 
 
 @server.command("args")
-@stack_option()
+@stack_option(required=False, help="The stack (unless --stack-json is given).")
 @click.option("--stack-json", help="The stack as JSON instead of a file (roles pass the validated stack).")
-@venv_option(help="The venv whose sglang parses the flags (default: the stack's).")
+@venv_option(help="The venv whose sglang parses the flags.")
 @click.option("--baseline", is_flag=True, help="Drop speculation, keep everything else (the benchmark's baseline).")
 @click.option("--api-key/--no-api-key", default=None,
               help="Add --api-key ${NAME} (default: when server.api_key_env is set here).")
@@ -37,18 +39,13 @@ def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engin
     named by server.api_key_env is set, --api-key refers to it as ${NAME}: its
     value is never printed.
     """
-    from rig.serving.server import health_gate, render, shell_line
-    from rig.stack.spec import load, validate
-
     if stack_json:
-        from rig.core.documents import parse_json
-
         try:
             stack = validate(parse_json(stack_json, "--stack-json"), "--stack-json")
         except RigError as exc:
             raise RigError(f"--stack-json is not JSON of a stack: {exc}") from exc
     else:
-        stack = load(stack_path)
+        stack = load(need_stack(stack_path))
     if api_key is None:
         api_key = bool(os.environ.get(stack["server"]["api_key_env"]))
     result = render(stack, venv_path or stack["venv"], baseline, api_key)

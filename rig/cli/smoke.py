@@ -3,10 +3,24 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import Seconds, Url, emit, json_option, judged, plan_options, stack_option
+from rig.cli.common import (
+    Seconds,
+    Url,
+    emit,
+    json_option,
+    judged,
+    out_option,
+    plan_options,
+    refuse_unused,
+    stack_option,
+)
 from rig.core import RigError
 from rig.core.fs import output_dir
+from rig.serving import bench as serve_bench
+from rig.serving import smoke as smoking
+from rig.serving.measure.plan import concurrency_option, plan_from
 from rig.serving.sglang_api import KEY_ENV
+from rig.stack.spec import load
 
 api_key_env_option = click.option("--api-key-env", default=KEY_ENV, show_default=True,
                                   help="Environment variable holding the server's API key (sent, never printed).")
@@ -36,9 +50,8 @@ def smoke(url, timeout, max_tokens, log_path, speculation, health_only, pid, req
     from /server_info; no speculative request at all is a failure. Exit 1 on a
     failed check, 2 when the server does not come up or answer.
     """
-    from rig.serving import smoke as smoking
-
     if health_only:
+        refuse_unused("--health-only", "url", "timeout", "log_path", "pid", "api_key_env", "health_only")
         waited = smoking.wait_healthy(url, timeout, log_path, api_key_env, pid=pid)
         emit({"ok": True, "url": url, "health_wait_s": round(waited, 1), "msg": f"{url} healthy after {waited:.0f} s"},
              as_json)
@@ -55,8 +68,7 @@ def smoke(url, timeout, max_tokens, log_path, speculation, health_only, pid, req
               help="results.json of an earlier run against the baseline (when both cannot run at once).")
 @stack_option(help="Plan defaults: its bench section.")
 @plan_options(serial=True)
-@click.option("--out", "out_dir", default="bench-results", show_default=True,
-              help="Where results.json, report.md and the plots go.")
+@out_option("bench-results", "results.json, report.md and the plots.")
 @api_key_env_option
 @json_option
 def bench(url, baseline_url, baseline_results, stack_path, out_dir, api_key_env, as_json, **given) -> None:
@@ -75,10 +87,6 @@ def bench(url, baseline_url, baseline_results, stack_path, out_dir, api_key_env,
     stops answering, what was measured is still written. Exit 1 when any
     request failed, a run stopped early or measured nothing.
     """
-    from rig.serving import bench as serve_bench
-    from rig.serving.measure.plan import concurrency_option, plan_from
-    from rig.stack.spec import load
-
     if baseline_url and baseline_results:
         raise RigError("give --baseline-url or --baseline-results, not both")
     output_dir(out_dir, "--out")

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import cache_option
+from rig.cli.common import Choice, cache_option, emit, json_option
+from rig.python.tools import fetch_tool
 
 
 @click.command("tool")
-@click.argument("name", type=click.Choice(["cuobjdump"]))
+@click.argument("name", type=Choice(["cuobjdump"]))
 @cache_option()
-def tool(name, cache) -> None:
+@json_option
+def tool(name, cache, as_json) -> None:
     """Print the path of an NVIDIA tool rig uses, fetching it from its wheel into the cache if needed."""
-    from rig.python.tools import fetch_tool
-
-    click.echo(fetch_tool(name, cache))
+    path = str(fetch_tool(name, cache))
+    emit({"tool": name, "path": path, "msg": path}, as_json)

@@ -1,26 +1,40 @@
 """`rig tune`: measure speculation on the box, derive a load-aware serving policy, confirm it."""
 from __future__ import annotations
 
+import re
+
 import click
 
-from rig.cli.common import check_option, emit, json_option, judged, plan_options, stack_option, venv_option
+from rig.cli.common import (
+    check_option,
+    emit,
+    json_option,
+    judged,
+    out_option,
+    plan_options,
+    stack_option,
+    venv_of,
+    venv_option,
+)
 from rig.cli.smoke import api_key_env_option
 from rig.core import RigError
+from rig.core.numbers import parse
+from rig.core.schema import validate
+from rig.serving import load_profile as loads
+from rig.serving import tune as tuning
+from rig.serving.measure.plan import concurrency_option, plan_from
+from rig.serving.workload import Workload
+from rig.serving.workload import load as load_prompts
+from rig.stack.spec import SCHEMA, load
 
 
 def _rates(text: str | None) -> list[float] | None:
     """--request-rate as comma-separated plain decimals (no `1_0`, no other scripts' digits)."""
     if text is None:
         return None
-    import re
-
     items = text.split(",")
     if not all(re.fullmatch(r"[0-9]{1,6}(\.[0-9]{1,6})?", v) for v in items):
         raise RigError(f"--request-rate {text!r}: give comma-separated numbers of requests per second, e.g. 2,8")
-    from rig.core.numbers import parse
-    from rig.core.schema import validate
-    from rig.stack.spec import SCHEMA
-
     # the limits of tune.request_rates, which the option stands in for
     return validate([parse(v, "--request-rate", float) for v in items], SCHEMA["tune"].fields["request_rates"],
                     "--request-rate")
@@ -28,9 +42,8 @@ def _rates(text: str | None) -> list[float] | None:
 
 @click.command()
 @stack_option(help="The stack: its server line, bench (levels, rounds, sampling) and tune sections.")
-@venv_option(help="The venv whose sglang serves (default: the stack's).")
-@click.option("--out", "out_dir", default="tune-results", show_default=True,
-              help="tune.json, report.md, tune.png, adaptive.json, proposed-stack.yml and logs/.")
+@venv_option(help="The venv whose sglang serves.")
+@out_option("tune-results", "tune.json, report.md, tune.png, adaptive.json, proposed-stack.yml and logs/.")
 @click.option("--prompts", "prompts_path", type=click.Path(dir_okay=False),
               help="A JSONL ({\"prompt\", \"max_tokens\"} per line) or ShareGPT JSON prompt file (default: rig's).")
 @click.option("--request-rate", "request_rates", help="Open-loop Poisson levels in requests/s, e.g. 2,8 "
@@ -62,12 +75,6 @@ def tune(stack_path, venv_path, out_dir, prompts_path, request_rates, load_profi
     starts. Exit 1 when the policy is not confirmed within noise of the best
     at every level; every server rig started is stopped however the run ends.
     """
-    from rig.serving import tune as tuning
-    from rig.serving.measure.plan import concurrency_option, plan_from
-    from rig.serving.workload import Workload
-    from rig.serving.workload import load as load_prompts
-    from rig.stack.spec import load
-
     stack = load(stack_path)
     plan = plan_from(stack["bench"], **{**given, "concurrency": concurrency_option(given["concurrency"]),
                                         "serial_runs": 1, "serial_tokens": 1})
@@ -76,10 +83,8 @@ def tune(stack_path, venv_path, out_dir, prompts_path, request_rates, load_profi
         stack["tune"]["request_rates"] = rates
     workload = Workload(load_prompts(prompts_path, plan.max_tokens) if prompts_path else None, plan.max_tokens,
                         plan.seed)
-    from rig.serving import load_profile as loads
-
     profile = (load_profile, loads.load(load_profile)) if load_profile else None  # read before anything starts
-    result = tuning.run(stack, stack_path, venv_path or stack["venv"], out_dir, plan, workload, api_key_env, check,
+    result = tuning.run(stack, stack_path, venv_of(venv_path, stack_path), out_dir, plan, workload, api_key_env, check,
                         profile)
     emit(result, as_json)
     judged(result["ok"])

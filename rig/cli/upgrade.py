@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import check_option, emit, json_option
+from rig.cli.common import Choice, check_option, emit, json_option, venv_option
+from rig.machine import gpu_health
+from rig.machine import upgrade as steps
 from rig.machine.upgrade import STATE_DIR
 from rig.stack.spec import ARCHS
 
@@ -36,8 +38,6 @@ def upgrade() -> None:
 @json_option
 def lock_cmd(state_dir, owner, give_back, check, as_json) -> None:
     """Take the host's rollout lock (refused while another rollout holds it), or give it back."""
-    from rig.machine import upgrade as steps
-
     emit((steps.unlock if give_back else steps.lock)(state_dir, owner, check), as_json)
 
 
@@ -45,14 +45,14 @@ def lock_cmd(state_dir, owner, give_back, check, as_json) -> None:
 @package_options[0]
 @package_options[1]
 @click.option("--driver-version", default="", help="The driver package's target version; \"\": the installed one.")
-@click.option("--nvswitch", type=click.Choice(["auto", "true", "false"]), default="auto", show_default=True,
+@click.option("--nvswitch", type=Choice(["auto", "true", "false"]), default="auto", show_default=True,
               help="Whether the board has NVSwitches (then the fabric manager goes to the driver's version too); "
                    "auto reads the PCI bus.")
 @click.option("--pci-root", default="/sys/bus/pci/devices", show_default=True, help="sysfs PCI devices.")
 @click.option("--branch", required=True, help="The driver branch (580).")
-@click.option("--flavour", type=click.Choice(["open", "proprietary"]), required=True, help="The kernel modules.")
+@click.option("--flavour", type=Choice(["open", "proprietary"]), required=True, help="The kernel modules.")
 @click.option("--cuda-version", help="The stack's CUDA release: the driver must be new enough for it.")
-@click.option("--arch", "archs", multiple=True, type=click.Choice(ARCHS),
+@click.option("--arch", "archs", multiple=True, type=Choice(ARCHS),
               help="A GPU arch the stack targets; Blackwell (10.0, 12.0) needs the open modules.")
 @click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True)
 @json_option
@@ -61,9 +61,6 @@ def plan_cmd(driver_package, fabricmanager_package, driver_version, nvswitch, pc
     """What a driver upgrade would change here (changed: something would; steady: the loaded module is the
     installed driver's), after its guard rails: a driver below what the stack's CUDA needs, or proprietary
     modules for Blackwell, is refused naming both."""
-    from rig.machine import gpu_health
-    from rig.machine import upgrade as steps
-
     switched = nvswitch == "true" or (nvswitch == "auto" and gpu_health.pci_devices(pci_root)["nvswitches"] > 0)
     packages = {"driver": (driver_package, driver_version),
                 **({"fabricmanager": (fabricmanager_package, driver_version)} if switched else {})}
@@ -74,16 +71,14 @@ def plan_cmd(driver_package, fabricmanager_package, driver_version, nvswitch, pc
 @state_option
 @_packages
 @click.option("--cuda-prefix", help="Where the toolkits live: the release PREFIX/cuda points at is recorded.")
-@click.option("--venv", help="The stack's venv: the lock it holds is recorded.")
+@venv_option(optional="no venv lock is recorded.", help="The stack's venv: the lock it holds is recorded.")
 @check_option
 @json_option
-def record_cmd(state_dir, driver_package, fabricmanager_package, container_toolkit_package, cuda_prefix, venv,
+def record_cmd(state_dir, driver_package, fabricmanager_package, container_toolkit_package, cuda_prefix, venv_path,
                check, as_json) -> None:
     """Record the versions installed now: what a rollback puts back."""
-    from rig.machine import upgrade as steps
-
     emit(steps.record(state_dir, {"driver": driver_package, "fabricmanager": fabricmanager_package,
-                                  "container_toolkit": container_toolkit_package}, cuda_prefix, venv, check), as_json)
+                                  "container_toolkit": container_toolkit_package}, cuda_prefix, venv_path, check), as_json)
 
 
 @upgrade.command("finish")
@@ -95,8 +90,6 @@ def finish_cmd(state_dir, reopen, check, as_json) -> None:
     """Mark the upgrade record finished once the host serves again: until then a run again keeps the record
     of what the host ran before the upgrade that failed, and takes the host through again (changed, in plan
     mode: the record is unfinished)."""
-    from rig.machine import upgrade as steps
-
     emit(steps.finish(state_dir, check, reopen), as_json)
 
 
@@ -109,6 +102,4 @@ def finish_cmd(state_dir, reopen, check, as_json) -> None:
 def previous_cmd(state_dir, toolkit, lock_hash, as_json) -> None:
     """The versions recorded before the last upgrade (an error where none was, or where the rollback's stack
     is not the one the host ran then)."""
-    from rig.machine import upgrade as steps
-
     emit(steps.previous(state_dir, toolkit, lock_hash), as_json)

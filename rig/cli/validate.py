@@ -3,22 +3,25 @@ from __future__ import annotations
 
 import click
 
+from rig.ci.validate import run
 from rig.cli.common import (
-    DEFAULT_STACK,
     cache_option,
     emit,
     json_option,
     judged,
     junit_option,
+    stack_option,
     venv_option,
     write_junit,
 )
+from rig.core.check import Check
 
 
 @click.command("validate")
-@click.argument("stack_path", metavar="STACK", default=DEFAULT_STACK)
+@stack_option(positional=True, help="The stack to gate.")
 @junit_option
-@venv_option(help="A venv of the stack (its image's): its sglang parses the server line.")
+@venv_option(optional="the server line is checked by rig's own rules only.",
+             help="A venv of the stack (its image's): its sglang parses the server line.")
 @cache_option(help="The wheelhouse (missing wheels are fetched).")
 @click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's own patch set).")
 @json_option
@@ -31,9 +34,6 @@ def validate_cmd(stack_path, junit, venv_path, cache, patch_dir, as_json) -> Non
     command line (with --venv); the environment module. Exit 1 when a check fails,
     2 on bad input.
     """
-    from rig.ci.validate import run
-    from rig.core.check import Check
-
     result = run(stack_path, cache, venv_path, patch_dir)
     write_junit(junit, [Check(**c) for c in result["checks"]], result["suite"])
     emit(result, as_json)

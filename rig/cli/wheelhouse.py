@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import Seconds, cache_option, emit, json_option
+from rig.cli.common import Seconds, cache_option, check_option, emit, json_option
+from rig.python import lock as locking
+from rig.python import wheel_serving
+from rig.python.wheelhouse import export, fetch
 
 
 @click.group()
@@ -14,13 +17,11 @@ def wheelhouse() -> None:
 @wheelhouse.command("fetch")
 @click.argument("lock_path", metavar="LOCK")
 @cache_option(help="Controller-side cache.")
+@check_option
 @json_option
-def wheelhouse_fetch(lock_path, cache, as_json) -> None:
+def wheelhouse_fetch(lock_path, cache, check, as_json) -> None:
     """Download every wheel of LOCK once, verifying each sha256; refetch altered ones."""
-    from rig.python import lock as locking
-    from rig.python.wheelhouse import fetch
-
-    emit(fetch(locking.read(lock_path), cache), as_json)
+    emit(fetch(locking.read(lock_path), cache, check), as_json)
 
 
 @wheelhouse.command("show")
@@ -28,8 +29,6 @@ def wheelhouse_fetch(lock_path, cache, as_json) -> None:
 @json_option
 def wheelhouse_show(lock_path, as_json) -> None:
     """What a role needs of LOCK, read as rig reads it (its hash checked): its hash, Python, completeness."""
-    from rig.python import lock as locking
-
     lock = locking.read(lock_path)
     emit({"lock_hash": lock["lock_hash"], "python": lock["python"], "complete": lock["complete"],
           "unresolved": lock["unresolved"], "wheels": len(lock["wheels"]),
@@ -44,9 +43,6 @@ def wheelhouse_show(lock_path, as_json) -> None:
 @json_option
 def wheelhouse_export(lock_path, dest, cache, as_json) -> None:
     """Lay LOCK's wheels out in DEST with a hash-pinned requirements.txt."""
-    from rig.python import lock as locking
-    from rig.python.wheelhouse import export
-
     emit(export(locking.read(lock_path), cache, dest), as_json)
 
 
@@ -61,8 +57,6 @@ def wheelhouse_export(lock_path, dest, cache, as_json) -> None:
 def wheelhouse_serve(directory, bind, idle_exit, stats, foreground, as_json) -> None:
     """Serve an exported wheelhouse over HTTP for hosts to pull (pip checks every hash); detaches, and stops
     by itself once idle."""
-    from rig.python import wheel_serving
-
     if foreground:
         wheel_serving.serve(directory, bind, idle_exit, stats)
         return
@@ -76,6 +70,4 @@ def wheelhouse_serve(directory, bind, idle_exit, stats, foreground, as_json) -> 
 @json_option
 def wheelhouse_route(host, port, docker, as_json) -> None:
     """The URL at which HOST reaches this machine's PORT (the address the kernel would answer it from)."""
-    from rig.python.wheel_serving import route
-
-    emit(route(host, port, docker), as_json)
+    emit(wheel_serving.route(host, port, docker), as_json)

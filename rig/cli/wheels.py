@@ -11,9 +11,15 @@ from rig.cli.common import (
     json_option,
     prefix_option,
     stack_option,
+    venv_of,
     venv_option,
 )
-from rig.core import RigError, defaults
+from rig.core import RigError
+from rig.core.cuda_releases import major, series
+from rig.core.fs import confined
+from rig.kernels import wheels as builds
+from rig.kernels.builder import stage_for_host
+from rig.stack.spec import load
 
 
 @click.group()
@@ -26,7 +32,7 @@ def wheels() -> None:
 @click.option("--from-stack", "from_stack", metavar="KEY",
               help="Build from the stack's own source entry (git+ref or path, subdirectory): kernel, "
                    "flashinfer, sglang, or the package name of one of its extensions.")
-@venv_option(required=True, help="The venv whose torch the build links against.")
+@venv_option(help="The venv whose torch the build links against.")
 @stack_option(help="Target archs and CUDA major; its lock's hash keys the built wheel.")
 @click.option("--cuda-home", help="The CUDA toolkit with nvcc (default: PREFIX/cuda-X.Y of the stack's CUDA).")
 @prefix_option
@@ -44,10 +50,6 @@ def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, j
     wheel is kept under CACHE/built/KEY (KEY: the stack lock's hash and the archs)
     only if `rig audit` passes it against that venv.
     """
-    from rig.core.cuda_releases import major, series
-    from rig.kernels import wheels as builds
-    from rig.stack.spec import load
-
     stack = load(stack_path)
     if bool(source) == bool(from_stack):
         raise RigError("give SOURCE or --from-stack PACKAGE (one of them)")
@@ -55,7 +57,7 @@ def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, j
     version = stack["cuda"]["version"]
     lock_hash = lock_hash or builds.stack_lock_hash(stack_path)
     home = Path(cuda_home) if cuda_home else Path(prefix) / f"cuda-{series(version)}"
-    emit(builds.build(source, Path(venv_path), stack["archs"], major(version), home, Path(cache),
+    emit(builds.build(source, Path(venv_of(venv_path, stack_path)), stack["archs"], major(version), home, Path(cache),
                       lock_hash, jobs), as_json)
 
 
@@ -66,10 +68,7 @@ def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, j
 @json_option
 def wheels_plan(source, stack_path, cache, as_json) -> None:
     """Say whether the controller's wheelhouse already holds SOURCE built for the stack."""
-    from rig.kernels.wheels import plan, stack_lock_hash
-    from rig.stack.spec import load
-
-    emit(plan(source, load(stack_path)["archs"], Path(cache), stack_lock_hash(stack_path)), as_json)
+    emit(builds.plan(source, load(stack_path)["archs"], Path(cache), builds.stack_lock_hash(stack_path)), as_json)
 
 
 @wheels.command("stage")
@@ -77,18 +76,15 @@ def wheels_plan(source, stack_path, cache, as_json) -> None:
 @stack_option()
 @cache_option(help="The staged dir is CACHE/staged/KEY.")
 @click.option("--root", required=True, help="The absolute path at which the builder will see the staged dir.")
-@venv_option(default=defaults.VENV, show_default=True,
-              help="The builder's venv whose torch the build links against.")
+@venv_option(help="The builder's venv whose torch the build links against.")
 @click.option("--cuda-home", help="The builder's CUDA toolkit with nvcc (default: PREFIX/cuda-X.Y there).")
 @click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs on the builder (default: sized there).")
 @json_option
 def wheels_stage(source, stack_path, cache, root, venv_path, cuda_home, jobs, as_json) -> None:
     """Lay out what a builder host needs to build SOURCE (the stack file, a clean copy of the
     source) and say the `rig wheels build` argv it runs there; the wheel_build role copies the dir over."""
-    from rig.kernels.builder import stage_for_host
-    from rig.stack.spec import load
-
-    emit(stage_for_host(source, stack_path, load(stack_path)["archs"], cache, root, venv_path, cuda_home, jobs),
+    emit(stage_for_host(source, stack_path, load(stack_path)["archs"], cache, root, venv_of(venv_path, stack_path),
+                        cuda_home, jobs),
          as_json)
 
 
@@ -99,7 +95,4 @@ def wheels_stage(source, stack_path, cache, root, venv_path, cuda_home, jobs, as
 @json_option
 def wheels_export(key, dest, cache, as_json) -> None:
     """Lay the wheels kept under CACHE/built/KEY out in DEST with a hash-pinned requirements file."""
-    from rig.core.fs import confined
-    from rig.kernels.wheels import export
-
-    emit(export([confined(Path(cache) / "built", key, "KEY")], Path(dest)), as_json)
+    emit(builds.export([confined(Path(cache) / "built", key, "KEY")], Path(dest)), as_json)

@@ -53,8 +53,9 @@ def _sources(with_patches: bool = True) -> list[tuple[Path, Path]]:
     return files
 
 
-def build(out: str | Path, with_patches: bool = True) -> dict:
-    """Write the bundle unless an identical one is there (keyed by a hash of its sources).
+def build(out: str | Path, with_patches: bool = True, check: bool = False) -> dict:
+    """Write the bundle unless an identical one is there (keyed by a hash of its sources); CHECK: say whether
+    it would, write nothing.
 
     Images carry their patch set beside the engine instead (with_patches=False), so
     that a patch change leaves the engine's layers cached."""
@@ -65,7 +66,10 @@ def build(out: str | Path, with_patches: bool = True) -> dict:
         digest.update(str(name).encode() + b"\0" + path.read_bytes())
     stamp = out.with_suffix(".sha256")
     if out.exists() and stamp.exists() and read_bytes(stamp, "bundle stamp") == digest.hexdigest().encode():
-        return {"changed": False, "path": str(out), "sha256": digest.hexdigest()}
+        return {"changed": False, "path": str(out), "sha256": digest.hexdigest(), "msg": f"{out} is current"}
+    if check:
+        return {"changed": True, "path": str(out), "sha256": digest.hexdigest(),
+                "msg": f"would write {out} ({len(sources)} files)"}
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for path, name in sources:
@@ -84,4 +88,4 @@ def build(out: str | Path, with_patches: bool = True) -> dict:
         zipapp.create_archive(tmp, archive, interpreter="/usr/bin/env python3", main="rig.cli:main")
         atomic_write(out, archive.getvalue(), 0o755)
     atomic_write(stamp, digest.hexdigest())
-    return {"changed": True, "path": str(out), "sha256": digest.hexdigest()}
+    return {"changed": True, "path": str(out), "sha256": digest.hexdigest(), "msg": f"wrote {out}"}

@@ -197,7 +197,7 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
     stack = load(stack_path)
     lock_file = locking.lock_path(stack_path)
     if not lock_file.exists():
-        raise RigError(f"{lock_file} is missing: run `rig lock {stack_path}` first")
+        raise RigError(f"{lock_file} is missing: run `rig lock --stack {stack_path}` first")
     lock = locking.read(lock_file)
     if not lock.get("complete"):
         raise RigError(f"{lock_file} is a partial lock; an image is built only from a complete one")

@@ -272,7 +272,7 @@ def stale(stack: dict, stack_path: str | Path) -> tuple[list[dict], list[str]]:
     current, problems = [], []
     for _python, variant, path in variants(stack, stack_path):
         if not path.exists():
-            problems.append(f"{path} is missing: run `rig lock {stack_path}`")
+            problems.append(f"{path} is missing: run `rig lock --stack {stack_path}`")
             continue
         try:
             lock = read(path)
@@ -280,7 +280,7 @@ def stale(stack: dict, stack_path: str | Path) -> tuple[list[dict], list[str]]:
             problems.append(str(exc))
             continue
         if lock["stack_digest"] != stack_digest(variant):
-            problems.append(f"{path} is stale: the stack changed since it was locked. Run `rig lock {stack_path}`")
+            problems.append(f"{path} is stale: the stack changed since it was locked. Run `rig lock --stack {stack_path}`")
         else:
             current.append(lock)
     return current, problems

@@ -35,8 +35,9 @@ def wanted(lock: dict) -> list[dict]:
     return lock["wheels"] + [uv_wheel("x86_64")]
 
 
-def fetch(lock: dict, cache: str | Path) -> dict:
-    """Make every wheel of LOCK (and the installer's) present and intact in the cache; download only what is not."""
+def fetch(lock: dict, cache: str | Path, check: bool = False) -> dict:
+    """Make every wheel of LOCK (and the installer's) present and intact in the cache; download only what is not.
+    CHECK: say what would be fetched, change nothing."""
     if not lock["complete"]:
         progress("the lock is partial: fetching only the wheels it could lock")
     reused, refetched, missing = 0, [], []
@@ -46,10 +47,16 @@ def fetch(lock: dict, cache: str | Path) -> dict:
             reused += 1
             continue
         if path.exists():
-            progress(f"{path.name}: sha256 differs from the lock; dropping it and fetching again")
-            path.unlink()
             refetched.append(wheel["filename"])
+            if not check:
+                progress(f"{path.name}: sha256 differs from the lock; dropping it and fetching again")
+                path.unlink()
         missing.append(wheel)
+    if check:
+        return {"changed": bool(missing), "wheels": len(wanted(lock)), "reused": reused, "fetched": 0,
+                "refetched": refetched, "would_fetch": [w["filename"] for w in missing], "bytes_downloaded": 0,
+                "msg": f"would fetch {len(missing)} wheels ({len(refetched)} of them altered in the cache), "
+                       f"{reused} already in the cache"}
     downloaded = _download(missing, lock, Path(cache)) if missing else 0
     return {"changed": bool(missing), "wheels": len(wanted(lock)), "reused": reused,
             "fetched": len(missing), "refetched": refetched, "bytes_downloaded": downloaded,

@@ -49,7 +49,7 @@ def test_a_fresh_box_stops_with_reboot_required_and_no_fabric_manager_without_nv
 
 def test_the_host_python_picks_its_lock_or_stops_before_any_change(box):
     """rig's boxes run Debian 12 (python3 3.11); the stack is locked for 3.12 and, as an extra, 3.11."""
-    stack_vars = {k: v for k, v in json.loads(ok(rig("stack", "vars", str(TWO_PYTHONS))).stdout).items()
+    stack_vars = {k: v for k, v in json.loads(ok(rig("stack", "vars", "--stack", str(TWO_PYTHONS))).stdout).items()
                   if k.startswith("python_stack_")}
     assert set(stack_vars["python_stack_locks"]) == {"3.11", "3.12"}
     only_312 = {**stack_vars, "python_stack_locks": {"3.12": str(TWO_PYTHONS.with_suffix(".lock"))}}

@@ -27,7 +27,7 @@ def tiny(tmp_path_factory) -> dict:
     stack = root / "tiny.yml"
     stack.write_text(yaml.safe_dump({"name": "tiny", "python": "3.11", "cuda": {"version": "13.0.2"},
                                      "extra_packages": ["click==8.1.7", "packaging==24.1"]}))
-    done = rig("lock", str(stack))
+    done = rig("lock", "--stack", str(stack))
     assert done.returncode == 0, done.stderr
     return {"stack": stack, "lock": stack.with_suffix(".lock"), "cache": root / "cache"}
 
@@ -125,7 +125,7 @@ def test_a_lock_for_another_python_stops_naming_both(box, tmp_path):
     stack = tmp_path / "py312.yml"
     stack.write_text(yaml.safe_dump({"name": "py312", "python": "3.12", "cuda": {"version": "13.0.2"},
                                      "extra_packages": ["click==8.1.7"]}))
-    assert rig("lock", str(stack)).returncode == 0
+    assert rig("lock", "--stack", str(stack)).returncode == 0
     bad = box.play("python.yml", python_stack_lock=str(stack.with_suffix(".lock")))
     assert not bad.ok
     assert "this host's python3 is 3.11, the stack's lock is for Python 3.12" in bad.output

@@ -173,7 +173,7 @@ def locked_stack(tmp_path, name: str, cuda: str, click: str, steps: int) -> str:
              "server": {"model": "/models/target", "draft_model": "/models/draft", "speculative_num_steps": steps}}
     path = tmp_path / f"{name}.yml"
     path.write_text(yaml.safe_dump(stack))
-    ok(rig("lock", str(path)))
+    ok(rig("lock", "--stack", str(path)))
     return str(path)
 
 

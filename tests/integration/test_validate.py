@@ -24,7 +24,7 @@ CHECKS = ["schema", "lock", "conflicts", "kernels", "toolchain", "patches", "ser
 
 def validate(stack: Path, *extra: str) -> tuple[int, dict, list]:
     junit = stack.parent / "junit.xml" if stack.parent != REPO / "stacks" else Path(os.devnull)
-    done = rig("validate", str(stack), "--json", "--cache", CACHE, *extra,
+    done = rig("validate", "--stack", str(stack), "--json", "--cache", CACHE, *extra,
                *([] if junit == Path(os.devnull) else ["--junit", str(junit)]))
     assert done.returncode in (0, 1), done.stderr[-3000:]
     cases = list(ET.parse(junit).getroot().iter("testcase")) if junit.exists() and junit != Path(os.devnull) else []

@@ -36,7 +36,7 @@ def test_an_engine_error_is_one_line_and_exit_2():
 
 
 def test_an_error_about_a_hostile_input_cannot_forge_lines_or_drive_the_terminal():
-    done = rig("stack", "show", "x\nrig: error: forged\x1b[2J.yml")
+    done = rig("stack", "show", "--stack", "x\nrig: error: forged\x1b[2J.yml")
     assert done.returncode == 2
     assert done.stderr.splitlines() == ["rig: error: cannot read stack file x",
                                         "  rig: error: forged\\x1b[2J.yml: No such file or directory"]
@@ -47,8 +47,8 @@ def test_the_engine_bundle_runs_with_python_alone(tmp_path):
     import sys
 
     out = tmp_path / "rig.pyz"
-    assert '"changed": true' in rig("plumbing", "bundle", "--json", "--out", str(out)).stdout
-    assert '"changed": false' in rig("plumbing", "bundle", "--json", "--out", str(out)).stdout
+    assert '"changed": true' in rig("plumbing", "bundle", "--json", "--output", str(out)).stdout
+    assert '"changed": false' in rig("plumbing", "bundle", "--json", "--output", str(out)).stdout
     done = subprocess.run([sys.executable, "-I", "-S", str(out), "cuda", "ldconfig-conf", "--version", "13.0.2",
                            "--prefix", str(tmp_path)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
@@ -70,7 +70,7 @@ def test_the_engine_bundle_imports_its_modules_from_bytecode_and_from_source_on_
     import zipfile
 
     out = tmp_path / "rig.pyz"
-    assert rig("plumbing", "bundle", "--out", str(out)).returncode == 0
+    assert rig("plumbing", "bundle", "--output", str(out)).returncode == 0
     names = set(zipfile.ZipFile(out).namelist())
     assert {n[:-1] for n in names if n.endswith(".pyc")} == {n for n in names if n.endswith(".py")} - {"__main__.py"}
     where = "import sys; sys.path.insert(0, sys.argv[1]); import rig.engine.bundle as b; print(b.build.__code__.co_filename)"

@@ -77,13 +77,13 @@ def test_a_cuda_wheel_member_that_climbs_out_is_refused(tmp_path):
 def test_a_stack_name_is_a_plain_name(tmp_path, name, says):
     stack = tmp_path / "s.yml"
     stack.write_text(f'name: "{name}"\ncuda: {{version: "13.0.2"}}\n')
-    done = rig("stack", "show", str(stack))
+    done = rig("stack", "show", "--stack", str(stack))
     assert done.returncode == 2 and "name: " in done.stderr and says in done.stderr
 
 
 @pytest.mark.parametrize("path, says", [("/dev/zero", "is not a regular file"), ("/", "is not a regular file")])
 def test_a_stack_path_that_is_not_a_file_is_refused_without_reading_it(path, says):
-    done = rig("stack", "show", path)
+    done = rig("stack", "show", "--stack", path)
     assert done.returncode == 2 and says in done.stderr
 
 
@@ -95,7 +95,7 @@ def test_stack_json_from_a_role_is_read_by_the_same_layer(tmp_path):
 def test_a_description_may_span_lines_but_an_environment_value_may_not(tmp_path):
     stack = tmp_path / "s.yml"
     stack.write_text('name: s\ndescription: |\n  two\n  lines\ncuda: {version: "13.0.2"}\n')
-    assert rig("stack", "show", str(stack)).returncode == 0
+    assert rig("stack", "show", "--stack", str(stack)).returncode == 0
     stack.write_text('name: s\ncuda: {version: "13.0.2"}\nenvironment: {vars: {A: "x\\u0000y"}}\n')
-    done = rig("stack", "show", str(stack))
+    done = rig("stack", "show", "--stack", str(stack))
     assert done.returncode == 2 and "environment.vars: A:" in done.stderr and "must be one line" in done.stderr

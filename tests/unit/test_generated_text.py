@@ -31,13 +31,13 @@ def test_a_prefix_that_would_add_loader_lines_is_refused_and_nothing_written(tmp
 def test_an_environment_key_yaml_reads_as_no_string_is_refused_naming_the_fix(tmp_path, key):
     path = tmp_path / "s.yml"
     path.write_text(f"name: t\ncuda: {{version: 13.0.2}}\nenvironment:\n  vars:\n    {key}: x\n    ZED: y\n")
-    for args in (["env", "show", "--stack", str(path)], ["stack", "show", str(path)]):
+    for args in (["env", "show", "--stack", str(path)], ["stack", "show", "--stack", str(path)]):
         done = rig(*args)
         assert done.returncode == 2 and "is not an environment variable name" in done.stderr, done.stderr
         assert "quote it" in done.stderr and "internal error" not in done.stderr
     quoted = tmp_path / "q.yml"
     quoted.write_text(f"name: t\ncuda: {{version: 13.0.2}}\nenvironment:\n  vars:\n    '{key}': x\n")
-    assert rig("stack", "show", str(quoted)).returncode == (0 if key.isidentifier() else 2)
+    assert rig("stack", "show", "--stack", str(quoted)).returncode == (0 if key.isidentifier() else 2)
 
 
 def test_a_value_no_environment_can_hold_is_refused():
@@ -67,7 +67,7 @@ def test_a_lock_refuses_an_option_in_extra_packages_before_pip_runs(tmp_path):
     path = tmp_path / "s.yml"
     outside = tmp_path / "outside.json"
     path.write_text(yaml.safe_dump(stack_with(extra_packages=[f"--report={outside}"])))
-    done = rig("lock", str(path))
+    done = rig("lock", "--stack", str(path))
     assert done.returncode == 2 and "is a pip option" in done.stderr and not outside.exists()
 
 

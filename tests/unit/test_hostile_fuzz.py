@@ -210,8 +210,8 @@ def test_an_edited_stack_file_is_taken_or_refused_cleanly(data):
     doc = mutate(data, _stack())  # drawn before the scratch window: hypothesis keeps its own files
     with scratch() as tmp:
         stack = _write(tmp / "s.yml", doc)
-        holds(*rig("stack", "show", str(stack))[::2])
-        holds(*rig("stack", "vars", str(stack), "--out", str(tmp / "vars.json"))[::2])
+        holds(*rig("stack", "show", "--stack", str(stack))[::2])
+        holds(*rig("stack", "vars", "--stack", str(stack), "--output", str(tmp / "vars.json"))[::2])
 
 
 @FUZZ
@@ -219,7 +219,7 @@ def test_an_edited_stack_file_is_taken_or_refused_cleanly(data):
 def test_any_bytes_as_a_stack_file_are_refused_cleanly(content):
     with scratch() as tmp:
         stack = _write(tmp / "s.yml", content)
-        holds(*rig("lock", "--verify", str(stack))[::2], allowed=(2,))
+        holds(*rig("lock", "--verify", "--stack", str(stack))[::2], allowed=(2,))
 
 
 # ------------------------------------------------------------------ locks
@@ -431,9 +431,9 @@ def _special(tmp: Path, kind: str) -> str:
 
 
 READERS = [  # every command that reads a document from a path it is given
-    lambda p, tmp: ["stack", "show", p],
+    lambda p, tmp: ["stack", "show", "--stack", p],
     lambda p, tmp: ["env", "show", "--stack", p],
-    lambda p, tmp: ["lock", "--verify", p],
+    lambda p, tmp: ["lock", "--verify", "--stack", p],
     lambda p, tmp: ["doctor", "--log", p],
     lambda p, tmp: ["wheelhouse", "export", p, str(tmp / "out"), "--cache", str(tmp / "cache")],
     lambda p, tmp: ["patch", "status", "--python", sys.executable, "--stack", p],
@@ -491,7 +491,7 @@ def _link_case(tmp: Path, where: str, victim: Path) -> list[str]:
     if where == "bundle":
         (tmp / "out").mkdir()
         (tmp / "out" / "rig.pyz").symlink_to(victim)
-        return ["plumbing", "bundle", "--out", str(tmp / "out" / "rig.pyz")]
+        return ["plumbing", "bundle", "--output", str(tmp / "out" / "rig.pyz")]
     if where == "ld.so.conf.d file":
         conf = tmp / "root" / "etc" / "ld.so.conf.d"
         conf.mkdir(parents=True)

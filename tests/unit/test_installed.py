@@ -31,7 +31,7 @@ def test_an_installed_rig_builds_a_bundle_with_its_patch_set_and_reads_it(tmp_pa
     where = installed("-c", "import rig; print(rig.__file__)")
     assert where.stdout.strip() == str(site / "rig" / "__init__.py"), where.stderr
     bundle = tmp_path / "rig.pyz"
-    done = installed("-m", "rig", "plumbing", "bundle", "--json", "--out", str(bundle))
+    done = installed("-m", "rig", "plumbing", "bundle", "--json", "--output", str(bundle))
     assert done.returncode == 0 and json.loads(done.stdout)["changed"], done.stderr
     done = run([sys.executable, "-I", "-S", str(bundle), "patch", "status", "--json", "--python", sys.executable],
                cwd=tmp_path)

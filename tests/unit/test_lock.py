@@ -26,9 +26,9 @@ def variant(tmp_path, change: dict, base=DEFAULT) -> str:
 
 
 def test_the_shipped_default_lock_is_current_and_complete():
-    done = rig("lock", str(DEFAULT), "--verify", "--json")
+    done = rig("lock", "--stack", str(DEFAULT), "--verify", "--json")
     assert done.returncode == 0, done.stderr
-    old = rig("lock", str(DEFAULT), "--check", "--json")  # the old spelling, for one release: the same answer
+    old = rig("lock", "--stack", str(DEFAULT), "--check", "--json")  # the old spelling, for one release: the same answer
     assert old.returncode == 0 and old.stdout == done.stdout and "is now `rig lock --verify`" in old.stderr
     lock = read(DEFAULT.with_suffix(".lock"))
     assert lock["complete"] and not lock["unresolved"]
@@ -42,7 +42,7 @@ def test_the_shipped_default_lock_is_current_and_complete():
 def test_an_extension_is_a_source_build_that_needs_no_index_entry():
     """rig's test extension is on no index: the lock lists it to build, beside torch's closure."""
     stack = REPO / "tests" / "data" / "stacks" / "torch-extension.yml"
-    done = rig("lock", str(stack), "--verify", "--json")
+    done = rig("lock", "--stack", str(stack), "--verify", "--json")
     assert done.returncode == 0, done.stderr
     lock = read(stack.with_suffix(".lock"))
     assert lock["complete"] and lock["source_builds"] == [
@@ -54,7 +54,7 @@ def test_an_extension_is_a_source_build_that_needs_no_index_entry():
 def test_a_stale_lock_is_detected(tmp_path):
     path = variant(tmp_path, {"description": "changed"})
     (tmp_path / "variant.lock").write_text(DEFAULT.with_suffix(".lock").read_text())
-    done = rig("lock", path, "--verify")
+    done = rig("lock", "--stack", path, "--verify")
     assert done.returncode == 2 and "is stale" in done.stderr
 
 
@@ -69,7 +69,7 @@ def test_a_hand_edited_lock_is_refused(tmp_path):
 def test_a_package_pin_that_contradicts_the_stack_names_both(tmp_path):
     path = variant(tmp_path, {"sglang": {"version": "0.5.9"}, "kernel": {"package": "sgl-kernel", "version": "0.3.21"},
                               "flashinfer": {"version": "0.6.3", "extras": []}})
-    done = rig("lock", path)
+    done = rig("lock", "--stack", path)
     assert done.returncode == 2
     assert "sglang 0.5.9 requires torch==2.9.1 but the stack pins torch 2.14.1 (torch.version)" in done.stderr
     assert not (tmp_path / "variant.lock").exists()
@@ -84,7 +84,7 @@ def test_torch_built_for_another_cuda_major_is_refused(tmp_path):
 
 def test_no_wheel_for_the_stacks_python_is_refused(tmp_path):
     path = variant(tmp_path, {"python": "3.10"})
-    done = rig("lock", path)
+    done = rig("lock", "--stack", path)
     assert done.returncode == 2
     assert "sglang: no wheel of sglang==0.5.23" in done.stderr and "for Python 3.10" in done.stderr
 
@@ -106,7 +106,7 @@ def test_the_0_5_9_stack_locks_what_it_can_and_says_what_it_cannot(tmp_path, mon
 
 
 def test_the_shipped_0_5_9_lock_is_partial_and_says_why():
-    done = rig("lock", str(REPO / "stacks" / "sm120-sglang-0.5.9.yml"), "--verify")
+    done = rig("lock", "--stack", str(REPO / "stacks" / "sm120-sglang-0.5.9.yml"), "--verify")
     assert done.returncode == 0, done.stderr
     lock = read(REPO / "stacks" / "sm120-sglang-0.5.9.lock")
     assert not lock["complete"] and lock["unresolved"][0]["name"] == "torch"
@@ -125,7 +125,7 @@ def test_torch_cuda_major_from_metadata(version, requires, expected):
 
 def test_flashinfer_cubin_is_pinned_to_flashinfer_and_refused_where_none_exists(tmp_path):
     path = variant(tmp_path, {"flashinfer": {"cubin": True}})
-    done = rig("lock", path)
+    done = rig("lock", "--stack", path)
     assert done.returncode == 2
     assert "flashinfer: no wheel of flashinfer-cubin==0.7.2" in done.stderr
 
@@ -141,7 +141,7 @@ def test_flashinfer_jit_cache_is_recorded_as_a_source_build(tmp_path):
 def test_every_pin_conflict_is_named_in_one_run(tmp_path):
     """sglang 0.5.8 beside the default pins conflicts three ways; one answer names all of them."""
     path = variant(tmp_path, {"sglang": {"version": "0.5.8"}})
-    done = rig("lock", path)
+    done = rig("lock", "--stack", path)
     assert done.returncode == 2 and "3 conflicts; fix them all" in done.stderr, done.stderr
     for says in ("requires flashinfer_python==0.6.1 but the stack pins flashinfer-python 0.7.2 (flashinfer.version)",
                  "requires torch==2.9.1 but the stack pins torch 2.14.1 (torch.version)",

@@ -45,7 +45,7 @@ def test_json_without_a_finite_bounded_number_is_refused(text):
 def test_a_5000_digit_integer_in_a_stack_is_one_error_line_naming_the_file(tmp_path):
     stack = tmp_path / "s.yml"
     stack.write_text((REPO / "stacks" / "default.yml").read_text() + "\nextra: " + "9" * 5000 + "\n")
-    done = rig("stack", "show", str(stack))
+    done = rig("stack", "show", "--stack", str(stack))
     assert done.returncode == 2 and done.stderr.startswith(f"rig: error: {stack}: line ")
     assert "write a smaller number" in done.stderr and len(done.stderr.splitlines()) == 1
 

@@ -88,7 +88,7 @@ def play(tmp_path, tasks: list[dict], *args: str, host: str = "localhost") -> tu
 
 
 def test_a_controller_step_runs_on_the_controller_and_never_reaches_the_host(tmp_path):
-    task = {"name": "Read a stack", "rig": {"argv": ["stack", "show", str(REPO / "stacks" / "default.yml")],
+    task = {"name": "Read a stack", "rig": {"argv": ["stack", "show", "--stack", str(REPO / "stacks" / "default.yml")],
                                            "controller": True, "mode": "read"}}
     rc, result = play(tmp_path, [task], host="faraway")
     assert rc == 0 and result["changed"] is False and result["name"] == "sm120-sglang-0.5.23"
@@ -122,7 +122,8 @@ def test_a_step_under_check_and_diff_changes_nothing_then_applies_once(tmp_path,
 
 def test_hostile_argument_values_reach_the_engine_verbatim_never_a_shell(tmp_path):
     hostile = "x\n../$(touch pwned)`touch pwned2`'; touch pwned3 #.yml"
-    rc, result = play(tmp_path, [{"name": "Show a stack", "rig": {"argv": ["stack", "show", hostile], "mode": "read"}}])
+    rc, result = play(tmp_path, [{"name": "Show a stack",
+                                  "rig": {"argv": ["stack", "show", "--stack", hostile], "mode": "read"}}])
     assert rc != 0 and result["failed"] is True
     assert result["msg"].startswith("rig stack show failed (exit 2): rig: error: ")
     assert "../$(touch pwned)" in result["msg"]  # the path as given, not a shell's reading of it
@@ -141,14 +142,15 @@ def test_bad_task_arguments_fail_before_anything_runs(tmp_path, args, reason):
 
 
 def test_a_target_without_the_interpreter_fails_saying_so(tmp_path):
-    task = {"name": "Show a stack", "rig": {"argv": ["stack", "show", str(REPO / "stacks" / "default.yml")],
+    task = {"name": "Show a stack", "rig": {"argv": ["stack", "show", "--stack", str(REPO / "stacks" / "default.yml")],
                                            "mode": "read"}}
     rc, result = play(tmp_path, [task], "-e", "rig_engine_python=/nonexistent/python3")
     assert rc != 0 and result["failed"] is True
     assert result["msg"].startswith("rig stack show failed (exit 127): ") and "/nonexistent/python3" in result["msg"]
 
 
-SHOW = {"name": "Show a stack", "rig": {"argv": ["stack", "show", str(REPO / "stacks" / "default.yml")], "mode": "read"}}
+SHOW = {"name": "Show a stack",
+        "rig": {"argv": ["stack", "show", "--stack", str(REPO / "stacks" / "default.yml")], "mode": "read"}}
 
 
 def kept(tmp_path) -> list:
@@ -191,7 +193,7 @@ def test_check_mode_keeps_nothing_and_a_keep_dir_that_is_a_link_is_never_used(tm
 
 
 def test_the_tasks_environment_reaches_the_engine(tmp_path):
-    task = {"name": "Show a missing stack", "rig": {"argv": ["stack", "show", str(tmp_path / "none.yml")],
+    task = {"name": "Show a missing stack", "rig": {"argv": ["stack", "show", "--stack", str(tmp_path / "none.yml")],
                                                    "mode": "read"}}
     rc, plain = play(tmp_path, [task])
     rc_debug, debug = play(tmp_path, [{**task, "environment": {"RIG_DEBUG": "1"}}])

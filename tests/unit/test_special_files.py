@@ -70,7 +70,7 @@ def test_a_server_log_that_is_a_fifo_gives_no_tail_and_a_real_one_its_last_lines
 @pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
 def test_doctor_log_and_stack_show_refuse_special_files_in_one_line(special, fifo):
     path = str(fifo) if special == "fifo" else special
-    for args in (["doctor", "--log", path], ["stack", "show", path]):
+    for args in (["doctor", "--log", path], ["stack", "show", "--stack", path]):
         done = rig(*args, timeout=30)
         assert done.returncode == 2 and done.stderr.count("rig: error:") == 1, done.stderr
         assert f"{path} is not a regular file" in done.stderr

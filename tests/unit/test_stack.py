@@ -55,19 +55,19 @@ def test_a_missing_required_key_is_named():
 def test_cli_refuses_malformed_yaml_and_names_the_file(tmp_path):
     bad = tmp_path / "broken.yml"
     bad.write_text("name: [unclosed\n")
-    done = rig("stack", "show", str(bad))
+    done = rig("stack", "show", "--stack", str(bad))
     assert done.returncode == 2
     assert f"{bad}: not valid YAML" in done.stderr
     not_a_mapping = tmp_path / "list.yml"
     not_a_mapping.write_text("- 1\n")
-    assert "must be a mapping" in rig("stack", "show", str(not_a_mapping)).stderr
+    assert "must be a mapping" in rig("stack", "show", "--stack", str(not_a_mapping)).stderr
 
 
 def test_stack_vars_are_what_the_roles_read(tmp_path):
     path = tmp_path / "s.yml"
     path.write_text(yaml.safe_dump({**GOOD, "cuda": {"version": "13.0.1", "make_default": True}}))
     out = tmp_path / "vars.json"
-    assert rig("stack", "vars", str(path), "--out", str(out)).returncode == 0
+    assert rig("stack", "vars", "--stack", str(path), "--output", str(out)).returncode == 0
     assert json.loads(out.read_text()) == ansible_vars(load(path))
     assert json.loads(out.read_text())["cuda_toolkit_version"] == "13.0.1"
     assert json.loads(out.read_text())["cuda_toolkit_make_default"] is True
@@ -79,21 +79,21 @@ def test_kept_stack_vars_are_named_by_their_content_and_rewritten_whole(tmp_path
     for version in ("13.0.1", "13.0.2"):
         stacks.append(tmp_path / f"{version}.yml")
         stacks[-1].write_text(yaml.safe_dump({**GOOD, "cuda": {"version": version}}))
-    kept = [Path(rig("stack", "vars", str(path), "--keep").stdout.strip()) for path in (*stacks, stacks[0])]
+    kept = [Path(rig("stack", "vars", "--stack", str(path), "--keep").stdout.strip()) for path in (*stacks, stacks[0])]
     assert kept[0] == kept[2] != kept[1] and kept[0].parent == tmp_path / "cache" / "stack-vars"
     assert json.loads(kept[0].read_text()) == ansible_vars(load(stacks[0]))
     assert kept[0].name == hashlib.sha256(kept[0].read_bytes()).hexdigest() + ".json"
     assert kept[0].stat().st_mode & 0o777 == 0o600
     kept[0].write_text("{}")  # altered in the cache: the next run writes it anew, it never reads it
-    assert Path(rig("stack", "vars", str(stacks[0]), "--keep").stdout.strip()) == kept[0]
+    assert Path(rig("stack", "vars", "--stack", str(stacks[0]), "--keep").stdout.strip()) == kept[0]
     assert json.loads(kept[0].read_text()) == ansible_vars(load(stacks[0]))
-    done = rig("stack", "vars", str(stacks[0]), "--keep", "--out", str(tmp_path / "v.json"))
-    assert done.returncode == 2 and "give --out or --keep, not both" in done.stderr
+    done = rig("stack", "vars", "--stack", str(stacks[0]), "--keep", "--output", str(tmp_path / "v.json"))
+    assert done.returncode == 2 and "give --output or --keep, not both" in done.stderr
     # a link planted where the kept files go, pointing out of the cache: refused, nothing written there
     (tmp_path / "elsewhere").mkdir()
     shutil.rmtree(tmp_path / "cache" / "stack-vars")
     (tmp_path / "cache" / "stack-vars").symlink_to(tmp_path / "elsewhere")
-    planted = rig("stack", "vars", str(stacks[1]), "--keep")
+    planted = rig("stack", "vars", "--stack", str(stacks[1]), "--keep")
     assert planted.returncode == 2 and "leads outside" in planted.stderr and not list((tmp_path / "elsewhere").iterdir())
 
 
