@@ -1,0 +1,179 @@
+"""One CLI grammar, held over the whole click tree: every command has --json, every command that changes
+something has --check (or says in EXCEPTIONS why not), result directories are --out DIR and single files
+--output FILE, the stack is --stack (or $RIG_STACK, or the nearest stacks/default.yml), --venv says its default;
+and the behaviours around them: refusals before anything is written, suggestions, bare `rig`."""
+import json
+import subprocess
+import sys
+
+import click
+import pytest
+from conftest import BIN, REPO, rig
+
+from rig.cli import COMMANDS, cli
+
+# Commands that change nothing on the machine (they print, judge, measure into their own --out, or serve).
+READS = {"stack show", "stack vars", "validate", "cuda list", "cuda ldconfig-conf", "wheelhouse show",
+         "wheelhouse serve", "wheelhouse route", "venv verify", "wheels plan", "env show", "patch status",
+         "doctor", "audit", "machine facts", "machine probe", "server args", "smoke", "bench", "image verify",
+         "image sbom", "upgrade plan", "upgrade previous", "plumbing tool"}
+# Commands that change something and have no --check, each with the reason.
+EXCEPTIONS = {
+    "lock": "--verify is its dry run: it says whether the lock is current and writes nothing",
+    "wheels build": "`rig wheels plan` is its dry run: it says whether the built wheel is already kept",
+    "cuda fetch": "not yet: it downloads into the controller's cache only (issue 48, left open)",
+    "wheelhouse export": "not yet: it lays out a directory it is given (issue 48, left open)",
+    "wheels stage": "not yet: it lays out the staged dir under the cache (issue 48, left open)",
+    "wheels export": "not yet: it lays out a directory it is given (issue 48, left open)",
+    "image build": "not yet: what would change needs the Docker engine's cache (issue 48, left open)",
+}
+RESULT_DIRS = {"bench", "tune", "prove", "machine probe", "testmodel"}
+
+
+def leaves(group: click.Group = cli, path: str = "") -> dict[str, click.Command]:
+    """Every command users see, by its path under `rig`."""
+    ctx = click.Context(group)
+    found = {}
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if command is None or command.hidden:
+            continue
+        where = f"{path} {name}".strip()
+        found.update(leaves(command, where) if isinstance(command, click.Group) else {where: command})
+    return found
+
+
+def options(command: click.Command) -> dict[str, click.Option]:
+    return {opt: p for p in command.params if isinstance(p, click.Option) and not p.hidden for opt in p.opts}
+
+
+COMMAND_TREE = leaves()
+
+
+def test_the_tree_is_whole_and_every_command_prints_json():
+    assert len(COMMAND_TREE) > 40 and {"stack show", "prove", "plumbing bundle", "machine probe"} <= set(COMMAND_TREE)
+    assert [name for name, command in COMMAND_TREE.items() if "--json" not in options(command)] == []
+
+
+def test_every_command_that_changes_something_has_check_or_says_why_not():
+    missing = [name for name, command in COMMAND_TREE.items()
+               if name not in READS and name not in EXCEPTIONS and "--check" not in options(command)]
+    assert missing == []
+    assert set(EXCEPTIONS) <= set(COMMAND_TREE) and set(READS) <= set(COMMAND_TREE)
+    stale = [name for name in EXCEPTIONS if "--check" in options(COMMAND_TREE[name])]
+    assert stale == []  # an exception that has --check now is no exception: take it off the list
+
+
+def test_result_directories_are_out_dir_and_single_files_are_output_file():
+    for name, command in COMMAND_TREE.items():
+        opts = options(command)
+        if name in RESULT_DIRS:
+            assert "--out" in opts, name
+        if "--out" in opts:
+            assert isinstance(opts["--out"].type, click.Path) and not opts["--out"].type.file_okay, name
+            assert opts["--out"].metavar == "DIR", name
+        if "--output" in opts:
+            assert isinstance(opts["--output"].type, click.Path) and not opts["--output"].type.dir_okay, name
+
+
+def test_the_stack_is_one_option_from_the_environment_too_and_venv_says_its_default():
+    for name, command in COMMAND_TREE.items():
+        for param in command.params:
+            if param.name == "stack_path":
+                assert param.opts == ["--stack"] and param.envvar == "RIG_STACK", name
+            if param.name == "venv_path":
+                assert param.opts == ["--venv"], name
+                assert "Default: the stack's `venv` key." in param.help or "Without it:" in param.help, name
+        assert not [p for p in command.params if isinstance(p, click.Argument) and p.name == "stack_path"], name
+
+
+def test_help_lists_every_command_in_the_table_order_without_importing_one():
+    listed = [e.name for e in COMMANDS if not e.moved_to]
+    out = rig("--help").stdout
+    assert [line.split()[0] for line in out.split("Commands:\n")[1].splitlines() if line.startswith("  ")
+            and not line.startswith("    ")] == listed
+    assert listed[:3] == ["stack", "lock", "validate"] and listed[-1] == "plumbing"
+    code = "import sys; from rig.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n" \
+           "print(sorted(m for m in sys.modules if m.startswith('rig.cli.') and m != 'rig.cli.common'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_bare_rig_prints_its_help_and_exits_0_and_a_misspelt_command_or_choice_is_suggested():
+    bare = rig()
+    assert bare.returncode == 0 and bare.stdout.startswith("Usage: rig") and bare.stderr == ""
+    done = rig("proove")
+    assert done.returncode == 2 and "did you mean `rig prove`?" in done.stderr
+    assert "probe" not in done.stderr and "((" not in done.stderr and "))" not in done.stderr
+    done = rig("prove", "--skip", "dcotor")
+    assert done.returncode == 2 and "did you mean doctor?" in done.stderr
+
+
+def test_a_mode_refuses_options_it_would_ignore(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("nothing\n")
+    done = rig("doctor", "--log", str(log), "--stack", "missing.yml")
+    assert done.returncode == 2 and "--stack has no effect with --log" in done.stderr
+    assert rig("doctor", "--log", str(log), "--json", env={"RIG_STACK": "missing.yml", "PATH": ""}).returncode == 0
+    done = rig("prove", "--summary", str(tmp_path), "--tp", "2")
+    assert done.returncode == 2 and "--tp has no effect with --summary" in done.stderr
+
+
+def test_the_stack_comes_from_the_option_the_environment_or_the_nearest_stacks_dir(tmp_path):
+    other = REPO / "stacks" / "cuda-13.0.yml"
+    shown = lambda *args, **kw: json.loads(rig("stack", "show", "--json", *args, **kw).stdout)["name"]  # noqa: E731
+    default = shown()
+    assert shown("--stack", str(other)) != default
+    assert shown(env={"RIG_STACK": str(other)}) == shown("--stack", str(other))
+    below = subprocess.run([str(BIN / "rig"), "stack", "show", "--json"], cwd=REPO / "rig" / "cli",
+                           capture_output=True, text=True, check=True)
+    assert json.loads(below.stdout)["name"] == default  # found walking up, as cargo finds Cargo.toml
+    nowhere = subprocess.run([str(BIN / "rig"), "stack", "show"], cwd=tmp_path, capture_output=True, text=True,
+                             check=False)
+    assert nowhere.returncode == 2 and "no stack: give --stack FILE or set RIG_STACK" in nowhere.stderr
+    assert str(REPO / "stacks" / "default.yml") in rig("lock", "--help").stdout  # --help names the default
+    old = rig("stack", "show", "--json", str(other))  # the old positional, for one release
+    assert old.returncode == 0 and json.loads(old.stdout)["name"] == shown("--stack", str(other))
+    assert "is now `--stack FILE`" in old.stderr
+    both = rig("stack", "show", "--stack", str(other), str(other))
+    assert both.returncode == 2 and "give the stack once" in both.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["tune", "--stack", str(REPO / "stacks" / "h200-sglang-0.5.17.yml"), "--venv", "/nonexistent/venv"],
+    ["bench", "--url", "http://127.0.0.1:9"],
+])
+def test_a_run_refused_before_it_starts_writes_nothing(tmp_path, args):
+    done = rig(*args, "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stderr.startswith("rig: error: ")
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_runs_change_nothing(tmp_path):
+    out = tmp_path / "engine" / "rig.pyz"
+    done = rig("plumbing", "bundle", "--check", "--json", "--output", str(out))
+    assert json.loads(done.stdout)["changed"] is True and not (tmp_path / "engine").exists()
+
+
+def test_prove_steps_are_checks_its_junit_lists_them_and_the_fleet_summary_reads_them(tmp_path):
+    from dataclasses import asdict
+    from xml.etree import ElementTree
+
+    from rig.core import RigError
+    from rig.core.check import Check, Runner, junit
+    from rig.serving.prove import summary
+
+    runner = Runner("prove")
+    runner.run("doctor", lambda c: None)
+    runner.skip("probe", "no GPU is visible")
+    runner.run("testmodel", lambda c: (_ for _ in ()).throw(RigError("no torch in the venv")))
+    steps = [asdict(c) for c in runner.checks]
+    assert [s["status"] for s in steps] == ["pass", "skip", "fail"] and not runner.ok
+    cases = ElementTree.fromstring(junit([Check(**s) for s in steps], "rig prove host")).findall(".//testcase")
+    assert [(c.find("failure") is not None, c.find("skipped") is not None) for c in cases] == \
+        [(False, False), (False, True), (True, False)]
+    assert cases[2].find("failure").get("message") == "no torch in the venv" and cases[0].get("time") is not None
+    (tmp_path / "host1").mkdir()
+    (tmp_path / "host1" / "prove.json").write_text(json.dumps({"ok": False, "steps": steps}))
+    table = summary(tmp_path)
+    assert table["ok"] is False and table["hosts"][0]["failed"] == ["testmodel"]
