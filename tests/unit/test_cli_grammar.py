@@ -177,3 +177,11 @@ def test_prove_steps_are_checks_its_junit_lists_them_and_the_fleet_summary_reads
     (tmp_path / "host1" / "prove.json").write_text(json.dumps({"ok": False, "steps": steps}))
     table = summary(tmp_path)
     assert table["ok"] is False and table["hosts"][0]["failed"] == ["testmodel"]
+
+
+def test_the_readme_command_table_is_the_click_tree():
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "readme_tables.py"), "--check"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    readme = (REPO / "README.md").read_text()
+    assert all(f"`rig {name} " in readme for name in COMMAND_TREE)
