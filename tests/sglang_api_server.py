@@ -168,8 +168,8 @@ class Simulator:
         if temperature <= 0:
             return self.args.accept_rate
         p, others = self.args.sampled_accept, 1000
-        if p >= 1:
-            return self.args.accept_rate
+        if p >= 1 or p <= 0:
+            return self.args.accept_rate if p >= 1 else 0.0
         return self.args.accept_rate / (1 + others ** (1 - 1 / temperature) * ((1 - p) / p) ** (1 / temperature))
 
     async def schedule(self) -> None:

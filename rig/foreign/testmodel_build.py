@@ -92,7 +92,7 @@ def rand(*shape, device=None):
     SALT[0] += 1
     count = math.prod(shape)
     mixed = (torch.arange(count, device=device or DEVICE, dtype=torch.int64) + SALT[0] * 0x9E3779B1) & 0xFFFFFFFF
-    for multiplier in (0x7FEB352D, 0x846CA68B):  # two rounds of xor-shift-multiply, kept inside 63 bits
+    for multiplier in (0x7FEB352D, 0x2C1B3C6D):  # two rounds of xor-shift-multiply: 32 x 31 bits, inside int64
         mixed = ((mixed ^ (mixed >> 16)) * multiplier) & 0xFFFFFFFF
     mixed = mixed ^ (mixed >> 15)
     return ((mixed.to(torch.float32) / 2.0 ** 32 - 0.5) * (0.02 * math.sqrt(12))).reshape(shape)
@@ -346,9 +346,10 @@ def main(spec: dict) -> dict:
 
 
 def aux_layers(layers: int) -> list:
-    """The target layers the draft reads: SGLang's default [2, L // 2, L - 3] where it fits (SGLang captures the
-    state after layer id + 1, so ids stop at L - 2), else the first two and L - 2."""
-    return [2, layers // 2, layers - 3] if layers >= 6 else [0, 1, layers - 2]
+    """The layer ids the draft reads. SGLang captures the hidden state entering layer id + 1 for each id given, and
+    enters [2, L // 2, L - 3] when none is: the ids that capture the same are [1, L // 2 - 1, L - 4]. A tiny model
+    takes the first two and L - 2 (ids stop there)."""
+    return [1, layers // 2 - 1, layers - 4] if layers >= 6 else [0, 1, layers - 2]
 
 
 def draft(draft_dir: Path, common: dict, shape: dict, vocab: int, direction: torch.Tensor, proposal: int) -> int:

@@ -153,12 +153,6 @@ def _answering(url: str, api_key_env: str) -> None:
                        "or give its address")
 
 
-def files(result: dict) -> dict[str, str]:
-    from rig.core.outdir import record
-
-    return {"results.json": record(result), "report.md": report_markdown(result)}
-
-
 def run(url: str, plan: Plan, out: str | Path, baseline_url: str | None = None, baseline_results: str | None = None,
         api_key_env: str = KEY_ENV) -> dict:
     earlier = _earlier(baseline_results) if baseline_results else None
@@ -172,7 +166,7 @@ def run(url: str, plan: Plan, out: str | Path, baseline_url: str | None = None, 
         progress(note)
     result: dict[str, Any] = {"plan": asdict(plan), "notes": notes, "crossover": None,
                               "runs": [s.run for s in servers] + ([earlier] if earlier else [])}
-    with recorded(out, result, files, figures) as written:
+    with recorded(out, result, "results.json", report_markdown, figures) as written:
         measure(servers, [Level(c) for c in plan.concurrency], serial=True)
         runs = result["runs"]
         result["crossover"] = crossover(runs[0], runs[1]) if len(runs) > 1 else None

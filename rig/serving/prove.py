@@ -277,13 +277,10 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
     result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "tp_sizes": tps, "gpus": 0,
                               "driver": None, "ok": False, "steps": []}
 
-    def files(result: dict) -> dict[str, str]:
-        from rig.core.outdir import record
-
+    def settle(result: dict) -> None:
         result.update(ok=report.ok and not result.get("stopped"), steps=[asdict(s) for s in report.checks])
-        return {"prove.json": record(result, "prove.json"), "report.md": report_markdown(result)}
 
-    with recorded(out, result, files, figures) as written:
+    with recorded(out, result, "prove.json", report_markdown, figures, settle) as written:
         listed = visible_gpus()[0]
         gpus = len(listed)
         result.update(gpus=gpus, driver=listed[0].get("driver") if listed else None, versions=versions(python),

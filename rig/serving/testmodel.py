@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rig.core import RigError, progress
+from rig.core import RigError, numbers, progress
 from rig.core.documents import dump_json, load_json
 from rig.core.fs import output_dir
 from rig.core.proc import interpreter, last_json, run, script
@@ -134,7 +134,7 @@ def _reference_holds(report: object) -> None:
         if not isinstance(run_, dict) or not run_.get("matched") == run_.get("prompts") == numerics.PROMPTS:
             raise RigError(f"the numerics model does not follow its rule under transformers in {dtype}: {run_}; "
                            "report this with the venv's torch and transformers versions")
-        if not isinstance(margin, (int, float)) or isinstance(margin, bool) or margin < MIN_MARGIN:
+        if numbers.problem(margin, MIN_MARGIN):
             raise RigError(f"the numerics model follows its rule in {dtype} but by a margin of {margin} (designed 8, "
                            f"at least {MIN_MARGIN:g}); report this with the venv's torch and transformers versions")
 

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import math
-import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +46,14 @@ from rig.serving.measure.plan import Plan, check_fits
 from rig.serving.measure.record import recorded
 from rig.serving.measure.stats import shown
 from rig.serving.measure.sweep import Level, Server, count, measure
-from rig.serving.measure.verdict import choose, confirm, for_load, not_speculating, nothing_measured
+from rig.serving.measure.verdict import (
+    choose,
+    closeness,
+    confirm,
+    for_load,
+    not_speculating,
+    nothing_measured,
+)
 from rig.serving.server import health_url, render
 from rig.serving.workload import Workload
 
@@ -69,6 +74,9 @@ class Variant:
     family: str = ""  # one server line's backend and cap: the variants an adaptive server can switch between
     env: dict = field(default_factory=dict)  # what the server's environment adds
     candidate: bool = True  # may the policy choose it (SGLang's adaptive mode: topk 1 only)
+    # a server beside the comparison (an uncapped twin, a step-0 server, the policy's own): its failure is
+    # recorded and the run goes on; the baseline's or a fixed EAGLE-3's ends the run
+    optional: bool = False
 
     @property
     def baseline(self) -> bool:
@@ -141,28 +149,37 @@ def variants(stack: dict, venv: str | Path, step0_config: str) -> list[Variant]:
         if server["speculative_eagle_topk"] != 1:  # measured, but SGLang's adaptive mode cannot serve it
             found.append(Variant("stack" + tag, own, with_server(stack, speculative_adaptive_config="", **on),
                                  "eagle", family, candidate=False))
-    first = backends[0] or ""
-    for which in stack["tune"]["step0"]:
-        env = {}
-        if which == "step0-skip-extend":
-            if not reads_skip_extend(venv):
-                raise RigError(f"tune.step0 lists step0-skip-extend, but the sglang in {venv} does not read "
-                               f"{SKIP_EXTEND}: drop it from tune.step0 (or install an sglang that has it)")
-            env = {SKIP_EXTEND: "1"}
-        on = {"attention_backends": [first]} if first else {}
-        found.append(Variant(which, 0, eagle(stack, 1, step0_config, **on), "step0", first, env))
+    env = {}
+    if "step0-skip-extend" in stack["tune"]["step0"]:
+        if not reads_skip_extend(venv):
+            raise RigError(f"tune.step0 lists step0-skip-extend, but the sglang in {venv} does not read "
+                           f"{SKIP_EXTEND}: drop it from tune.step0 (or install an sglang that has it)")
+        env = {SKIP_EXTEND: "1"}
+    for backend in backends:  # a family's step-0 slots are priced by its own backend's step 0
+        tag, on = (f"@{backend}", {"attention_backends": [backend]}) if backend and len(backends) > 1 else \
+            ("", {})
+        found += [Variant(which + tag, 0, eagle(stack, 1, step0_config, **on), "step0", backend or "",
+                          env if which == "step0-skip-extend" else {}, optional=True)
+                  for which in stack["tune"]["step0"]]
     return found
 
 
 def uncapped(variant: Variant, record: dict) -> Variant | None:
     """The variant again with its running-request cap lifted to its decode graph, when its server capped below it
-    (SGLang under speculation sets 48 where max_running_requests is not given)."""
+    (SGLang under speculation sets 48 where max_running_requests is not given); the graph is the server's own
+    (/server_info), else the one rig asked for."""
     cap, graphs = record.get("max_running_requests"), record.get("cuda_graph_bs")
-    if variant.kind == "baseline" or not cap or not graphs or cap >= max(graphs) or variant.name.endswith("-uncapped"):
+    top = max(graphs) if graphs else graph_size(variant.stack)
+    if variant.kind == "baseline" or not cap or cap >= top or variant.name.endswith("-uncapped"):
         return None
-    return Variant(f"{variant.name}-uncapped", variant.steps,
-                   with_server(variant.stack, max_running_requests=max(graphs)), variant.kind,
-                   f"{variant.family}/uncapped", variant.env, variant.candidate)
+    return Variant(f"{variant.name}-uncapped", variant.steps, with_server(variant.stack, max_running_requests=top),
+                   variant.kind, f"{variant.family}/uncapped", variant.env, variant.candidate, optional=True)
+
+
+def graph_size(stack: dict) -> int:
+    """The largest decode CUDA graph rig asks the server for (server.wants: cuda_graph_max_bs, else the largest
+    level)."""
+    return stack["server"]["cuda_graph_max_bs"] or max(stack["bench"]["concurrency"])
 
 
 def levels(stack: dict) -> list[Level]:
@@ -192,16 +209,17 @@ def run_variant(servers: Servers, variant: Variant, venv: str, plan: Plan, wante
     try:
         server = Server(url, variant.name, plan, servers.api_key_env, workload)
         record.update({"cuda_graph_bs": graph_sizes(server.info),
-                       "max_running_requests": count(server.info.get("max_running_requests")),
-                       "speculative_algorithm": server.run["speculative_algorithm"]})
+                       **{k: server.run[k] for k in ("max_running_requests", "speculative_algorithm")}})
         if problem := not_speculating(variant.name, variant.steps or int(variant.kind == "step0"),
                                       server.run["speculative_algorithm"]):
             record["stopped"] = problem
             raise RigError(f"{problem}; its log is {log}")
         if note := check_fits(plan, variant.name, server.info, workload, serial=False):
             progress(note)
-        measure([server], wanted)
-        record["levels"] = {lv["level"]: lv for lv in server.run["levels"]}
+        try:
+            measure([server], wanted)
+        finally:  # the levels done are kept however the measurement ends (Ctrl-C, a refused flush)
+            record["levels"] = {lv["level"]: lv for lv in server.run["levels"]}
         if server.run["stopped"]:
             record["stopped"] = server.run["stopped"]
             raise RigError(f"{variant.name}: {server.run['stopped']} during the measurement; its log is {log}; what "
@@ -211,6 +229,21 @@ def run_variant(servers: Servers, variant: Variant, venv: str, plan: Plan, wante
             raise RigError(f"{problem}; its log is {log}")
     finally:
         servers.stop(launched)
+
+
+def _tried(servers: Servers, variant: Variant, venv: str, plan: Plan, wanted: list[Level], out: Path,
+           workload: Workload, record: dict) -> bool:
+    """run_variant; an optional server's failure recorded in RECORD (its `stopped`, its log) and the run going on
+    with the others: it costs its own numbers, not the rest. True when it measured."""
+    try:
+        run_variant(servers, variant, venv, plan, wanted, out, workload, record)
+    except RigError as exc:
+        if not variant.optional:
+            raise
+        record["stopped"] = record.get("stopped") or str(exc)
+        progress(f"{variant.name}: {exc}; going on without it")
+        return False
+    return True
 
 
 def graph_sizes(info: dict) -> list[int] | None:
@@ -270,76 +303,79 @@ def family_choice(measured: dict[str, dict], found: list[Variant], wanted: list[
 
     Within a family the candidates are its baseline (its backend's) and its EAGLE-3 variants, in order of
     simplicity; where the choice changes with load, a step-0 slot is what SGLang's step 0 costs, so the rows
-    are chosen again with the family's best-measured step-0 server in the baseline's place."""
+    are chosen again with the family's best-measured step-0 server in the baseline's place (`plain` keeps the
+    rows before that, for the fallback)."""
     candidates = [v for v in found if v.candidate and measured.get(v.name)]
     if not candidates:
         return {"rows": [], "family": None, "scores": {}}
     overall = {r["level"]: r for r in choose(measured, candidates, wanted)}
-    best: dict = {"rows": [], "family": None, "scores": {}}
+    top = {level: row["best_value"] for level, row in overall.items()}
+    kinds = {v.name: v.kind for v in found}
+    best: dict = {"rows": [], "family": None, "scores": {}, "score": None}
     for family in sorted({v.family for v in candidates if not v.baseline}):
         backend = family.split("/")[0]
         base = [v for v in candidates if v.baseline and v.family == backend]
         spec = sorted((v for v in candidates if v.family == family and v.kind == "eagle"), key=lambda v: v.steps)
-        cap = min((records[v.name].get("max_running_requests") or 0 for v in spec), default=0) or None
-        rows = choose(measured, base + spec, wanted, cap)
+        caps = [c for v in spec if (c := records[v.name].get("max_running_requests"))]
+        cap = min(caps) if caps else None
+        rows = plain = choose(measured, base + spec, wanted, cap)
         stand_in = None
         if len({r["steps"] for r in rows}) > 1:  # it switches with load: step 0 must be paid for as measured
             step0 = [v for v in candidates if v.family == family and v.kind == "step0"]
             if step0:
-                stand_in = max(step0, key=lambda v: _closeness(measured[v.name], overall, wanted) or 0)
+                stand_in = max(step0, key=lambda v: closeness(_values(measured[v.name]), top))
                 rows = choose(measured, [stand_in, *spec], wanted, cap)
-        kinds = {v.name: v.kind for v in found}
-        for row in rows:
+        for row in [*rows, *plain]:
             row.update(kind=kinds[row["chosen"]], best=overall[row["level"]]["best"],
                        best_value=overall[row["level"]]["best_value"])
-        score = _score(rows)
+        score = closeness({r["level"]: r["chosen_value"] for r in rows}, top)
         best["scores"][family or "default"] = score
-        if rows and (best["family"] is None or (score or 0) > (best["score"] or 0)):
-            best.update(rows=rows, family=family, score=score, step0=stand_in.name if stand_in else None,
-                        env=stand_in.env if stand_in else {}, cap=cap,
+        if rows and (best["family"] is None or score > best["score"]):
+            best.update(rows=rows, plain=plain, family=family, score=score, step0=stand_in.name if stand_in else None,
+                        env=stand_in.env if stand_in else {}, cap=cap, baseline=base[0].name if base else None,
                         graphs=next((records[v.name].get("cuda_graph_bs") for v in spec
                                      if records[v.name].get("cuda_graph_bs")), None),
                         server=spec[0].stack["server"] if spec else None)
     return best
 
 
-def _score(rows: list[dict]) -> float | None:
-    """The geometric mean, over levels, of the chosen variant's value to the per-level best's."""
-    ratios = [r["chosen_value"] / r["best_value"] for r in rows if r["chosen_value"] and r["best_value"]]
-    return math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None
-
-
-def _closeness(levels_of: dict, overall: dict, wanted: list[Level]) -> float | None:
-    return _score([{"chosen_value": (levels_of.get(lv.name) or {}).get("value"),
-                    "best_value": overall[lv.name]["best_value"]} for lv in wanted if lv.name in overall])
+def _values(levels_of: dict) -> dict[str, float | None]:
+    return {level: lv.get("value") for level, lv in levels_of.items()}
 
 
 # ------------------------------------------------------------------ the recommendation
 
 
 def recommend(kind: dict, rows: list[dict], confirmation: dict | None, config_path: str | None,
-              measured: dict[str, dict]) -> str:
+              measured: dict[str, dict], plain: list[dict]) -> str:
+    """What to serve, said from the confirmation: a single server (baseline, fixed) is held to the per-level best
+    by its own rounds, an adaptive policy by its own server's. PLAIN: the choices with the baseline for step 0,
+    what the fallback reads when nothing single holds."""
     if kind["kind"] == "none":
         return "nothing was measured: no recommendation"
-    if kind["kind"] == "baseline":
-        return ("speculation paid at no measured load on this box (the baseline was best or within noise of the best "
-                "at every level): serve without it")
-    if kind["kind"] == "fixed":
-        return (f"EAGLE-3 with {kind['steps']} step(s) (topk 1) was best or within noise of the best at every measured "
-                f"level: serve with it, server.speculative_num_steps: {kind['steps']}")
-    plan_text = ", ".join(f"{r['chosen']} at {r['level']}" for r in rows)
-    if confirmation and confirmation["confirmed"]:
-        return (f"serve with the adaptive policy (server.speculative_adaptive_config: {config_path}): confirmed within "
-                f"noise of the per-level best at every level ({plan_text})")
     lost = [t for t in (confirmation or {}).get("levels", []) if t["verdict"] == "lost"]
     said = [f"at {t['level']} it ran {t['ratio_best']:.2f} of {t['best']}" for t in lost]
+    holds = bool(confirmation and confirmation["confirmed"])
+    if kind["kind"] == "baseline" and holds:
+        return ("speculation paid at no measured load on this box (the baseline was best or within noise of the best "
+                "at every level): serve without it")
+    if kind["kind"] == "fixed" and holds:
+        return (f"EAGLE-3 with {kind['steps']} step(s) (topk 1) was best or within noise of the best at every measured "
+                f"level: serve with it, server.speculative_num_steps: {kind['steps']}")
+    if kind["kind"] != "adaptive":
+        return (f"no single server holds the per-level best ({kind['kind']}: " + "; ".join(said) + f"). What pays "
+                f"instead: {fallback(plain, measured)}")
+    plan_text = ", ".join(f"{r['chosen']} at {r['level']}" for r in rows)
+    if holds:
+        return (f"serve with the adaptive policy (server.speculative_adaptive_config: {config_path}): confirmed within "
+                f"noise of the per-level best at every level ({plan_text})")
     step0 = [t for t in lost if t["steps"] == 0 and t["vs_baseline"] == "lost"]
     if step0:
-        ratios = ", ".join(f"{t['ratio_baseline']:.2f}" for t in step0)
+        ratios_ = ", ".join(f"{t['ratio_baseline']:.2f}" for t in step0)
         said.append("SGLang's step-0 state lost to the plain baseline at " + ", ".join(t["level"] for t in step0) +
-                    f" ({ratios}): step 0 is not a free off")
+                    f" ({ratios_}): step 0 is not a free off")
     return "the adaptive policy was not confirmed: " + "; ".join(said or ["its levels were not all measured"]) + \
-        f". What pays instead: {fallback(rows, measured)}"
+        f". What pays instead: {fallback(plain, measured)}"
 
 
 def fallback(rows: list[dict], measured: dict[str, dict]) -> str:
@@ -353,17 +389,13 @@ def fallback(rows: list[dict], measured: dict[str, dict]) -> str:
         return (f"run {last['chosen']} where load stays at or below {last['batch']} requests in flight "
                 f"(--max-running-requests {last['batch']} caps it) and a server without speculation for more")
     where = ", ".join(f"{r['chosen']} at {r['level']}" for r in rows)
-    closeness = {}
-    for name, levels_of in measured.items():
-        ratios = [(levels_of.get(r["level"]) or {}).get("value") or 0 for r in rows]
-        if name != POLICY and all(ratios):
-            closeness[name] = math.exp(statistics.fmean(math.log(v / r["best_value"]) for v, r in zip(ratios, rows,
-                                                                                                      strict=True)))
-    if not closeness:
+    top = {r["level"]: r["best_value"] for r in rows}
+    near = {name: closeness(_values(levels_of), top) for name, levels_of in measured.items() if name != POLICY}
+    name = max(near, key=lambda n: near[n], default=None)
+    if name is None or not near[name]:
         return f"the per-level choice is {where}; no single load threshold separates them"
-    name = max(closeness, key=lambda n: closeness[n])
     return (f"the per-level choice is {where}; no single load threshold separates them, and of the fixed servers "
-            f"{name} comes closest over all levels ({closeness[name]:.2f} of the per-level best, geometric mean)")
+            f"{name} comes closest over all levels ({near[name]:.2f} of the per-level best, geometric mean)")
 
 
 # ------------------------------------------------------------------ the stack diff and the report
@@ -479,12 +511,6 @@ def figures(result: dict) -> dict:
     return {"tune.png": fig}
 
 
-def files(result: dict) -> dict[str, str]:
-    from rig.core.outdir import record
-
-    return {"tune.json": record(result, "tune.json"), "report.md": report_markdown(result)}
-
-
 # ------------------------------------------------------------------ the run
 
 
@@ -552,17 +578,19 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
                               "choices": [], "policy": {"kind": "none", "notes": []}, "confirmation": None,
                               "recommendation": "not finished", "testmodel": model}
     extra: list[str] = []  # the policy's files, when it has them
-    with recorded(out, result, files, figures) as written, \
+    with recorded(out, result, "tune.json", report_markdown, figures) as written, \
             Servers(stack["tune"]["start_timeout"], api_key_env) as servers:
         queue = list(found)
         while queue:
             variant = queue.pop(0)
             record = result["variants"].setdefault(variant.name, {})
-            run_variant(servers, variant, venv, plan, wanted, out, workload, record)
-            if stack["tune"]["uncapped"] and (lifted := uncapped(variant, record)):
+            if _tried(servers, variant, venv, plan, wanted, out, workload, record) and stack["tune"]["uncapped"] and \
+                    (lifted := uncapped(variant, record)):
                 found.append(lifted)
                 queue.insert(0, lifted)  # measured next, while the box is as it was for its capped twin
-        measured = {name: v["levels"] for name, v in result["variants"].items()}
+        # a server that stopped mid-way measured part of a level at most: nothing the choice builds on
+        measured = {name: v["levels"] for name, v in result["variants"].items()
+                    if v.get("levels") and not v.get("stopped")}
         chosen = family_choice(measured, found, wanted, result["variants"])
         rows = chosen["rows"]
         kind = policy(rows, chosen.get("graphs"))
@@ -570,6 +598,9 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
                        "family_scores": chosen["scores"], "cuda_graph_bs": chosen.get("graphs"),
                        "running_cap": chosen.get("cap"), "step0_stand_in": chosen.get("step0")})
         config_path = None
+        # what is served: the policy's own server, the family's baseline, or the one fixed variant chosen everywhere
+        judged_by = {"adaptive": POLICY, "baseline": chosen.get("baseline")}.get(kind["kind"]) or \
+            (rows[0]["chosen"] if rows else POLICY)
         if kind["kind"] == "adaptive":
             config_path = str(out / "adaptive.json")
             atomic_write(config_path, adaptive.render({int(k): v for k, v in kind["slots"].items()}))
@@ -577,15 +608,17 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
             family_line = with_server(stack, **{k: chosen["server"][k] for k in ("attention_backends",
                                                                                   "max_running_requests")})
             own = Variant(POLICY, kind["steps"], eagle(family_line, kind["steps"], config_path), "eagle",
-                          chosen["family"], chosen.get("env") or {})
-            record = result["variants"].setdefault(POLICY, {"adaptive": kind["slots"]})
-            run_variant(servers, own, venv, plan, wanted, out, workload, record)
-            result["confirmation"] = confirm({n: v["levels"] for n, v in result["variants"].items()}, rows, POLICY,
-                                             BASELINE)
-        result["recommendation"] = recommend(kind, rows, result["confirmation"], config_path,
-                                             {n: v["levels"] for n, v in result["variants"].items()})
+                          chosen["family"], chosen.get("env") or {}, optional=True)
+            _tried(servers, own, venv, plan, wanted, out, workload,
+                   result["variants"].setdefault(POLICY, {"adaptive": kind["slots"]}))
+        if rows:  # a single server is held to the per-level best by its own rounds; the policy by its own run
+            result["confirmation"] = confirm({n: v.get("levels") or {} for n, v in result["variants"].items()}, rows,
+                                             judged_by, chosen.get("baseline") or BASELINE)
+        result["recommendation"] = recommend(kind, rows, result["confirmation"], config_path, measured,
+                                             chosen.get("plain") or rows)
         if profile:  # the one server that pays best for the user's own load
-            measured = {n: v["levels"] for n, v in result["variants"].items() if v.get("levels")}
+            measured = {n: v["levels"] for n, v in result["variants"].items()
+                        if v.get("levels") and not v.get("stopped")}
             mine = for_load(measured, list(measured), wanted, profile[1])
             result["load_profile"] = {"file": profile[0], "histogram": profile[1], **mine}
             if mine["chosen"]:
@@ -597,7 +630,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
             extra.append(str(atomic_write(out / "proposed-stack.yml", proposal[0])))
             result["stack_diff"] = proposal[1]
     files_written = written + extra
-    confirmed = kind["kind"] != "adaptive" or bool(result["confirmation"] and result["confirmation"]["confirmed"])
+    confirmed = bool(result["confirmation"] and result["confirmation"]["confirmed"])
     return {"ok": confirmed and kind["kind"] != "none", "files": files_written, "policy": kind,
             "recommendation": result["recommendation"], "confirmation": result["confirmation"], "choices": rows,
             "msg": "\n".join([f"wrote {', '.join(files_written)}",

@@ -324,6 +324,11 @@ def test_sampling_lowers_acceptance_and_a_capped_server_is_measured_uncapped_and
     assert variants["step0"]["argv"].count("--speculative-adaptive") == 1
     assert set(result["family_scores"]) == {"default", "/uncapped"}
     assert "acc " in (out / "report.md").read_text()
+    # whatever it serves is held to the per-level best: a single server by its own rounds, a policy by its run
+    report = json.loads(done.stdout)
+    assert report["ok"] == bool(result["confirmation"]["confirmed"]) == (done.returncode == 0)
+    if not report["ok"]:
+        assert "What pays instead" in result["recommendation"]
 
 
 def test_step_0_with_the_draft_extend_skipped_is_refused_where_sglang_does_not_read_it(tune_case):

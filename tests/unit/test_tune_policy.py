@@ -192,3 +192,79 @@ def test_booleans_are_refused_where_a_number_is_wanted():
         validate({"name": "x", "cuda": {"version": "13.0.2"}, "tune": {"request_rates": [True]}})
     with pytest.raises(RigError, match="got a boolean"):
         validate({"name": "x", "cuda": {"version": "13.0.2"}, "bench": {"min_seconds": True}})
+
+
+def _rounds(table):
+    return {name: {level: {"value": sorted(v)[len(v) // 2], "round_values": v, "in_flight": None}
+                   for level, v in levels.items()} for name, levels in table.items()}
+
+
+def test_a_round_that_measured_zero_is_a_measurement_and_a_missing_one_is_not():
+    from rig.serving.measure.stats import median
+    from rig.serving.measure.verdict import ratios, within_range
+
+    assert median([0, 0, 50]) == 0 and median([None, 40]) == 40 and median([None]) is None
+    assert ratios([0, 0, 50], [40, 40, 40]) == [0, 0, 1.25] and within_range(ratios([0, 0, 50], [40, 40, 40])) \
+        == "within noise"
+    assert ratios([10], [0]) == [] and ratios([None], [10]) == []
+
+
+def test_a_speculative_server_capped_below_its_graph_gets_an_uncapped_twin_once():
+    from rig.serving.tune import uncapped
+
+    stack = {"server": {"cuda_graph_max_bs": 0}, "bench": {"concurrency": [1, 64, 256]}}
+    eagle = Variant("eagle3-3", 3, stack, "eagle", "triton")
+    twin = uncapped(eagle, {"max_running_requests": 48, "cuda_graph_bs": [1, 64, 256]})
+    assert twin and twin.name == "eagle3-3-uncapped" and twin.family == "triton/uncapped"
+    assert twin.stack["server"]["max_running_requests"] == 256
+    assert uncapped(twin, {"max_running_requests": 256}) is None  # its twin is not lifted again
+    assert uncapped(eagle, {"max_running_requests": 256, "cuda_graph_bs": [256]}) is None
+    assert uncapped(Variant("baseline", 0, stack, "baseline"), {"max_running_requests": 48}) is None
+    # no graph sizes in /server_info: the graph rig asked for (the largest level)
+    lifted = uncapped(eagle, {"max_running_requests": 48})
+    assert lifted and lifted.stack["server"]["max_running_requests"] == 256
+
+
+def test_step_0_priced_as_measured_turns_a_switching_family_into_one_server_that_must_hold_up():
+    """The baseline wins at C=64 and EAGLE-3 at C=1, but SGLang's step 0 runs far below the baseline: priced by
+    its own server, step 0 loses C=64 to EAGLE-3, so the family serves fixed EAGLE-3, which confirmation holds
+    to the baseline at C=64 (and loses); the fallback reads the choices with the baseline for step 0."""
+    from rig.serving.measure.verdict import confirm
+    from rig.serving.tune import family_choice, policy, recommend
+
+    stack = {"server": {"attention_backends": [], "max_running_requests": 0}}
+    found = [Variant("baseline", 0, stack, "baseline", ""), Variant("eagle3-3", 3, stack, "eagle", ""),
+             Variant("step0", 0, stack, "step0", "")]
+    measured = _rounds({"baseline": {"C=1": [100, 101, 99], "C=64": [1000, 990, 1010]},
+                        "eagle3-3": {"C=1": [250, 251, 249], "C=64": [700, 710, 690]},
+                        "step0": {"C=1": [95, 96, 94], "C=64": [380, 385, 375]}})
+    records = {name: {"max_running_requests": 48 if name != "baseline" else None} for name in measured}
+    chosen = family_choice(measured, found, [Level(1), Level(64)], records)
+    rows, plain = chosen["rows"], chosen["plain"]
+    assert [r["chosen"] for r in plain] == ["eagle3-3", "baseline"] and chosen["step0"] == "step0"
+    assert [r["chosen"] for r in rows] == ["eagle3-3", "eagle3-3"] and rows[1]["best"] == "baseline"
+    assert chosen["cap"] == 48 and chosen["baseline"] == "baseline"
+    kind = policy(rows, GRAPHS)
+    assert kind == {"kind": "fixed", "steps": 3, "notes": []}
+    confirmation = confirm(measured, rows, "eagle3-3", "baseline")
+    assert not confirmation["confirmed"] and confirmation["levels"][1]["verdict"] == "lost"
+    said = recommend(kind, rows, confirmation, None, measured, plain)
+    assert said.startswith("no single server holds the per-level best") and "at C=64 it ran 0.70 of baseline" in said
+    assert "run eagle3-3 where load stays at or below 1 requests in flight" in said
+
+
+def test_confirmation_with_several_backends_holds_the_policy_to_its_familys_baseline():
+    from rig.serving.measure.verdict import confirm
+
+    measured = _rounds({"baseline@fa3": {"C=64": [1000, 1000]}, "policy": {"C=64": [380, 380]}})
+    rows = [{"level": "C=64", "best": "baseline@fa3", "best_value": 1000, "steps": 0}]
+    table = confirm(measured, rows, "policy", "baseline@fa3")["levels"][0]
+    assert table["ratio_baseline"] == 0.38 and table["vs_baseline"] == "lost"
+
+
+def test_a_family_missing_a_level_is_never_preferred_for_skipping_it():
+    from rig.serving.measure.verdict import closeness
+
+    best = {"C=1": 200.0, "C=64": 1000.0}
+    assert closeness({"C=1": 200.0}, best) == 0.0
+    assert closeness({"C=1": 100.0, "C=64": 1000.0}, best) == pytest.approx(0.5 ** 0.5)

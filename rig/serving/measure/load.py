@@ -28,8 +28,12 @@ class ServerDown(Exception):
     """Nothing answers at the URL any more: the run stops."""
 
 
-async def _events(response):
-    """SSE events (the bytes after "data:"), however the chunks are cut; no line-length limit."""
+class Oversized(Exception):
+    """An event longer than any answer to the request could be."""
+
+
+async def _events(response, most: int):
+    """SSE events (the bytes after "data:"), however the chunks are cut; an event longer than MOST bytes ends it."""
     buffer = b""
     async for data in response.content.iter_any():
         buffer += data
@@ -37,6 +41,8 @@ async def _events(response):
             event, buffer = buffer.split(b"\n\n", 1)
             if event.startswith(b"data:"):
                 yield event[5:].strip()
+        if len(buffer) > most:
+            raise Oversized(f"an event of more than {most} bytes")
 
 
 def _asked_tokens(body: dict) -> int:
@@ -58,8 +64,9 @@ async def stream(session, url: str, body: dict) -> dict:
         # a redirect is answered as it is: followed, the request (and its API key) would reach another origin
         async with session.post(url + "/generate", json=body, allow_redirects=False) as response:
             if response.status != 200:
-                return refused(response.status, await response.read())
-            async for payload in _events(response):
+                return refused(response.status, await response.content.read(65536))
+            # SGLang's chunks carry the cumulative text: a token is a few bytes of text and of ids
+            async for payload in _events(response, max(1 << 20, 64 * most)):
                 if payload == b"[DONE]":
                     done = True
                     break
@@ -77,6 +84,8 @@ async def stream(session, url: str, body: dict) -> dict:
         raise ServerDown(str(exc)) from exc
     except asyncio.TimeoutError:  # a server that accepts and never answers is as good as gone
         return {"ok": False, "lost": True, "error": "no data within the read timeout"}
+    except Oversized as exc:
+        return {"ok": False, "error": f"malformed stream: {exc}"}
     except (aiohttp.ClientError, ConnectionError) as exc:
         return {"ok": False, "lost": True, "error": f"connection lost: {exc.__class__.__name__}: {exc}"}
     end = time.perf_counter()
@@ -89,7 +98,7 @@ async def stream(session, url: str, body: dict) -> dict:
             return refused(200, last)
         meta = final["meta_info"]
         tokens = number(meta["completion_tokens"])
-        if tokens is None or tokens != int(tokens) or tokens > most:
+        if tokens is None or tokens != int(tokens) or tokens > most - 1:  # no more than asked for
             raise ValueError(f"completion_tokens {str(meta['completion_tokens'])[:40]}")
         prompt_tokens = number(meta.get("prompt_tokens")) or 0
     except (RigError, ValueError, KeyError, TypeError) as exc:

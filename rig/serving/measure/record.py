@@ -15,17 +15,22 @@ def reason(exc: BaseException) -> str:
 
 
 @contextmanager
-def recorded(out: str | Path, result: dict, files: Callable[[dict], dict[str, str]],
-             draw: Callable[[dict], dict] | None = None) -> Iterator[list[str]]:
-    """Run the block, then write FILES(RESULT) (name -> text: the JSON record first) and DRAW(RESULT)'s figures
-    into OUT; the list yielded gets the paths written."""
+def recorded(out: str | Path, result: dict, name: str, report: Callable[[dict], str],
+             draw: Callable[[dict], dict] | None = None,
+             settle: Callable[[dict], None] | None = None) -> Iterator[list[str]]:
+    """Run the block, then write RESULT (SETTLE(RESULT) first, where a verdict is drawn from state kept apart) as
+    the JSON record NAME, REPORT(RESULT) as report.md and DRAW(RESULT)'s figures into OUT, in that order: a report
+    that fails to render never costs the record. The list yielded gets the paths written."""
     result.setdefault("started", time.time())
     result.setdefault("stopped", None)
     written: list[str] = []
 
     def save() -> None:
         result["finished"] = time.time()
-        written.extend(outdir.write(out, files(result), (lambda: draw(result)) if draw else None))
+        if settle:
+            settle(result)
+        written.extend(outdir.write(out, {name: outdir.record(result, name)}))
+        written.extend(outdir.write(out, {"report.md": report(result)}, (lambda: draw(result)) if draw else None))
 
     try:
         yield written

@@ -30,7 +30,9 @@ def spread(values: list[float]) -> dict:
 
 
 def median(values: list) -> float | None:
-    known = [v for v in values if v]
+    """The median of the rounds that measured something (None: a round with no request done); 0 is a
+    measurement (no request within the SLOs), never dropped."""
+    known = [v for v in values if v is not None]
     return statistics.median(known) if known else None
 
 

@@ -13,7 +13,7 @@ LIFETIMES = 0.05
 
 def ratios(mine: list, theirs: list) -> list[float]:
     """Round-by-round ratios where both rounds measured something finite."""
-    found = [a / b for a, b in zip(mine, theirs, strict=False) if a and b]
+    found = [a / b for a, b in zip(mine, theirs, strict=False) if a is not None and b]  # 0 of theirs: no ratio
     return [r for r in found if math.isfinite(r)]
 
 
@@ -24,6 +24,15 @@ def within_range(values: list[float], tolerance: float = 0.0) -> str:
     if max(values) < 1 - tolerance:
         return "lost"
     return "within noise"
+
+
+def closeness(values: dict[str, float | None], best: dict[str, float]) -> float:
+    """How close one server comes to the per-level BEST over every level: the geometric mean of its ratios; a level
+    it has no value at counts as 0 (it cannot serve it), so it is never preferred for skipping one."""
+    ratios_ = [(values.get(level) or 0) / top for level, top in best.items() if top]
+    if not ratios_ or min(ratios_) <= 0:
+        return 0.0
+    return math.exp(statistics.fmean(math.log(r) for r in ratios_))
 
 
 # ------------------------------------------------------------------ failures of measuring
@@ -120,8 +129,9 @@ def choose(measured: dict[str, dict], candidates: list, levels: list, cap: int |
         at = {v.name: measured[v.name][level.name] for v in have}
         best = max(have, key=lambda v: at[v.name]["value"])
         chosen = next(v for v in have
+                      # each variant is its own server run: lost only beyond the lifetimes' noise
                       if v is best or within_range(ratios(at[v.name]["round_values"],
-                                                          at[best.name]["round_values"]) or [1.0]) != "lost")
+                                                          at[best.name]["round_values"]) or [1.0], LIFETIMES) != "lost")
         batch = level.concurrency if level.rate is None else max(1, round(at[chosen.name].get("in_flight") or 1))
         batch = min(batch, cap) if cap else batch
         rows.append({"level": level.name, "batch": batch, "best": best.name, "best_value": at[best.name]["value"],
