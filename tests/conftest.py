@@ -447,13 +447,20 @@ def shared_root(tmp_path_factory) -> Path:
     return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
 
 
-@pytest.fixture(scope="session", autouse=True)
-def shared_module_payloads(tmp_path_factory):
-    """Every ansible-playbook of the run keeps its modules' payloads in one directory (the results callback
-    links it in): Ansible would build them anew in each run."""
-    os.environ["RIG_ANSIBALLZ_CACHE"] = str(shared_root(tmp_path_factory) / "ansiballz")
-    yield
-    del os.environ["RIG_ANSIBALLZ_CACHE"]
+# A test marked so (`@pytest.mark.ansible_payload_cache`) runs its plays with $RIG_ANSIBALLZ_CACHE set: the
+# results callback then keeps the modules' payloads in one directory of the run, with module_utils' bytecode,
+# by patching ansible-core's private module_common._CachedModule.dump (tests/callback_plugins/rig_results.py).
+# That is another Ansible than the users': only tests that check a role's own behaviour (Molecule's scenarios,
+# the small box tests) ask for it; the end-to-end site, upgrade and rollout tests run stock ansible-core.
+PAYLOAD_CACHE = "ansible_payload_cache"
+
+
+@pytest.fixture(autouse=True)
+def shared_module_payloads(request, tmp_path_factory, monkeypatch):
+    if request.node.get_closest_marker(PAYLOAD_CACHE):
+        monkeypatch.setenv("RIG_ANSIBALLZ_CACHE", str(shared_root(tmp_path_factory) / "ansiballz"))
+    else:
+        monkeypatch.delenv("RIG_ANSIBALLZ_CACHE", raising=False)
 
 
 def built_once(tmp_path_factory, name: str, build) -> Path:

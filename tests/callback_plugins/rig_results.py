@@ -28,7 +28,8 @@ description:
     controller's own process, so that the worker Ansible forks for each task finds them imported instead of
     importing them and the Docker client again (measured, about 0.45 s of controller CPU per task before and
     0.15-0.3 after).
-  - Where $RIG_ANSIBALLZ_CACHE names a directory, keeps the modules' AnsiballZ payloads there instead of in
+  - Only where $RIG_ANSIBALLZ_CACHE names a directory (a test marked ansible_payload_cache, tests/conftest.py;
+    unset, ansible-core runs unpatched), keeps the modules' AnsiballZ payloads there instead of in
     this run's own temporary directory. Ansible builds each module's payload (the module and the
     module_utils it imports, found by parsing their sources) once per ansible-playbook run and drops it at
     exit, so every play of the suite built again the payloads of the same modules (see docs/BENCHMARKS.md).

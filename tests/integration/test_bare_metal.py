@@ -9,7 +9,7 @@ import os
 import pytest
 from conftest import REPO, Box, ok, rig
 
-pytestmark = pytest.mark.box
+pytestmark = [pytest.mark.box, pytest.mark.ansible_payload_cache]  # see tests/conftest.py PAYLOAD_CACHE
 
 TWO_PYTHONS = REPO / "tests" / "data" / "stacks" / "two-pythons.yml"
 DRIVER = {"nvidia_driver_repo_url": "file:///srv/nvidia/repo", "nvidia_driver_keyring_url": "file:///srv/nvidia/key.gpg",

@@ -10,7 +10,7 @@ from conftest import CUDA_STACK, REPO, ansible_env, playbook_cmd, rig
 
 from rig.core.elf import read_shared_object
 
-pytestmark = pytest.mark.box
+pytestmark = [pytest.mark.box, pytest.mark.ansible_payload_cache]  # see tests/conftest.py PAYLOAD_CACHE
 
 KERNEL = "__global__ void axpy(float a, const float *x, float *y) { y[threadIdx.x] += a * x[threadIdx.x]; }"
 

@@ -15,6 +15,8 @@ from rig.python.lock import read
 from rig.python.wheelhouse import cached_path, wanted
 
 pytestmark = pytest.mark.box
+# the small stacks' tests share payloads (tests/conftest.py PAYLOAD_CACHE); the site test runs stock ansible-core
+PAYLOADS = pytest.mark.ansible_payload_cache
 
 DEFAULT_LOCK = REPO / "stacks" / "sm120-sglang-0.5.23.lock"
 INTERNAL = "rig-test-internal"  # a Docker network with no route out: boxes reach this machine only
@@ -39,6 +41,7 @@ def fetch_report(output: str) -> dict:
     return yaml.safe_load(textwrap.dedent(match.group(1)))
 
 
+@PAYLOADS
 def test_three_boxes_download_every_wheel_once(start_box, tiny, monkeypatch):
     monkeypatch.setenv("RIG_CACHE", str(tiny["cache"]))
     boxes = [start_box() for _ in range(3)]
@@ -74,6 +77,7 @@ def mirror_url(box, directory):
         server.wait()
 
 
+@PAYLOADS
 def test_hosts_pull_from_a_site_mirror_and_the_controller_downloads_nothing(start_box, tiny, tmp_path, monkeypatch):
     assert rig("wheelhouse", "fetch", str(tiny["lock"]), "--cache", str(tiny["cache"])).returncode == 0
     assert rig("wheelhouse", "export", str(tiny["lock"]), str(tmp_path / "mirror"), "--cache", str(tiny["cache"])
@@ -95,6 +99,7 @@ def test_hosts_pull_from_a_site_mirror_and_the_controller_downloads_nothing(star
     assert not refused.ok and "sha256 differs" in refused.output and not other.exists("/opt/rig/venv")
 
 
+@PAYLOADS
 def test_a_wheel_altered_in_the_cache_is_never_installed(box, tiny, monkeypatch):
     monkeypatch.setenv("RIG_CACHE", str(tiny["cache"]))
     assert rig("wheelhouse", "fetch", str(tiny["lock"]), "--cache", str(tiny["cache"])).returncode == 0
@@ -107,6 +112,7 @@ def test_a_wheel_altered_in_the_cache_is_never_installed(box, tiny, monkeypatch)
     assert code == 0 and json.loads(out)["ok"] and json.loads(out)["packages"] == 3
 
 
+@PAYLOADS
 def test_an_altered_wheel_in_the_copied_wheelhouse_is_refused_at_install(box, tiny, tmp_path):
     rig("wheelhouse", "fetch", str(tiny["lock"]), "--cache", str(tiny["cache"]))
     house = tmp_path / "house"
@@ -121,6 +127,7 @@ def test_an_altered_wheel_in_the_copied_wheelhouse_is_refused_at_install(box, ti
     assert not box.exists("/opt/rig/venv/.rig-stack.json")
 
 
+@PAYLOADS
 def test_a_lock_for_another_python_stops_naming_both(box, tmp_path):
     stack = tmp_path / "py312.yml"
     stack.write_text(yaml.safe_dump({"name": "py312", "python": "3.12", "cuda": {"version": "13.0.2"},
@@ -129,6 +136,22 @@ def test_a_lock_for_another_python_stops_naming_both(box, tmp_path):
     bad = box.play("python.yml", python_stack_lock=str(stack.with_suffix(".lock")))
     assert not bad.ok
     assert "this host's python3 is 3.11, the stack's lock is for Python 3.12" in bad.output
+
+
+def assert_doctor_read_what_it_passed(doctor: dict) -> None:
+    """The default stack's doctor in a provisioned box: the kernel packages' SASS archs read for both of the
+    stack's archs, the agreement checks read cudart, and no PASS says it could not look."""
+    named = {c["name"]: c for c in doctor["checks"]}
+    kernels = named["audit-sglang-kernel"]
+    assert kernels["status"] == "pass", kernels
+    assert "12.0a: cubin sm_120a" in kernels["detail"] and "9.0a: cubin sm_90a" in kernels["detail"], kernels
+    toolkit = named["cuda-13.0-agreement"]
+    assert toolkit["status"] == "pass" and re.search(r"\bcudart 13\b", toolkit["detail"]), toolkit
+    agreement = named["cuda-agreement"]
+    assert agreement["status"] == "pass" and agreement["detail"].startswith("torch's CUDA 13.0"), agreement
+    looked_away = [f"{c['name']}: {c['detail']}" for c in doctor["checks"] if c["status"] == "pass" and
+                   re.search(r"not read|unknown|skipped", c["detail"], re.I)]
+    assert looked_away == []
 
 
 def test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet(start_box, tmp_path, monkeypatch):
@@ -151,9 +174,13 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet(start
     assert versions[0] == lock["torch"] + "+cu130"  # the import itself says: a CUDA 13.0 build
     code, out, _ = box.engine("venv", "verify", "--json")
     assert code == 0 and json.loads(out)["packages"] == len(lock)
+    # doctor reads the kernel packages' archs itself: no cuobjdump anywhere in the box, so none on its PATH
+    box.sh("find / -xdev -name cuobjdump \\( -type f -o -type l \\) -exec rm -f {} +")
+    assert box.sh("command -v cuobjdump; find / -xdev -name cuobjdump", check=False).stdout == ""
     doctor = json.loads(rig("doctor", "--container", box.name, "--json").stdout)
     assert doctor["ok"] and {"layer": "python", "name": "venv", "status": "pass"}.items() <= \
         next(c for c in doctor["checks"] if c["layer"] == "python").items()
+    assert_doctor_read_what_it_passed(doctor)
     patched = json.loads(box.engine("patch", "status", "--json", "--venv", "/opt/rig/venv")[1])["patches"]
     assert {r["id"]: r["status"] for r in patched if r["status"] in ("applied", "upstream")} == {
         "sglang-symm-mem-max-sizes-sm120": "applied", "sglang-symm-mem-multimem-sm120": "applied",

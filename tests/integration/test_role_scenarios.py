@@ -4,7 +4,7 @@ import subprocess
 import pytest
 from conftest import BIN, REPO, ansible_env
 
-pytestmark = pytest.mark.box
+pytestmark = [pytest.mark.box, pytest.mark.ansible_payload_cache]  # see tests/conftest.py PAYLOAD_CACHE
 
 ROLES = sorted(p.parents[2].name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
 

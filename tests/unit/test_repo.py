@@ -108,6 +108,43 @@ def test_the_suites_results_callback_counts_what_ansibles_recap_counts(tmp_path)
         failed.recap("ok", "elsewhere")
 
 
+PATCHED = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from ansible import constants as C
+from ansible.executor import module_common
+original = module_common._CachedModule.dump
+import rig_results
+rig_results.CallbackModule()
+print(json.dumps({"patched": module_common._CachedModule.dump is not original,
+                  "linked": os.path.lexists(os.path.join(C.DEFAULT_LOCAL_TMP, "ansiballz_cache"))}))
+"""
+
+
+def test_the_results_callback_patches_ansible_only_when_a_test_asks(tmp_path):
+    """Loaded without $RIG_ANSIBALLZ_CACHE, the suite's callback leaves ansible-core's module_common as it is and
+    links no payload cache: the plays of the end-to-end tests (site, upgrade, rollout), which never ask, run the
+    Ansible users run. Asked, it does both (so this test can tell)."""
+    env = {k: v for k, v in ansible_env().items() if k != "RIG_ANSIBALLZ_CACHE"}
+    script = [sys.executable, "-c", PATCHED, str(REPO / "tests" / "callback_plugins")]
+    stock = subprocess.run(script, capture_output=True, text=True, env=env, check=False)
+    assert stock.returncode == 0, stock.stderr
+    assert json.loads(stock.stdout) == {"patched": False, "linked": False}
+    asked = subprocess.run(script, capture_output=True, text=True, check=False,
+                           env={**env, "RIG_ANSIBALLZ_CACHE": str(tmp_path / "payloads")})
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout) == {"patched": True, "linked": True}
+    # the opt-in is a marker; the end-to-end tests carry none
+    from conftest import PAYLOAD_CACHE
+
+    integration = REPO / "tests" / "integration"
+    assert PAYLOAD_CACHE not in (integration / "test_upgrade.py").read_text()
+    assert PAYLOAD_CACHE not in (integration / "test_rollout.py").read_text()
+    site = (integration / "test_python_stack.py").read_text()
+    before = site.split("\ndef test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet(")[0]
+    assert not before.rstrip().endswith("@PAYLOADS") and PAYLOAD_CACHE not in site.split("pytestmark")[1].split("\n")[0]
+
+
 def test_the_suites_module_payloads_carry_bytecode_that_python_reads(tmp_path, monkeypatch):
     """The callback keeps each payload's module_utils compiled beside their sources: Python imports the bytecode
     from the zip, and a Python of another version (another magic number) reads the source instead. The module
