@@ -5,3 +5,8 @@ core, engine, stack, python, cuda, kernels, patches, machine, serving, image, ci
 """
 
 __version__ = "0.1.0"
+
+# The layers in order, the one list that tests/unit/test_layers.py holds the imports to and that
+# scripts/readme_tables.py renders README.md's layer table from. rig.foreign is no layer: no rig module imports it.
+LAYERS = ("core", "engine", "stack", "python", "cuda", "kernels", "patches", "machine", "serving", "image", "ci",
+          "cli")
