@@ -21,7 +21,8 @@ cuda.add_command(ldconfig_conf)
 @cuda.command("fetch")
 @click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
 @click.option("--component", "components", multiple=True, help="cuda-toolkit extra; repeat. Default: all rig needs.")
-@click.option("--method", type=Choice(["wheels", "runfile"]), default="wheels", show_default=True)
+@click.option("--method", type=Choice(["wheels", "runfile", "apt"]), default="wheels", show_default=True,
+              help="A stack's cuda.method; apt is the cuda_toolkit role's, refused here naming it.")
 @click.option("--url", type=Url(("https", "http", "file")), default="", help="Runfile URL (runfile method).")
 @click.option("--sha256", default="", help="Expected runfile sha256 (runfile method).")
 @click.option("--platform", default="x86_64", show_default=True, help="Target machine (uname -m).")
@@ -29,6 +30,7 @@ cuda.add_command(ldconfig_conf)
 @json_option
 def cuda_fetch(version, components, method, url, sha256, platform, cache, as_json) -> None:
     """Download a toolkit's artifacts once into the controller cache (verified)."""
+    engine.check_method(method)
     if method == "runfile":
         result = engine.fetch_runfile(url, sha256, cache)
     else:
@@ -38,7 +40,8 @@ def cuda_fetch(version, components, method, url, sha256, platform, cache, as_jso
 
 @cuda.command("install")
 @click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
-@click.option("--method", type=Choice(["wheels", "runfile"]), default="wheels", show_default=True)
+@click.option("--method", type=Choice(["wheels", "runfile", "apt"]), default="wheels", show_default=True,
+              help="A stack's cuda.method; apt is the cuda_toolkit role's, refused here naming it.")
 @click.option("--component", "components", multiple=True, help="cuda-toolkit extra; repeat. Default: all rig needs.")
 @click.option("--source", help="The fetched wheel dir or its archive (wheels), or the runfile (runfile).")
 @click.option("--sha256", default="", help="Expected runfile sha256 (runfile method).")

@@ -33,6 +33,21 @@ def check_release(version: str) -> None:
                        "Fix the cuda.version key of the stack.")
 
 
+# The stack schema's methods (rig.stack.spec.METHODS): rig installs two itself; apt is NVIDIA's packages from
+# NVIDIA's repository, installed by apt through the cuda_toolkit role (roles/cuda_toolkit/tasks/apt.yml), the one
+# place that mechanism lives: nothing to fetch on the controller and nothing for rig to stage.
+METHODS = ("wheels", "runfile")
+
+
+def check_method(method: str) -> None:
+    if method == "apt":
+        raise RigError("the apt method is installed by apt through the cuda_toolkit role (playbooks/cuda.yml, with "
+                       "the stack's cuda.apt.repo_url and cuda.apt.keyring_url set), not by rig cuda fetch or "
+                       "install, which install the wheels and runfile methods")
+    if method not in METHODS:
+        raise RigError(f"unknown CUDA install method {method!r}; rig installs {' and '.join(METHODS)}")
+
+
 def check_components(components: list[str]) -> None:
     unknown = sorted(set(components) - set(COMPONENTS))
     if unknown:
@@ -216,12 +231,11 @@ def verify_manifest(wheel_dir: str | Path) -> dict:
 def install(version: str, prefix: str | Path, method: str, components: list[str],
             source: str | None = None, sha256: str = "", check: bool = False) -> dict:
     """Install one toolkit into PREFIX/cuda-X.Y; a no-op when it is already there."""
+    check_method(method)
     if not check and not source:
         raise RigError("--source is required: the fetched wheel dir or runfile")
     check_release(version)
     check_components(components)
-    if method not in ("wheels", "runfile"):
-        raise RigError(f"method {method!r} is installed by its package manager, not by rig")
     if check:
         return _install(version, prefix, method, components, source, sha256, check)
     with _locked(_prefix_lock(prefix)):

@@ -207,3 +207,19 @@ def test_a_sparse_member_or_sizes_beyond_the_archive_are_refused(tmp_path):
     (tmp_path / "into2").mkdir()
     with pytest.raises(RigError, match=f"more than {cuda.ARCHIVE_MEMBERS} members"):
         cuda.unpack(many, tmp_path / "into2")
+
+
+@pytest.mark.parametrize("command", [["install", "--source", "anything"], ["install", "--check"], ["fetch"]])
+def test_the_apt_method_is_refused_naming_the_role_that_installs_it(tmp_path, command):
+    """A stack's cuda.method apt is NVIDIA's packages through apt, which the cuda_toolkit role installs (its
+    tasks/apt.yml, the one place); rig cuda fetch and install say so in one line and change nothing."""
+    from conftest import rig
+
+    done = rig("cuda", *command, "--version", "13.0.2", "--method", "apt",
+               *(["--prefix", str(tmp_path / "prefix")] if command[0] == "install" else
+                 ["--cache", str(tmp_path / "cache")]))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "the apt method is installed by apt through the cuda_toolkit role" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RigError, match="unknown CUDA install method 'yum'"):
+        cuda.check_method("yum")
