@@ -40,10 +40,11 @@ def wheelhouse_show(lock_path, as_json) -> None:
 @click.argument("lock_path", metavar="LOCK")
 @click.argument("dest")
 @cache_option(help="Controller-side cache.")
+@check_option
 @json_option
-def wheelhouse_export(lock_path, dest, cache, as_json) -> None:
+def wheelhouse_export(lock_path, dest, cache, check, as_json) -> None:
     """Lay LOCK's wheels out in DEST with a hash-pinned requirements.txt."""
-    emit(export(locking.read(lock_path), cache, dest), as_json)
+    emit(export(locking.read(lock_path), cache, dest, check), as_json)
 
 
 @wheelhouse.command("serve")

@@ -7,6 +7,7 @@ import click
 
 from rig.cli.common import (
     cache_option,
+    check_option,
     emit,
     json_option,
     prefix_option,
@@ -92,7 +93,8 @@ def wheels_stage(source, stack_path, cache, root, venv_path, cuda_home, jobs, as
 @click.argument("key")
 @click.argument("dest")
 @cache_option()
+@check_option
 @json_option
-def wheels_export(key, dest, cache, as_json) -> None:
+def wheels_export(key, dest, cache, check, as_json) -> None:
     """Lay the wheels kept under CACHE/built/KEY out in DEST with a hash-pinned requirements file."""
-    emit(builds.export([confined(Path(cache) / "built", key, "KEY")], Path(dest)), as_json)
+    emit(builds.export([confined(Path(cache) / "built", key, "KEY")], Path(dest), check), as_json)

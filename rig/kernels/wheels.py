@@ -23,7 +23,7 @@ from rig.core.wheelfile import name_version
 from rig.kernels.audit import audit_wheel, venv_context
 from rig.python.runtime_env import arch_env
 from rig.python.venv import BUILT_REQUIREMENTS
-from rig.python.wheelhouse import lay_out
+from rig.python.wheelhouse import exported, lay_out
 
 GIB = 1 << 30
 NVCC_JOB_MEMORY = 4 * GIB  # a heavy nvcc translation unit peaks around here
@@ -158,16 +158,17 @@ def plan(source: str, archs: list[str], cache: Path, lock_hash: str) -> dict:
             "msg": f"built/{key} holds {', '.join(w.name for w in kept)}" if kept else f"would build into built/{key}"}
 
 
-def export(built_dirs: list[Path], dest: Path) -> dict:
-    """Lay kept wheels out with a hash-pinned requirements file, for `rig venv add`."""
+def export(built_dirs: list[Path], dest: Path, check: bool = False) -> dict:
+    """Lay kept wheels out with a hash-pinned requirements file, for `rig venv add`; with CHECK, say what would be
+    placed and write nothing."""
     wheels = sorted(w for d in built_dirs for w in Path(d).glob("*.whl"))
     if not wheels:
         raise RigError(f"{', '.join(map(str, built_dirs))} holds no built wheels; run the wheel_build role "
                        "(or rig wheels build) first")
     entries = [(w, {"filename": w.name, "name": name, "version": version, "sha256": sha256_file(w)})
                for w in wheels for name, version in [name_version(w)]]
-    laid = lay_out(entries, dest, dest / BUILT_REQUIREMENTS)
-    return {**laid, "dest": str(dest), "msg": f"exported {len(wheels)} wheel(s)"}
+    laid = lay_out(entries, dest, dest / BUILT_REQUIREMENTS, check=check)
+    return {**laid, "dest": str(dest), "msg": exported(laid, dest, check)}
 
 
 def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home: Path, cache: Path,

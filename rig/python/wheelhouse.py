@@ -98,34 +98,39 @@ def requirements(wheels: list[dict]) -> str:
 
 
 def lay_out(wheels: list[tuple[Path, dict]], dest: Path, requirements_file: Path,
-            listed: list[dict] | None = None) -> dict:
+            listed: list[dict] | None = None, check: bool = False) -> dict:
     """The one export: each (source, entry) wheel placed in DEST as its entry's filename (a hard link where
     the filesystem allows, else a copy; a link or a differing file there is replaced, never written through),
     and REQUIREMENTS_FILE pinning LISTED (default: every wheel placed). changed: whether DEST or the file now
-    differs from before."""
-    dest.mkdir(parents=True, exist_ok=True)
-    changed = False
+    differs from before (with CHECK: would, and nothing is written); placed: the files written (or to be)."""
     for path in [requirements_file] + [dest / entry["filename"] for _, entry in wheels]:
         if path.is_dir() and not path.is_symlink():
             raise RigError(f"{path} is a directory where the export puts a file; remove it (nothing was exported)")
+    if not check:
+        dest.mkdir(parents=True, exist_ok=True)
+    placed = []
     for src, entry in wheels:
         target = confined(dest, entry["filename"], f"wheel {entry['name']}", follow=False)
         if not _intact(target, entry["sha256"]):
+            placed.append(entry["filename"])
+            if check:
+                continue
             if target.is_symlink() or target.is_file():
                 target.unlink()
             link_or_copy(src, target)
-            changed = True
     text = requirements(listed if listed is not None else [entry for _, entry in wheels])
-    requirements_file.parent.mkdir(parents=True, exist_ok=True)
     if not _intact(requirements_file, sha256_data(text)):
-        atomic_write(requirements_file, text)
-        changed = True
-    return {"changed": changed, "dir": str(dest), "wheels": [entry["filename"] for _, entry in wheels],
-            "requirements_sha256": sha256_data(text)}
+        placed.append(requirements_file.name)
+        if not check:
+            requirements_file.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(requirements_file, text)
+    return {"changed": bool(placed), "dir": str(dest), "wheels": [entry["filename"] for _, entry in wheels],
+            "placed": placed, "requirements_sha256": sha256_data(text)}
 
 
-def export(lock: dict, cache: str | Path, dest: str | Path) -> dict:
-    """Lay the lock's wheels (and the installer's) out in DEST with a hash-pinned requirements file."""
+def export(lock: dict, cache: str | Path, dest: str | Path, check: bool = False) -> dict:
+    """Lay the lock's wheels (and the installer's) out in DEST with a hash-pinned requirements file; with CHECK,
+    say what would be placed and write nothing."""
     placed = []
     for wheel in wanted(lock):
         src = cached_path(cache, wheel)
@@ -134,5 +139,13 @@ def export(lock: dict, cache: str | Path, dest: str | Path) -> dict:
                            "run `rig wheelhouse fetch` first")
         placed.append((src, wheel))
     # the requirements pin the lock's wheels only: the installer's wheel is served, not installed
-    laid = lay_out(placed, Path(dest), Path(dest) / REQUIREMENTS, listed=lock["wheels"])
-    return {**laid, "lock_hash": lock["lock_hash"], "msg": f"exported {len(placed)} wheel(s) to {dest}"}
+    laid = lay_out(placed, Path(dest), Path(dest) / REQUIREMENTS, listed=lock["wheels"], check=check)
+    return {**laid, "lock_hash": lock["lock_hash"], "msg": exported(laid, dest, check)}
+
+
+def exported(laid: dict, dest: str | Path, check: bool) -> str:
+    """What an export did, or with CHECK would do, to DEST."""
+    if not laid["placed"]:
+        return f"{dest} already holds the {len(laid['wheels'])} wheel(s) and their requirements"
+    return f"{'would place' if check else 'placed'} {len(laid['placed'])} file(s) in {dest} " \
+        f"({len(laid['wheels'])} wheel(s) in all)"

@@ -151,3 +151,22 @@ def test_both_exports_lay_wheels_out_one_way_and_say_changed_only_when_something
     refused = rig(*argv)
     assert refused.returncode == 2 and "built-requirements.txt is a directory" in refused.stderr
     assert not (dest / "ext-1.0-py3-none-any.whl").exists()
+
+
+def test_an_export_under_check_says_what_it_would_place_and_writes_nothing(tmp_path):
+    """--check of rig wheels export (and rig wheelhouse export: the same lay_out) names the files it would place,
+    creates no directory and writes no file; once exported, --check says nothing would change."""
+    kept = tmp_path / "cache" / "built" / "k1"
+    kept.mkdir(parents=True)
+    (kept / "ext-1.0-py3-none-any.whl").write_bytes(b"the wheel's bytes")
+    dest = tmp_path / "dest"
+    argv = ["wheels", "export", "k1", str(dest), "--cache", str(tmp_path / "cache"), "--json"]
+    dry = json.loads(rig(*argv, "--check").stdout)
+    assert dry["changed"] and dry["placed"] == ["ext-1.0-py3-none-any.whl", "built-requirements.txt"]
+    assert dry["msg"].startswith("would place 2 file(s)") and not dest.exists()
+    assert json.loads(rig(*argv).stdout)["placed"] == dry["placed"]
+    (dest / "built-requirements.txt").write_text("stale\n")
+    again = json.loads(rig(*argv, "--check").stdout)
+    assert again["placed"] == ["built-requirements.txt"] and (dest / "built-requirements.txt").read_text() == "stale\n"
+    rig(*argv)
+    assert not json.loads(rig(*argv, "--check").stdout)["changed"]
