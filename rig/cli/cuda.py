@@ -27,14 +27,15 @@ cuda.add_command(ldconfig_conf)
 @click.option("--sha256", default="", help="Expected runfile sha256 (runfile method).")
 @click.option("--platform", default="x86_64", show_default=True, help="Target machine (uname -m).")
 @cache_option(help="Controller-side download cache.")
+@check_option
 @json_option
-def cuda_fetch(version, components, method, url, sha256, platform, cache, as_json) -> None:
+def cuda_fetch(version, components, method, url, sha256, platform, cache, check, as_json) -> None:
     """Download a toolkit's artifacts once into the controller cache (verified)."""
     engine.check_method(method)
     if method == "runfile":
-        result = engine.fetch_runfile(url, sha256, cache)
+        result = engine.fetch_runfile(url, sha256, cache, check)
     else:
-        result = engine.fetch_wheels(version, list(components or engine.COMPONENTS), cache, platform)
+        result = engine.fetch_wheels(version, list(components or engine.COMPONENTS), cache, platform, check)
     emit(result, as_json)
 
 

@@ -71,11 +71,24 @@ def tree_of(prefix: str | Path, version: str) -> Path:
 # ---------------------------------------------------------------- controller side
 
 def fetch_wheels(version: str, components: list[str], cache: str | Path,
-                 platform: str = "x86_64") -> dict:
-    """Download the release's component wheels once into the controller cache."""
+                 platform: str = "x86_64", check: bool = False) -> dict:
+    """Download the release's component wheels once into the controller cache; with CHECK, say whether they are
+    there, verified, or would be downloaded, and download and write nothing."""
     check_release(version)
     check_components(components)
     dest = Path(cache) / "cuda" / f"{version}-{platform}-{'-'.join(sorted(components))}"
+    if check:
+        requirement = f"cuda-toolkit[{','.join(components)}]=={RELEASES[version]}"
+        try:
+            record = verify_manifest(dest) if (dest / MANIFEST).exists() else None
+        except RigError as exc:
+            record, why = None, f"{exc}: "
+        else:
+            why = ""
+        if record:
+            return {"changed": False, "dir": str(dest), **record, "msg": f"{dest} holds CUDA {version}'s wheels"}
+        return {"changed": True, "dir": str(dest), "version": version, "components": sorted(components),
+                "msg": f"{why}would download {requirement} into {dest}"}
     with _locked(dest.parent / f".{dest.name}.lock"):
         return _fetch_wheels_locked(version, components, dest, platform)
 
@@ -182,8 +195,9 @@ RUNFILE_LIMIT = 16 << 30  # bytes: CUDA 13.0's runfile is 4.3 GB
 RUNFILE_TIMEOUT = 4 * 3600.0  # seconds for the whole runfile: a slow mirror, not a stalled one (http.IDLE)
 
 
-def fetch_runfile(url: str, sha256: str, cache: str | Path) -> dict:
-    """Download a runfile into the controller cache, refusing one whose hash differs."""
+def fetch_runfile(url: str, sha256: str, cache: str | Path, check: bool = False) -> dict:
+    """Download a runfile into the controller cache, refusing one whose hash differs; with CHECK, say whether it
+    is there or would be downloaded."""
     from rig.core import http
 
     if not url or not sha256:
@@ -191,6 +205,8 @@ def fetch_runfile(url: str, sha256: str, cache: str | Path) -> dict:
     dest = Path(cache) / "runfile" / f"{sha256}.run"
     if dest.exists() and sha256_file(dest) == sha256:
         return {"changed": False, "path": str(dest), "sha256": sha256}
+    if check:
+        return {"changed": True, "path": str(dest), "sha256": sha256, "msg": f"would download {url} into {dest}"}
     tmp = Path(tempfile.mkstemp(prefix=".download-", dir=_mkdir(dest.parent))[1])
     try:
         progress(f"downloading {url}")

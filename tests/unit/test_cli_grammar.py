@@ -21,7 +21,6 @@ READS = {"stack show", "stack vars", "validate", "cuda list", "cuda ldconfig-con
 EXCEPTIONS = {
     "lock": "--verify is its dry run: it says whether the lock is current and writes nothing",
     "wheels build": "`rig wheels plan` is its dry run: it says whether the built wheel is already kept",
-    "cuda fetch": "not yet: it downloads into the controller's cache only (issue 48, left open)",
     "wheels stage": "not yet: it lays out the staged dir under the cache (issue 48, left open)",
     "image build": "not yet: what would change needs the Docker engine's cache (issue 48, left open)",
 }

@@ -223,3 +223,25 @@ def test_the_apt_method_is_refused_naming_the_role_that_installs_it(tmp_path, co
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(RigError, match="unknown CUDA install method 'yum'"):
         cuda.check_method("yum")
+
+
+def test_fetch_under_check_says_what_it_would_download_and_downloads_nothing(tmp_path):
+    """No network here: --check answers from the cache alone, and writes nothing into it."""
+    from conftest import rig
+
+    cache = tmp_path / "cache"
+    done = rig("cuda", "fetch", "--version", "13.0.2", "--check", "--json", "--cache", str(cache))
+    said = json.loads(done.stdout)
+    assert done.returncode == 0 and said["changed"] and said["msg"].startswith("would download cuda-toolkit[")
+    assert not cache.exists()
+    runfile = cache / "runfile"
+    runfile.mkdir(parents=True)
+    (runfile / "kept.run").write_bytes(b"a runfile")
+    digest = sha256_file(runfile / "kept.run")
+    (runfile / "kept.run").rename(runfile / f"{digest}.run")
+    argv = ["cuda", "fetch", "--version", "13.0.2", "--method", "runfile", "--url", "https://example.invalid/cuda.run",
+            "--check", "--json", "--cache", str(cache)]
+    assert json.loads(rig(*argv, "--sha256", digest).stdout)["changed"] is False
+    other = json.loads(rig(*argv, "--sha256", "ab" * 32).stdout)
+    assert other["changed"] and other["msg"].startswith("would download https://example.invalid/cuda.run")
+    assert sorted(p.name for p in runfile.iterdir()) == [f"{digest}.run"]
