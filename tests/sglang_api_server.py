@@ -35,6 +35,12 @@ chunk in every Kth request, and a server that never ends a request (--stream-for
 max_new_tokens when streaming, no answer at all otherwise). GET /rig_test/stats (not SGLang's; the benchmark's
 own check) reports the tokens generated and when.
 
+POST /start_profile {"output_dir", "num_steps", "profile_id"} (SGLang's ProfileReqInput) records the next
+num_steps steps of the batched scheduler and writes `{output_dir}/{profile_id}-TP-0.trace.json.gz`, a Chrome
+trace whose kernel events ("ph": "X", "cat": "kernel", "dur" in microseconds) are the cost model's parts:
+step_overhead, target_forward (token_ms x batch x (steps + 1)), draft_steps, draft_extend. The kernel names are
+the stand-in's own; the endpoint, the file's name and its event format are SGLang's (torch profiler traces).
+
 With --rule (the launcher passes a numerics test model's testmodel.json), a request given
 `input_ids` gets the tokens that model's rule table makes (the numerics target's greedy
 tokens) and, with return_logprob and top_logprobs_num, meta_info.output_top_logprobs as
@@ -154,6 +160,7 @@ class Simulator:
         self.cap = args.max_running_requests or (48 if self.speculative_flags(args) else 2048)
         self.steps_run: dict[int, int] = {}
         self.rule = json.loads(open(args.rule).read())["spec"]["rule"] if args.rule else None
+        self.profiling: dict | None = None
 
     @staticmethod
     def speculative_flags(args: argparse.Namespace) -> bool:
@@ -184,6 +191,8 @@ class Simulator:
             steps = slot.steps if slot else a.steps
             draft = a.draft_ms * steps + a.extend_ms * len(batch) if self.speculative else 0.0
             await asyncio.sleep((a.step_ms + a.token_ms * len(batch) * (steps + 1) + draft) / 1000)
+            if self.profiling:
+                self.profiled(len(batch), steps)
             self.steps_run[steps] = self.steps_run.get(steps, 0) + 1
             accepted = []
             for member in batch:
@@ -193,6 +202,24 @@ class Simulator:
                 member["queue"].put_nowait(1 + accepted[-1])
             if slot and slot.observe(accepted):
                 self.adaptive.switches += 1
+
+    def profiled(self, batch: int, steps: int) -> None:
+        """One step's parts as kernel events; the trace written once the asked number of steps is in."""
+        a, profile = self.args, self.profiling
+        parts = {"step_overhead": a.step_ms, "target_forward": a.token_ms * batch * (steps + 1)}
+        if self.speculative:
+            parts.update(draft_steps=a.draft_ms * steps, draft_extend=a.extend_ms * batch)
+        at = len(profile["events"]) * 1000.0
+        profile["events"] += [{"ph": "X", "cat": "kernel", "name": name, "ts": at, "dur": ms * 1000, "pid": 0,
+                               "tid": 7} for name, ms in parts.items() if ms]
+        profile["left"] -= 1
+        if profile["left"] <= 0:
+            import gzip
+
+            path = os.path.join(profile["dir"], f"{profile['id']}-TP-0.trace.json.gz")
+            with gzip.open(path, "wt") as out:
+                json.dump({"traceEvents": profile["events"]}, out)
+            self.profiling = None
 
     async def batched_steps(self, number: int, max_tokens: int, temperature: float):
         """Tokens per step of one request as the batched scheduler hands them out."""
@@ -244,6 +271,14 @@ async def server_info(request: web.Request) -> web.Response:
                                                 "max_req_input_len": sim.args.context_length - 1}),
         "internal_states": [{"avg_spec_accept_length": average}] if spec else [{}],
     })
+
+
+async def start_profile(request: web.Request) -> web.Response:
+    sim = request.app["sim"]
+    body = await request.json()
+    sim.profiling = {"dir": body.get("output_dir") or "/tmp", "left": int(body.get("num_steps") or 5),
+                     "id": body.get("profile_id") or str(time.time()), "events": []}
+    return web.Response(text="Start profiling.\n")
 
 
 async def flush_cache(request: web.Request) -> web.Response:
@@ -405,6 +440,7 @@ def app(args: argparse.Namespace) -> web.Application:
     application.router.add_get("/server_info", server_info)
     application.router.add_get("/get_server_info", server_info)
     application.router.add_route("*", "/flush_cache", flush_cache)
+    application.router.add_post("/start_profile", start_profile)
     application.router.add_route("*", "/generate", generate)
     application.router.add_route("*", "/rig_test/stats", stats)
     return application

@@ -97,10 +97,11 @@ def results_dir(given: str | Path, outputs: tuple[str, ...]) -> Path:
     taken = [name for name in outputs if (out / name).is_dir() and not (out / name).is_symlink()]
     if taken:
         raise RigError(f"--out {out} holds directories where rig writes {', '.join(taken)}; give another --out")
-    logs = out / "logs"
-    if logs.is_symlink() or (logs.exists() and not logs.is_dir()):
-        raise RigError(f"--out {out}: logs is not a directory of its own (a link or a file); remove it or give "
-                       "another --out")
+    for name in ("logs", "profiles"):  # where servers write: never through a link left there
+        place = out / name
+        if place.is_symlink() or (place.exists() and not place.is_dir()):
+            raise RigError(f"--out {out}: {name} is not a directory of its own (a link or a file); remove it or give "
+                           "another --out")
     return out
 
 

@@ -196,7 +196,7 @@ def levels(stack: dict) -> list[Level]:
 
 
 def run_variant(servers: Servers, variant: Variant, venv: str, plan: Plan, wanted: list[Level], out: Path,
-                workload: Workload, record: dict) -> None:
+                workload: Workload, record: dict, profiling: dict) -> None:
     """Start one variant's server, measure it, stop it; RECORD holds what was measured even when it fails."""
     args = render(variant.stack, venv, baseline=variant.baseline)
     url = health_url(variant.stack)
@@ -207,7 +207,11 @@ def run_variant(servers: Servers, variant: Variant, venv: str, plan: Plan, wante
     record.update({"healthy_after_s": launched.started_s, "smoke": launched.smoke["msg"],
                    "speculative_algorithm": launched.smoke.get("speculative_algorithm")})
     try:
-        server = Server(url, variant.name, plan, servers.api_key_env, workload)
+        profile = {"levels": set(profiling["levels"]), "steps": profiling["steps"],
+                   "dir": out / "profiles" / variant.name} if profiling["levels"] else None
+        if profile:
+            profile["dir"].mkdir(parents=True, exist_ok=True)
+        server = Server(url, variant.name, plan, servers.api_key_env, workload, profile)
         record.update({"cuda_graph_bs": graph_sizes(server.info),
                        **{k: server.run[k] for k in ("max_running_requests", "speculative_algorithm")}})
         if problem := not_speculating(variant.name, variant.steps or int(variant.kind == "step0"),
@@ -232,11 +236,11 @@ def run_variant(servers: Servers, variant: Variant, venv: str, plan: Plan, wante
 
 
 def _tried(servers: Servers, variant: Variant, venv: str, plan: Plan, wanted: list[Level], out: Path,
-           workload: Workload, record: dict) -> bool:
+           workload: Workload, record: dict, profiling: dict) -> bool:
     """run_variant; an optional server's failure recorded in RECORD (its `stopped`, its log) and the run going on
     with the others: it costs its own numbers, not the rest. True when it measured."""
     try:
-        run_variant(servers, variant, venv, plan, wanted, out, workload, record)
+        run_variant(servers, variant, venv, plan, wanted, out, workload, record, profiling)
     except RigError as exc:
         if not variant.optional:
             raise
@@ -474,6 +478,15 @@ def report_markdown(result: dict) -> str:
                   "", f"Chosen: {cell(mine['chosen'])}, {shown(mine['of_per_level_best'], 2)} of the per-level best's "
                   "expectation; its ratio to the best per level: " + ", ".join(
                       f"{level} {ratio:.2f}" for level, ratio in mine["ratios"].items())]
+    profiled = [(n, level, lv["profile"]) for n, v in result["variants"].items()
+                for level, lv in (v.get("levels") or {}).items() if (lv.get("profile") or {}).get("kernels")]
+    if profiled:
+        lines += ["", "## Where a decode step's time goes", "", "SGLang's torch profiler over the full batch's "
+                  "steps (CUDA kernels, ms per step and rank; the largest three):", "",
+                  "| server | level | kernel ms/step | largest kernels |", "|---|---|---|---|"]
+        lines += [f"| {cell(n)} | {level} | {shown(p['kernel_ms_per_step'], 3)} | " + "; ".join(
+                      f"{cell(k['name'][:60])} {shown(k['ms_per_step'], 3)}" for k in p["kernels"][:3]) + " |"
+                  for n, level, p in profiled]
     if result.get("stack_diff"):
         lines += ["", "## Proposed stack change", "", "```diff", result["stack_diff"].replace("```", "'''").rstrip(),
                   "```"]
@@ -580,11 +593,13 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
     extra: list[str] = []  # the policy's files, when it has them
     with recorded(out, result, "tune.json", report_markdown, figures) as written, \
             Servers(stack["tune"]["start_timeout"], api_key_env) as servers:
+        profiling = {"levels": stack["tune"]["profile_levels"], "steps": stack["tune"]["profile_steps"]}
         queue = list(found)
         while queue:
             variant = queue.pop(0)
             record = result["variants"].setdefault(variant.name, {})
-            if _tried(servers, variant, venv, plan, wanted, out, workload, record) and stack["tune"]["uncapped"] and \
+            if _tried(servers, variant, venv, plan, wanted, out, workload, record, profiling) and \
+                    stack["tune"]["uncapped"] and \
                     (lifted := uncapped(variant, record)):
                 found.append(lifted)
                 queue.insert(0, lifted)  # measured next, while the box is as it was for its capped twin
@@ -610,7 +625,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
             own = Variant(POLICY, kind["steps"], eagle(family_line, kind["steps"], config_path), "eagle",
                           chosen["family"], chosen.get("env") or {}, optional=True)
             _tried(servers, own, venv, plan, wanted, out, workload,
-                   result["variants"].setdefault(POLICY, {"adaptive": kind["slots"]}))
+                   result["variants"].setdefault(POLICY, {"adaptive": kind["slots"]}), profiling)
         if rows:  # a single server is held to the per-level best by its own rounds; the policy by its own run
             result["confirmation"] = confirm({n: v.get("levels") or {} for n, v in result["variants"].items()}, rows,
                                              judged_by, chosen.get("baseline") or BASELINE)

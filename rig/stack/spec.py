@@ -228,6 +228,10 @@ SCHEMA = {
         "step0": Field(list, default=[], item=Field(choices=("step0", "step0-skip-extend"))),
         # when a speculative server caps its running requests below its decode graph, measure it uncapped too
         "uncapped": Field(bool, default=True),
+        # the levels (concurrencies) at which each server's full batch is profiled by SGLang's own torch profiler,
+        # for that many decode steps: where a step's time goes, kernel by kernel (none: no profile)
+        "profile_levels": Field(list, default=[], item=Field(int, check=between(1, 100_000))),
+        "profile_steps": Field(int, default=20, check=between(1, 1000)),
         "request_rates": Field(list, default=[], item=Field((int, float), check=between(0.001, 100_000))),
         "start_timeout": Field(int, default=900, check=between(30, 7200)),
     }),

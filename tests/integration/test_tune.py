@@ -302,10 +302,11 @@ def test_an_out_path_that_cannot_be_a_plain_directory_is_refused(tune_case, out)
 def test_sampling_lowers_acceptance_and_a_capped_server_is_measured_uncapped_and_step_0_on_its_own(tune_case):
     """At temperature 1 each drafted position is accepted at 0.8 x 0.7 (the stand-in's target gives its draft
     token 0.7); SGLang caps a speculative server at 48 running requests, below its decode graph of 64, so tune
-    measures each speculative variant again with --max-running-requests 64; SGLang's step 0 is a server of its own."""
-    stack, env = tune_case(*MODEL)
+    measures each speculative variant again with --max-running-requests 64; SGLang's step 0 is a server of its own,
+    its draft extend (0.02 ms a request) still paid."""
+    stack, env = tune_case(*MODEL, "--extend-ms", "0.02")
     data = yaml.safe_load(stack.read_text())
-    data["tune"].update(steps=[3], uncapped=True, step0=["step0"])
+    data["tune"].update(steps=[3], uncapped=True, step0=["step0"], profile_levels=[64], profile_steps=10)
     stack.write_text(yaml.safe_dump(data))
     out = tune_case.dir / "out"
     done = tune(stack, out, env, "--temperature", "1", "--rounds", "1")
@@ -323,6 +324,13 @@ def test_sampling_lowers_acceptance_and_a_capped_server_is_measured_uncapped_and
     assert 1.7 < capped["levels"]["C=1"]["server_accept_length"] < 2.3
     assert variants["step0"]["argv"].count("--speculative-adaptive") == 1
     assert set(result["family_scores"]) == {"default", "/uncapped"}
+    # where a step's time goes at C=64: the profile the server wrote, summed per kernel; step 0 still extends
+    kernels = {v: {k["name"]: k["ms_per_step"] for k in variants[v]["levels"]["C=64"]["profile"]["kernels"]}
+               for v in ("baseline", "eagle3-3", "eagle3-3-uncapped", "step0")}
+    assert "draft_extend" not in kernels["baseline"] and kernels["step0"]["draft_extend"] > 0
+    assert kernels["eagle3-3"]["target_forward"] == pytest.approx(0.5 * 48 * 4)  # capped: 48 at once
+    assert kernels["eagle3-3-uncapped"]["target_forward"] == pytest.approx(0.5 * 64 * 4)  # 64 running, 4 tokens
+    assert "Where a decode step's time goes" in (out / "report.md").read_text()
     assert "acc " in (out / "report.md").read_text()
     # whatever it serves is held to the per-level best: a single server by its own rounds, a policy by its run
     report = json.loads(done.stdout)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from rig.core import RigError
 from rig.core.documents import parse_json
@@ -49,8 +50,9 @@ def _asked_tokens(body: dict) -> int:
     return int(body.get("sampling_params", {}).get("max_new_tokens") or 1)
 
 
-async def stream(session, url: str, body: dict) -> dict:
-    """One streamed /generate: timings from the client's clock, counts from the last chunk."""
+async def stream(session, url: str, body: dict, decoding: Callable[[], None] | None = None) -> dict:
+    """One streamed /generate: timings from the client's clock, counts from the last chunk; DECODING is called
+    at its first chunk (the request has left prefill)."""
     import aiohttp
 
     start = time.perf_counter()
@@ -79,6 +81,8 @@ async def stream(session, url: str, body: dict) -> dict:
                             f"{most - 1} tokens (max_new_tokens): it went on past the request's end"}
                 if first is None:
                     first, ttft = payload, arrivals[-1] - start
+                    if decoding:
+                        decoding()
                 last = payload
     except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
         raise ServerDown(str(exc)) from exc
@@ -111,10 +115,10 @@ async def stream(session, url: str, body: dict) -> dict:
             "speed": tokens / e2e if e2e > 0 else None, "accept_length": accept_length(meta)}
 
 
-async def limited(session, url: str, body: dict, deadline: float) -> dict:
+async def limited(session, url: str, body: dict, deadline: float, decoding: Callable[[], None] | None = None) -> dict:
     """stream() within a whole-request DEADLINE (seconds): a server that streams on forever fails it."""
     try:
-        return await asyncio.wait_for(stream(session, url, body), deadline)
+        return await asyncio.wait_for(stream(session, url, body, decoding), deadline)
     except asyncio.TimeoutError:
         return {"ok": False, "error": f"the request took longer than the request timeout ({deadline:g} s)"}
 
@@ -144,27 +148,46 @@ def session(plan: Plan, api_key_env: str, limit: int):
 
 
 async def run_requests(url: str, plan: Plan, api_key_env: str, body_for: Callable[[int], dict], n: int,
-                       concurrency: int, rate: float | None = None, min_seconds: float | None = None) -> list[dict]:
+                       concurrency: int, rate: float | None = None, min_seconds: float | None = None,
+                       when_full: Callable[..., Coroutine[Any, Any, None]] | None = None,
+                       full_at: int | None = None) -> list[dict]:
     """Send BODY_FOR(i) for i = 0, 1, ... until N are sent and MIN_SECONDS (the plan's) have passed.
 
     Closed loop (no RATE): CONCURRENCY requests kept in flight. Open loop: Poisson arrivals at RATE per
     second (seeded by plan.seed), at most CONCURRENCY in flight, as sglang.bench_serving's
-    --request-rate with --max-concurrency."""
+    --request-rate with --max-concurrency. WHEN_FULL(client) runs once, the first time FULL_AT streams (default
+    CONCURRENCY; fewer where the server caps its running requests) are decoding at once: a profile of a full
+    batch."""
     results: list[dict] = []
     down: list[str] = []
     began = time.perf_counter()
     sent = 0
     lasting = plan.min_seconds if min_seconds is None else min_seconds
+    decoding, fired = 0, False
+    beside: list[asyncio.Task] = []
 
     def more() -> bool:
         return not down and sent < MAX_REQUESTS and (sent < n or time.perf_counter() - began < lasting)
 
     async def one(client, i: int) -> None:
+        nonlocal decoding
+        seen = []
+
+        def started() -> None:
+            nonlocal decoding, fired
+            seen.append(True)
+            decoding += 1
+            if when_full and not fired and decoding >= (full_at or concurrency):
+                fired = True
+                beside.append(asyncio.create_task(when_full(client)))
+
         try:
-            results.append(await limited(client, url, body_for(i), plan.request_timeout))
+            results.append(await limited(client, url, body_for(i), plan.request_timeout, started))
         except ServerDown as exc:
             down.append(str(exc))
             results.append({"ok": False, "error": f"server unreachable: {exc}"})
+        finally:
+            decoding -= len(seen)
 
     async with session(plan, api_key_env, concurrency) as client:
         if rate is None:
@@ -175,6 +198,7 @@ async def run_requests(url: str, plan: Plan, api_key_env: str, body_for: Callabl
                     await one(client, sent - 1)
 
             await asyncio.gather(*(worker() for _ in range(concurrency)))
+            await asyncio.gather(*beside)
         else:
             arrivals = random.Random(plan.seed)
             slots = asyncio.Semaphore(concurrency)
@@ -190,7 +214,7 @@ async def run_requests(url: str, plan: Plan, api_key_env: str, body_for: Callabl
                 tasks.append(asyncio.create_task(in_slot(sent)))
                 sent += 1
                 due += arrivals.expovariate(rate)
-            await asyncio.gather(*tasks)
+            await asyncio.gather(*tasks, *beside)
     return results
 
 

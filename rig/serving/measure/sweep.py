@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rig.core import progress
-from rig.serving.measure import load
+from rig.serving.measure import load, profile
 from rig.serving.measure.plan import Plan
 from rig.serving.measure.stats import aggregate
 from rig.serving.sglang_api import context_length, generate_body, server_accept_length, server_info
@@ -38,8 +38,11 @@ def count(value: object) -> int | None:
 class Server:
     """One server under test and what was measured against it (its run record)."""
 
-    def __init__(self, url: str, label: str, plan: Plan, api_key_env: str, workload: Workload | None = None):
-        self.url, self.plan, self.key = url.rstrip("/"), plan, api_key_env
+    def __init__(self, url: str, label: str, plan: Plan, api_key_env: str, workload: Workload | None = None,
+                 profile: dict | None = None):
+        """PROFILE: {"levels": concurrencies, "steps": N, "dir": Path}: at those closed-loop levels, the first
+        round's full batch is profiled by the server for N steps (rig.serving.measure.profile)."""
+        self.url, self.plan, self.key, self.profile = url.rstrip("/"), plan, api_key_env, profile
         self.workload = workload or Workload(None, plan.max_tokens, plan.seed)
         self.info = server_info(self.url, api_key_env)
         self.run: dict[str, Any] = {
@@ -51,9 +54,11 @@ class Server:
     def label(self) -> str:
         return self.run["label"]
 
-    def _send(self, body_for, n: int, concurrency: int, rate: float | None = None, min_seconds=None) -> list[dict]:
+    def _send(self, body_for, n: int, concurrency: int, rate: float | None = None, min_seconds=None,
+              when_full=None) -> list[dict]:
+        cap = self.run["max_running_requests"]  # a capped server never runs more at once
         return asyncio.run(load.run_requests(self.url, self.plan, self.key, body_for, n, concurrency, rate,
-                                             min_seconds))
+                                             min_seconds, when_full, min(concurrency, cap) if cap else None))
 
     def body(self, text: str, tokens: int) -> dict:
         return generate_body(text, tokens, True, self.plan.sampling())
@@ -87,8 +92,21 @@ class Server:
             chosen = self.workload(c * 100_000 + round_no * 10_000 + i)
             return self.body(chosen.text, chosen.max_tokens)
 
-        results = self._send(body, n, c, level.rate)
+        wanted = self.profile if self.profile and round_no == 0 and level.rate is None and \
+            c in self.profile["levels"] else None
+        name, asked = f"{self.label}-C{c}", []
+
+        async def full(client) -> None:
+            assert wanted  # only handed over when profiling
+            asked.append(name)
+            await profile.start(client, self.url, wanted["dir"], wanted["steps"], name)
+
+        results = self._send(body, n, c, level.rate, when_full=full if wanted else None)
         load.down_if_lost(results)
+        if wanted:
+            found = profile.traces(wanted["dir"], name) if asked else []
+            self.run.setdefault("profiles", {})[level.name] = profile.summarize(found, wanted["steps"]) if found \
+                else {"error": "the server wrote no trace" if asked else "the batch never filled: nothing profiled"}
         accepted = server_accept_length(server_info(self.url, self.key)) if self.run["speculative_algorithm"] else None
         return results, accepted
 
@@ -123,7 +141,8 @@ def measure(servers: list[Server], levels: list[Level], serial: bool = False) ->
                 result = aggregate([r for r, _ in measured], level.concurrency, plan, [a for _, a in measured])
                 cap = server.run["max_running_requests"]
                 result.update({"level": level.name, "rate": level.rate,
-                               "capped_at": cap if cap and cap < level.concurrency else None})
+                               "capped_at": cap if cap and cap < level.concurrency else None,
+                               "profile": server.run.get("profiles", {}).get(level.name)})
                 server.run["levels"].append(result)
         if all(s.run["stopped"] for s in servers):
             break

@@ -1,0 +1,36 @@
+"""Where a decode step's time goes: SGLang's torch-profiler traces summed per CUDA kernel."""
+import gzip
+import json
+
+import pytest
+
+from rig.core import RigError
+from rig.serving.measure.profile import summarize, traces
+
+
+def _trace(path, events):
+    with gzip.open(path, "wt") as out:
+        json.dump({"traceEvents": events}, out)
+    return path
+
+
+def test_kernels_are_summed_per_step_and_rank_the_largest_first(tmp_path):
+    kernel = {"ph": "X", "cat": "kernel", "ts": 0}
+    events = [{**kernel, "name": "attn", "dur": 3000}, {**kernel, "name": "gemm", "dur": 1000},
+              {**kernel, "name": "attn", "dur": 3000}, {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 9e9},
+              {**kernel, "name": "bad", "dur": "x"}, {**kernel, "name": "neg", "dur": -5}, "not an event"]
+    ranks = [_trace(tmp_path / f"p-TP-{r}.trace.json.gz", events) for r in (0, 1)]
+    found = summarize(ranks, steps=2)
+    assert found["ranks"] == 2 and found["kernel_ms_per_step"] == 3.5  # (6 + 1) ms over 2 steps, per rank
+    assert [(k["name"], k["ms_per_step"]) for k in found["kernels"]] == [("attn", 3.0), ("gemm", 0.5)]
+    assert traces(tmp_path, "p", wait=3) == ranks and traces(tmp_path, "other", wait=1) == []
+
+
+@pytest.mark.parametrize("content, says", [(b"not gzip", "not a whole gzip file"),
+                                           (gzip.compress(b'{"other": 1}'), "holds no traceEvents"),
+                                           (gzip.compress(b"[1, 2"), "profile trace")])
+def test_a_trace_that_is_not_one_is_one_clear_error(tmp_path, content, says):
+    path = tmp_path / "p-TP-0.trace.json.gz"
+    path.write_bytes(content)
+    with pytest.raises(RigError, match=says):
+        summarize([path], 1)
