@@ -172,7 +172,7 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet(start
                       " m.version(\"sglang-kernel\"), m.version(\"flashinfer-python\"))'").stdout.split()
     assert versions[1:] == [lock["torch"], lock["sglang"], lock["sglang-kernel"], lock["flashinfer-python"]]
     assert versions[0] == lock["torch"] + "+cu130"  # the import itself says: a CUDA 13.0 build
-    code, out, _ = box.engine("venv", "verify", "--json")
+    code, out, _ = box.engine("venv", "verify", "--json", "--venv", "/opt/rig/venv")  # no stack file in the box
     assert code == 0 and json.loads(out)["packages"] == len(lock)
     # doctor reads the kernel packages' archs itself: no cuobjdump anywhere in the box, so none on its PATH
     box.sh("find / -xdev -name cuobjdump \\( -type f -o -type l \\) -exec rm -f {} +")
