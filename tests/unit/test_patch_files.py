@@ -1,5 +1,6 @@
 """Patch files and the engine's reading of code: validated on load, drift named, files untouched."""
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -83,8 +84,16 @@ def test_status_of_a_file_missing_from_the_package_is_drift(tmp_path):
 
 
 def test_the_cli_needs_an_environment_and_says_how(tmp_path):
-    done = rig("patch", "status")
+    import subprocess
+
+    from conftest import BIN
+
+    # outside a checkout no stack is found, so no venv either (the one CLI grammar: --venv, else the stack's)
+    done = subprocess.run([str(BIN / "rig"), "patch", "status"], cwd=tmp_path, capture_output=True, text=True,
+                          check=False, env={k: v for k, v in os.environ.items() if k != "RIG_STACK"})
     assert done.returncode == 2 and "--venv DIR, --python PATH or --stack FILE" in done.stderr
+    done = rig("patch", "status")  # in the checkout: the default stack's venv, which this machine does not have
+    assert done.returncode == 2 and "is not a virtualenv (no bin/python); install the stack first" in done.stderr
     done = rig("patch", "apply", "--venv", str(tmp_path))
     assert done.returncode == 2 and "is not a virtualenv (no bin/python)" in done.stderr
 
