@@ -8,7 +8,6 @@ the raw .cubin files a package such as flashinfer-cubin ships), and the C++ stri
 """
 from __future__ import annotations
 
-import email.parser
 import re
 import shutil
 import tempfile
@@ -188,12 +187,9 @@ def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None,
             union_ptx |= set(row["ptx"])
             notes += object_notes(rel, archs, row["cubins"], row["ptx"])
         objects.append(row)
-    pin = _torch_pin(metadata)
-    if pin and torch:
-        from packaging.requirements import Requirement
-
-        if not Requirement(pin).specifier.contains(torch.version.split("+")[0], prereleases=True):
-            errors.append(f"{label} requires {pin}, the torch in use is {torch.version}")
+    pin = _torch_pin(metadata, label)
+    if pin and torch and not pin.specifier.contains(torch.version.split("+")[0], prereleases=True):
+        errors.append(f"{label} requires {pin}, the torch in use is {torch.version}")
     coverage = {}
     if union_cubins or union_ptx:
         for target in archs:
@@ -213,12 +209,14 @@ def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None,
             "cubin_files": dict(sorted(per_arch.items())), "notes": notes, "unread": unread}
 
 
-def _torch_pin(metadata: str | None) -> str | None:
+def _torch_pin(metadata: str | None, label: str):
+    """The torch requirement of a wheel's METADATA (not an extra's), read by the one Requires-Dist reader."""
     if not metadata:
         return None
-    for req in email.parser.Parser().parsestr(metadata).get_all("Requires-Dist") or []:
-        if re.match(r"torch\b(?![-_.\w])", req) and "extra ==" not in req:
-            return req.split(";")[0].strip()
+    for req in wheelfile.requires_dist(metadata, label):
+        if req.name.lower() == "torch" and not (req.marker and "extra" in str(req.marker)):
+            req.marker = None
+            return req
     return None
 
 

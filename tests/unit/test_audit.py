@@ -106,8 +106,16 @@ def test_only_the_first_toolkit_note_is_read_and_a_huge_one_is_refused():
 def test_the_torch_pin_is_read_from_metadata_but_not_from_extras():
     metadata = "Name: k\nRequires-Dist: torchvision\nRequires-Dist: torch==2.14.1\n" \
                "Requires-Dist: torch<3; extra == \"dev\"\n"
-    assert _torch_pin(metadata) == "torch==2.14.1"
-    assert _torch_pin("Name: k\nRequires-Dist: torchaudio\n") is None
+    assert str(_torch_pin(metadata, "k")) == "torch==2.14.1"
+    assert _torch_pin("Name: k\nRequires-Dist: torchaudio\n", "k") is None
+
+
+def test_a_wheel_whose_requires_dist_is_not_a_requirement_is_one_clear_error():
+    """rig audit --torch WHEEL read the pin with packaging directly and ended in exit 70 (issue 49, round two)."""
+    from rig.core import RigError
+
+    with pytest.raises(RigError, match=r"k 1.0 declares a dependency rig cannot read \(Requires-Dist 'torch=="):
+        _torch_pin("Name: k\nRequires-Dist: torch===\n", "k 1.0")
 
 
 def test_the_cxx11_abi_is_told_from_mangled_torch_names():
