@@ -7,6 +7,7 @@ import click
 
 from rig.cli.common import (
     cache_option,
+    check_option,
     emit,
     json_option,
     judged,
@@ -58,8 +59,9 @@ image.add_command(sbom)
               help="An extra CA certificate for the builder stage only (its apt and git); repeat.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
 @cache_option(help="Controller cache (wheels, CUDA wheels, built wheels).")
+@check_option
 @json_option
-def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, as_json) -> None:
+def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, check, as_json) -> None:
     """Build the stack's image, tagged rig/NAME:LOCKHASH, with OCI labels and an SBOM inside.
 
     Stages: the CUDA toolkit from NVIDIA's wheels and its ldconfig file (a base
@@ -72,7 +74,7 @@ def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, as_json)
     """
     if not base:
         raise RigError("no base image: give --base (e.g. the output of scripts/base-image.sh) or set RIG_BASE_IMAGE")
-    emit(build(stack_path, cache, base, patch_dir, ca_certs, no_cache), as_json)
+    emit(build(stack_path, cache, base, patch_dir, ca_certs, no_cache, check), as_json)
 
 
 @image.command("verify")

@@ -80,12 +80,13 @@ def wheels_plan(source, stack_path, cache, as_json) -> None:
 @venv_option(help="The builder's venv whose torch the build links against.")
 @click.option("--cuda-home", help="The builder's CUDA toolkit with nvcc (default: PREFIX/cuda-X.Y there).")
 @click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs on the builder (default: sized there).")
+@check_option
 @json_option
-def wheels_stage(source, stack_path, cache, root, venv_path, cuda_home, jobs, as_json) -> None:
+def wheels_stage(source, stack_path, cache, root, venv_path, cuda_home, jobs, check, as_json) -> None:
     """Lay out what a builder host needs to build SOURCE (the stack file, a clean copy of the
     source) and say the `rig wheels build` argv it runs there; the wheel_build role copies the dir over."""
     emit(stage_for_host(source, stack_path, load(stack_path)["archs"], cache, root, venv_of(venv_path, stack_path),
-                        cuda_home, jobs),
+                        cuda_home, jobs, check),
          as_json)
 
 

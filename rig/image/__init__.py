@@ -189,7 +189,7 @@ def probe_base(client, base: str, python: str, cuda_series: str) -> dict:
 
 
 def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None = None, ca_certs: tuple = (),
-          no_cache: bool = False) -> dict:
+          no_cache: bool = False, check: bool = False) -> dict:
     from rig.python import lock as locking
     from rig.python.wheelhouse import fetch
     from rig.stack.spec import load
@@ -209,6 +209,19 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
     patch_ids = expected_patches(lock, patch_dir)
     cuda_series = series(stack["cuda"]["version"])
     found = probe_base(client, base, lock["python"], cuda_series)
+    if check:  # the lock, the base and the cache are read; nothing is fetched, staged or built
+        from docker.errors import ImageNotFound
+
+        try:
+            have = client.images.get(tag).labels.get(f"{LABEL}.lock-hash") == lock["lock_hash"]
+        except ImageNotFound:
+            have = False
+        return {"changed": not have, "tag": tag, "toolkit": found["toolkit"], "patches": patch_ids,
+                "compiled": [b["name"] for b in missing],
+                "msg": (f"{tag} is already built from this lock" if have else
+                        f"would build {tag} from {base} (toolkit: {found['toolkit']}" +
+                        (f"; would compile {', '.join(b['name'] for b in missing)} in the builder stage" if missing
+                         else "") + ")")}
     if found["toolkit"] == "base":
         progress(f"the base brings /usr/local/cuda-{cuda_series}; the image keeps it instead of rig's toolkit")
     place = confined(cache, f"image/{lock['lock_hash'][:16]}", "the image build's place", follow=False)

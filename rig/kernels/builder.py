@@ -76,12 +76,18 @@ def _apart(dest: Path, specs: list[str]) -> None:
 
 
 def stage_for_host(source: str, stack_path: str, archs: list[str], cache: str | Path, root: str, venv: str,
-                   cuda_home: str | None = None, jobs: int | None = None) -> dict:
+                   cuda_home: str | None = None, jobs: int | None = None, check: bool = False) -> dict:
     """Stage one build for a builder host in CACHE/staged/KEY (rig's own dir: a leftover is replaced)."""
     lock_hash = stack_lock_hash(stack_path)
     key = plan(source, archs, Path(cache), lock_hash)["key"]
     dest = Path(cache) / "staged" / key
     _apart(dest, [source_spec(source)])
+    if check:  # the source is read and keyed (every check above ran); nothing is copied
+        if not root.startswith("/"):
+            raise RigError(f"--root {root!r}: give the absolute path the builder sees the staged dir at")
+        return {"changed": True, "dir": str(dest), "root": root, "key": key,
+                "msg": f"would stage {source} (key {key}) in {dest}" + (", replacing the leftover there"
+                                                                        if dest.exists() else "")}
     if dest.exists():  # a leftover of a run that was killed
         shutil.rmtree(dest)
     return stage([{"key": key, "spec": source}], stack_path, lock_hash, cache, dest, root, venv, cuda_home, jobs)

@@ -53,6 +53,9 @@ def test_the_default_stack_image_builds_and_verifies(first):
     lock = read(DEFAULT_LOCK)
     assert first["tag"] == f"rig/sm120-sglang-0.5.23:{lock['lock_hash'][:12]}"
     assert first["toolkit"] == "wheels" and first["compiled"] == []  # rig's toolkit; no source builds
+    # its dry run, against the image just built from this lock: nothing to do, and nothing done
+    again = json.loads(rig("image", "build", "--check", "--json").stdout)
+    assert again["changed"] is False and again["tag"] == first["tag"] and "already built" in again["msg"]
     done = rig("image", "verify", first["tag"], "--json")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     report = json.loads(done.stdout)

@@ -88,3 +88,25 @@ def test_requirement_lines_are_read_strictly():
     for bad in ("torch==2.11.0", f"{good} ; rm -rf /", "torch>=2 --hash=sha256:" + "a" * 64, "-e ."):
         with pytest.raises(RigError, match="line 2"):
             read_pinned(f"{good}\n{bad}\n")
+
+
+def test_wheels_stage_check_keys_the_source_and_stages_nothing(tmp_path):
+    """--check reads and keys the source as staging would (a link out of it still refused), copies nothing."""
+    import json
+
+    from conftest import REPO, rig
+
+    source = tmp_path / "ext"
+    source.mkdir()
+    (source / "setup.py").write_text("from setuptools import setup\nsetup(name='ext')\n")
+    cache = tmp_path / "cache"
+    args = ["wheels", "stage", str(source), "--stack", str(REPO / "stacks" / "default.yml"), "--cache", str(cache),
+            "--root", "/stage", "--venv", str(tmp_path / "venv"), "--check", "--json"]
+    done = rig(*args)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["changed"] and said["key"] in said["dir"] and said["msg"].startswith(f"would stage {source}")
+    assert not cache.exists()
+    (source / "escape").symlink_to("/etc/hostname")
+    refused = rig(*args)
+    assert refused.returncode == 2 and "rig: error:" in refused.stderr and not cache.exists()

@@ -21,8 +21,6 @@ READS = {"stack show", "stack vars", "validate", "cuda list", "cuda ldconfig-con
 EXCEPTIONS = {
     "lock": "--verify is its dry run: it says whether the lock is current and writes nothing",
     "wheels build": "`rig wheels plan` is its dry run: it says whether the built wheel is already kept",
-    "wheels stage": "not yet: it lays out the staged dir under the cache (issue 48, left open)",
-    "image build": "not yet: what would change needs the Docker engine's cache (issue 48, left open)",
 }
 RESULT_DIRS = {"bench", "tune", "prove", "machine probe", "testmodel"}
 
