@@ -76,7 +76,7 @@ done
 # bytes checked are the bytes that run, whatever happens to the kept file meanwhile.
 CHECK = """d={keep}; [ -d "$d" ] && [ ! -L "$d" ] || exit {not_kept}
 {safe}k="$p/{name}"; [ -f "$k" ] && [ ! -L "$k" ] || exit {not_kept}
-b=$(mktemp) || exit {not_kept}
+b=$(mktemp -t rig-XXXXXX.pyz) || exit {not_kept}  # named as a bundle: ps and pkill see what runs
 trap 'rm -f "$b"' EXIT
 cat < "$k" > "$b" && [ "$(sha256sum < "$b")" = "{digest}  -" ] || exit {not_kept}
 """
