@@ -27,8 +27,9 @@ def test_kernels_are_summed_per_step_and_rank_the_largest_first(tmp_path):
 
 
 @pytest.mark.parametrize("content, says", [(b"not gzip", "not a whole gzip file"),
-                                           (gzip.compress(b'{"other": 1}'), "holds no traceEvents"),
-                                           (gzip.compress(b"[1, 2"), "profile trace")])
+                                           (gzip.compress(b'{"other": 1}', mtime=0), "holds no traceEvents"),
+                                           (gzip.compress(b"[1, 2", mtime=0), "profile trace")],
+                         ids=["not-gzip", "no-events", "cut-short"])  # ids the same in every xdist worker
 def test_a_trace_that_is_not_one_is_one_clear_error(tmp_path, content, says):
     path = tmp_path / "p-TP-0.trace.json.gz"
     path.write_bytes(content)
