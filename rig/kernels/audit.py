@@ -203,7 +203,7 @@ def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None,
                               f"{', '.join('sm_' + a for a in sorted(union_cubins)) or 'none'} and PTX "
                               f"{', '.join('compute_' + a for a in sorted(union_ptx)) or 'none'}{fix}")
     per_arch = Counter(arch for _, arch in cubins)
-    return {"artifact": label, "ok": not errors, "errors": errors, "torch_pin": pin,
+    return {"artifact": label, "ok": not errors, "errors": errors, "torch_pin": str(pin) if pin else None,
             "torch": torch.version if torch else None, "cuda_major": cuda_major,
             "cubins": sorted(union_cubins), "ptx": sorted(union_ptx), "archs": coverage, "objects": objects,
             "cubin_files": dict(sorted(per_arch.items())), "notes": notes, "unread": unread}

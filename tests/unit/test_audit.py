@@ -271,3 +271,19 @@ def test_a_section_past_the_end_of_the_file_is_named(tmp_path):
     damaged.write_bytes(bytes(data))
     with pytest.raises(RigError, match="a section lies outside the file"):
         read_elf(damaged, "libdamaged.so")
+
+
+def test_an_audit_with_a_torch_pin_is_written_as_json_and_judges_the_pin():
+    """The pin is read as a Requirement (the one Requires-Dist reader) and reported as text: the audit's JSON
+    (rig audit --json, the wheel builder's audit.json) must hold it (a defect once: exit 70)."""
+    from rig.core.documents import dump_json
+    from rig.kernels.audit import Torch, audit_files
+
+    metadata = "Name: k\nRequires-Dist: torch==2.14.1\n"
+    common = {"cuda_major": 13, "archs": ["12.0a"], "extra_dirs": [], "resolve": False,
+              "cubins": [("k/ops.cubin", "120a")]}
+    same = audit_files([], "k", metadata, torch=Torch("2.14.1+cu130", set(), None), **common)
+    assert same["torch_pin"] == "torch==2.14.1" and same["ok"], same["errors"]
+    assert '"torch_pin": "torch==2.14.1"' in dump_json(same, "the audit")
+    other = audit_files([], "k", metadata, torch=Torch("2.9.1", set(), None), **common)
+    assert not other["ok"] and "k requires torch==2.14.1, the torch in use is 2.9.1" in other["errors"]
