@@ -78,7 +78,7 @@ def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
     server, bench = stack["server"], stack["bench"]
     target, draft = models(server)
     largest = max(bench["concurrency"])
-    graph_bs = server["cuda_graph_max_bs"] or largest
+    graph_bs = graph_size(stack)
     if graph_bs < largest:
         raise RigError(f"server.cuda_graph_max_bs {graph_bs} is below the largest bench concurrency {largest}: "
                        "batches above it would run without CUDA graphs; raise it or leave it 0")
@@ -110,6 +110,11 @@ def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
         pairs.append(("--enable-torch-symm-mem", None))
     pairs += [("--host", server["host"]), ("--port", str(server["port"]))]
     return pairs
+
+
+def graph_size(stack: dict) -> int:
+    """The largest decode CUDA graph the server is asked for: server.cuda_graph_max_bs, else the largest level."""
+    return stack["server"]["cuda_graph_max_bs"] or max(stack["bench"]["concurrency"])
 
 
 def render(stack: dict, venv: str | Path, baseline: bool = False, api_key: bool = False) -> dict:

@@ -54,7 +54,7 @@ from rig.serving.measure.verdict import (
     not_speculating,
     nothing_measured,
 )
-from rig.serving.server import health_url, render
+from rig.serving.server import graph_size, health_url, render
 from rig.serving.workload import Workload
 
 SCHEMA_VERSION = 2
@@ -174,12 +174,6 @@ def uncapped(variant: Variant, record: dict) -> Variant | None:
         return None
     return Variant(f"{variant.name}-uncapped", variant.steps, with_server(variant.stack, max_running_requests=top),
                    variant.kind, f"{variant.family}/uncapped", variant.env, variant.candidate, optional=True)
-
-
-def graph_size(stack: dict) -> int:
-    """The largest decode CUDA graph rig asks the server for (server.wants: cuda_graph_max_bs, else the largest
-    level)."""
-    return stack["server"]["cuda_graph_max_bs"] or max(stack["bench"]["concurrency"])
 
 
 def levels(stack: dict) -> list[Level]:
