@@ -2,9 +2,10 @@
 
 Text must be UTF-8; YAML is read strictly (a key given twice, an anchor/alias
 or absurd nesting is refused, not silently resolved); JSON of the wrong shape
-is refused naming the file and the key; every number in either is read by
-rig.core.numbers (bounded, finite). Each failure is a RigError that names
-the file and what to do, never a traceback. dump_json is the one JSON writer.
+is refused naming the file and the key; every number in either is a
+rig.core.numbers token (bounded in length, finite), and the fields rig reads
+bound their values (the schema). Each failure is a RigError that names the
+file and what to do, never a traceback. dump_json is the one JSON writer.
 """
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def parse_yaml(text: str, source: str) -> Any:
             if text.lower().lstrip("+-") in (".inf", ".nan"):  # YAML's own spellings; a schema bounds them
                 return self.construct_yaml_float(node)
             convert = self.construct_yaml_int if node.tag.endswith(":int") else self.construct_yaml_float
-            return numbers.parse(text, f"{source}: line {node.start_mark.line + 1}", lambda _: convert(node))
+            return numbers.token(text, f"{source}: line {node.start_mark.line + 1}", lambda _: convert(node))
 
     Strict.add_constructor("tag:yaml.org,2002:int", Strict.construct_number)
     Strict.add_constructor("tag:yaml.org,2002:float", Strict.construct_number)
@@ -102,7 +103,7 @@ def parse_json(text: str, source: str, spec: Field | None = None) -> Any:
         return dict(items)
 
     def number(text: str) -> int | float:
-        return numbers.parse(text, source)
+        return numbers.token(text, source)
 
     def constant(text: str):
         raise RigError(f"{source}: {text} is not JSON (no NaN or Infinity); not a file rig wrote")

@@ -27,9 +27,11 @@ MARKDOWN_SPECIAL = re.compile(r"([\\|`<\[\]])")  # what would end a cell, open c
 
 
 def cell(value: object) -> str:
-    """VALUE as one markdown table cell (or inline text): one line, no `|` that would end it, no code, HTML or
-    link; emphasis is left alone, it changes no row."""
-    return MARKDOWN_SPECIAL.sub(r"\\\1", _visible("-" if value is None else str(value)))
+    """VALUE as one markdown table cell (or inline text): its lines joined by <br> (the one line break a cell
+    holds), no `|` that would end it, no code, HTML or link of the input's own; emphasis is left alone, it changes
+    no row."""
+    lines = ("-" if value is None else str(value)).splitlines() or [""]
+    return "<br>".join(MARKDOWN_SPECIAL.sub(r"\\\1", _visible(line)) for line in lines)
 
 
 # ------------------------------------------------------------------ systemd units

@@ -1,9 +1,12 @@
 """Numbers from input, read one way: documents (rig.core.documents), server answers, command output.
 
-A number rig reads is finite and within ±LIMIT, and its text is at most MAX_CHARS long before anything
-converts it: Python's int() refuses text past 4300 digits (ValueError), float() of a 401-digit integer
-overflows, and two finite 1.7e308s average to infinity, which no JSON can hold. Within these bounds sums
-and averages of what rig measures stay finite.
+Two bounds, each where it belongs:
+- A document's number (token): its text is at most MAX_CHARS long before anything converts it (Python's int()
+  refuses text past 4300 digits, float() of a 401-digit integer overflows) and its value is finite. Nothing
+  more: a field rig never reads (a torch trace's nanosecond epoch, a prompt file's 64-bit ids) is not rig's to
+  judge.
+- A field rig reads (read, answer, problem; the schema's fields): within ±LIMIT unless its meaning allows more
+  (a nanosecond timestamp: TIMESTAMP_NS). Within these bounds sums and averages of what rig measures stay finite.
 """
 from __future__ import annotations
 
@@ -15,18 +18,21 @@ from rig.core import RigError
 
 LIMIT = 10**18      # beyond any count, size, byte total, time or rate rig meets; within a signed 64-bit integer
 MAX_CHARS = 64      # the longest float repr is 24 characters; room for a human's zeros, none for an attack
+TIMESTAMP_NS = 2**63  # a signed 64-bit nanosecond clock (the torch profiler's epoch values are ~1.8e18)
 
 
-def problem(value: Any, low: float = -LIMIT, high: float = LIMIT, whole: bool = False) -> str | None:
-    """What makes VALUE no number rig takes (from LOW to HIGH, an int when WHOLE), or None."""
+def problem(value: Any, low: float = -LIMIT, high: float = LIMIT, whole: bool = False,
+            limit: float = LIMIT) -> str | None:
+    """What makes VALUE no number rig takes (from LOW to HIGH, an int when WHOLE, within ±LIMIT), or None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"expected a {'whole ' if whole else ''}number, got {_short(value)}"
     if whole and not isinstance(value, int):
         return f"expected a whole number, got {_short(value)}"
     if isinstance(value, float) and not math.isfinite(value):
         return f"{value!r} is not a finite number; give one"
-    if not -LIMIT <= value <= LIMIT:  # int against int or float: exact, never an OverflowError
-        return f"{_short(value)} is beyond ±10^18, larger than anything rig counts or measures; give a smaller one"
+    if not -limit <= value <= limit:  # int against int or float: exact, never an OverflowError
+        return f"{_short(value)} is beyond ±{limit:.3g}, larger than anything rig counts or measures here; give a " \
+               "smaller one"
     if not low <= value <= high:
         return f"{value!r} is out of range: give {low} to {high}"
     return None
@@ -44,13 +50,19 @@ def answer(value: Any, low: float = -LIMIT, high: float = LIMIT, whole: bool = F
     return None if problem(value, low, high, whole) else value
 
 
+def token(text: str, what: str, convert: Callable[[str], Any] | None = None) -> int | float:
+    """A number as a document writes it (JSON, YAML): bounded in length before CONVERT runs and finite, its size
+    left to whoever reads the field."""
+    return parse(text, what, convert, low=-math.inf, high=math.inf, limit=math.inf)
+
+
 def _plain(text: str) -> int | float:
     stripped = text.strip()
     return int(stripped) if stripped.lstrip("+-").isdigit() else float(stripped)
 
 
 def parse(text: str, what: str, convert: Callable[[str], Any] | None = None, low: float = -LIMIT,
-          high: float = LIMIT, whole: bool = False) -> int | float:
+          high: float = LIMIT, whole: bool = False, limit: float = LIMIT) -> int | float:
     """TEXT as a number: its length bounded before CONVERT (int, or float where TEXT is not a whole number)
     runs, then read()."""
     if len(text) > MAX_CHARS:
@@ -60,7 +72,7 @@ def parse(text: str, what: str, convert: Callable[[str], Any] | None = None, low
         value = (convert or _plain)(text)
     except (ValueError, OverflowError) as exc:
         raise RigError(f"{what}: {_short(text)} is not a number ({exc})") from exc
-    if found := problem(value, low, high, whole):
+    if found := problem(value, low, high, whole, limit):
         raise RigError(f"{what}: {_short(text.strip())}: {found}")
     return value
 

@@ -62,7 +62,8 @@ def venv_python(venv: str | Path) -> Path:
     """VENV's interpreter: the one check of whether a directory is a venv."""
     python = Path(venv) / "bin" / "python"
     if not python.exists():
-        raise RigError(f"{venv} is not a virtualenv (no bin/python); install the stack first (python_stack role)")
+        raise RigError(f"{venv} is not a virtualenv (no bin/python): give --venv one, or set the stack's venv key "
+                       "to one, or create it first (rig env install, or the python_stack role)")
     return python
 
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from rig.core import RigError
+from rig.core import RigError, numbers
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ def validate(value: Any, spec: Field, source: str, where: str = "") -> Any:
     if not isinstance(value, spec.kind):
         names = spec.kind.__name__ if isinstance(spec.kind, type) else "/".join(k.__name__ for k in spec.kind)
         raise fail(f"expected {names}, got {type(value).__name__} {_short(value)}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and (wrong := numbers.problem(value)):
+        raise fail(wrong)  # a field rig reads: the document's reader bounded only its text
     if spec.choices and value not in spec.choices:
         raise fail(f"{_short(value)} is not allowed; choose one of: {', '.join(map(str, spec.choices))}")
     if spec.check and (msg := spec.check(value)):

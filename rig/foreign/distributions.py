@@ -3,13 +3,17 @@
 rig.python.introspect runs it as `python -I -c SOURCE REQUEST`. REQUEST is JSON:
 names (the distributions to describe; absent ones are left out), files (also each one's .so and .cubin
 files), metadata (also its METADATA text), every (also every distribution's name and version), torch
-(also import torch for the CUDA and NCCL versions it was built with). One JSON line back.
+(also import torch for the CUDA and NCCL versions it was built with), modules (top-level module names: where
+this interpreter would import each from, found by importlib's own finder without importing it, so .pth-added
+directories and editable installs count as Python counts them). One JSON line back.
 
 A distribution whose metadata cannot be read (no name or version, a RECORD or METADATA that is not what
 packaging tools write) is reported under "broken" with its path, for rig to name, instead of failing the rest.
 """
 import importlib.metadata as m
+import importlib.util
 import json
+import os
 import sys
 import sysconfig
 
@@ -26,6 +30,19 @@ def describe(dist: m.Distribution, files: bool, metadata: bool) -> dict:
 
 def where(dist: m.Distribution) -> str:
     return str(getattr(dist, "_path", "") or dist.locate_file(""))
+
+
+def module_dirs(name: str) -> list:
+    """The directories NAME's package imports from (one for a plain file module), or [] when it is not found."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations is not None:
+        return [str(p) for p in spec.submodule_search_locations]
+    return [os.path.dirname(spec.origin)] if spec.origin else []
 
 
 def torch_runtime() -> dict:
@@ -65,6 +82,8 @@ def main(request: dict) -> dict:
                 out["every"].append([name, version])
             else:
                 out["broken"].append([where(dist), version if name is None and version else "no name or version"])
+    if request.get("modules"):
+        out["modules"] = {name: module_dirs(name) for name in request["modules"] if "." not in name}
     if request.get("torch"):
         out["torch"] = torch_runtime()
     return out

@@ -1,7 +1,8 @@
 """sglang's own argument parser, run by rig.serving.server in the venv's Python: one JSON request per line on
 standard input, one JSON answer per line. "options" lists the parser's flags, "parse" parses an argv,
-"adaptive" loads an adaptive-speculation config with sglang's own loader. One process serves them all, so
-sglang is imported once."""
+"adaptive" loads an adaptive-speculation config with sglang's own loader and, given the argv, runs sglang's own
+start-up check of the line against it (`_init_adaptive_speculative_params`: the launch's --speculative-num-steps
+must be one of the config's candidate steps). One process serves them all, so sglang is imported once."""
 import argparse
 import importlib.metadata
 import json
@@ -27,6 +28,8 @@ def answer(parser: argparse.ArgumentParser, request: dict) -> dict:
                 out["note"] = "its adaptive_spec_params has no _load_adaptive_config: only rig read the file"
             else:
                 loader(request["path"])
+            if "argv" in request:
+                launch_check(parser, request["argv"], adaptive)
         except ImportError as exc:
             out["error"] = f"it has no adaptive speculation ({exc}); SGLang 0.5.17 and later have it"
         except Exception as exc:
@@ -37,6 +40,39 @@ def answer(parser: argparse.ArgumentParser, request: dict) -> dict:
         except (ValueError, SystemExit) as exc:
             out["error"] = str(exc)
     return out
+
+
+def start_up_hook():
+    """sglang's own start-up check of an adaptive line: in arg_groups/speculative_hook (0.5.17+) or server_args."""
+    import importlib
+
+    for module in ("sglang.srt.arg_groups.speculative_hook", "sglang.srt.server_args"):
+        try:
+            found = getattr(importlib.import_module(module), "_init_adaptive_speculative_params", None)
+        except ImportError:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def launch_check(parser: argparse.ArgumentParser, argv: list, adaptive) -> None:
+    """Run sglang's start-up check on the parsed ARGV; where the hook needs the whole resolved ServerArgs (it
+    cannot run without a GPU), its rule with sglang's own candidate resolver: the steps must be a candidate."""
+    args = parser.parse_args(argv)
+    hook = start_up_hook()
+    if hook is not None:
+        try:
+            hook(args)
+            return
+        except ValueError:
+            raise
+        except Exception:  # the hook reached for what only a resolved ServerArgs has
+            pass
+    candidates = adaptive.resolve_candidate_steps_from_config(cfg_path=args.speculative_adaptive_config)
+    if args.speculative_num_steps is not None and args.speculative_num_steps not in candidates:
+        raise ValueError(f"--speculative-num-steps={args.speculative_num_steps} is not in the adaptive config "
+                         f"candidate_steps {candidates}")
 
 
 if __name__ == "__main__":

@@ -22,14 +22,19 @@ class Held:
     packages: dict[str, dict] = field(default_factory=dict)  # each name asked and found -> {version, root, ...}
     every: list[tuple[str, str]] = field(default_factory=list)  # (name, version) of each one, when asked
     torch: dict = field(default_factory=dict)  # the CUDA and NCCL torch was built with, when asked
+    modules: dict[str, list[Path]] = field(default_factory=dict)  # each top-level module asked -> where it imports from
 
 
 def held(python: str | Path, names: list[str] | tuple[str, ...] = (), *, files: bool = False,
-         metadata: bool = False, every: bool = False, torch: bool = False, timeout: float = 120) -> Held:
+         metadata: bool = False, every: bool = False, torch: bool = False, modules: tuple[str, ...] = (),
+         timeout: float = 120) -> Held:
     """What PYTHON's environment holds of NAMES (with each one's .so/.cubin FILES and METADATA text when asked),
-    EVERY distribution's version, and torch's build (TORCH: imports torch there). A distribution whose metadata
+    EVERY distribution's version (in import order: the first of a name is the one Python imports), torch's build
+    (TORCH: imports torch there) and where each of MODULES would be imported from (importlib's finder: .pth
+    directories and editable installs included, nothing imported). A distribution whose metadata
     cannot be read is one error naming it; a Python that does not answer within TIMEOUT seconds is one too."""
-    request = {"names": sorted(set(names)), "files": files, "metadata": metadata, "every": every, "torch": torch}
+    request = {"names": sorted(set(names)), "files": files, "metadata": metadata, "every": every, "torch": torch,
+               "modules": sorted(set(modules))}
     answer = ask(python, "distributions", [dump_json(request, "the request")],
                  "report what its environment holds (its Python must start)",
                  timeout=timeout)
@@ -46,7 +51,8 @@ def held(python: str | Path, names: list[str] | tuple[str, ...] = (), *, files: 
         found = Held(python=_text(answer["python"]), prefix=Path(_text(answer["prefix"])),
                      site=Path(_text(answer["site"])), packages=packages,
                      every=[(name, version) for name, version in listed],
-                     torch=dict(answer.get("torch") or {}))
+                     torch=dict(answer.get("torch") or {}),
+                     modules={name: _dirs(answer["modules"][name]) for name in modules})
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RigError(f"{python} reported its environment in a shape rig did not write ({exc}); is it a Python "
                        "with intact package metadata?") from exc
@@ -55,6 +61,18 @@ def held(python: str | Path, names: list[str] | tuple[str, ...] = (), *, files: 
                        f"({broken[0][1]}){f' and {len(broken) - 1} more' if len(broken) > 1 else ''}; remove it or "
                        "reinstall that package")
     return found
+
+
+def import_dirs(python: str | Path, names: tuple[str, ...]) -> dict[str, list[Path]]:
+    """Where PYTHON would import each top-level module of NAMES from ([] where it finds none): the one answer to
+    "what does this venv import", for tune's backend checks as for verify and doctor."""
+    return held(python, modules=names).modules
+
+
+def _dirs(value) -> list[Path]:
+    if not isinstance(value, list):
+        raise TypeError(f"{value!r:.60} is not a list of directories")
+    return [Path(_text(d)) for d in value]
 
 
 def _text(value) -> str:

@@ -176,7 +176,10 @@ def _trusted(find_links: str | None) -> list[str]:
 
 def installed(venv: str | Path) -> dict[str, str]:
     """Every distribution the venv's Python sees: canonical name -> version (its metadata, read by that Python)."""
-    return {canonicalize_name(name): version for name, version in held(venv_python(venv), every=True).every}
+    found: dict[str, str] = {}
+    for name, version in held(venv_python(venv), every=True).every:  # in sys.path order: the first is imported
+        found.setdefault(canonicalize_name(name), version)
+    return found
 
 
 def verify(venv: str | Path, lock: dict | None = None) -> dict:

@@ -6,8 +6,15 @@ size (1 and the stack's, where the box has the GPUs) the baseline and the EAGLE-
 the stack's own line with that model in place of the real one, one after the other: each is
 health-gated by `rig smoke`, asked for the numerics prompts' greedy tokens, benchmarked briefly
 and stopped. The numerics hold when the baseline generates the rule's tokens (rig/serving/numerics.py)
-and EAGLE-3 generates the baseline's. A step that cannot run here is skipped with its reason; the
-run passes only when no step fails.
+and EAGLE-3 generates the baseline's: the numerics draft proposes what the target rejects, so that
+proves the rejection path lossless, not that speculation accepts anything.
+
+Then acceptance: a serving test model whose draft agrees with its target (the stack's own test model
+when its server serves one, else the tiny one), baseline and EAGLE-3 (3 steps, topk 1) at one stream,
+greedy. Its accept length, the server's own, must reach ACCEPT_FLOOR and EAGLE-3 must beat the baseline;
+an accept length near 1 is never a pass for a step that claims speculation works.
+
+A step that cannot run here is skipped with its reason; the run passes only when no step fails.
 """
 from __future__ import annotations
 
@@ -33,9 +40,13 @@ from rig.serving.sglang_api import call, expect_json
 
 SCHEMA_VERSION = 1
 OUTPUTS = ("prove.json", "report.md", "prove.png")
-STEPS = ("doctor", "probe", "testmodel", "servers")
+STEPS = ("doctor", "probe", "testmodel", "servers", "acceptance")
 BASELINE, EAGLE = "baseline", "eagle3"
 BENCH_LEVELS = [Level(1), Level(8)]
+# acceptance: an agreeing draft, greedy, 3 steps: every drafted token is accepted (accept length 4); below the floor
+# the server does not accept what it should
+ACCEPT_STEPS, ACCEPT_FLOOR = 3, 3.5
+AGREE = "agree"
 
 
 # ------------------------------------------------------------------ numerics against a server
@@ -117,13 +128,28 @@ def tp_sizes(stack: dict, tp: int | None) -> list[int]:
     return sorted({1, tp or stack["server"]["tp"]})
 
 
-def plan(stack: dict, venv: str, models: Path, tps: list[int]) -> dict[str, list[str]]:
+def agreeing(stack: dict, out: Path) -> dict:
+    """The stack served with a serving test model whose draft agrees: the stack's own test model where its server
+    serves one (its shape and acceptance), else the tiny one under OUT; EAGLE-3 at ACCEPT_STEPS, topk 1, TP 1."""
+    server = stack["server"]
+    own = server["model"] == "testmodel"
+    model = {k: server[k] for k in ("testmodel_dir", "testmodel_shape", "testmodel_accept")} if own else \
+        {"testmodel_dir": str(out / "models-agree"), "testmodel_shape": "tiny", "testmodel_accept": 1.0}
+    return with_server(stack, model="testmodel", draft_model="testmodel", tp=1, speculative_num_steps=ACCEPT_STEPS,
+                       speculative_eagle_topk=1, speculative_num_draft_tokens=ACCEPT_STEPS + 1,
+                       speculative_adaptive_config="", **model)
+
+
+def plan(stack: dict, venv: str, models: Path, tps: list[int], out: Path) -> dict[str, list[str]]:
     """Every server line prove would start, rendered and parsed by the venv's sglang."""
     lines = {}
     for tp in tps:
         served = _with_model(stack, models, tp)
         lines[f"{BASELINE} tp{tp}"] = render(served, venv, baseline=True)["argv"]
         lines[f"{EAGLE} tp{tp}"] = render(served, venv)["argv"]
+    agree = agreeing(stack, out)
+    lines[f"{BASELINE} {AGREE}"] = render(agree, venv, baseline=True)["argv"]
+    lines[f"{EAGLE} {AGREE}"] = render(agree, venv)["argv"]
     return lines
 
 
@@ -195,9 +221,11 @@ def _testmodel(python: Path, models: Path, tps: list[int], record: Check) -> Non
 
 
 def _serve(servers: Servers, report: Runner, label: str, argv: list[str], url: str, baseline: bool, out: Path,
-           api_key_env: str, want: list[list[int]] | None, bench: dict) -> dict | None:
-    """One server, from ARGV (rendered by plan()): started and smoke-tested, asked the numerics prompts,
-    benchmarked briefly, stopped. Returns its numerics answer (None when it never served)."""
+           api_key_env: str, want: list[list[int]] | None, bench: dict, numerics_check: bool = True,
+           levels: list[Level] = BENCH_LEVELS) -> dict | None:
+    """One server, from ARGV (rendered by plan()): started and smoke-tested, asked the numerics prompts (unless
+    NUMERICS_CHECK is off), benchmarked briefly at LEVELS, stopped. Returns its numerics answer and its bench
+    ({"bench": {level: ...}}; None when it never served)."""
     launched: list[Launched] = []
 
     def start(record: Check) -> None:
@@ -227,10 +255,10 @@ def _serve(servers: Servers, report: Runner, label: str, argv: list[str], url: s
                          + (f", smallest top-2 margin {result['min_margin']}" if result["min_margin"] is not None else ""))
 
     def measured(record: Check) -> None:
-        bench_plan = plan_from(bench, concurrency=[lv.concurrency for lv in BENCH_LEVELS], max_tokens=64, rounds=1,
+        bench_plan = plan_from(bench, concurrency=[lv.concurrency for lv in levels], max_tokens=64, rounds=1,
                                min_requests=8, min_seconds=0, warmup=2, temperature=0.0)
         server = Server(url, label, bench_plan, api_key_env)
-        measure([server], BENCH_LEVELS)
+        measure([server], levels)
         if server.run["stopped"]:
             raise RigError(f"{label}: {server.run['stopped']} during the bench")
         if problem := nothing_measured(label, server.run["levels"]):
@@ -238,7 +266,10 @@ def _serve(servers: Servers, report: Runner, label: str, argv: list[str], url: s
         record.data = {lv["level"]: {k: lv.get(k) for k in ("output_throughput", "median_ttft_ms", "median_itl_ms",
                                                              "server_accept_length", "failed")}
                        for lv in server.run["levels"]}
-        record.detail = ", ".join(f"{name}: {shown(lv['output_throughput'], 1)} tok/s" for name, lv in record.data.items())
+        record.detail = ", ".join(f"{name}: {shown(lv['output_throughput'], 1)} tok/s" +
+                                  (f", accept length {shown(lv['server_accept_length'], 2)}"
+                                   if lv["server_accept_length"] else "") for name, lv in record.data.items())
+        answer["bench"] = record.data
         if bad := [name for name, lv in record.data.items() if lv["failed"] or not lv["output_throughput"]]:
             raise RigError(f"{label}: requests failed at {', '.join(bad)} ({record.detail}); its log is "
                            f"{out / 'logs'}")
@@ -246,7 +277,8 @@ def _serve(servers: Servers, report: Runner, label: str, argv: list[str], url: s
     try:
         if report.run(f"{label}: start and smoke", start).status != "pass":
             return None
-        report.run(f"{label}: numerics", check)
+        if numerics_check:
+            report.run(f"{label}: numerics", check)
         report.run(f"{label}: bench", measured)
     finally:
         for server in launched:
@@ -263,7 +295,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
     tps = tp_sizes(stack, tp)
     if unknown := [s for s in skip if s not in STEPS]:
         raise RigError(f"--skip {', '.join(unknown)}: choose from {', '.join(STEPS)}")
-    lines = plan(stack, venv, models, tps)
+    lines = plan(stack, venv, models, tps, out)
     if check:
         steps = [s for s in STEPS if s not in skip]
         return {"ok": True, "changed": False, "steps": steps, "servers": lines,
@@ -308,6 +340,10 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
                 for size in tps:
                     _serve_size(servers, report, lines, health_url(stack), size, gpus, out, api_key_env,
                                 stack["bench"])
+        if "acceptance" in skip:
+            report.skip("acceptance", "not asked for (--skip acceptance)")
+        else:
+            _acceptance(stack, python, lines, out, report, api_key_env)
     failed = [s.name for s in report.checks if s.status == "fail"]
     return {"ok": report.ok, "files": written, "steps": [asdict(s) for s in report.checks],
             "msg": "\n".join([f"wrote {', '.join(written)}",
@@ -333,6 +369,53 @@ def _serve_size(servers: Servers, report: Runner, lines: dict[str, list[str]], u
         report.skip(f"{EAGLE} tp{size}", "the baseline does not follow the rule, so it is no reference")
     else:
         _serve(servers, report, eagle_label, lines[eagle_label], url, False, out, api_key_env, base["tokens"], bench)
+
+
+def _acceptance(stack: dict, python: Path, lines: dict[str, list[str]], out: Path, report: Runner,
+                api_key_env: str) -> None:
+    """The agreeing draft's model, its baseline and EAGLE-3 at one stream, then the verdict on what they measured."""
+    agree = agreeing(stack, out)
+    built = report.run(f"{AGREE} testmodel", lambda r: _agree_model(agree, python, r))
+    if built.status == "fail":
+        report.skip(f"{AGREE}: acceptance", "no agreeing test model to serve")
+        return
+    url, one = health_url(stack), [Level(1)]
+    with Servers(stack["tune"]["start_timeout"], api_key_env) as servers:
+        base = _serve(servers, report, f"{BASELINE} {AGREE}", lines[f"{BASELINE} {AGREE}"], url, True, out,
+                      api_key_env, None, stack["bench"], numerics_check=False, levels=one)
+        spec = _serve(servers, report, f"{EAGLE} {AGREE}", lines[f"{EAGLE} {AGREE}"], url, False, out, api_key_env,
+                      None, stack["bench"], numerics_check=False, levels=one)
+    report.run(f"{AGREE}: acceptance", lambda r: judge_acceptance(base, spec, r))
+
+
+def _agree_model(agree: dict, python: Path, record: Check) -> None:
+    made = testmodel.ensure(agree["server"], python)
+    assert made is not None  # agreeing() serves the test model
+    record.data = {k: made[k] for k in ("shape", "accept", "expected_accept_length") if k in made}
+    record.detail = made["msg"]
+
+
+def judge_acceptance(base: dict | None, spec: dict | None, record: Check) -> None:
+    """EAGLE-3 with an agreeing draft must accept (its server's accept length at least ACCEPT_FLOOR) and beat the
+    baseline at one stream; what was seen is said either way."""
+    level = Level(1).name
+    seen = {name: ((answer or {}).get("bench") or {}).get(level) or {} for name, answer in
+            (("baseline", base), ("eagle3", spec))}
+    accept = seen["eagle3"].get("server_accept_length")
+    fast, slow = seen["eagle3"].get("output_throughput"), seen["baseline"].get("output_throughput")
+    record.data = {"accept_length": accept, "floor": ACCEPT_FLOOR, "steps": ACCEPT_STEPS, "eagle3_tok_s": fast,
+                   "baseline_tok_s": slow, "ratio": round(fast / slow, 3) if fast and slow else None}
+    said = (f"accept length {shown(accept, 2)} with {ACCEPT_STEPS} steps (at least {ACCEPT_FLOOR:g} wanted), "
+            f"EAGLE-3 {shown(fast, 1)} tok/s against the baseline's {shown(slow, 1)} at {level}")
+    if not fast or not slow:
+        raise RigError(f"nothing to judge: {said} (a server did not serve or measure; see the steps above)")
+    if accept is None or accept < ACCEPT_FLOOR:
+        raise RigError(f"the agreeing draft is not accepted: {said}; speculation runs but accepts "
+                       f"{'nothing rig could read' if accept is None else 'too little'} (check the draft model and the "
+                       "server log)")
+    if fast <= slow:
+        raise RigError(f"speculation accepts but does not pay: {said}")
+    record.detail = said + f": {fast / slow:.2f}x"
 
 
 def _machine() -> dict:

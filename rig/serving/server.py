@@ -34,7 +34,8 @@ class _Parser:
 
     def __init__(self, python: Path):
         if not python.exists():
-            raise RigError(f"{python} does not exist; install the stack's venv first (python_stack role)")
+            raise RigError(f"{python} does not exist: give --venv a virtualenv with sglang, or set the stack's venv "
+                           "key to one (rig env install, or the python_stack role, creates it)")
         self.python = python
         self.proc = spawn([str(python), "-c", script("sglang_parser")], "sglang's argument parser", stdin=PIPE,
                           stdout=PIPE, stderr=PIPE, text=True)
@@ -48,7 +49,8 @@ class _Parser:
         if not line:
             self.proc.kill()
             err = self.stderr.read().strip().splitlines()
-            raise RigError(f"sglang's argument parser did not load in {self.python}: {err[-1:] or 'no output'}")
+            raise RigError(f"sglang's argument parser did not load in {self.python}: "
+                           f"{err[-1] if err else 'it printed nothing'}")
         return parse_json(line, "sglang's argument parser's answer")
 
     def close(self) -> None:
@@ -145,13 +147,14 @@ def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: b
     if api_key:
         argv += ["--api-key", "${%s}" % key_env]
     argv += stack["server"]["extra_args"]
-    parsed = parser.ask({"mode": "parse", "argv": [("redacted" if t == "${%s}" % key_env else t) for t in argv]})
+    parsed_argv = [("redacted" if t == "${%s}" % key_env else t) for t in argv]
+    parsed = parser.ask({"mode": "parse", "argv": parsed_argv})
     if "error" in parsed:
         raise RigError(f"sglang {version} rejects the server command line: {parsed['error']}")
     config = stack["server"]["speculative_adaptive_config"]
     if config and not baseline:  # rig's own reading first (a regular file, its shape), then sglang's loader
         adaptive.parse(read_text(config, "adaptive speculation config"), config)
-        loaded = parser.ask({"mode": "adaptive", "path": config})
+        loaded = parser.ask({"mode": "adaptive", "path": config, "argv": parsed_argv})
         if "error" in loaded:
             raise RigError(f"sglang {version} refuses the adaptive speculation config {config}: {loaded['error']}")
         if "note" in loaded:

@@ -61,6 +61,11 @@ SCHEMA_VERSION = 2
 BASELINE = "baseline"
 POLICY = "policy"
 SKIP_EXTEND = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
+# SGLang's step 0 as a server of its own: a server launches at one of its config's candidate steps (sglang refuses
+# --speculative-num-steps outside them), so one request alone drafts 1 step and every batch of two or more runs at
+# step 0; the step-0 servers are measured at those levels only
+STEP0_FROM = 2
+STEP0_SLOTS = {1: 1, STEP0_FROM: 0}
 # what --check's estimate assumes: a server's start (60-130 s for an 8B shape on the H200) and one request's decode
 START_S, TOKENS_PER_S = 120, 50
 
@@ -90,34 +95,41 @@ def eagle(stack: dict, steps: int, config: str = "", **server: list | int) -> di
                        speculative_num_draft_tokens=steps + 1, speculative_adaptive_config=config, **server)
 
 
-def _site_packages(venv: str | Path) -> list[Path]:
-    return sorted(Path(venv).glob("lib/python3*/site-packages"))
+# what each attention backend needs importable, beyond sglang: FA3 is sgl_kernel's flash_ops (a stripped
+# sglang-kernel leaves it out), flashinfer and triton their packages: (module, a file in it or "", what it is)
+BACKEND_NEEDS = {"fa3": ("sgl_kernel", "flash_ops*.so", "sgl_kernel's flash_ops (FlashAttention 3)"),
+                 "flashinfer": ("flashinfer", "", "the flashinfer package"),
+                 "triton": ("triton", "", "the triton package")}
 
 
-# what each attention backend needs installed, beyond sglang: FA3 is sgl_kernel's flash_ops (a stripped
-# sglang-kernel leaves it out), flashinfer its package (JIT or cubins), triton its package
-BACKEND_NEEDS = {"fa3": ("sgl_kernel/flash_ops*.so", "sgl_kernel's flash_ops (FlashAttention 3)"),
-                 "flashinfer": ("flashinfer/__init__.py", "the flashinfer package"),
-                 "triton": ("triton/__init__.py", "the triton package")}
+def _imports(venv: str | Path) -> dict[str, list[Path]]:
+    """Where the venv's own interpreter imports sglang and the backends' modules from (.pth directories included)."""
+    from rig.core.proc import venv_python
+    from rig.python.introspect import import_dirs
+
+    return import_dirs(venv_python(venv), ("sglang", *sorted({m for m, _, _ in BACKEND_NEEDS.values()})))
 
 
-def backend_problem(venv: str | Path, backend: str) -> str | None:
-    """Why the venv cannot run BACKEND, or None (a backend rig knows no needs of is left to SGLang's parser)."""
+def backend_problem(imports: dict[str, list[Path]], venv: str | Path, backend: str) -> str | None:
+    """Why the venv (its IMPORTS) cannot run BACKEND, or None (a backend rig knows no needs of is left to SGLang's
+    parser)."""
     if backend not in BACKEND_NEEDS:
         return None
-    pattern, what = BACKEND_NEEDS[backend]
-    if any(any(p.is_file() for p in site.glob(pattern)) for site in _site_packages(venv)):
+    module, pattern, what = BACKEND_NEEDS[backend]
+    dirs = imports.get(module, [])
+    if dirs and (not pattern or any(p.is_file() for d in dirs for p in d.glob(pattern))):
         return None
-    return f"server.attention_backends lists {backend}, but {venv} has no {what}: install it or drop {backend}"
+    return (f"server.attention_backends lists {backend}, but the Python of {venv} cannot import {what}: install it "
+            f"or drop {backend}")
 
 
-def reads_skip_extend(venv: str | Path) -> bool:
-    """Whether the venv's sglang reads SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND (its environ module or the
-    speculative workers name it)."""
+def reads_skip_extend(imports: dict[str, list[Path]]) -> bool:
+    """Whether the venv's sglang (where its interpreter imports it from) reads SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND
+    (its environ module or the speculative workers name it)."""
     from rig.core.documents import read_text
 
-    for site in _site_packages(venv):
-        root = site / "sglang" / "srt"
+    for package in imports.get("sglang", []):
+        root = package / "srt"
         for path in [root / "environ.py", *sorted((root / "speculative").glob("*.py"))]:
             if path.is_file() and not path.is_symlink():
                 try:
@@ -133,8 +145,9 @@ def variants(stack: dict, venv: str | Path, step0_config: str) -> list[Variant]:
     if not server["draft_model"]:
         raise RigError("rig tune compares EAGLE-3 with the baseline: the stack has no server.draft_model; set it")
     backends = server["attention_backends"] or [None]
+    imports = _imports(venv)
     for backend in filter(None, backends):
-        if problem := backend_problem(venv, backend):
+        if problem := backend_problem(imports, venv, backend):
             raise RigError(problem)
     own = server["speculative_num_steps"]
     steps = sorted(set(stack["tune"]["steps"]) | ({own} if server["speculative_eagle_topk"] == 1 else set()))
@@ -151,7 +164,7 @@ def variants(stack: dict, venv: str | Path, step0_config: str) -> list[Variant]:
                                  "eagle", family, candidate=False))
     env = {}
     if "step0-skip-extend" in stack["tune"]["step0"]:
-        if not reads_skip_extend(venv):
+        if not reads_skip_extend(imports):
             raise RigError(f"tune.step0 lists step0-skip-extend, but the sglang in {venv} does not read "
                            f"{SKIP_EXTEND}: drop it from tune.step0 (or install an sglang that has it)")
         env = {SKIP_EXTEND: "1"}
@@ -234,7 +247,8 @@ def _tried(servers: Servers, variant: Variant, venv: str, plan: Plan, wanted: li
     """run_variant; an optional server's failure recorded in RECORD (its `stopped`, its log) and the run going on
     with the others: it costs its own numbers, not the rest. True when it measured."""
     try:
-        run_variant(servers, variant, venv, plan, wanted, out, workload, record, profiling)
+        at = [lv for lv in wanted if variant.kind != "step0" or lv.concurrency >= STEP0_FROM]
+        run_variant(servers, variant, venv, plan, at, out, workload, record, profiling)
     except RigError as exc:
         if not variant.optional:
             raise
@@ -568,8 +582,9 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
     # every line rendered from a scratch copy of the step-0 config first: nothing is written before all is checked
     with tempfile.TemporaryDirectory() as scratch:
         config = str(Path(scratch) / "step0.json")
-        atomic_write(config, adaptive.render({1: 0}))
+        atomic_write(config, adaptive.render(STEP0_SLOTS))
         found, wanted, lines = prepare(stack, venv, config)
+        lines = {name: [step0_config if word == config else word for word in argv] for name, argv in lines.items()}
     model = testmodel.ensure(stack["server"], Path(venv) / "bin" / "python", check)
     if check:
         found_plan = _check(stack, found, wanted, lines, plan)
@@ -577,7 +592,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
             found_plan["msg"] = model["msg"] + "\n" + found_plan["msg"]
         return found_plan
     if stack["tune"]["step0"]:
-        atomic_write(step0_config, adaptive.render({1: 0}))  # every batch size at step 0
+        atomic_write(step0_config, adaptive.render(STEP0_SLOTS))
         found = variants(stack, venv, step0_config)
     make_logs(out)
     result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "plan": {**plan.__dict__},

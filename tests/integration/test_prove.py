@@ -77,7 +77,9 @@ def test_a_box_that_serves_right_passes_every_step_it_can_run(prove_case):
     assert found == {"doctor": "skip", "probe": "skip", "testmodel": "pass", "baseline tp1: start and smoke": "pass",
                      "baseline tp1: numerics": "pass", "baseline tp1: bench": "pass",
                      "eagle3 tp1: start and smoke": "pass", "eagle3 tp1: numerics": "pass", "eagle3 tp1: bench": "pass",
-                     "tp8": "skip"}, found
+                     "tp8": "skip", "agree testmodel": "pass", "baseline agree: start and smoke": "pass",
+                     "baseline agree: bench": "pass", "eagle3 agree: start and smoke": "pass",
+                     "eagle3 agree: bench": "pass", "agree: acceptance": "pass"}, found
     named = steps(out)
     assert "no GPU is visible" in named["probe"]["detail"] and "needs 8 GPUs; 0 visible" in named["tp8"]["detail"]
     assert named["testmodel"]["data"]["reference"]["bfloat16"]["matched"] == 8  # transformers, in the venv
@@ -91,6 +93,10 @@ def test_a_box_that_serves_right_passes_every_step_it_can_run(prove_case):
     assert "PASSED" in report and "| eagle3 tp1: numerics | pass |" in report
     assert (out / "prove.png").read_bytes().startswith(b"\x89PNG")
     assert (out / "logs" / "eagle3-tp1.log").is_file()
+    # acceptance: the tiny agreeing model, greedy, 3 steps: every drafted token accepted, EAGLE-3 ahead at C=1
+    accepted = named["agree: acceptance"]["data"]
+    assert accepted["accept_length"] == 4.0 and accepted["ratio"] > 1, accepted
+    assert json.loads((out / "models-agree" / "testmodel.json").read_text())["spec"]["draft"] == "agree"
 
 
 @pytest.mark.parametrize("fault, failing, against", [
@@ -101,7 +107,8 @@ def test_a_server_with_wrong_numerics_fails_that_step_and_names_the_first_differ
                                                                                    against):
     stack, env = prove_case("--numerics-fault", fault)
     out = prove_case.dir / "out"
-    done = prove(stack, out, env, "--skip", "doctor", "--skip", "testmodel", "--models", str(prove_case.models))
+    done = prove(stack, out, env, "--skip", "doctor", "--skip", "testmodel", "--models", str(prove_case.models),
+                 "--skip", "acceptance")
     assert done.returncode == 1, done.stderr[-3000:]
     named = steps(out)
     assert named[failing]["status"] == "fail" and against in named[failing]["detail"]
@@ -111,22 +118,27 @@ def test_a_server_with_wrong_numerics_fails_that_step_and_names_the_first_differ
     assert "FAILED" in (out / "report.md").read_text()
 
 
-def test_a_draft_the_target_rejects_is_reported_not_failed(prove_case):
-    """As on the H200: prove's numerics draft proposes one fixed token, so SGLang accepts almost none (1.02);
-    the EAGLE-3 server's verdict is its numerics, and the accept length is reported without a FAILED."""
+def test_a_draft_the_target_rejects_passes_numerics_and_fails_acceptance(prove_case):
+    """As on the H200: prove's numerics draft proposes one fixed token, so SGLang accepts almost none (1.02); that
+    proves the rejection path (the numerics step passes). The agreeing draft accepting as little fails the
+    acceptance step, saying what it saw: an accept length near 1 is never a pass for speculation."""
     stack, env = prove_case("--accept-length", "1.02")
     out = prove_case.dir / "out"
     done = prove(stack, out, env, "--skip", "doctor", "--skip", "testmodel", "--models", str(prove_case.models))
-    assert done.returncode == 0, done.stderr[-3000:]
-    started = steps(out)["eagle3 tp1: start and smoke"]
+    assert done.returncode == 1, done.stderr[-3000:]
+    named = steps(out)
+    started = named["eagle3 tp1: start and smoke"]
     assert started["status"] == "pass" and "accept length 1.02" in started["detail"], started
-    assert "FAILED" not in started["detail"] and steps(out)["eagle3 tp1: numerics"]["status"] == "pass"
+    assert named["eagle3 tp1: numerics"]["status"] == "pass"
+    judged = named["agree: acceptance"]
+    assert judged["status"] == "fail" and "not accepted: accept length 1.02 with 3 steps" in judged["detail"], judged
 
 
 def test_a_server_that_dies_mid_prove_fails_that_step_and_nothing_keeps_running(prove_case):
     stack, env = prove_case("--die-after", "3")
     out = prove_case.dir / "out"
-    done = prove(stack, out, env, "--skip", "doctor", "--skip", "testmodel", "--models", str(prove_case.models))
+    done = prove(stack, out, env, "--skip", "doctor", "--skip", "testmodel", "--models", str(prove_case.models),
+                 "--skip", "acceptance")
     assert done.returncode == 1, done.stderr[-3000:]
     named = steps(out)
     assert named["baseline tp1: start and smoke"]["status"] == "fail", named  # it died in smoke's third request
@@ -137,7 +149,8 @@ def test_sigterm_stops_every_server_prove_started_and_leaves_what_it_has(prove_c
     stack, env = prove_case("--rate", "20")
     out = prove_case.dir / "out"
     proc = subprocess.Popen([str(BIN / "rig"), "prove", "--stack", str(stack), "--out", str(out), "--skip", "doctor",
-                             "--skip", "testmodel", "--models", str(prove_case.models)], cwd=REPO, env=env,
+                             "--skip", "testmodel", "--models", str(prove_case.models), "--skip", "acceptance"],
+                            cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not _listening(prove_case.port) and time.monotonic() < deadline and proc.poll() is None:
@@ -158,7 +171,10 @@ def test_check_prints_every_server_line_and_starts_nothing(prove_case):
     done = prove(stack, out, env, "--check", "--tp", "2")
     assert done.returncode == 0, done.stderr[-3000:]
     plan = json.loads(done.stdout)
-    assert sorted(plan["servers"]) == ["baseline tp1", "baseline tp2", "eagle3 tp1", "eagle3 tp2"]
+    assert sorted(plan["servers"]) == ["baseline agree", "baseline tp1", "baseline tp2", "eagle3 agree", "eagle3 tp1",
+                                       "eagle3 tp2"]
+    agree = plan["servers"]["eagle3 agree"]
+    assert agree[agree.index("--speculative-num-steps") + 1] == "3" and str(out / "models-agree" / "target") in agree
     eagle = plan["servers"]["eagle3 tp2"]
     assert "--speculative-algorithm" in eagle and eagle[eagle.index("--tp-size") + 1] == "2"
     assert str(out / "models" / "target") in plan["servers"]["baseline tp1"]
@@ -170,7 +186,8 @@ def test_a_given_model_that_is_not_the_numerics_one_is_refused_before_any_server
     models = prove_case.dir / "serving-model"
     models.mkdir()
     (models / "testmodel.json").write_text(json.dumps({"spec": {"kind": "serving", "heads": 8}}))
-    done = prove(stack, prove_case.dir / "out", env, "--skip", "doctor", "--skip", "testmodel", "--models", str(models))
+    done = prove(stack, prove_case.dir / "out", env, "--skip", "doctor", "--skip", "testmodel", "--models", str(models),
+                 "--skip", "acceptance")
     assert done.returncode == 1, done.stderr[-2000:]
     named = steps(prove_case.dir / "out")
     given = named["testmodel (given)"]

@@ -80,3 +80,37 @@ def test_a_broken_distribution_an_answer_missing_what_was_asked_and_a_silent_pyt
     liar.write_text("#!/bin/sh\nsleep 30\n")
     with pytest.raises(RigError, match="did not finish within 1 s"):
         held(liar, timeout=1)
+
+
+def pth_venv(tmp_path):
+    """The H200's layout: a venv whose own site-packages is nearly empty, the packages in another directory that a
+    .pth file adds, and a second copy of a distribution further down sys.path (which Python does not import)."""
+    venv = venv_with(tmp_path)
+    machine = tmp_path / "machine-site"
+    for name in ("triton", "sgl_kernel", "sglang/srt/speculative"):
+        (machine / name).mkdir(parents=True)
+        (machine / name / "__init__.py").write_text("")
+    (machine / "sgl_kernel" / "flash_ops.abi3.so").write_bytes(b"\x7fELF")
+    (machine / "sglang" / "srt" / "environ.py").write_text('SKIP = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"\n')
+    for where, version in ((machine, "2.9.1"), (tmp_path / "older-site", "2.8.0")):
+        info = where / f"torch-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "zz-machine.pth").write_text(f"{machine}\n{tmp_path / 'older-site'}\n")
+    return venv, machine
+
+
+def test_what_a_venv_imports_through_a_pth_is_found_as_python_finds_it(tmp_path):
+    """tune's backend checks and venv verify ask the venv's interpreter: a .pth-added directory counts (the H200 run
+    refused triton, "has no the triton package"), and the first torch on sys.path is the one reported."""
+    from rig.serving.tune import _imports, backend_problem, reads_skip_extend
+
+    venv, machine = pth_venv(tmp_path)
+    imports = _imports(venv)
+    assert imports["triton"] == [machine / "triton"] and imports["sglang"] == [machine / "sglang"]
+    assert backend_problem(imports, venv, "triton") is None and backend_problem(imports, venv, "fa3") is None
+    said = backend_problem(imports, venv, "flashinfer")
+    assert said and "cannot import the flashinfer package" in said and "has no the" not in said
+    assert reads_skip_extend(imports)
+    assert installed(venv)["torch"] == "2.9.1"  # Python imports the first; the shadowed 2.8.0 is not it

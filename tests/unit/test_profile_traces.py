@@ -35,3 +35,32 @@ def test_a_trace_that_is_not_one_is_one_clear_error(tmp_path, content, says):
     path.write_bytes(content)
     with pytest.raises(RigError, match=says):
         summarize([path], 1)
+
+
+# The head of a trace the torch profiler (Kineto) wrote on the lent H200 for SGLang 0.5.17: its header carries
+# nanosecond epoch values and its events microsecond epoch timestamps; rig reads only the kernels' `dur`.
+KINETO_HEAD = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "totalGlobalMem": 150109667328,
+                                                         "computeMajor": 9, "computeMinor": 0}],
+               "cupti_version": 26, "cuda_runtime_version": 13000, "cuda_driver_version": 13000,
+               "trace_id": "C1D0E1B0A5A44A5D8F0D2D5A1E6F7A8B", "displayTimeUnit": "ms",
+               "baseTimeNanoseconds": 1790857026000000000}
+
+
+def test_a_real_trace_header_with_nanosecond_epochs_is_read(tmp_path):
+    ts = 1790857026123456.5  # microseconds since the epoch, as Kineto writes them
+    events = [{"ph": "X", "cat": "kernel", "name": "decode_attn", "pid": 0, "tid": 7, "ts": ts, "dur": 1500,
+               "args": {"correlation": 1790857026000000001, "device": 0}},
+              {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": ts + 1600, "dur": 500}]
+    path = tmp_path / "baseline-C64-TP-0.trace.json.gz"
+    with gzip.open(path, "wt") as out:
+        json.dump({**KINETO_HEAD, "traceEvents": events}, out)
+    found = summarize([path], steps=1)
+    assert found["kernel_ms_per_step"] == 2.0 and found["kernels"][0]["name"] == "decode_attn"
+
+
+def test_a_trace_that_cannot_be_read_is_a_note_not_the_end_of_the_run(tmp_path):
+    from rig.serving.measure.profile import read
+
+    path = tmp_path / "p-TP-0.trace.json.gz"
+    path.write_bytes(b"not gzip")
+    assert "not a whole gzip file" in read([path], 1)["error"]

@@ -268,3 +268,19 @@ def test_a_family_missing_a_level_is_never_preferred_for_skipping_it():
     best = {"C=1": 200.0, "C=64": 1000.0}
     assert closeness({"C=1": 200.0}, best) == 0.0
     assert closeness({"C=1": 100.0, "C=64": 1000.0}, best) == pytest.approx(0.5 ** 0.5)
+
+
+def test_a_multi_line_stop_reason_reaches_the_report_as_one_cell_with_line_breaks():
+    """A server that exits at start says why with its log's last lines (rig.serving.smoke.log_tail): in report.md
+    each line is kept, joined by <br>, never a literal backslash-n (the H200 run's report showed `\\\\n`)."""
+    from rig.serving.tune import report_markdown
+
+    reason = ("the server exited (status 1) before it answered; its log says why\nlast 2 lines of /x/step0.log:\n"
+              "ValueError: --speculative-num-steps=1 is not in the adaptive config candidate_steps [0] | see")
+    result = {"stack": "s.yml", "plan": {"rounds": 1}, "metric": "output_throughput", "levels": ["C=64"], "choices": [],
+              "variants": {"step0": {"stopped": reason, "levels": {}}}, "policy": {"kind": "none", "notes": []},
+              "confirmation": None, "recommendation": "nothing was measured: no recommendation"}
+    text = report_markdown(result)
+    line = next(x for x in text.splitlines() if x.startswith("- step0: "))
+    assert "\\n" not in text and "log says why<br>last 2 lines of /x/step0.log:<br>ValueError" in line
+    assert "candidate_steps \\[0\\] \\| see" in line  # still one cell: no bare | or [

@@ -1,58 +1,91 @@
 #!/usr/bin/env bash
-# `rig tune` at a real model's cost on the lent one-GPU H200, from the repo root, one phase per device call:
-#   stage N       move the carried wheel piece .whl/pN to /root/stage (carry.py --full-kernel cut them: FA3 needs
-#                 sgl_kernel's flash_ops, which the plain carry leaves behind)
-#   setup         a venv over the machine's torch 2.11.0+cu130 with the locked wheels it lacks, then the 8b test
-#                 model written on the GPU (rig testmodel --shape 8b --accept 0.7)
-#   tune NAME     start `rig tune --stack docs/validation/real-cost-h200/stack-NAME.yml` detached, then wait
-#   wait NAME     wait for it again (a device call lasts at most 10 minutes; a tune of 11 servers takes longer)
-# Everything lands in /root/results and comes back as $OUT/NAME.tgz. NVLink multicast stays off in every process.
+# rig prove and rig tune at a real model's cost on the lent one-GPU H200, from the repo root, one phase per device call:
+#   stage N...  move the carried wheel pieces .whl/pN to $STAGE (carry.py cut them under the call's 64 MiB)
+#   all         detached: setup, then `rig prove` on stack-greedy.yml, then `rig tune` on stack-t1.yml and on
+#               stack-greedy.yml, each phase's exit status and wall time in $RES; then wait
+#   wait        wait for it again (a device call lasts at most 10 minutes; the whole run takes longer)
+# setup: a venv over the machine's own Python (its torch 2.11.0+cu130) through a .pth file, the staged wheels it
+# lacks installed into it, and rig's environment module (`rig env install`), so doctor holds it as rig would.
+# The 8b test model is written by the first command that needs it (rig's record keeps it for the rest).
+# Everything lands in $RES and comes back as $OUT/results.tgz (the profiler's traces stay there: their kernel
+# sums are in tune.json). NVLink multicast stays off in every process.
+# The CPU rehearsal (tests/integration/test_runbooks.py) runs this same script against the SGLang stand-in with
+# every path below pointed into a scratch directory and the stacks' test model made tiny.
 set -euo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-VENV=/root/venv; RES=/root/results; SRC=/root/rig-src; OUT=${OUT:-/tmp/out}
+VENV=${VENV:-/root/venv}; RES=${RES:-/root/results}; SRC=${SRC:-/root/rig-src}; STAGE=${STAGE:-/root/stage}
+OUT=${OUT:-/tmp/out}; STACKS=${STACKS:-docs/validation/real-cost-h200}; PROVE_ARGS=${PROVE_ARGS:-}
+WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}
 mkdir -p "$RES" "$OUT"
-rig() { PYTHONPATH="$SRC" python3 -c 'from rig.cli import main; main()' "$@"; }
-fresh_source() { rm -rf "$SRC" && mkdir -p "$SRC" && cp -r rig docs "$SRC"/; }
 
-wait_for() {  # wait_for NAME: until the detached run has exited (its status in NAME.rc) or 540 s have passed
-  local name=$1 deadline=$((SECONDS + 540))
-  while [ ! -e "$RES/tune-$name.rc" ] && [ $SECONDS -lt $deadline ]; do sleep 10; done
-  tail -5 "$RES/tune-$name.err"
-  if [ -e "$RES/tune-$name.rc" ]; then echo "tune $name exited $(cat "$RES/tune-$name.rc")"
-  else echo "tune $name still running"; fi
-  tar -C /root -czf "$OUT/$name.tgz" results
+rig_in() {  # rig_in NAME ARGS...: rig from the source copy; its JSON, stderr, exit status and wall time in $RES
+  local name=$1 start=$SECONDS rc=0
+  shift
+  (cd "$SRC" && PYTHONPATH="$SRC" python3 -c 'from rig.cli import main; main()' "$@") \
+    > "$RES/$name.json" 2> "$RES/$name.err" || rc=$?
+  echo "$rc" > "$RES/$name.rc"
+  echo "$name: exit $rc after $((SECONDS - start)) s" | tee -a "$RES/phases.txt"
 }
 
-case $1 in
-stage)
-  mkdir -p /root/stage && mv ".whl/p$2"/* /root/stage/ && ls /root/stage | wc -l ;;
-setup)
-  fresh_source
+setup() {
+  rm -rf "$SRC" && mkdir -p "$SRC" && cp -r rig docs stacks "$SRC"/  # the detached run reads this copy
+  case $STACKS in /*) ;; *) STACKS=$SRC/$STACKS ;; esac
   python3 -m venv "$VENV"
-  # the machine's python3 is itself a venv: its site-packages come after this venv's own, so the locked
-  # transformers here shadows the machine's newer one (which crashes sglang 0.5.17 at import)
-  python3 -c 'import site; print(site.getsitepackages()[0])' > "$VENV/lib/python3.12/site-packages/zz-machine.pth"
-  for first in /root/stage/*.whl.part000; do  # a wheel carried in chunks, joined in order
+  # the machine's python3 is itself a venv: what it imports (its site-packages and the directories its .pth files
+  # add) comes after this venv's own, so the locked transformers here shadows the machine's newer one (which
+  # crashes sglang 0.5.17 at import)
+  python3 -c 'import sys, sysconfig
+std = sysconfig.get_paths()["stdlib"]
+print("\n".join(p for p in sys.path if p and not p.startswith(std) and not p.endswith(".zip")))' \
+    > "$(echo "$VENV"/lib/python3*/site-packages)/zz-machine.pth"
+  for first in "$STAGE"/*.whl.part000; do  # a wheel carried in chunks, joined in order
     [ -e "$first" ] || continue
     whole=${first%.part000}; cat "$whole".part* > "$whole" && rm "$whole".part*
   done
-  "$VENV/bin/python" -m pip install -q --no-index --no-deps --no-compile /root/stage/*.whl
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$RES/versions.txt"
-  /usr/bin/time -f "%e s" -o "$RES/testmodel-8b.time" \
-    bash -c "cd $SRC && PYTHONPATH=$SRC python3 -c 'from rig.cli import main; main()' testmodel --shape 8b \
-      --accept 0.7 --out /var/lib/rig/testmodel-8b --venv $VENV --json > $RES/testmodel-8b.json"
-  cat "$RES/testmodel-8b.time"; tail -12 "$RES/testmodel-8b.json" ;;
-tune)
-  name=$2
-  fresh_source  # the detached run reads this copy, not the call's tree
-  rm -f "$RES/tune-$name.rc"
-  setsid bash -c "cd $SRC && PYTHONPATH=$SRC python3 -c 'from rig.cli import main; main()' tune \
-    --stack docs/validation/real-cost-h200/stack-$name.yml --out $RES/tune-$name --json \
-    > $RES/tune-$name.json 2> $RES/tune-$name.err; echo \$? > $RES/tune-$name.rc" < /dev/null > /dev/null 2>&1 &
+  "$VENV/bin/python" -m pip install -q --no-index --no-deps --no-compile "$STAGE"/*.whl
+  rig_in env-install env install --venv "$VENV" --stack "$STACKS/stack-greedy.yml"
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$RES/versions.txt"
+  else
+    echo "no nvidia-smi on this machine (a CPU rehearsal)" | tee "$RES/versions.txt"
+  fi
+}
+
+pipeline() {
+  setup
+  rig_in prove prove --stack "$STACKS/stack-greedy.yml" --out "$RES/prove" $PROVE_ARGS --json
+  rig_in tune-t1 tune --stack "$STACKS/stack-t1.yml" --out "$RES/tune-t1" --json
+  rig_in tune-greedy tune --stack "$STACKS/stack-greedy.yml" --out "$RES/tune-greedy" --json
+}
+
+wait_for() {  # until the detached run has exited (its status in all.rc) or WAIT_S seconds have passed
+  local deadline=$((SECONDS + WAIT_S))
+  while [ ! -e "$RES/all.rc" ] && [ $SECONDS -lt $deadline ]; do sleep 5; done
+  [ -e "$RES/phases.txt" ] && cat "$RES/phases.txt"
+  if [ -e "$RES/all.rc" ]; then echo "the run exited $(cat "$RES/all.rc")"; else echo "the run is still going"; fi
+  tar -C "$(dirname "$RES")" --exclude='*.trace.json.gz' --exclude='models*' -czf "$OUT/results.tgz" \
+    "$(basename "$RES")"
+}
+
+case ${1:-} in
+stage)
+  shift
+  mkdir -p "$STAGE"
+  for n in "$@"; do mv "$WHEELS/p$n"/* "$STAGE"/; done
+  ls "$STAGE" | wc -l ;;
+all)
+  if [ -e "$RES/all.pid" ] && kill -0 "$(cat "$RES/all.pid")" 2> /dev/null; then
+    echo "a run is already going (pid $(cat "$RES/all.pid")): use run.sh wait" >&2; exit 2
+  fi
+  rm -f "$RES/all.rc" "$RES/phases.txt"
+  setsid bash -c "$(declare -f rig_in setup pipeline); set -euo pipefail; $(declare -p VENV RES SRC STAGE STACKS \
+    PROVE_ARGS); rc=0; pipeline > '$RES/all.log' 2>&1 || rc=\$?; echo \$rc > '$RES/all.rc'" < /dev/null \
+    > /dev/null 2>&1 &
+  echo $! > "$RES/all.pid"
   sleep 5
-  wait_for "$name" ;;
+  wait_for ;;
 wait)
-  wait_for "$2" ;;
+  wait_for ;;
 *)
-  echo "usage: run.sh stage N | setup | tune NAME | wait NAME" >&2; exit 2 ;;
+  echo "usage: run.sh stage N... | all | wait" >&2; exit 2 ;;
 esac

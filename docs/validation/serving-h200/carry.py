@@ -22,7 +22,8 @@ orjson msgspec pyzmq pybase64 openai jiter distro sniffio partial-json-parser gg
 loguru dill soundfile cffi pycparser zstandard cuda-python jsonschema jsonschema-specifications referencing rpds-py
 opentelemetry-api ipython jedi parso traitlets prompt-toolkit wcwidth pexpect ptyprocess stack-data executing
 asttokens pure-eval matplotlib-inline ipython-pygments-lexers""".split()
-PIECE = 60 * 1000 * 1000
+# a call carries 64 MiB in all, the repo's tracked files (about 8 MB) included
+PIECE = 50 * 1000 * 1000
 
 
 

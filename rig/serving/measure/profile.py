@@ -59,6 +59,16 @@ def _events(path: Path) -> list:
     return events
 
 
+def read(paths: list[Path], steps: int) -> dict:
+    """summarize(), or {"error": why} when a trace cannot be read: a missing profile is a note in the report, never
+    the end of the measurement it was taken beside."""
+    try:
+        return summarize(paths, steps)
+    except RigError as exc:
+        progress(f"profile not read: {exc}")
+        return {"error": str(exc)}
+
+
 def summarize(paths: list[Path], steps: int) -> dict:
     """Milliseconds per step of each CUDA kernel over the traces (every TP rank's, averaged), the largest first."""
     totals: dict[str, float] = {}

@@ -105,7 +105,7 @@ class Server:
         load.down_if_lost(results)
         if wanted:
             found = profile.traces(wanted["dir"], name) if asked else []
-            self.run.setdefault("profiles", {})[level.name] = profile.summarize(found, wanted["steps"]) if found \
+            self.run.setdefault("profiles", {})[level.name] = profile.read(found, wanted["steps"]) if found \
                 else {"error": "the server wrote no trace" if asked else "the batch never filled: nothing profiled"}
         accepted = server_accept_length(server_info(self.url, self.key)) if self.run["speculative_algorithm"] else None
         return results, accepted

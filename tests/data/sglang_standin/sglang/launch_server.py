@@ -16,6 +16,7 @@ from pathlib import Path
 
 import sglang_api_server
 
+from sglang.srt.arg_groups.speculative_hook import _init_adaptive_speculative_params
 from sglang.srt.server_args import ServerArgs
 
 FAULTS = Path("/etc/sglang-standin.json")
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not (Path(args.model_path) / "config.json").is_file():
         sys.exit(f"ValueError: --model-path must be a model directory with a config.json, got {args.model_path!r}")
+    if args.speculative_adaptive:  # SGLang's start-up check, before it loads anything
+        _init_adaptive_speculative_params(args)
     faults_file = Path(os.environ.get("SGLANG_STANDIN_FAULTS", FAULTS))
     faults = json.loads(faults_file.read_text())["args"] if faults_file.is_file() else []
     speculation = ["--accept-length", "2.5" if args.speculative_algorithm else "0"]
@@ -40,8 +43,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.max_running_requests:
         speculation += ["--max-running-requests", str(args.max_running_requests)]
     marker = Path(args.model_path).parent / "testmodel.json"  # rig testmodel's record of what it wrote
-    if marker.is_file() and json.loads(marker.read_text())["spec"].get("kind") == "numerics":
+    made = json.loads(marker.read_text())["spec"] if marker.is_file() else {}
+    if made.get("kind") == "numerics":
         speculation += ["--rule", str(marker)]
+    elif made.get("draft") == "agree" and args.speculative_algorithm:
+        # greedy, SGLang accepts every drafted token; sampled, each with the target's probability of it (the record's)
+        speculation += ["--accept-length", str((args.speculative_num_steps or 1) + 1), "--accept-rate", "1",
+                        "--sampled-accept", str(made.get("accept", 1.0))]
     options = sglang_api_server.parse(["--port", str(args.port), "--api-key", args.api_key or "", *speculation,
                                        *faults])
     print(f"stand-in serving {args.model_path} on {args.host}:{args.port}", flush=True)

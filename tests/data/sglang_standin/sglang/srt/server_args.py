@@ -29,3 +29,7 @@ class ServerArgs:
         parser.add_argument("--cuda-graph-max-bs-decode", type=int)
         parser.add_argument("--enable-flashinfer-allreduce-fusion", action="store_true")
         parser.add_argument("--enable-torch-symm-mem", action="store_true")
+        # what the H200 validation stacks add (docs/validation): accepted, nothing the stand-in models
+        parser.add_argument("--sampling-backend", choices=["flashinfer", "pytorch", "ascend"])
+        parser.add_argument("--grammar-backend", choices=["xgrammar", "outlines", "llguidance", "none"])
+        parser.add_argument("--skip-server-warmup", action="store_true")

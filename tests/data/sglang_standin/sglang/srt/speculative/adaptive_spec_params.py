@@ -20,3 +20,9 @@ def _load_adaptive_config(path):
     if not slots:
         raise ValueError("speculative_adaptive_config must contain at least one integer-string BS key")
     return config, slots
+
+
+def resolve_candidate_steps_from_config(cfg_path=None):
+    """The union of every slot's candidate steps, sorted (what SGLang sizes its buffers by)."""
+    _, slots = _load_adaptive_config(cfg_path)
+    return sorted({s for entry in slots.values() for s in entry["candidate_steps"]})

@@ -1,0 +1,125 @@
+"""The GPU runbooks under docs/validation, rehearsed on the CPU: each script runs as written against the SGLang
+stand-in, with the venv layout the lent H200 has (the machine's python3 is itself a venv; the runbook's venv sits
+over it through a .pth file) and the runbook's own stack files, only their paths pointed into a scratch directory,
+their port made free and their test model made tiny (the 8b one is 16 GB). A GPU run then spends its minutes
+measuring, not debugging: the four defects that stopped the first real-cost run (a backend found only by globbing,
+a real trace's nanosecond header refused, a step-0 line sglang refuses at start, a doubly escaped report) would each
+have failed here.
+
+The torch the test models are written with is the lab's (the default stack's, on the CPU), so these run with the
+lab's tests.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO
+from test_tune import MODEL, _free_port, _servers_running
+
+pytestmark = pytest.mark.venv
+STANDIN = REPO / "tests" / "data" / "sglang_standin"
+REAL_COST = REPO / "docs" / "validation" / "real-cost-h200"
+
+
+def standin_wheel(into: Path, version: str = "0.5.17+standin") -> Path:
+    """The stand-in sglang package as a wheel (what carry.py stages is wheels; pip installs them there)."""
+    dist = f"sglang-{version}.dist-info"
+    files = {str(p.relative_to(STANDIN)): p.read_bytes() for p in sorted((STANDIN / "sglang").rglob("*.py"))}
+    files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n".encode()
+    files[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: rig-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+
+    def digest(data: bytes) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+    record = "".join(f"{name},sha256={digest(data)},{len(data)}\n" for name, data in files.items())
+    files[f"{dist}/RECORD"] = (record + f"{dist}/RECORD,,\n").encode()
+    into.mkdir(parents=True, exist_ok=True)
+    wheel = into / f"sglang-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return wheel
+
+
+def machine_python(root: Path, lab: dict) -> Path:
+    """A python3 that is itself a venv, as the H200's is: rig's own packages, the lab's torch and transformers,
+    and the stand-in's server module reach it through a .pth file of its own."""
+    venv = root / "machine"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    ours = [p for p in sys.path if p.endswith("site-packages")]
+    lab_site = next((lab["v23"] / "lib").glob("python3*/site-packages"))
+    (site / "machine.pth").write_text("\n".join([*ours, str(lab_site), str(REPO / "tests")]) + "\n")
+    return venv / "bin"
+
+
+def rehearsal_stack(source: Path, into: Path, venv: Path, models: Path, port: int) -> Path:
+    """SOURCE as the rehearsal runs it: its paths and port here, its test model tiny, its requests short and one
+    round a level (512 requests of 128 tokens at C=256 are minutes of two CPUs' time); its levels, variants,
+    step 0, profiles and server line as they are."""
+    data = yaml.safe_load(source.read_text())
+    data["venv"] = str(venv)
+    data["server"].update(testmodel_dir=str(models), testmodel_shape="tiny", port=port)
+    data["bench"].update(max_tokens=8, rounds=1, min_seconds=0)
+    path = into / source.name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path):
+    bin_dir = machine_python(tmp_path, lab)
+    wheels = tmp_path / "wheels"
+    standin_wheel(wheels / "p1")
+    stacks, port = tmp_path / "stacks", _free_port()
+    stacks.mkdir()
+    venv, res = tmp_path / "venv", tmp_path / "results"
+    for name in ("stack-t1.yml", "stack-greedy.yml"):
+        rehearsal_stack(REAL_COST / name, stacks, venv, tmp_path / "models-8b", port)
+    faults = tmp_path / "faults.json"
+    # the batched scheduler's costs; the acceptance is the test model's own (the stand-in reads its record)
+    costs = MODEL[:MODEL.index("--accept-rate")]
+    faults.write_text(json.dumps({"args": [*costs, "--extend-ms", "0.02"]}))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "VENV": str(venv), "RES": str(res),
+           "SRC": str(tmp_path / "src"), "STAGE": str(tmp_path / "stage"), "OUT": str(tmp_path / "out"),
+           "STACKS": str(stacks), "WHEELS": str(wheels), "WAIT_S": "1500", "PROVE_ARGS": "--skip doctor",
+           "SGLANG_STANDIN_FAULTS": str(faults)}
+    script = REAL_COST / "run.sh"
+    staged = subprocess.run(["bash", str(script), "stage", "1"], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert staged.returncode == 0 and staged.stdout.strip() == "1", staged.stderr
+    done = subprocess.run(["bash", str(script), "all"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=1600, check=False)
+    log = (res / "all.log").read_text() if (res / "all.log").exists() else ""
+    assert done.returncode == 0 and "the run exited 0" in done.stdout, done.stdout + done.stderr + log[-3000:]
+    phases = (res / "phases.txt").read_text()
+    rcs = {name: (res / f"{name}.rc").read_text().strip() for name in ("env-install", "prove", "tune-t1", "tune-greedy")}
+    assert rcs["env-install"] == "0" and rcs["prove"] == "0", phases + (res / "prove.err").read_text()[-3000:]
+    # the venv over the machine's Python: sglang from the staged wheel, torch from the machine's site
+    seen = subprocess.run([str(venv / "bin" / "python"), "-c", "import sglang, torch; print(sglang.__file__)"],
+                          capture_output=True, text=True, check=True).stdout
+    assert seen.startswith(str(venv))
+    # rig tune measured every variant, step 0 included (only where a batch runs at it), with kernel profiles
+    for name, temperature in (("tune-t1", 1.0), ("tune-greedy", 0.0)):
+        assert rcs[name] in ("0", "1"), phases + (res / f"{name}.err").read_text()[-3000:]
+        result = json.loads((res / name / "tune.json").read_text())
+        assert result["plan"]["temperature"] == temperature
+        stopped = {n: v["stopped"] for n, v in result["variants"].items() if v.get("stopped")}
+        assert not stopped, stopped
+        assert "\\n" not in (res / name / "report.md").read_text()
+    t1 = json.loads((res / "tune-t1" / "tune.json").read_text())
+    assert list(t1["variants"])[:3] == ["baseline", "eagle3-3", "step0"]
+    assert sorted(t1["variants"]["step0"]["levels"]) == ["C=16", "C=256", "C=64"]
+    assert t1["variants"]["step0"]["levels"]["C=64"]["profile"]["kernel_ms_per_step"] > 0
+    prove = json.loads((res / "prove" / "prove.json").read_text())
+    assert prove["ok"] and {s["name"]: s["status"] for s in prove["steps"]}["agree: acceptance"] == "pass"
+    assert (tmp_path / "out" / "results.tgz").stat().st_size > 0
+    assert not _servers_running(venv)
