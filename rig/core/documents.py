@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from rig.core import RigError, numbers
 from rig.core.fs import read_bytes
 from rig.core.schema import Field, validate
 
+JSON_EXPONENT = re.compile(r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?[eE][-+]?[0-9]+$")
 MAX_DEPTH = 32      # stack and patch files nest 4 levels; anything deeper is an attack or an accident
 
 
@@ -82,6 +84,8 @@ def parse_yaml(text: str, source: str) -> Any:
             convert = self.construct_yaml_int if node.tag.endswith(":int") else self.construct_yaml_float
             return numbers.token(text, f"{source}: line {node.start_mark.line + 1}", lambda _: convert(node))
 
+    # JSON is YAML 1.2, whose floats need no dot (1e3, 2.5E-1); PyYAML follows YAML 1.1, which reads them as text
+    Strict.add_implicit_resolver("tag:yaml.org,2002:float", JSON_EXPONENT, list("-+0123456789"))
     Strict.add_constructor("tag:yaml.org,2002:int", Strict.construct_number)
     Strict.add_constructor("tag:yaml.org,2002:float", Strict.construct_number)
     try:

@@ -97,6 +97,12 @@ def sha256(value: str) -> str | None:
     return None if re.fullmatch(r"[0-9a-f]{64}", value) else f"{_short(value)} is not 64 hex digits (lowercase)"
 
 
+def once(value: list) -> str | None:
+    """A list whose every item is given once (a server, a level or a variant listed twice is a careless copy)."""
+    twice = sorted({repr(v) for v in value if value.count(v) > 1})
+    return f"{', '.join(twice)} given more than once: give each once" if twice else None
+
+
 def between(low: float, high: float) -> Callable[[Any], str | None]:
     """A bounded number: nothing rig feeds to a server or a loop is unbounded (NaN is in no range)."""
     from rig.core import numbers

@@ -196,6 +196,9 @@ def levels(stack: dict) -> list[Level]:
     if twice := sorted({n for n in names if names.count(n) > 1}):
         raise RigError(f"the levels {', '.join(twice)} are given twice (bench.concurrency, tune.request_rates or the "
                        "options): give each level once")
+    if unmeasured := sorted(set(stack["tune"]["profile_levels"]) - set(concurrency)):
+        raise RigError(f"tune.profile_levels lists {', '.join(map(str, unmeasured))}, a concurrency no level measures "
+                       f"(bench.concurrency: {', '.join(map(str, concurrency))}): profile measured levels only")
     return found
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from rig.core import RigError, defaults
 from rig.core.cuda_releases import COMPONENTS, RELEASES
-from rig.core.schema import Field, between, distribution, sha256, version
+from rig.core.schema import Field, between, distribution, once, sha256, version
 from rig.core.schema import validate as validate_document
 
 KEY_ENV = "SGLANG_API_KEY"  # where a server's API key is read from unless the stack names another
@@ -183,7 +183,7 @@ SCHEMA = {
         # 0 leaves SGLang's own: under speculation it sets 48 when unset, below a large decode graph
         "max_running_requests": Field(int, default=0, check=between(0, 1 << 20)),
         # the first is served (none: SGLang's default); rig tune measures each (triton, fa3, flashinfer, ...)
-        "attention_backends": Field(list, default=[], item=Field(check=lambda v: None if re.fullmatch(
+        "attention_backends": Field(list, default=[], check=once, item=Field(check=lambda v: None if re.fullmatch(
             r"[a-z0-9_]{1,40}", v) else f"{v!r} is not an attention backend name like triton or fa3")),
         "flashinfer_allreduce_fusion": Field(bool, default=False),
         "torch_symm_mem": Field(bool, default=False),
@@ -198,7 +198,7 @@ SCHEMA = {
     # what `rig bench`, `rig tune` and `rig prove` measure: the one place for the plan's defaults and limits
     # (rig.serving.measure.plan checks the options against these same fields)
     "bench": Field(dict, default={}, fields={
-        "concurrency": Field(list, default=[1, 2, 5, 10, 30, 70, 100, 250], check=lambda v: None if v else
+        "concurrency": Field(list, default=[1, 2, 5, 10, 30, 70, 100, 250], check=lambda v: once(v) if v else
                              "give at least one level", item=Field(int, check=between(1, 100_000))),
         "max_tokens": Field(int, default=512, check=between(1, 1_000_000)),
         "serial_runs": Field(int, default=10, check=between(1, 10_000)),
@@ -222,17 +222,17 @@ SCHEMA = {
     # `rig tune`: the variants it measures on the box and the load it measures them at (the bench section's
     # concurrency, max_tokens, rounds and min_seconds, plus open-loop request rates)
     "tune": Field(dict, default={}, fields={
-        "steps": Field(list, default=[1, 2, 3], item=Field(int, check=between(1, 32))),
+        "steps": Field(list, default=[1, 2, 3], check=once, item=Field(int, check=between(1, 32))),
         # SGLang's adaptive step 0 measured as servers of their own: "step0" as SGLang ships it, "step0-skip-extend"
         # with SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 (where the installed sglang reads it)
-        "step0": Field(list, default=[], item=Field(choices=("step0", "step0-skip-extend"))),
+        "step0": Field(list, default=[], check=once, item=Field(choices=("step0", "step0-skip-extend"))),
         # when a speculative server caps its running requests below its decode graph, measure it uncapped too
         "uncapped": Field(bool, default=True),
         # the levels (concurrencies) at which each server's full batch is profiled by SGLang's own torch profiler,
         # for that many decode steps: where a step's time goes, kernel by kernel (none: no profile)
-        "profile_levels": Field(list, default=[], item=Field(int, check=between(1, 100_000))),
+        "profile_levels": Field(list, default=[], check=once, item=Field(int, check=between(1, 100_000))),
         "profile_steps": Field(int, default=20, check=between(1, 1000)),
-        "request_rates": Field(list, default=[], item=Field((int, float), check=between(0.001, 100_000))),
+        "request_rates": Field(list, default=[], check=once, item=Field((int, float), check=between(0.001, 100_000))),
         "start_timeout": Field(int, default=900, check=between(30, 7200)),
     }),
 }

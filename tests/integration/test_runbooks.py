@@ -69,7 +69,7 @@ def rehearsal_stack(source: Path, into: Path, venv: Path, models: Path, port: in
     data = yaml.safe_load(source.read_text())
     data["venv"] = str(venv)
     data["server"].update(testmodel_dir=str(models), testmodel_shape="tiny", port=port)
-    data["bench"].update(max_tokens=8, rounds=1, min_seconds=0)
+    data["bench"].update(max_tokens=64, rounds=1, min_seconds=0)  # 64 tokens: the profiles' 20 full steps come
     path = into / source.name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -4,11 +4,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, rig
+from conftest import CACHE, REPO, rig
+
+from rig.core import RigError
 
 pytestmark = pytest.mark.venv
 
@@ -109,3 +112,58 @@ def test_the_api_key_is_a_reference_never_its_value(lab, tmp_path):
     assert "sk-secret-42" in expanded and "/models/target" in expanded
     plain = json.loads(args(lab["v23"], stack_file(tmp_path), "--json").stdout)
     assert "--api-key" not in plain["argv"] and plain["api_key_env"] is None
+
+
+H200_LOCK = REPO / "stacks" / "h200-sglang-0.5.17.lock"
+# what sglang 0.5.17 needs beside the lab's 0.5.23 packages to import its argument handling (0.5.17 crashes at
+# import with a transformers newer than its pin: DESIGN.md)
+V17_WHEELS = ("sglang", "transformers", "tokenizers", "huggingface-hub")
+
+
+@pytest.fixture(scope="module")
+def v17(lab, tmp_path_factory) -> Path:
+    """sglang 0.5.17 from the H200 stack's lock over the lab's packages: its wheels (built for Python 3.12) unpacked
+    into a directory that a .pth file puts before the lab's site-packages, as the H200's venv sits over its machine's."""
+    import zipfile
+
+    from rig.python.lock import read
+    from rig.python.wheelhouse import cached_path, fetch
+
+    lock = read(H200_LOCK)
+    wanted = [w for w in lock["wheels"] if w["name"] in V17_WHEELS]
+    fetch({**lock, "wheels": wanted}, Path(CACHE))
+    root = tmp_path_factory.mktemp("v17")
+    unpacked = root / "site-0.5.17"
+    for w in wanted:
+        with zipfile.ZipFile(cached_path(Path(CACHE), w)) as wheel:
+            wheel.extractall(unpacked)
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    lab_site = next((lab["v23"] / "lib").glob("python3*/site-packages"))
+    (site / "zz-over-lab.pth").write_text(f"{unpacked}\n{lab_site}\n")
+    return venv
+
+
+@pytest.mark.parametrize("version", ["v17", "v23"])
+def test_every_adaptive_line_passes_sglangs_own_start_up_check_and_tunes_step_0_line_does(lab, v17, tmp_path,
+                                                                                          version):
+    """sglang refuses at start (not in its parser) a launch step outside the adaptive config's candidates: the H200's
+    step-0 servers never started with {"1": [0]} at 1 step. rig runs that start-up hook of the installed sglang on
+    every line it renders; tune's step-0 config passes it."""
+    from rig.serving import adaptive
+    from rig.serving.server import render
+    from rig.serving.tune import STEP0_SLOTS, eagle
+    from rig.stack.spec import load
+
+    venv = v17 if version == "v17" else lab["v23"]
+    stack = load(stack_file(tmp_path, tp=1, speculative_eagle_topk=1, flashinfer_allreduce_fusion=False,
+                            torch_symm_mem=False))
+    config = tmp_path / "step0.json"
+    config.write_text(adaptive.render(STEP0_SLOTS))
+    argv = render(eagle(stack, 1, str(config)), venv)["argv"]
+    assert argv[argv.index("--speculative-num-steps") + 1] == "1" and "--speculative-adaptive" in argv
+    config.write_text(adaptive.render({1: 0}))  # what the H200 run launched
+    with pytest.raises(RigError, match=r"--speculative-num-steps=1 is not in the adaptive config candidate_steps "
+                                       r"\[0\]"):
+        render(eagle(stack, 1, str(config)), venv)

@@ -112,3 +112,34 @@ def test_role_defaults_agree_with_the_engine_where_both_say_a_value():
     assert {"cuda_toolkit_method", "cuda_toolkit_components", "cuda_toolkit_make_default"} <= set(said)
     assert said == {k: rendered[k] for k in said}
     assert defaults["cuda_toolkit_state_dir"] == DEFAULT_STATE_DIR
+
+
+@pytest.mark.parametrize("written, value", [("8.5E-1", 0.85), ("85e-2", 0.85), ("9e-1", 0.9)])
+def test_a_stack_written_as_json_takes_exponent_numbers_as_numbers(tmp_path, written, value):
+    """JSON is YAML 1.2, where 1e3 is a number; PyYAML's YAML 1.1 read it as text ("got str")."""
+    data = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    data["server"]["mem_fraction_static"] = "@@"
+    path = tmp_path / "stack.json"
+    path.write_text(json.dumps(data).replace('"@@"', written))
+    assert load(path)["server"]["mem_fraction_static"] == value
+
+
+@pytest.mark.parametrize("section, key, value", [("server", "attention_backends", ["triton", "fa3", "triton"]),
+                                                 ("tune", "step0", ["step0", "step0"]),
+                                                 ("bench", "concurrency", [4, 1, 4]),
+                                                 ("tune", "profile_levels", [64, 64])])
+def test_a_list_that_names_one_thing_twice_is_refused(tmp_path, section, key, value):
+    data = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    data.setdefault(section, {})[key] = value
+    path = tmp_path / "stack.yml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(RigError, match=rf"{section}\.{key}: .* given more than once: give each once"):
+        load(path)
+
+
+def test_a_profile_level_that_no_level_measures_is_refused():
+    from rig.serving.tune import levels
+
+    stack = {"bench": {"concurrency": [1, 64]}, "tune": {"request_rates": [], "profile_levels": [3, 64]}}
+    with pytest.raises(RigError, match="tune.profile_levels lists 3, a concurrency no level measures"):
+        levels(stack)
