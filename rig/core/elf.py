@@ -15,8 +15,10 @@ standard library cannot undo) is known by its entry's SM and flags, which name t
 
 Read with struct over bytes or a read-only map, not pyelftools: torch's libraries export ~130,000 symbols and
 a cubin wheel holds thousands of images, which pyelftools reads ~40-100x slower (`python scripts/bench.py
-cubins`). Every offset, size and count comes from the file and is bounded before use; what does not fit is a
-RigError naming the object, never an IndexError.
+cubins`). Every offset, size and count comes from the file and is bounded before use, and so is the total each
+table makes rig read (the names its entries point at, the bytes a search for fat binaries walks): a crafted
+object costs time and memory in proportion to its size. What does not fit is a RigError naming the object,
+never an IndexError or a MemoryError.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 from rig.core import RigError
@@ -38,6 +41,7 @@ SEGMENT = struct.Struct("<IIQQQQQQ")  # type, flags, offset, vaddr, paddr, files
 SYMBOL = struct.Struct("<IBBHQQ")  # name, info, other, shndx, value, size
 DYNAMIC = struct.Struct("<qQ")  # tag, value
 WORD = struct.Struct("<I")
+MAX_NEEDED = 1024  # DT_NEEDED and run path entries in one object
 PT_LOAD, PT_DYNAMIC = 1, 2
 SHT_NOTE, SHT_NOBITS = 7, 8
 DT_NULL, DT_NEEDED, DT_HASH, DT_STRTAB, DT_SYMTAB, DT_STRSZ, DT_RPATH, DT_RUNPATH = 0, 1, 4, 5, 6, 10, 15, 29
@@ -70,7 +74,9 @@ def _piece(data, offset: int, size: int, bad: Bad, what: str = "a section") -> b
 
 
 def _sections(data, header: tuple, bad: Bad) -> tuple[list[tuple], bytes]:
-    """The section headers and the section names' table; none when the table is stripped (e_shnum 0)."""
+    """The section headers and the section names' table; none when the table is stripped (e_shnum 0). Each
+    section is held to the file as readelf holds it, though rig reads few of them: one that lies outside the
+    file, links to no section or takes its name from outside the names' table is a damaged or crafted object."""
     *_, shoff, _, _, _, _, shentsize, shnum, shstrndx = header
     if not shnum:
         return [], b""
@@ -79,15 +85,44 @@ def _sections(data, header: tuple, bad: Bad) -> tuple[list[tuple], bytes]:
     if shoff + shnum * SECTION.size > len(data):
         raise bad("its section table lies outside the file")
     sections = [SECTION.unpack_from(data, shoff + i * SECTION.size) for i in range(shnum)]
+    for i, (_, kind, _, _, offset, size, link, *_) in enumerate(sections):
+        if kind != SHT_NOBITS and offset + size > len(data):
+            raise bad(f"a section lies outside the file (section {i}: {size} bytes at offset {offset}, "
+                      f"in a file of {len(data)})")
+        if link >= shnum:
+            raise bad(f"its section {i} links to section {link}, and it has {shnum} sections")
     names = sections[shstrndx]
-    return sections, b"" if names[1] == SHT_NOBITS else _piece(data, names[4], names[5], bad)
+    table = b"" if names[1] == SHT_NOBITS else data[names[4]:names[4] + names[5]]
+    for i, section in enumerate(sections):
+        if section[0] and section[0] >= len(table):
+            raise bad(f"its section {i} takes its name from outside the section names' table")
+    return sections, table
 
 
-def _name(table: bytes, at: int, bad: Bad) -> str:
-    end = table.find(b"\0", at)
-    if at >= len(table) or end < 0:
-        raise bad("a name points outside its string table")
-    return table[at:end].decode("utf-8", "replace")
+class _Names:
+    """A dynamic string table's names, each offset read once and all of them together at most LIMIT bytes:
+    a crafted object points thousands of entries into one long string (16384 DT_NEEDED at one 256 KB name
+    would be 4 GB of names from a 512 KB file). A linker writes each name once, sharing only a suffix now and
+    then, so an object that reads four times its table is refused."""
+
+    def __init__(self, table: bytes, bad: Bad):
+        self.table, self.bad = table, bad
+        self.read: dict[int, str] = {}
+        self.limit = self.left = 4 * len(table) + (1 << 20)
+
+    def __call__(self, at: int) -> str:
+        known = self.read.get(at)
+        if known is not None:
+            return known
+        end = self.table.find(b"\0", at, at + self.left + 1)  # never scans past what is left to read
+        if at >= len(self.table) or end < 0 and at + self.left + 1 >= len(self.table):
+            raise self.bad("a name points outside its string table")
+        if end < 0:
+            raise self.bad(f"its dynamic entries name more than {self.limit} bytes from a string table of "
+                           f"{len(self.table)}: they point into one another's names, as no linker writes them")
+        self.left -= end - at
+        self.read[at] = self.table[at:end].decode("utf-8", "replace")
+        return self.read[at]
 
 
 # ------------------------------------------------------------------ shared objects
@@ -105,7 +140,7 @@ class SharedObject:
     unread: list[str] = field(default_factory=list)  # what rig could not read of it, and why
 
 
-FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
+FATBIN_SECTIONS = (b".nv_fatbin\0", b"__nv_relfatbin\0")
 
 
 def read_shared_object(path: Path, name: str, device_code: bool = True) -> SharedObject:
@@ -125,25 +160,31 @@ def parse_shared_object(data, name: str, device_code: bool = True) -> SharedObje
     header = _header(data, bad)
     sections, names = _sections(data, header, bad)
     needed, runpath, undefined, defined, unread = _dynamic(data, header, bad)
-    spans = [(s[4], s[5]) for s in sections if s[1] != SHT_NOBITS and _name(names, s[0], bad) in FATBIN_SECTIONS]
-    for offset, size in spans:
-        _piece(data, offset, size, bad)
+    # a name compared over its own length only: thousands of sections may share one long name
+    spans = sorted((s[4], s[5]) for s in sections if s[1] != SHT_NOBITS and
+                   any(names[s[0]:s[0] + len(n)] == n for n in FATBIN_SECTIONS))
+    for (offset, size), (later, _) in pairwise(spans):
+        if later < offset + size:  # each would be read whole: thousands over one region is quadratic
+            raise bad(f"its fat binary sections overlap (at offsets {offset} and {later})")
     so = SharedObject(name, needed, runpath, undefined, defined, bool(spans), unread=unread)
     if not device_code:
         return so
     sass: set[str] = set()
     ptx: set[str] = set()
+    missed: list[str] = []
     if sections:
         for offset, size in spans:
             found = fatbin_archs(data, name, offset, offset + size)
             sass |= set(found[0])
             ptx |= set(found[1])
     else:  # no section table to name them: every well-formed fat binary in the file
-        for found in _scanned_fatbins(data, name):
-            so.has_fatbin = True
+        scanned, missed = _scanned_fatbins(data)
+        so.has_fatbin = bool(scanned)
+        for found in scanned:
             sass |= set(found[0])
             ptx |= set(found[1])
-    if so.has_fatbin and not sass and not ptx:
+        so.unread += missed
+    if so.has_fatbin and not sass and not ptx and not missed:
         so.unread.append("its fat binaries hold no SASS or PTX entry rig reads (only other kinds, e.g. LTO IR)")
     so.cubins, so.ptx = sorted(sass), sorted(ptx)
     return so
@@ -182,14 +223,17 @@ def _dynamic(data, header: tuple, bad: Bad) -> tuple[list[str], list[str], set[s
             paths.append(value)
         else:
             tags.setdefault(tag, value)
+    if len(libraries) + len(paths) > MAX_NEEDED:
+        raise bad(f"its dynamic segment has {len(libraries)} DT_NEEDED and {len(paths)} run path entries, more "
+                  f"than the {MAX_NEEDED} rig reads (torch's largest library needs a few dozen)")
     if DT_STRTAB not in tags or DT_STRSZ not in tags:
         if libraries or paths or DT_SYMTAB in tags:
             raise bad("its dynamic segment names strings but has no string table (DT_STRTAB, DT_STRSZ)")
         return [], [], set(), set(), []
     at, _ = mapped(tags[DT_STRTAB], tags[DT_STRSZ], "dynamic string table")
-    strings = data[at:at + tags[DT_STRSZ]]
-    needed = [_name(strings, value, bad) for value in libraries]
-    runpath = [part for value in paths for part in _name(strings, value, bad).split(":")]
+    name = _Names(data[at:at + tags[DT_STRSZ]], bad)
+    needed = [name(value) for value in libraries]
+    runpath = [part for value in paths for part in name(value).split(":")]
     undefined: set[str] = set()
     defined: set[str] = set()
     if DT_SYMTAB not in tags:
@@ -202,7 +246,7 @@ def _dynamic(data, header: tuple, bad: Bad) -> tuple[list[str], list[str], set[s
     symbols = data[table:table + count * SYMBOL.size]
     for name_at, _, _, shndx, _, _ in SYMBOL.iter_unpack(symbols):
         if name_at:
-            (defined if shndx else undefined).add(_name(strings, name_at, bad))
+            (defined if shndx else undefined).add(name(name_at))
     return needed, runpath, undefined, defined, []
 
 
@@ -297,14 +341,20 @@ def fatbin_archs(data, name: str, start: int = 0, stop: int | None = None) -> tu
         content = NOT_ZERO.search(data, at, stop)  # past the alignment padding between two fat binaries
         if not content:
             return sorted(sass), sorted(ptx)
-        at = _fatbin(data, content.start(), stop, name, bad, sass, ptx)
+        entries, at = _fatbin(data, content.start(), stop, bad)
+        _archs(data, entries, bad, sass, ptx, f"{name}: ", None)
 
 
 NOT_ZERO = re.compile(rb"[^\0]")
 
 
-def _fatbin(data, at: int, stop: int, name: str, bad: Bad, sass: set[str], ptx: set[str]) -> int:
-    """Read the fat binary at AT (inside DATA[:STOP]) into SASS and PTX; where it ends."""
+class _Spent(Exception):
+    """A search for fat binaries by their magic walked all it may."""
+
+
+def _fatbin(data, at: int, stop: int, bad: Bad, budget: list[int] | None = None) -> tuple[list[tuple], int]:
+    """The entries (offset, kind, SM, flags, payload's offset and size) of the fat binary at AT (inside
+    DATA[:STOP]) that are SASS or PTX, and where it ends; each byte walked is taken from BUDGET, where given."""
     if at + FATBIN.size > stop:
         raise bad(f"{stop - at} bytes at offset {at} are too few for a fat binary header")
     magic, _, header_size, size = FATBIN.unpack_from(data, at)
@@ -313,46 +363,74 @@ def _fatbin(data, at: int, stop: int, name: str, bad: Bad, sass: set[str], ptx: 
     if header_size < FATBIN.size or at + header_size + size > stop:
         raise bad(f"the fat binary at offset {at} says it runs past its section")
     entry, end = at + header_size, at + header_size + size
+    entries = []
     while entry < end:
         if entry + ENTRY_MIN > end:
             raise bad(f"an entry header at offset {entry} runs past its fat binary")
         kind, _, entry_header, payload = ENTRY.unpack_from(data, entry)
         if entry_header < ENTRY_MIN or entry + entry_header + payload > end:
             raise bad(f"the entry at offset {entry} says it runs past its fat binary")
+        if budget is not None:
+            budget[0] -= entry_header + payload
+            if budget[0] < 0:
+                raise _Spent
         if kind in (KIND_PTX, KIND_ELF):
             sm = ENTRY_SM.unpack_from(data, entry + 28)[0]
-            flags = ENTRY_FLAGS.unpack_from(data, entry + 40)[0]
             if not 20 <= sm < 10000:
                 raise bad(f"the entry at offset {entry} names no SM ({sm})")
-            arch = f"{sm}{''.join(s for bit, s in SUFFIXES if flags & bit)}"
-            body = entry + entry_header
-            if kind == KIND_ELF and not flags & COMPRESSED and data[body:body + 4] == b"\x7fELF":
-                read = cubin_arch(data[body:body + payload], f"{name}: the cubin at offset {body} of its fat binary")
+            entries.append((entry, kind, sm, ENTRY_FLAGS.unpack_from(data, entry + 40)[0], entry + entry_header,
+                            payload))
+        entry += entry_header + payload
+    return entries, end
+
+
+def _archs(data, entries: list[tuple], bad: Bad, sass: set[str], ptx: set[str], name: str,
+           unread: list[str] | None) -> None:
+    """Add the archs of ENTRIES (one fat binary's) to SASS and PTX. A plain cubin rig cannot read is a
+    RigError, or with UNREAD, said there and its arch left out: an arch whose cubin was not read is not
+    proven present."""
+    for entry, kind, sm, flags, body, payload in entries:
+        arch = f"{sm}{''.join(s for bit, s in SUFFIXES if flags & bit)}"
+        if kind == KIND_ELF and not flags & COMPRESSED and data[body:body + 4] == b"\x7fELF":
+            try:
+                read = cubin_arch(data[body:body + payload], f"{name}the cubin at offset {body} of its fat binary")
                 if read.rstrip("af") != str(sm):
                     raise bad(f"the entry at offset {entry} says sm_{sm}, its cubin is sm_{read}")
-                arch = read if read != str(sm) else arch  # ptxas's own note, where it has one
-            (sass if kind == KIND_ELF else ptx).add(arch)
-        entry += entry_header + payload
-    return end
+            except RigError as exc:
+                if unread is None:
+                    raise
+                unread.append(f"sm_{arch} is not counted: {exc}")
+                continue
+            arch = read if read != str(sm) else arch  # ptxas's own note, where it has one
+        (sass if kind == KIND_ELF else ptx).add(arch)
 
 
-def _scanned_fatbins(data, name: str) -> list[tuple[list[str], list[str]]]:
-    """Every well-formed fat binary in DATA, found by its magic: an object whose section table is stripped
-    names none. What merely holds the magic's four bytes is not one, and is passed over."""
-    def bad(why: str) -> RigError:
-        return RigError(why)
+def _scanned_fatbins(data) -> tuple[list[tuple[list[str], list[str]]], list[str]]:
+    """(SASS archs, PTX archs) of every well-formed fat binary in DATA, found by its magic (an object whose
+    section table is stripped names none), and what was not read of them. What merely holds the magic's four
+    bytes is not one, and is passed over.
 
-    found = []
+    Those found lie apart, so they walk the file at most once; magic that heads no fat binary may walk as much
+    again. Headers laid over one another (14,000 in 672 KB, each walking the rest) would walk it quadratically
+    often: the search stops there, and says so."""
+    found, unread = [], []
+    budget = [2 * len(data)]
     magic = struct.pack("<I", FATBIN_MAGIC)
     at = data.find(magic)
     while at >= 0:
-        sass: set[str] = set()
-        ptx: set[str] = set()
         try:
-            end = _fatbin(data, at, len(data), name, bad, sass, ptx)
+            entries, end = _fatbin(data, at, len(data), RigError, budget)
+        except _Spent:
+            unread.append(f"the search for its fat binaries by their magic stopped at offset {at}: the headers "
+                          f"found overlap, as no compiler lays them out, and walked {2 * len(data)} bytes, twice "
+                          "the file; what follows was not read")
+            break
         except RigError:
             end = at + 1
         else:
+            sass: set[str] = set()
+            ptx: set[str] = set()
+            _archs(data, entries, RigError, sass, ptx, "", unread)
             found.append((sorted(sass), sorted(ptx)))
         at = data.find(magic, end)
-    return found
+    return found, unread

@@ -306,8 +306,8 @@ def verdict(report: dict) -> str:
 def as_check(report: dict, layer: str = "kernels", name: str = "", fix: str = "") -> Check:
     """One artifact's verdict in the one report model: `rig audit --junit`, and doctor's audit of the venv."""
     coverage = ", ".join(f"{target}: {how or 'no kernel image'}" for target, how in report["archs"].items())
-    coverage = coverage or "no device code"
     unread = [f"not read: {why}" for why in report.get("unread", [])]
+    coverage = coverage or ("no device code read" if unread else "no device code")  # not "none there"
     status = verdict(report)
     return Check(layer, name or report["artifact"], status,
                  f"{report['artifact']}: " + "; ".join([coverage, *report["notes"], *unread]),

@@ -97,7 +97,7 @@ def test_only_the_first_toolkit_note_is_read_and_a_huge_one_is_refused():
     crafted = bytearray(one[:table] + one[table:table + 192] + later * many + other)
     struct.pack_into("<H", crafted, 60, 3 + many)
     assert cubin_arch(bytes(crafted), "k.cubin") == "120a"
-    huge = bytearray(one)
+    huge = bytearray(one) + bytes(1 << 20)  # inside the file: a section past its end is refused before
     struct.pack_into("<Q", huge, table + 128 + 32, 1 << 20)  # the note section's size
     with pytest.raises(RigError, match="its toolkit note is 1048576 bytes"):
         cubin_arch(bytes(huge), "k.cubin")
