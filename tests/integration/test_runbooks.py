@@ -63,13 +63,15 @@ def machine_python(root: Path, lab: dict) -> Path:
 
 
 def rehearsal_stack(source: Path, into: Path, venv: Path, models: Path, port: int) -> Path:
-    """SOURCE as the rehearsal runs it: its paths and port here, its test model tiny, its requests short and one
-    round a level (512 requests of 128 tokens at C=256 are minutes of two CPUs' time); its levels, variants,
-    step 0, profiles and server line as they are."""
+    """SOURCE as the rehearsal runs it: its paths and port here, its test model tiny, its requests short, one round
+    a level and profiles of 5 steps (512 requests of 128 tokens at C=256 are minutes of two CPUs' time); its levels,
+    variants, step 0, profiled levels and server line as they are."""
     data = yaml.safe_load(source.read_text())
     data["venv"] = str(venv)
     data["server"].update(testmodel_dir=str(models), testmodel_shape="tiny", port=port)
-    data["bench"].update(max_tokens=64, rounds=1, min_seconds=0)  # 64 tokens: the profiles' 20 full steps come
+    data["bench"].update(max_tokens=16, rounds=1, min_seconds=0)
+    if data["tune"].get("profile_levels"):
+        data["tune"]["profile_steps"] = 5  # a full batch's 16-token requests decode 5 steps and more
     path = into / source.name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
