@@ -5,8 +5,8 @@ Two bounds, each where it belongs:
   refuses text past 4300 digits, float() of a 401-digit integer overflows) and its value is finite. Nothing
   more: a field rig never reads (a torch trace's nanosecond epoch, a prompt file's 64-bit ids) is not rig's to
   judge.
-- A field rig reads (read, answer, problem; the schema's fields): within ±LIMIT unless its meaning allows more
-  (a nanosecond timestamp: TIMESTAMP_NS). Within these bounds sums and averages of what rig measures stay finite.
+- A field rig reads (read, answer, problem; the schema's fields): within ±LIMIT, or the bound its meaning gives
+  (its low and high). Within these bounds sums and averages of what rig measures stay finite.
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from rig.core import RigError
 
 LIMIT = 10**18      # beyond any count, size, byte total, time or rate rig meets; within a signed 64-bit integer
 MAX_CHARS = 64      # the longest float repr is 24 characters; room for a human's zeros, none for an attack
-TIMESTAMP_NS = 2**63  # a signed 64-bit nanosecond clock (the torch profiler's epoch values are ~1.8e18)
 
 
 def problem(value: Any, low: float = -LIMIT, high: float = LIMIT, whole: bool = False,

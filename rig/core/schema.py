@@ -51,12 +51,14 @@ def validate(value: Any, spec: Field, source: str, where: str = "") -> Any:
         raise fail(wrong)  # a field rig reads: the document's reader bounded only its text
     if spec.choices and value not in spec.choices:
         raise fail(f"{_short(value)} is not allowed; choose one of: {', '.join(map(str, spec.choices))}")
+    if isinstance(value, list) and spec.item:  # the items first: a check of the whole list reads checked items
+        value = [validate(v, spec.item, source, f"{where}[{i}]") for i, v in enumerate(value)]
     if spec.check and (msg := spec.check(value)):
         raise fail(msg)
     if isinstance(value, str) and ("\0" in value or (not spec.multiline and ("\n" in value or "\r" in value))):
         raise fail(f"{_short(value)} must be one line of text (no newline, carriage return or NUL)")
-    if isinstance(value, list) and spec.item:
-        return [validate(v, spec.item, source, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, list):
+        return value
     if isinstance(value, dict):
         if spec.values:
             return {validate(k, Field(), source, f"{where} key"): validate(v, spec.values, source, f"{where}.{k}")
@@ -99,8 +101,10 @@ def sha256(value: str) -> str | None:
 
 def once(value: list) -> str | None:
     """A list whose every item is given once (a server, a level or a variant listed twice is a careless copy)."""
-    twice = sorted({repr(v) for v in value if value.count(v) > 1})
-    return f"{', '.join(twice)} given more than once: give each once" if twice else None
+    from collections import Counter
+
+    twice = sorted(item for item, seen in Counter(map(repr, value)).items() if seen > 1)
+    return f"{', '.join(twice[:5])} given more than once: give each once" if twice else None
 
 
 def between(low: float, high: float) -> Callable[[Any], str | None]:

@@ -32,17 +32,18 @@ def where(dist: m.Distribution) -> str:
     return str(getattr(dist, "_path", "") or dist.locate_file(""))
 
 
-def module_dirs(name: str) -> list:
-    """The directories NAME's package imports from (one for a plain file module), or [] when it is not found."""
+def module_dirs(name: str) -> dict:
+    """The directories NAME imports from (its package's, or a plain module's own), and whether it is a namespace
+    package (no __init__: a leftover directory is one); no dirs when no finder finds it, or a finder fails."""
     try:
         spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return []
+    except Exception:  # a .pth-installed finder may raise anything: not found, as Python would fail to import it
+        spec = None
     if spec is None:
-        return []
+        return {"dirs": [], "namespace": False}
     if spec.submodule_search_locations is not None:
-        return [str(p) for p in spec.submodule_search_locations]
-    return [os.path.dirname(spec.origin)] if spec.origin else []
+        return {"dirs": [str(p) for p in spec.submodule_search_locations], "namespace": spec.origin is None}
+    return {"dirs": [os.path.dirname(spec.origin)] if spec.origin else [], "namespace": False}
 
 
 def torch_runtime() -> dict:

@@ -28,8 +28,8 @@ def answer(parser: argparse.ArgumentParser, request: dict) -> dict:
                 out["note"] = "its adaptive_spec_params has no _load_adaptive_config: only rig read the file"
             else:
                 loader(request["path"])
-            if "argv" in request:
-                launch_check(parser, request["argv"], adaptive)
+            if "argv" in request and (note := launch_check(parser, request["argv"])):
+                out["note"] = note
         except ImportError as exc:
             out["error"] = f"it has no adaptive speculation ({exc}); SGLang 0.5.17 and later have it"
         except Exception as exc:
@@ -56,23 +56,20 @@ def start_up_hook():
     return None
 
 
-def launch_check(parser: argparse.ArgumentParser, argv: list, adaptive) -> None:
-    """Run sglang's start-up check on the parsed ARGV; where the hook needs the whole resolved ServerArgs (it
-    cannot run without a GPU), its rule with sglang's own candidate resolver: the steps must be a candidate."""
-    args = parser.parse_args(argv)
+def launch_check(parser: argparse.ArgumentParser, argv: list):
+    """Run sglang's own start-up check on the parsed ARGV (its ValueError is the refusal); a note where this
+    sglang has no such hook, or its hook needs the resolved ServerArgs a CPU cannot build (rig's own rule, the
+    launch steps among the candidates, was checked either way)."""
     hook = start_up_hook()
-    if hook is not None:
-        try:
-            hook(args)
-            return
-        except ValueError:
-            raise
-        except Exception:  # the hook reached for what only a resolved ServerArgs has
-            pass
-    candidates = adaptive.resolve_candidate_steps_from_config(cfg_path=args.speculative_adaptive_config)
-    if args.speculative_num_steps is not None and args.speculative_num_steps not in candidates:
-        raise ValueError(f"--speculative-num-steps={args.speculative_num_steps} is not in the adaptive config "
-                         f"candidate_steps {candidates}")
+    if hook is None:
+        return "it has no adaptive start-up hook: rig's rule alone checked the line"
+    try:
+        hook(parser.parse_args(argv))
+    except ValueError:
+        raise
+    except Exception as exc:  # the hook reached for what only a resolved ServerArgs has
+        return f"its adaptive start-up hook needs a resolved ServerArgs ({type(exc).__name__}): rig's rule alone checked"
+    return None
 
 
 if __name__ == "__main__":

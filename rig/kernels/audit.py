@@ -244,12 +244,14 @@ def audit_wheel(wheel: Path, **kw) -> dict:
 def venv_context(venv: Path, names: list[str]) -> tuple[Torch | None, list[Path], dict]:
     """The venv's torch, the library dirs its wheels bring (torch preloads them), and NAMES installed there
     (each with its version, METADATA and .so/.cubin files)."""
-    found = held(venv_python(venv), ["torch", *names], files=True, metadata=True)
+    found = held(venv_python(venv), ["torch", *names], files=True, metadata=True, modules=("nvidia",))
     wheel = found.packages.get("torch")
     lib = Path(wheel["root"]) / "torch" / "lib" if wheel else None
     torch = torch_from_dir(lib, wheel["version"]) if lib and wheel else None
     dirs = [lib] if lib else []
-    dirs += sorted(p for p in found.site.glob("nvidia/*/lib") if p.is_dir())
+    # the nvidia-* wheels share the namespace package nvidia: wherever the venv's Python imports it from (a .pth
+    # directory over a machine's site-packages too)
+    dirs += sorted(p for root in found.modules["nvidia"] for p in root.glob("*/lib") if p.is_dir())
     return torch, dirs, {name: found.packages[name] for name in names if name in found.packages}
 
 

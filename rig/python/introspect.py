@@ -23,6 +23,7 @@ class Held:
     every: list[tuple[str, str]] = field(default_factory=list)  # (name, version) of each one, when asked
     torch: dict = field(default_factory=dict)  # the CUDA and NCCL torch was built with, when asked
     modules: dict[str, list[Path]] = field(default_factory=dict)  # each top-level module asked -> where it imports from
+    namespaces: frozenset[str] = frozenset()  # those of them that are namespace packages (no __init__)
 
 
 def held(python: str | Path, names: list[str] | tuple[str, ...] = (), *, files: bool = False,
@@ -52,7 +53,8 @@ def held(python: str | Path, names: list[str] | tuple[str, ...] = (), *, files: 
                      site=Path(_text(answer["site"])), packages=packages,
                      every=[(name, version) for name, version in listed],
                      torch=dict(answer.get("torch") or {}),
-                     modules={name: _dirs(answer["modules"][name]) for name in modules})
+                     modules={name: _dirs(answer["modules"][name]["dirs"]) for name in modules},
+                     namespaces=frozenset(n for n in modules if answer["modules"][n]["namespace"] is True))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RigError(f"{python} reported its environment in a shape rig did not write ({exc}); is it a Python "
                        "with intact package metadata?") from exc
@@ -63,10 +65,12 @@ def held(python: str | Path, names: list[str] | tuple[str, ...] = (), *, files: 
     return found
 
 
-def import_dirs(python: str | Path, names: tuple[str, ...]) -> dict[str, list[Path]]:
-    """Where PYTHON would import each top-level module of NAMES from ([] where it finds none): the one answer to
-    "what does this venv import", for tune's backend checks as for verify and doctor."""
-    return held(python, modules=names).modules
+def import_dirs(python: str | Path, names: tuple[str, ...], regular: bool = False) -> dict[str, list[Path]]:
+    """Where PYTHON would import each top-level module of NAMES from ([] where it finds none; where REGULAR, also
+    for a namespace package, which a leftover directory without its __init__ is): the one answer to "what does
+    this venv import", for tune's backend checks and the audit's library dirs."""
+    found = held(python, modules=names)
+    return {name: [] if regular and name in found.namespaces else dirs for name, dirs in found.modules.items()}
 
 
 def _dirs(value) -> list[Path]:

@@ -42,18 +42,23 @@ def unsupported_reason(server: dict) -> str | None:
     return None
 
 
+def _knob(key: str, value: object, where: str) -> None:
+    whole, low, high = KNOBS[key]
+    if wrong := numbers.problem(value, low, high, whole):
+        raise RigError(f"{where}{key} must be a {'whole ' if whole else ''}number from {low} to {high} ({wrong})")
+
+
 def slots(config: object, source: str) -> dict[int, list[int]]:
     """The batch-size slots of CONFIG (a parsed file), checked as SGLang's loader checks them, and its knobs'
-    types: {batch size: sorted candidate steps}. Anything SGLang would refuse at start is refused here."""
+    types: {batch size: sorted candidate steps}. Anything SGLang would refuse at start is refused here. SGLang
+    gives each slot the top-level knobs with the slot's own over them ({**config, **slot}), so a knob is checked
+    by the same rule wherever it stands."""
     if not isinstance(config, dict):
         raise RigError(f"{source}: an adaptive speculation config is a JSON object, got {type(config).__name__}")
     found: dict[int, list[int]] = {}
     for key, entry in config.items():
         if key in KNOBS:
-            whole, low, high = KNOBS[key]
-            if wrong := numbers.problem(entry, low, high, whole):
-                raise RigError(f"{source}: {key} must be a {'whole ' if whole else ''}number from {low} to {high} "
-                               f"({wrong})")
+            _knob(key, entry, f"{source}: ")
             continue
         if key == "strategy":
             if entry != "ema":
@@ -69,6 +74,12 @@ def slots(config: object, source: str) -> dict[int, list[int]]:
                 not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= 32 for s in steps):
             raise RigError(f"{source}: batch size {key}: candidate_steps must be a non-empty list of whole numbers "
                            f"from 0 to 32 (0 = no drafting), got {steps!r}")
+        for name, value in entry.items():
+            if name in KNOBS:
+                _knob(name, value, f"{source}: batch size {key}: ")
+            elif name != "candidate_steps":  # a typo would leave the top-level value in force, unsaid
+                raise RigError(f"{source}: batch size {key}: {name!r} is neither candidate_steps nor one of SGLang's "
+                               f"knobs ({', '.join(KNOBS)})")
         found[int(key)] = sorted(set(steps))
     if not found:
         raise RigError(f'{source}: no batch-size key; give at least one, e.g. {{"1": {{"candidate_steps": [3]}}}}')
@@ -79,6 +90,16 @@ def parse(text: str, source: str) -> dict[int, list[int]]:
     from rig.core.documents import parse_json
 
     return slots(parse_json(text, source), source)
+
+
+def launch_problem(slots_of: dict[int, list[int]], steps: int) -> str | None:
+    """Why SGLang refuses to start at STEPS with these slots (its start-up check: the launch's step count must be
+    one of the candidates, which size its buffers), in its words; None where it starts."""
+    candidates = sorted({s for steps_of in slots_of.values() for s in steps_of})
+    if steps in candidates:
+        return None
+    return (f"--speculative-num-steps={steps} is not in the adaptive config candidate_steps {candidates}: launch "
+            "at one of them (server.speculative_num_steps)")
 
 
 def render(choice: dict[int, int]) -> str:

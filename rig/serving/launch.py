@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from rig.core import RigError, proc, progress
-from rig.core.fs import output_dir
+from rig.core import RigError, outdir, proc, progress
 from rig.serving import smoke
 from rig.serving.sglang_api import KEY_ENV
+
+# what moves where a Python imports from: rig asks a venv with -I, which ignores them, and a unit never sets them
+IMPORT_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE")
 
 
 @dataclass
@@ -52,14 +54,17 @@ class Servers:
             self.stop(server)
 
     def start(self, label: str, argv: list[str], url: str, log: Path, env: dict | None = None) -> Launched:
-        """Start ARGV (with ENV added to rig's environment), wait until URL is healthy and generates; a server that
-        exits or never gets healthy is stopped and its log tail is in the error."""
+        """Start ARGV (with ENV added to rig's environment, less what changes where Python imports from), wait until
+        URL is healthy and generates; a server that exits or never gets healthy is stopped and its log tail is in
+        the error."""
         if _answers(url):
             raise RigError(f"{label}: something already listens at {url}; stop it (rig starts its own servers "
                            "there) or set server.port to a free port")
         progress(f"{label}: starting ({argv[0]} {' '.join(argv[1:4])} ...), log {log}")
         began = time.monotonic()
-        server = Launched(label, url, log, proc.start(argv, log, label, {**os.environ, **env} if env else None))
+        # the server imports what rig found its venv imports (asked with python -I) and what its systemd unit will
+        server = Launched(label, url, log, proc.start(argv, log, label, {
+            **{k: v for k, v in os.environ.items() if k not in IMPORT_ENV}, **(env or {})}))
         self.running.append(server)
         try:
             # tune and prove judge a server by what they measure (a draft the target rejects loses tune's
@@ -85,24 +90,9 @@ class Servers:
 
 
 def results_dir(given: str | Path, outputs: tuple[str, ...]) -> Path:
-    """--out as rig writes it: a plain absolute path (it reaches the policy's server line), a directory or new,
-    its outputs not directories, its logs/ a directory rig made or one that is not a link."""
-    text = str(given)
-    if not text or any(ord(c) < 32 or ord(c) == 127 for c in text):
-        raise RigError(f"--out {text!r}: give a directory path without control characters")
-    out = Path(text).absolute()
-    output_dir(out, "--out")
-    if out.is_symlink() and not out.exists():
-        raise RigError(f"--out {out} is a link to nothing; give a directory")
-    taken = [name for name in outputs if (out / name).is_dir() and not (out / name).is_symlink()]
-    if taken:
-        raise RigError(f"--out {out} holds directories where rig writes {', '.join(taken)}; give another --out")
-    for name in ("logs", "profiles"):  # where servers write: never through a link left there
-        place = out / name
-        if place.is_symlink() or (place.exists() and not place.is_dir()):
-            raise RigError(f"--out {out}: {name} is not a directory of its own (a link or a file); remove it or give "
-                           "another --out")
-    return out
+    """--out as a run that starts servers writes it: the one output rule (rig.core.outdir.results_dir), with the
+    servers' logs/ and profiles/ directories rig makes or ones that are not links."""
+    return outdir.results_dir(given, outputs, "--out", places=("logs", "profiles"))
 
 
 def make_logs(out: Path) -> Path:

@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rig.core import RigError
+from rig.core import RigError, numbers
 from rig.core.check import Check, Runner
 from rig.core.escape import cell
 from rig.core.fs import atomic_write
@@ -375,7 +375,10 @@ def _acceptance(stack: dict, python: Path, lines: dict[str, list[str]], out: Pat
                 api_key_env: str) -> None:
     """The agreeing draft's model, its baseline and EAGLE-3 at one stream, then the verdict on what they measured."""
     agree = agreeing(stack, out)
-    built = report.run(f"{AGREE} testmodel", lambda r: _agree_model(agree, python, r))
+    # the stack's own test model is held to the stack's own record (its TP's heads), never rebuilt for TP 1
+    own = stack["server"]["model"] == "testmodel"
+    built = report.run(f"{AGREE} testmodel", lambda r: _agree_model(stack["server"] if own else agree["server"],
+                                                                   python, r))
     if built.status == "fail":
         report.skip(f"{AGREE}: acceptance", "no agreeing test model to serve")
         return
@@ -388,8 +391,8 @@ def _acceptance(stack: dict, python: Path, lines: dict[str, list[str]], out: Pat
     report.run(f"{AGREE}: acceptance", lambda r: judge_acceptance(base, spec, r))
 
 
-def _agree_model(agree: dict, python: Path, record: Check) -> None:
-    made = testmodel.ensure(agree["server"], python)
+def _agree_model(server: dict, python: Path, record: Check) -> None:
+    made = testmodel.ensure(server, python)
     assert made is not None  # agreeing() serves the test model
     record.data = {k: made[k] for k in ("shape", "accept", "expected_accept_length") if k in made}
     record.detail = made["msg"]
@@ -482,7 +485,7 @@ def _host_row(host: str, report: object) -> dict:
     failed = [str(s.get("name"))[:80] for s in steps if s.get("status") == "fail"]
     margins = [s.get("data", {}).get("min_margin") for s in steps
                if str(s.get("name", "")).endswith(": numerics") and isinstance(s.get("data"), dict)]
-    known = [m for m in margins if isinstance(m, (int, float)) and not isinstance(m, bool)]
+    known = [m for m in map(numbers.answer, margins) if m is not None]
     versions = report.get("versions")
     stopped = report.get("stopped")
     return {"host": host, "ok": report.get("ok") is True and not failed and not stopped,

@@ -153,7 +153,9 @@ def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: b
         raise RigError(f"sglang {version} rejects the server command line: {parsed['error']}")
     config = stack["server"]["speculative_adaptive_config"]
     if config and not baseline:  # rig's own reading first (a regular file, its shape), then sglang's loader
-        adaptive.parse(read_text(config, "adaptive speculation config"), config)
+        slots = adaptive.parse(read_text(config, "adaptive speculation config"), config)
+        if problem := adaptive.launch_problem(slots, stack["server"]["speculative_num_steps"]):
+            raise RigError(f"sglang refuses to start this line with {config}: {problem}")
         loaded = parser.ask({"mode": "adaptive", "path": config, "argv": parsed_argv})
         if "error" in loaded:
             raise RigError(f"sglang {version} refuses the adaptive speculation config {config}: {loaded['error']}")

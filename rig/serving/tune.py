@@ -107,7 +107,8 @@ def _imports(venv: str | Path) -> dict[str, list[Path]]:
     from rig.core.proc import venv_python
     from rig.python.introspect import import_dirs
 
-    return import_dirs(venv_python(venv), ("sglang", *sorted({m for m, _, _ in BACKEND_NEEDS.values()})))
+    return import_dirs(venv_python(venv), ("sglang", *sorted({m for m, _, _ in BACKEND_NEEDS.values()})),
+                       regular=True)
 
 
 def backend_problem(imports: dict[str, list[Path]], venv: str | Path, backend: str) -> str | None:
@@ -140,12 +141,12 @@ def reads_skip_extend(imports: dict[str, list[Path]]) -> bool:
     return False
 
 
-def variants(stack: dict, venv: str | Path, step0_config: str) -> list[Variant]:
+def variants(stack: dict, venv: str | Path, step0_config: str, imports: dict[str, list[Path]]) -> list[Variant]:
+    """Every server tune measures, for the venv whose IMPORTS (_imports) say what it can run."""
     server = stack["server"]
     if not server["draft_model"]:
         raise RigError("rig tune compares EAGLE-3 with the baseline: the stack has no server.draft_model; set it")
     backends = server["attention_backends"] or [None]
-    imports = _imports(venv)
     for backend in filter(None, backends):
         if problem := backend_problem(imports, venv, backend):
             raise RigError(problem)
@@ -339,7 +340,11 @@ def family_choice(measured: dict[str, dict], found: list[Variant], wanted: list[
             step0 = [v for v in candidates if v.family == family and v.kind == "step0"]
             if step0:
                 stand_in = max(step0, key=lambda v: closeness(_values(measured[v.name]), top))
-                rows = choose(measured, [stand_in, *spec], wanted, cap)
+                # below STEP0_FROM no batch runs at step 0: there the family's baseline is still what "no
+                # drafting" costs (the policy server's own run confirms it)
+                priced = {**measured, **{b.name: {level: lv for level, lv in measured[b.name].items()
+                                                  if level not in measured[stand_in.name]} for b in base}}
+                rows = choose(priced, [stand_in, *base, *spec], wanted, cap)
         for row in [*rows, *plain]:
             row.update(kind=kinds[row["chosen"]], best=overall[row["level"]]["best"],
                        best_value=overall[row["level"]]["best_value"])
@@ -541,12 +546,13 @@ def figures(result: dict) -> dict:
 OUTPUTS = ("tune.json", "report.md", "tune.png", "adaptive.json", "step0.json", "proposed-stack.yml")
 
 
-def prepare(stack: dict, venv: str, step0_config: str) -> tuple[list[Variant], list[Level], dict[str, list[str]]]:
+def prepare(stack: dict, venv: str, step0_config: str, imports: dict[str, list[Path]]
+            ) -> tuple[list[Variant], list[Level], dict[str, list[str]]]:
     """The variants, the levels and every server line, rendered and parsed by the venv's sglang: all that can be
     refused is refused here, before anything is written."""
     if reason := adaptive.unsupported_reason({**stack["server"], "speculative_eagle_topk": 1}):
         raise RigError(f"rig tune derives SGLang's adaptive speculation, which SGLang refuses here: {reason}")
-    found, wanted = variants(stack, venv, step0_config), levels(stack)
+    found, wanted = variants(stack, venv, step0_config, imports), levels(stack)
     lines = {v.name: render(v.stack, venv, baseline=v.baseline)["argv"] for v in found}
     return found, wanted, lines
 
@@ -586,7 +592,8 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
     with tempfile.TemporaryDirectory() as scratch:
         config = str(Path(scratch) / "step0.json")
         atomic_write(config, adaptive.render(STEP0_SLOTS))
-        found, wanted, lines = prepare(stack, venv, config)
+        imports = _imports(venv)
+        found, wanted, lines = prepare(stack, venv, config, imports)
         lines = {name: [step0_config if word == config else word for word in argv] for name, argv in lines.items()}
     model = testmodel.ensure(stack["server"], Path(venv) / "bin" / "python", check)
     if check:
@@ -596,7 +603,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
         return found_plan
     if stack["tune"]["step0"]:
         atomic_write(step0_config, adaptive.render(STEP0_SLOTS))
-        found = variants(stack, venv, step0_config)
+        found = variants(stack, venv, step0_config, imports)
     make_logs(out)
     result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "plan": {**plan.__dict__},
                               "metric": plan.metric, "levels": [lv.name for lv in wanted], "variants": {},

@@ -2,12 +2,11 @@
 typed fields, read by rig.core.documents' strict YAML loader)."""
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any
 
-from rig.core import RigError, defaults
+from rig.core import RigError, defaults, numbers
 from rig.core.cuda_releases import COMPONENTS, RELEASES
 from rig.core.schema import Field, between, distribution, once, sha256, version
 from rig.core.schema import validate as validate_document
@@ -87,10 +86,12 @@ def _env_vars(value: dict) -> str | None:
             return f"{name!r} is not an environment variable name (YAML read it as {type(name).__name__}; quote it)"
         if msg := env_name(name):
             return msg
-        if not isinstance(val, (str, int, float)) or isinstance(val, bool):
-            return f"{name}: give a string or number, not {type(val).__name__}"
-        if isinstance(val, float) and not math.isfinite(val):
-            return f"{name}: {val} is not a value an environment variable can hold; quote it"
+        if isinstance(val, float):  # 1e-3 would reach the variable as 0.001, and 1e5 as 100000.0
+            return f"{name}: {val!r} is a fraction as YAML reads it; quote it, so the variable holds what you wrote"
+        if not isinstance(val, (str, int)) or isinstance(val, bool):
+            return f"{name}: give a string or a whole number, not {type(val).__name__}"
+        if isinstance(val, int) and (wrong := numbers.problem(val)):
+            return f"{name}: {wrong}"
         if any(ord(c) < 32 for c in str(val)):
             return f"{name}: {str(val)[:40]!r} must be one line (no newline, tab or NUL): every start of the venv reads it"
     return None

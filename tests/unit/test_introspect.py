@@ -87,9 +87,10 @@ def pth_venv(tmp_path):
     .pth file adds, and a second copy of a distribution further down sys.path (which Python does not import)."""
     venv = venv_with(tmp_path)
     machine = tmp_path / "machine-site"
-    for name in ("triton", "sgl_kernel", "sglang/srt/speculative"):
-        (machine / name).mkdir(parents=True)
+    for name in ("triton", "sgl_kernel", "sglang", "sglang/srt", "sglang/srt/speculative"):
+        (machine / name).mkdir(parents=True, exist_ok=True)
         (machine / name / "__init__.py").write_text("")
+    (machine / "flashinfer" / "data").mkdir(parents=True)  # a leftover of an uninstall: no __init__.py
     (machine / "sgl_kernel" / "flash_ops.abi3.so").write_bytes(b"\x7fELF")
     (machine / "sglang" / "srt" / "environ.py").write_text('SKIP = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"\n')
     for where, version in ((machine, "2.9.1"), (tmp_path / "older-site", "2.8.0")):
@@ -110,7 +111,7 @@ def test_what_a_venv_imports_through_a_pth_is_found_as_python_finds_it(tmp_path)
     imports = _imports(venv)
     assert imports["triton"] == [machine / "triton"] and imports["sglang"] == [machine / "sglang"]
     assert backend_problem(imports, venv, "triton") is None and backend_problem(imports, venv, "fa3") is None
-    said = backend_problem(imports, venv, "flashinfer")
+    said = backend_problem(imports, venv, "flashinfer")  # a namespace package is no flashinfer
     assert said and "cannot import the flashinfer package" in said and "has no the" not in said
     assert reads_skip_extend(imports)
     assert installed(venv)["torch"] == "2.9.1"  # Python imports the first; the shadowed 2.8.0 is not it

@@ -64,3 +64,13 @@ def test_a_trace_that_cannot_be_read_is_a_note_not_the_end_of_the_run(tmp_path):
     path = tmp_path / "p-TP-0.trace.json.gz"
     path.write_bytes(b"not gzip")
     assert "not a whole gzip file" in read([path], 1)["error"]
+
+
+def test_a_trace_whose_compressed_bytes_are_damaged_is_one_clear_error(tmp_path):
+    data = bytearray(gzip.compress(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "dur": 1}] * 200}).encode(),
+                                   mtime=0))
+    data[20:60] = bytes(40)  # zlib.error, not an OSError, from inside the deflate stream
+    path = tmp_path / "p-TP-0.trace.json.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(RigError, match="not a whole gzip file"):
+        summarize([path], 1)

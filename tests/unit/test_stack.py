@@ -143,3 +143,15 @@ def test_a_profile_level_that_no_level_measures_is_refused():
     stack = {"bench": {"concurrency": [1, 64]}, "tune": {"request_rates": [], "profile_levels": [3, 64]}}
     with pytest.raises(RigError, match="tune.profile_levels lists 3, a concurrency no level measures"):
         levels(stack)
+
+
+@pytest.mark.parametrize("value, says", [(1e-3, "quote it, so the variable holds what you wrote"),
+                                         (10**30, "beyond"), (True, "give a string or a whole number")])
+def test_an_environment_value_that_would_not_reach_the_variable_as_written_is_refused(tmp_path, value, says):
+    """1e-3 reaches a variable as 0.001 and 1e5 as 100000.0 once YAML reads them as numbers: text is quoted."""
+    data = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    data.setdefault("environment", {})["vars"] = {"RIG_TOL": value}
+    path = tmp_path / "stack.yml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(RigError, match=f"environment.vars: RIG_TOL: .*{says}"):
+        load(path)

@@ -39,6 +39,24 @@ def test_configs_sglang_would_refuse_are_refused(config, says):
         adaptive.slots(config, "adaptive.json")
 
 
+@pytest.mark.parametrize("slot, says", [
+    ({"update_interval": 0}, "batch size 8: update_interval must be a whole number from 1"),
+    ({"ema_alpha": "fast"}, "batch size 8: ema_alpha must be a number"),
+    ({"warmup_batches": 2.5}, "batch size 8: warmup_batches must be a whole number"),
+    ({"down_hysteresis": float("nan")}, "batch size 8: down_hysteresis must be a number"),
+    ({"ema_aplha": 0.5}, "batch size 8: 'ema_aplha' is neither candidate_steps nor one of SGLang's knobs"),
+])
+def test_a_slots_own_knobs_are_checked_as_the_top_levels_are(slot, says):
+    """SGLang gives each slot {**config, **slot}: a slot's knob overrides the top level's, so it is held to the
+    same rule (a top-level update_interval 0 was refused, a slot's passed and reached the server)."""
+    config = {"update_interval": 5, "ema_alpha": 0.2, "1": {"candidate_steps": [1, 3]},
+              "8": {"candidate_steps": [0, 1], **slot}}
+    with pytest.raises(RigError, match=says):
+        adaptive.slots(config, "adaptive.json")
+    good = {**config, "8": {"candidate_steps": [0, 1], "update_interval": 2, "ema_alpha": 1.0, "up_hysteresis": 0.0}}
+    assert adaptive.slots(good, "adaptive.json") == {1: [1, 3], 8: [0, 1]}
+
+
 def test_render_is_read_back_as_written():
     text = adaptive.render({1: 3, 48: 0})
     assert adaptive.parse(text, "x") == {1: [3], 48: [0]}
@@ -284,3 +302,26 @@ def test_a_multi_line_stop_reason_reaches_the_report_as_one_cell_with_line_break
     line = next(x for x in text.splitlines() if x.startswith("- step0: "))
     assert "\\n" not in text and "log says why<br>last 2 lines of /x/step0.log:<br>ValueError" in line
     assert "candidate_steps \\[0\\] \\| see" in line  # still one cell: no bare | or [
+
+
+def test_below_the_first_step_0_level_the_baseline_still_stands_for_no_drafting():
+    """Step-0 servers run batches of two and more at step 0 (a lone request drafts one step), so they are measured
+    from C=2: at C=1 "no drafting" is the family's baseline, which may win there."""
+    from rig.serving.tune import family_choice
+
+    stack = {"server": {"attention_backends": [], "max_running_requests": 0}}
+    found = [Variant("baseline", 0, stack, "baseline", ""), Variant("eagle3-3", 3, stack, "eagle", ""),
+             Variant("step0", 0, stack, "step0", "")]
+    measured = _rounds({"baseline": {"C=1": [100, 100], "C=16": [900, 900], "C=256": [1000, 1000]},
+                        "eagle3-3": {"C=1": [60, 60], "C=16": [1500, 1500], "C=256": [700, 700]},
+                        "step0": {"C=16": [850, 850], "C=256": [900, 900]}})
+    records = {name: {"max_running_requests": None} for name in measured}
+    chosen = family_choice(measured, found, [Level(1), Level(16), Level(256)], records)
+    assert [(r["level"], r["chosen"]) for r in chosen["rows"]] == [("C=1", "baseline"), ("C=16", "eagle3-3"),
+                                                                    ("C=256", "step0")], chosen["rows"]
+
+
+def test_a_launch_step_outside_the_candidates_is_refused_in_sglangs_words():
+    assert adaptive.launch_problem({1: [1], 2: [0]}, 1) is None
+    said = adaptive.launch_problem({1: [0]}, 1)
+    assert said and said.startswith("--speculative-num-steps=1 is not in the adaptive config candidate_steps [0]")

@@ -17,6 +17,7 @@ VENV=${VENV:-/root/venv}; RES=${RES:-/root/results}; SRC=${SRC:-/root/rig-src}; 
 OUT=${OUT:-/tmp/out}; STACKS=${STACKS:-docs/validation/real-cost-h200}; PROVE_ARGS=${PROVE_ARGS:-}
 WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}
 mkdir -p "$RES" "$OUT"
+VENV=$(realpath -m "$VENV"); RES=$(realpath -m "$RES"); SRC=$(realpath -m "$SRC"); STAGE=$(realpath -m "$STAGE")
 
 rig_in() {  # rig_in NAME ARGS...: rig from the source copy; its JSON, stderr, exit status and wall time in $RES
   local name=$1 start=$SECONDS rc=0
@@ -63,8 +64,10 @@ wait_for() {  # until the detached run has exited (its status in all.rc) or WAIT
   while [ ! -e "$RES/all.rc" ] && [ $SECONDS -lt $deadline ]; do sleep 5; done
   [ -e "$RES/phases.txt" ] && cat "$RES/phases.txt"
   if [ -e "$RES/all.rc" ]; then echo "the run exited $(cat "$RES/all.rc")"; else echo "the run is still going"; fi
-  tar -C "$(dirname "$RES")" --exclude='*.trace.json.gz' --exclude='models*' -czf "$OUT/results.tgz" \
-    "$(basename "$RES")"
+  local rc=0  # tar exits 1 where a file changed as it read it (a run still writing): what it took is kept
+  tar -C "$(dirname "$RES")" --warning=no-file-changed --exclude='*.trace.json.gz' --exclude='models*' \
+    -czf "$OUT/results.tgz" "$(basename "$RES")" || rc=$?
+  [ "$rc" -le 1 ] || { echo "tar of $RES failed (exit $rc)" >&2; return "$rc"; }
 }
 
 case ${1:-} in
@@ -78,8 +81,9 @@ all)
     echo "a run is already going (pid $(cat "$RES/all.pid")): use run.sh wait" >&2; exit 2
   fi
   rm -f "$RES/all.rc" "$RES/phases.txt"
-  setsid bash -c "$(declare -f rig_in setup pipeline); set -euo pipefail; $(declare -p VENV RES SRC STAGE STACKS \
-    PROVE_ARGS); rc=0; pipeline > '$RES/all.log' 2>&1 || rc=\$?; echo \$rc > '$RES/all.rc'" < /dev/null \
+  # the pipeline in a subshell of its own: set -e holds there (a function called in a || list runs without it)
+  setsid bash -c "$(declare -f rig_in setup pipeline); $(declare -p VENV RES SRC STAGE STACKS PROVE_ARGS)
+    (set -euo pipefail; pipeline) > \"\$RES/all.log\" 2>&1; echo \$? > \"\$RES/all.rc\"" < /dev/null \
     > /dev/null 2>&1 &
   echo $! > "$RES/all.pid"
   sleep 5

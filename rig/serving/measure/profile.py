@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import time
+import zlib
 from pathlib import Path
 
 from rig.core import RigError, progress
@@ -48,7 +49,7 @@ def _events(path: Path) -> list:
     with open_regular(path, "profile trace") as raw, gzip.GzipFile(fileobj=raw) as unzipped:
         try:
             data = unzipped.read(MAX_TRACE + 1)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise RigError(f"profile trace {path}: not a whole gzip file ({exc})") from exc
     if len(data) > MAX_TRACE:
         raise RigError(f"profile trace {path} is larger than {MAX_TRACE >> 30} GiB unzipped; profile fewer steps")
