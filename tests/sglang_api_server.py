@@ -31,8 +31,10 @@ What is simulated, and configurable: the single-stream token rate, a total
 capacity shared by the running requests (per-request speed falls under load),
 the accept length (tokens per verify step under speculation), and faults:
 503 for the first seconds, dying mid-stream after N requests, and a malformed
-chunk in every Kth request, and a server that never ends a request (--stream-forever: a chunk every 0.2 s past
-max_new_tokens when streaming, no answer at all otherwise). GET /rig_test/stats (not SGLang's; the benchmark's
+chunk in every Kth request, a server that never ends a request (--stream-forever: a chunk every 0.2 s past
+max_new_tokens when streaming, no answer at all otherwise), and a completion that is not UTF-8 (--bad-text: its
+final text ends in bytes no UTF-8 decoder takes, or in a lone surrogate escaped in the JSON, as a broken encoder
+or proxy would send; SGLang's own orjson answers never do). GET /rig_test/stats (not SGLang's; the benchmark's
 own check) reports the tokens generated and when.
 
 POST /start_profile {"output_dir", "num_steps", "profile_id"} (SGLang's ProfileReqInput) records the next
@@ -402,9 +404,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
         if body.get("return_logprob") and int(body.get("top_logprobs_num") or 0) >= 2:
             meta["output_top_logprobs"] = tops
     final = {"text": "tok " * len(output_ids), "output_ids": output_ids, "meta_info": meta}
+    encoded = json.dumps(final).encode()
+    if sim.args.bad_text:
+        bad = {"bytes": b"\xc3\x28\xff", "surrogate": b"\\ud800"}[sim.args.bad_text]
+        encoded = encoded.replace(b'tok "', b"tok " + bad + b'"', 1)
     if stream is None:
-        return web.json_response(final)
-    await stream.write(b"data: " + json.dumps(final).encode() + b"\n\n")
+        return web.Response(body=encoded, content_type="application/json")
+    await stream.write(b"data: " + encoded + b"\n\n")
     await stream.write(b"data: [DONE]\n\n")
     await stream.write_eof()
     return stream
@@ -458,6 +464,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--die-after", type=int, default=0, help="exit mid-stream in request N")
     p.add_argument("--malformed-every", type=int, default=0, help="a malformed chunk in every Kth request")
     p.add_argument("--stream-forever", action="store_true", help="never end a request (a chunk every 0.2 s)")
+    p.add_argument("--bad-text", choices=("bytes", "surrogate"), default="",
+                   help="the final text ends in bytes that are not UTF-8, or in a lone surrogate (\\ud800)")
     p.add_argument("--api-key", default="")
     p.add_argument("--context-length", type=int, default=32768, help="prompt + output tokens a request may ask for")
     p.add_argument("--hide-context", action="store_true", help="leave the context length out of /server_info")

@@ -158,6 +158,19 @@ def _explain(exc: BaseException) -> str | None:
     return None
 
 
+def _deleted_cwd() -> str | None:
+    """The current directory when it has been deleted under rig (os.getcwd() fails), as the kernel last named
+    it; None while it exists."""
+    try:
+        os.getcwd()
+        return None
+    except FileNotFoundError:
+        try:
+            return os.readlink("/proc/self/cwd").removesuffix(" (deleted)")
+        except OSError:
+            return os.environ.get("PWD") or "(unknown)"
+
+
 def _said(text: str) -> str:
     """An error as the terminal should show it, whatever an input put in it: control characters written
     escaped, and lines after the first indented, so that only the first one starts with `rig: error:`."""
@@ -192,6 +205,11 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             traceback.print_exc()
         line = _explain(exc)
+        gone = _deleted_cwd()
+        if gone is not None and isinstance(exc, OSError) and exc.filename is None:  # what os.getcwd() raises
+            line = f"the current directory {gone} has been deleted: cd to a directory that exists and run rig again"
+        elif gone is not None and line is not None:
+            line += f" (the current directory {gone} has been deleted: cd to one that exists)"
         if line is None:
             click.echo(f"rig: error: internal error: {type(exc).__name__}: {_said(str(exc))} "
                        "(a defect of rig's: rerun with --debug and report the traceback)", err=True)

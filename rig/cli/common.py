@@ -4,7 +4,10 @@ The grammar every command follows, declared here once:
 - the stack is `--stack FILE`, else $RIG_STACK, else stacks/default.yml in the nearest directory at or above the
   current one that has it (as cargo finds Cargo.toml); `--help` shows which file that is;
 - a venv a command needs is `--venv DIR`, else the stack's `venv` key; an optional one says what its absence means;
-- a result directory is `--out DIR`; one file written is `--output FILE` (or `--junit FILE`);
+- a result directory is `--out DIR`; one file written is `--output FILE` (or `--junit FILE`); every one is
+  checked when the command line is read, by one rule (rig.core.outdir): never empty, never where a file or a
+  link to nothing is in the way, never a run's own record;
+- a number is read by one reader (Number): ASCII digits only;
 - a mode flag that makes other options meaningless refuses them (`refuse_unused`);
 - a choice misspelt is answered with the close matches.
 """
@@ -12,7 +15,9 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
 import os
+import re
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,7 +25,7 @@ from urllib.parse import urlsplit
 import click
 from click.core import ParameterSource
 
-from rig.core import RigError, check, defaults, numbers
+from rig.core import RigError, check, defaults, numbers, outdir
 from rig.core.documents import dump_json
 from rig.core.escape import terminal
 from rig.core.fs import atomic_write
@@ -42,12 +47,21 @@ SIGNALLED = 128  # plus the signal's number: SIGTERM or SIGHUP
 
 
 def default_stack(start: Path | None = None) -> str | None:
-    """stacks/default.yml in START (the current directory) or the nearest directory above it that has one."""
-    here = (start or Path.cwd()).absolute()
+    """stacks/default.yml in START (the current directory) or the nearest directory above it that has one (a
+    link to nothing too: need_stack says so, rather than a stack further up being taken silently)."""
+    try:
+        here = (start or Path.cwd()).absolute()
+    except FileNotFoundError:  # the current directory was deleted: nothing is found from it (main says so)
+        return None
     for directory in (here, *here.parents):
-        if (directory / STACKS_DEFAULT).is_file():
+        if (directory / STACKS_DEFAULT).is_file() or (directory / STACKS_DEFAULT).is_symlink():
             return str(directory / STACKS_DEFAULT)
     return None
+
+
+def _dangling(path: str) -> str | None:
+    """Where PATH, a link to nothing, points; None when PATH is no such link."""
+    return os.readlink(path) if os.path.islink(path) and not os.path.exists(path) else None
 
 
 def _no_stack() -> click.UsageError:
@@ -59,6 +73,9 @@ def need_stack(path: str | None) -> str:
     """The stack a command needs: PATH, or the one error that says how to give it."""
     if path is None:
         raise _no_stack()
+    if (target := _dangling(path)) is not None:
+        raise RigError(f"stack file {path} is a link to {target}, which does not exist: point the link at a stack "
+                       "file or give --stack FILE")
     return path
 
 
@@ -68,7 +85,9 @@ class StackOption(click.Option):
     def get_help_extra(self, ctx):
         extra = super().get_help_extra(ctx)
         found = default_stack()
-        extra["default"] = f"{found} (the nearest {STACKS_DEFAULT})" if found else \
+        missing = found and _dangling(found)
+        extra["default"] = f"{found} (the nearest {STACKS_DEFAULT}; a link to {missing}, which does not exist)" \
+            if missing else f"{found} (the nearest {STACKS_DEFAULT})" if found else \
             f"none: no {STACKS_DEFAULT} here or above"
         return extra
 
@@ -111,17 +130,57 @@ def stack_option(required: bool = True, positional: bool = False, **settings):
 VENV_DEFAULT = "Default: the stack's `venv` key."
 
 
+class Directory(click.Path):
+    """A directory named on the command line, never empty: `--venv ""` would mean the stack's venv, `--out ""`
+    the current directory."""
+
+    def __init__(self) -> None:
+        super().__init__(file_okay=False)
+
+    def convert(self, value, param, ctx):
+        if not str(value):
+            raise RigError(f"{_named(param)} '': an empty path; give a directory, or leave the option out")
+        return value
+
+
+class OutDir(Directory):
+    """A result directory (--out): the one output rule (rig.core.outdir.results_dir) applied when the command line
+    is read, before any work; OUTPUTS are the files the command writes into it."""
+
+    def __init__(self, outputs: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.outputs = outputs
+
+    def convert(self, value, param, ctx):
+        return str(outdir.results_dir(value, self.outputs, _named(param)))  # what was checked is what is written
+
+
+class OutFile(click.Path):
+    """The one file a command writes (--output, --junit): the output rule (rig.core.outdir.output_file) applied
+    when the command line is read."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)
+
+    def convert(self, value, param, ctx):
+        return str(outdir.output_file(value, _named(param)))  # what was checked is what is written
+
+
+def _named(param: click.Parameter | None) -> str:
+    return param.opts[0] if param is not None and param.opts else "the value"
+
+
 def venv_option(optional: str | None = None, **settings):
     """--venv, declared once (VENV_PATH). A command that needs a venv takes the stack's `venv` key when none is
     given (resolve it with venv_of); OPTIONAL says what a command that can do without one does then."""
     said = settings.pop("help", "The stack's virtualenv.")
     said = f"{said} Without it: {optional}" if optional else f"{said} {VENV_DEFAULT}"
-    return click.option("--venv", "venv_path", metavar="DIR", help=said, **settings)
+    return click.option("--venv", "venv_path", type=Directory(), metavar="DIR", help=said, **settings)
 
 
 def venv_of(venv_path: str | None, stack_path: str | None) -> str:
     """The venv a command works on: --venv, else the stack's `venv` key."""
-    if venv_path:
+    if venv_path is not None:
         return venv_path
     return load(need_stack(stack_path))["venv"]
 
@@ -151,15 +210,16 @@ class Choice(click.Choice):
             self.fail(f"{value!r} is not a choice: {hint}choose from {choices}", param, ctx)
 
 
-def out_option(default: str | None, what: str, **settings):
-    """--out DIR, declared once: the directory a command writes its results to (a new one or a directory)."""
-    return click.option("--out", "out_dir", type=click.Path(file_okay=False), metavar="DIR", default=default,
+def out_option(default: str | None, what: str, outputs: tuple[str, ...] = (), **settings):
+    """--out DIR, declared once: the directory a command writes its results to (a new one or a directory),
+    OUTPUTS the files it writes there; checked by the one output rule (OutDir)."""
+    return click.option("--out", "out_dir", type=OutDir(outputs), metavar="DIR", default=default,
                         show_default=default is not None, help=f"The result directory: {what}", **settings)
 
 
 def output_option(what: str = "Write here instead of stdout.", **settings):
     """--output FILE, declared once: the one file a command writes (instead of printing it)."""
-    return click.option("--output", type=click.Path(dir_okay=False), metavar="FILE", help=what, **settings)
+    return click.option("--output", type=OutFile(), metavar="FILE", help=what, **settings)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
@@ -200,21 +260,58 @@ class Url(click.ParamType):
         return value
 
 
-class Seconds(click.ParamType):
-    """A wait: finite, above 0 and at most a week (nan or inf would wait forever)."""
-    name = "seconds"
+_NUMERALS = {int: re.compile(r"[+-]?[0-9]+"),
+             float: re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(nan|inf)", re.IGNORECASE)}
+
+
+class Number(click.ParamType):
+    """Every number option's reader: ASCII digits only (Python's int and float take any script's digits, `1_0`
+    and spaces: `--max-tokens ١٢` would be 12), at most numbers.MAX_CHARS of them; then LOW to HIGH where the
+    option says so, else its consumer's range holds (the stack schema's for the plan's options; nan and inf
+    reach it as such). MANY: comma-separated, e.g. 1,4,16. A refusal is a RigError, so that a value gets the
+    same words whichever command reads it."""
+
+    def __init__(self, kind: type = int, low: float | None = None, high: float | None = None, many: bool = False):
+        self.kind, self.low, self.high, self.many = kind, low, high, many
+        self.name = ("integer" if kind is int else "float") + (" range" if (low, high) != (None, None) else "")
+        self.noun = "whole number" if kind is int else "number"
+
+    def _ranged(self, value: int | float, option: str) -> int | float:
+        low, high = (-math.inf if self.low is None else self.low), (math.inf if self.high is None else self.high)
+        if (self.low, self.high) != (None, None) and not low <= value <= high:  # nan is in no range
+            span = f"from {low} to {high}" if self.low is not None and self.high is not None else \
+                f"at least {low}" if self.low is not None else f"at most {high}"
+            raise RigError(f"{option} {value}: give a {self.noun} {span}")
+        return value
 
     def convert(self, value, param, ctx):
-        try:
-            seconds = numbers.parse(str(value), "seconds")
-        except RigError:
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not 0 < seconds <= 7 * 86400:
-            self.fail(f"{value!r}: give seconds above 0 and at most a week (604800)", param, ctx)
-        return seconds
+        option = _named(param)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):  # a default, a number already
+            return self._ranged(value, option)
+        text = str(value)
+        items = text.split(",") if self.many else [text]
+        if not all(len(item) <= numbers.MAX_CHARS and _NUMERALS[self.kind].fullmatch(item) for item in items):
+            said = f"comma-separated {self.noun}s in ASCII digits, e.g. {'1,4,16' if self.kind is int else '2,8'}" \
+                if self.many else f"a {self.noun} in ASCII digits, e.g. 12"
+            raise RigError(f"{option} {text!r}: give {said}")
+        values = [self._ranged(self.kind(item), option) for item in items]
+        return values if self.many else values[0]
 
 
-junit_option = click.option("--junit", type=click.Path(dir_okay=False),
+class Seconds(Number):
+    """A wait: finite, above 0 and at most a week (nan or inf would wait forever)."""
+
+    def __init__(self) -> None:
+        super().__init__(float, 0, 7 * 86400)
+        self.name = "seconds"
+
+    def _ranged(self, value, option):
+        if not 0 < value <= 7 * 86400:
+            raise RigError(f"{option} {value}: give seconds above 0 and at most a week (604800)")
+        return value
+
+
+junit_option = click.option("--junit", type=OutFile(),
                             help="Also write the checks as a JUnit XML file (CI systems list each one).")
 
 
@@ -253,23 +350,24 @@ def moved(command: click.Command, now: str) -> click.Command:
                          help=f"Deprecated: {line}.\n\n{command.help or ''}", short_help=f"Deprecated: use rig {now}.")
 
 
-# The plan's options: (stack key under bench, type, what it sets); --KEY spelled with dashes
+# The plan's options: (stack key under bench, type, what it sets); --KEY spelled with dashes. Their ranges are
+# the stack schema's (rig.serving.measure.plan), so Number reads only the digits.
 PLAN_OPTIONS = (
-    ("concurrency", str, "Closed-loop levels, comma-separated, e.g. 1,4,16,64"),
-    ("max_tokens", int, "Output tokens per request"),
-    ("rounds", int, "Rounds per level, servers interleaved"),
-    ("min_requests", int, "Each round sends at least max(this, 2C) requests"),
-    ("min_seconds", float, "Each round lasts at least this long"),
-    ("temperature", float, "Sampling temperature of every request; 0 is greedy"),
-    ("top_p", float, "Sampling top_p of every request"),
-    ("seed", int, "Poisson arrivals and the prompt file's order"),
-    ("warmup", int, "Requests sent before a server is measured"),
-    ("slo_ttft_ms", float, "Goodput SLO on TTFT; 0: none"),
-    ("slo_tpot_ms", float, "Goodput SLO on TPOT; 0: none"),
-    ("read_timeout", float, "Seconds without a byte before a request fails"),
-    ("request_timeout", float, "Seconds a whole request may take"),
+    ("concurrency", Number(int, many=True), "Closed-loop levels, comma-separated, e.g. 1,4,16,64"),
+    ("max_tokens", Number(int), "Output tokens per request"),
+    ("rounds", Number(int), "Rounds per level, servers interleaved"),
+    ("min_requests", Number(int), "Each round sends at least max(this, 2C) requests"),
+    ("min_seconds", Number(float), "Each round lasts at least this long"),
+    ("temperature", Number(float), "Sampling temperature of every request; 0 is greedy"),
+    ("top_p", Number(float), "Sampling top_p of every request"),
+    ("seed", Number(int), "Poisson arrivals and the prompt file's order"),
+    ("warmup", Number(int), "Requests sent before a server is measured"),
+    ("slo_ttft_ms", Number(float), "Goodput SLO on TTFT; 0: none"),
+    ("slo_tpot_ms", Number(float), "Goodput SLO on TPOT; 0: none"),
+    ("read_timeout", Number(float), "Seconds without a byte before a request fails"),
+    ("request_timeout", Number(float), "Seconds a whole request may take"),
 )
-SERIAL_OPTIONS = (("serial_runs", int, "Serial runs"), ("serial_tokens", int, "Tokens per serial run"))
+SERIAL_OPTIONS = (("serial_runs", Number(int), "Serial runs"), ("serial_tokens", Number(int), "Tokens per serial run"))
 
 
 def plan_options(serial: bool = False):

@@ -9,6 +9,7 @@ from click.core import ParameterSource
 from rig.cli.common import (
     DEFAULT_BUNDLE,
     Choice,
+    Number,
     emit,
     json_option,
     judged,
@@ -37,7 +38,7 @@ from rig.stack.spec import load, pins_packages
                  "given is checked).")
 @prefix_option
 @click.option("--container", help="Run the checks inside this running container instead of here.")
-@click.option("--expect-gpus", type=click.IntRange(1), help="GPUs this box must have (default, where a driver is: "
+@click.option("--expect-gpus", type=Number(int, 1), help="GPUs this box must have (default, where a driver is: "
               "the stack's server.tp).")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False),
               help="Instead: read a server or build log and name each known failure, its cause and fix.")

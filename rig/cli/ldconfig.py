@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import emit, json_option, prefix_option
+from rig.cli.common import OutDir, emit, json_option, prefix_option
 from rig.core.fs import atomic_write, confined
 from rig.cuda.ldconfig import conf_for
 
@@ -14,7 +14,7 @@ from rig.cuda.ldconfig import conf_for
 @click.option("--conf-dir", default="/etc/ld.so.conf.d", show_default=True)
 @click.option("--root", default="/", show_default=True,
               help="Where the tree is seen now (an image's staging dir); paths are written as seen from /.")
-@click.option("--write-under", type=click.Path(file_okay=False),
+@click.option("--write-under", type=OutDir(), metavar="DIR",
               help="Write the file under this dir (ROOT/etc/ld.so.conf.d/...) instead of printing it.")
 @json_option
 def ldconfig_conf(version, prefix, conf_dir, root, write_under, as_json) -> None:

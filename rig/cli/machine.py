@@ -5,9 +5,8 @@ from pathlib import Path
 
 import click
 
-from rig.cli.common import emit, json_option, judged, out_option, stack_option, venv_of, venv_option
+from rig.cli.common import Number, emit, json_option, judged, out_option, stack_option, venv_of, venv_option
 from rig.core import RigError
-from rig.core.fs import output_dir
 from rig.core.proc import interpreter as resolved
 from rig.machine import driver, gpu_health
 from rig.machine import probe as probing
@@ -17,8 +16,8 @@ from rig.machine import probe as probing
 @venv_option(help="The stack's venv: its torch and NCCL run the all-reduce.")
 @stack_option(required=False, help="The stack whose venv it is (when neither --venv nor --python is given).")
 @click.option("--python", "python", help="Use this interpreter instead of the venv's.")
-@click.option("--gpus", type=int, help="GPUs to all-reduce across (default: every GPU nvidia-smi lists).")
-@out_option("probe-results", "probe.json, probe.md and probe.png.")
+@click.option("--gpus", type=Number(int, 1), help="GPUs to all-reduce across (default: every GPU nvidia-smi lists).")
+@out_option("probe-results", "probe.json, probe.md and probe.png.", ("probe.json", "probe.md", "probe.png"))
 @json_option
 def probe(venv_path, stack_path, python, gpus, out_dir, as_json) -> None:
     """Measure the GPUs' all-reduce (8 KB to 256 MB) and say what it means for the stack.
@@ -29,7 +28,6 @@ def probe(venv_path, stack_path, python, gpus, out_dir, as_json) -> None:
     every GPU pair's peer-to-peer: offered or not, a copy each way checked and
     timed, each pair under a deadline (a hang fails that pair, not the probe).
     """
-    output_dir(out_dir, "--out")
     count = gpus or len(gpu_health.gpus(gpu_health.collect()))
     if not count:
         raise RigError("nvidia-smi lists no GPUs here: nothing to probe (install the driver, or give --gpus)")

@@ -7,11 +7,14 @@ import click
 
 from rig.cli.common import (
     Choice,
+    Number,
+    OutDir,
     check_option,
     emit,
     json_option,
     judged,
     junit_option,
+    need_stack,
     out_option,
     refuse_unused,
     stack_option,
@@ -20,25 +23,28 @@ from rig.cli.common import (
     write_junit,
 )
 from rig.cli.smoke import api_key_env_option
+from rig.core import outdir
 from rig.core.check import Check
 from rig.serving import prove as proving
 from rig.stack.spec import load
 
 
 @click.command()
-@stack_option(help="The stack: its CUDA and archs for the doctor, its server line for the servers.")
+# not required: --summary reads a fleet's reports wherever they were fetched, with no stack
+@stack_option(required=False, help="The stack: its CUDA and archs for the doctor, its server line for the servers.")
 @venv_option(help="The venv whose sglang serves.")
-@click.option("--tp", type=click.IntRange(1, 64), help="The TP size to prove beside 1 (default: the stack's server.tp).")
-@out_option("prove-results", "prove.json, report.md, prove.png, logs/ and (without --models) models/.")
-@click.option("--models", "models_dir", type=click.Path(file_okay=False),
+@click.option("--tp", type=Number(int, 1, 64), help="The TP size to prove beside 1 (default: the stack's server.tp).")
+@out_option("prove-results", "prove.json, report.md, prove.png, logs/ and (without --models) models/.",
+            proving.OUTPUTS)
+@click.option("--models", "models_dir", type=OutDir(), metavar="DIR",
               help="Where the numerics test model is written (default: OUT/models).")
 @click.option("--skip", multiple=True, type=Choice(proving.STEPS),
               help="Leave out a step: doctor, probe, testmodel or servers (repeat); it is "
               "reported as skipped, never as passed.")
-@click.option("--port", type=click.IntRange(1, 65535),
+@click.option("--port", type=Number(int, 1, 65535),
               help="Serve on this port instead of the stack's: a host being upgraded proves where its balancer, "
                    "which checks the stack's port, sends no traffic.")
-@click.option("--summary", "summary_dir", type=click.Path(file_okay=False),
+@click.option("--summary", "summary_dir", type=OutDir(("summary.md",)), metavar="DIR",
               help="Instead: tabulate DIR/HOST/prove.json of a fleet (playbooks/prove.yml fetches them) into "
                    "DIR/summary.md; exit 1 unless every host passed.")
 @api_key_env_option
@@ -68,7 +74,9 @@ def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, port, summary_di
         judged(table["ok"])
     if junit and check:
         raise click.UsageError("--junit has no effect with --check (nothing is proved): leave one out")
-    stack = load(stack_path)
+    if junit:  # written after the record: never over it
+        outdir.apart(junit, "--junit", out_dir, proving.OUTPUTS)
+    stack = load(need_stack(stack_path))
     if port:
         stack["server"]["port"] = port
     result = proving.run(stack, stack_path, venv_of(venv_path, stack_path), out_dir, tp, tuple(skip), models_dir,

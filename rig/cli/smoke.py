@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from rig.cli.common import (
+    Number,
     Seconds,
     Url,
     emit,
@@ -15,10 +16,9 @@ from rig.cli.common import (
     stack_option,
 )
 from rig.core import RigError
-from rig.core.fs import output_dir
 from rig.serving import bench as serve_bench
 from rig.serving import smoke as smoking
-from rig.serving.measure.plan import concurrency_option, plan_from
+from rig.serving.measure.plan import plan_from
 from rig.serving.sglang_api import KEY_ENV
 from rig.stack.spec import load
 
@@ -30,12 +30,13 @@ api_key_env_option = click.option("--api-key-env", default=KEY_ENV, show_default
 @click.option("--url", type=Url(), default="http://127.0.0.1:30000", show_default=True, help="The SGLang server.")
 @click.option("--timeout", type=Seconds(), default=900, show_default=True,
               help="Seconds to wait for /health_generate (a big model loads in about 10 minutes).")
-@click.option("--max-tokens", type=int, default=64, show_default=True, help="Tokens per test completion.")
+@click.option("--max-tokens", type=Number(int), default=64, show_default=True, help="Tokens per test completion.")
 @click.option("--log", "log_path", help="The server's log file: its tail is shown when the server fails.")
 @click.option("--speculation/--no-speculation", default=None,
               help="Require (or not) speculative decoding; default: as /server_info says the server runs.")
 @click.option("--health-only", is_flag=True, help="Only wait for /health_generate (a service's start gate).")
-@click.option("--pid", type=int, help="The server's process (systemd: $MAINPID): stop waiting once it has exited.")
+@click.option("--pid", type=Number(int, 1),
+              help="The server's process (systemd: $MAINPID): stop waiting once it has exited.")
 @click.option("--request-timeout", type=Seconds(), default=300, show_default=True,
               help="Seconds to wait for one test completion.")
 @api_key_env_option
@@ -68,7 +69,7 @@ def smoke(url, timeout, max_tokens, log_path, speculation, health_only, pid, req
               help="results.json of an earlier run against the baseline (when both cannot run at once).")
 @stack_option(help="Plan defaults: its bench section.")
 @plan_options(serial=True)
-@out_option("bench-results", "results.json, report.md and the plots.")
+@out_option("bench-results", "results.json, report.md and the plots.", serve_bench.OUTPUTS)
 @api_key_env_option
 @json_option
 def bench(url, baseline_url, baseline_results, stack_path, out_dir, api_key_env, as_json, **given) -> None:
@@ -89,8 +90,7 @@ def bench(url, baseline_url, baseline_results, stack_path, out_dir, api_key_env,
     """
     if baseline_url and baseline_results:
         raise RigError("give --baseline-url or --baseline-results, not both")
-    output_dir(out_dir, "--out")
-    plan = plan_from(load(stack_path)["bench"], **{**given, "concurrency": concurrency_option(given["concurrency"])})
+    plan = plan_from(load(stack_path)["bench"], **given)
     summary = serve_bench.run(url, plan, out_dir, baseline_url, baseline_results, api_key_env)
     emit(summary, as_json)
     judged(summary["ok"])

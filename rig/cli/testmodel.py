@@ -5,7 +5,17 @@ from pathlib import Path
 
 import click
 
-from rig.cli.common import Choice, check_option, emit, json_option, out_option, stack_option, venv_of, venv_option
+from rig.cli.common import (
+    Choice,
+    Number,
+    check_option,
+    emit,
+    json_option,
+    out_option,
+    stack_option,
+    venv_of,
+    venv_option,
+)
 from rig.core import RigError
 from rig.serving.testmodel import DEVICES as _TESTMODEL_DEVICES
 from rig.serving.testmodel import DRAFTS as _TESTMODEL_DRAFTS
@@ -19,16 +29,17 @@ from rig.serving.testmodel import build
 @venv_option(help="The stack's venv: its torch, safetensors and tokenizers write the model.")
 @stack_option(required=False, help="The stack whose venv it is (when neither --venv nor --python is given).")
 @click.option("--python", "python", help="Use this interpreter instead of the venv's.")
-@click.option("--tp", type=int, default=1, show_default=True, help="GPUs the server will split it over (1, 2, 4, 8...).")
+@click.option("--tp", type=Number(int), default=1, show_default=True,
+              help="GPUs the server will split it over (1, 2, 4, 8...).")
 @click.option("--kind", type=Choice(_TESTMODEL_KINDS), default="serving", show_default=True,
               help="serving: a fixed greedy token; numerics: tokens that follow a rule every layer computes.")
 @click.option("--draft", type=Choice(_TESTMODEL_DRAFTS),
               help="serving only: agree (default), the target accepts every proposal; random: it accepts none.")
-@click.option("--context", type=int, default=8192, show_default=True, help="The model's context length in tokens.")
+@click.option("--context", type=Number(int), default=8192, show_default=True, help="The model's context length in tokens.")
 @click.option("--shape", type=Choice(list(_TESTMODEL_SHAPES)), default="tiny", show_default=True,
               help="tiny (4 layers, hidden 256: proves the path in seconds) or Llama-3.2-1B's / Llama-3-8B's shapes "
                    "(2.5 / 16 GB: what speculation is worth at a real model's cost).")
-@click.option("--accept", type=float, default=1.0, show_default=True,
+@click.option("--accept", type=Number(float), default=1.0, show_default=True,
               help="serving, agree draft: the probability the target gives the draft's token at temperature 1 "
                    "(each drafted position is accepted with it under sampling; greedy accepts every one).")
 @click.option("--device", type=Choice(_TESTMODEL_DEVICES), default="auto", show_default=True,

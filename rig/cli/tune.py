@@ -1,11 +1,10 @@
 """`rig tune`: measure speculation on the box, derive a load-aware serving policy, confirm it."""
 from __future__ import annotations
 
-import re
-
 import click
 
 from rig.cli.common import (
+    Number,
     check_option,
     emit,
     json_option,
@@ -17,37 +16,25 @@ from rig.cli.common import (
     venv_option,
 )
 from rig.cli.smoke import api_key_env_option
-from rig.core import RigError
-from rig.core.numbers import parse
 from rig.core.schema import validate
 from rig.serving import load_profile as loads
 from rig.serving import tune as tuning
-from rig.serving.measure.plan import concurrency_option, plan_from
+from rig.serving.measure.plan import plan_from
 from rig.serving.workload import Workload
 from rig.serving.workload import load as load_prompts
 from rig.stack.spec import SCHEMA, load
 
 
-def _rates(text: str | None) -> list[float] | None:
-    """--request-rate as comma-separated plain decimals (no `1_0`, no other scripts' digits)."""
-    if text is None:
-        return None
-    items = text.split(",")
-    if not all(re.fullmatch(r"[0-9]{1,6}(\.[0-9]{1,6})?", v) for v in items):
-        raise RigError(f"--request-rate {text!r}: give comma-separated numbers of requests per second, e.g. 2,8")
-    # the limits of tune.request_rates, which the option stands in for
-    return validate([parse(v, "--request-rate", float) for v in items], SCHEMA["tune"].fields["request_rates"],
-                    "--request-rate")
-
-
 @click.command()
 @stack_option(help="The stack: its server line, bench (levels, rounds, sampling) and tune sections.")
 @venv_option(help="The venv whose sglang serves.")
-@out_option("tune-results", "tune.json, report.md, tune.png, adaptive.json, proposed-stack.yml and logs/.")
+@out_option("tune-results", "tune.json, report.md, tune.png, adaptive.json, proposed-stack.yml and logs/.",
+            tuning.OUTPUTS)
 @click.option("--prompts", "prompts_path", type=click.Path(dir_okay=False),
               help="A JSONL ({\"prompt\", \"max_tokens\"} per line) or ShareGPT JSON prompt file (default: rig's).")
-@click.option("--request-rate", "request_rates", help="Open-loop Poisson levels in requests/s, e.g. 2,8 "
-              "(default: tune.request_rates), at most the largest concurrency in flight.")
+@click.option("--request-rate", "request_rates", type=Number(float, many=True),
+              help="Open-loop Poisson levels in requests/s, e.g. 2,8 (default: tune.request_rates), at most the "
+                   "largest concurrency in flight.")
 @click.option("--load-profile", "load_profile", type=click.Path(dir_okay=False),
               help="Your server's load over time (its log's #running-req lines, a scrape of its "
                    "sglang:num_running_reqs metric, or {\"histogram\": {...}}): also name the one server that pays "
@@ -76,11 +63,11 @@ def tune(stack_path, venv_path, out_dir, prompts_path, request_rates, load_profi
     at every level; every server rig started is stopped however the run ends.
     """
     stack = load(stack_path)
-    plan = plan_from(stack["bench"], **{**given, "concurrency": concurrency_option(given["concurrency"]),
-                                        "serial_runs": 1, "serial_tokens": 1})
+    plan = plan_from(stack["bench"], **{**given, "serial_runs": 1, "serial_tokens": 1})
     stack["bench"]["concurrency"] = plan.concurrency
-    if (rates := _rates(request_rates)) is not None:
-        stack["tune"]["request_rates"] = rates
+    if request_rates is not None:  # the limits of tune.request_rates, which the option stands in for
+        stack["tune"]["request_rates"] = validate(request_rates, SCHEMA["tune"].fields["request_rates"],
+                                                  "--request-rate")
     workload = Workload(load_prompts(prompts_path, plan.max_tokens) if prompts_path else None, plan.max_tokens,
                         plan.seed)
     profile = (load_profile, loads.load(load_profile)) if load_profile else None  # read before anything starts

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import Seconds, cache_option, check_option, emit, json_option
+from rig.cli.common import Number, OutFile, Seconds, cache_option, check_option, emit, json_option
 from rig.python import lock as locking
 from rig.python import wheel_serving
 from rig.python.wheelhouse import export, fetch
@@ -52,7 +52,7 @@ def wheelhouse_export(lock_path, dest, cache, check, as_json) -> None:
 @click.option("--bind", default="0.0.0.0", show_default=True, help="The address to listen on.")
 @click.option("--idle-exit", type=Seconds(), default=600.0, show_default=True,
               help="Stop once nobody has asked anything for this long.")
-@click.option("--stats", help="Write the bytes sent to this JSON file when it stops.")
+@click.option("--stats", type=OutFile(), help="Write the bytes sent to this JSON file when it stops.")
 @click.option("--foreground", is_flag=True, help="Serve in this process (prints the port) instead of detaching.")
 @json_option
 def wheelhouse_serve(directory, bind, idle_exit, stats, foreground, as_json) -> None:
@@ -66,7 +66,7 @@ def wheelhouse_serve(directory, bind, idle_exit, stats, foreground, as_json) -> 
 
 @wheelhouse.command("route")
 @click.argument("host")
-@click.option("--port", type=click.IntRange(1, 65535), required=True, help="The port `rig wheelhouse serve` took.")
+@click.option("--port", type=Number(int, 1, 65535), required=True, help="The port `rig wheelhouse serve` took.")
 @click.option("--docker/--no-docker", default=False, help="HOST is a container on this machine's Docker engine.")
 @json_option
 def wheelhouse_route(host, port, docker, as_json) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from rig.cli.common import (
+    Number,
     cache_option,
     check_option,
     emit,
@@ -37,7 +38,7 @@ def wheels() -> None:
 @stack_option(help="Target archs and CUDA major; its lock's hash keys the built wheel.")
 @click.option("--cuda-home", help="The CUDA toolkit with nvcc (default: PREFIX/cuda-X.Y of the stack's CUDA).")
 @prefix_option
-@click.option("--jobs", type=int, help="Parallel compile jobs (default: cores, capped by memory at 4 GiB a job).")
+@click.option("--jobs", type=Number(int, 1), help="Parallel compile jobs (default: cores, capped by memory at 4 GiB a job).")
 @cache_option(help="Controller cache; wheels go to built/KEY/.")
 @click.option("--lock-hash", help="The stack lock's hash (default: read from the stack's lock file).")
 @json_option
@@ -79,7 +80,7 @@ def wheels_plan(source, stack_path, cache, as_json) -> None:
 @click.option("--root", required=True, help="The absolute path at which the builder will see the staged dir.")
 @venv_option(help="The builder's venv whose torch the build links against.")
 @click.option("--cuda-home", help="The builder's CUDA toolkit with nvcc (default: PREFIX/cuda-X.Y there).")
-@click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs on the builder (default: sized there).")
+@click.option("--jobs", type=Number(int, 1), help="Parallel compile jobs on the builder (default: sized there).")
 @check_option
 @json_option
 def wheels_stage(source, stack_path, cache, root, venv_path, cuda_home, jobs, check, as_json) -> None:

@@ -1,7 +1,8 @@
 """rig's one HTTP client, for every question it asks and every file it fetches (stdlib only: the engine
 bundle runs it on targets). Answers are untrusted: a redirect is answered as it is (a key or a token never
-travels to another origin), the whole answer has one deadline (error answers too; a server that sends a byte
-every half second ends with it), and no answer is read past its size limit.
+travels to another origin) and at once, its body unread (it says nothing rig uses, and a server need never end
+it), the whole answer has one deadline (error answers too; a server that sends a byte every half second ends
+with it), and no answer is read past its size limit.
 """
 from __future__ import annotations
 
@@ -17,6 +18,17 @@ from rig.core.fs import open_regular
 
 MAX_ANSWER = 64 << 20  # bytes: no answer rig asks a server for comes near it
 IDLE = 60.0  # seconds a download may wait for its next bytes
+
+
+def redirect_note(location: str | None) -> str:
+    """What rig says of a redirect (rig.core.http's answers and the bench's own client): never followed."""
+    to = f" to {location[:200]!r}" if location else ""
+    return (f"redirected{to}: rig does not follow redirects (the request, and an API key with it, stays with the "
+            "server asked); give the server's own address")
+
+
+def redirected(status: int) -> bool:
+    return 300 <= status < 400
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -82,6 +94,9 @@ def request(url: str, data: bytes | None = None, headers: dict | None = None, ti
         with _OPENER.open(ask, timeout=timeout) as response:
             return response.status, b"".join(_chunks(response, deadline, timeout, limit))
     except urllib.error.HTTPError as exc:  # an error answer's body is read under the same deadline
+        if redirected(exc.code):
+            exc.close()
+            return exc.code, redirect_note(exc.headers.get("Location")).encode()
         try:
             return exc.code, b"".join(_chunks(exc, deadline, timeout, limit))
         except _Cut as cut:

@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rig.core import RigError, progress
+from rig.core import RigError, outdir, progress
 from rig.core.escape import cell
 from rig.core.schema import Field, between
 from rig.serving.measure.plan import Plan, check_fits
@@ -30,6 +30,9 @@ from rig.serving.measure.stats import PERCENTILES, shown
 from rig.serving.measure.sweep import Level, Server, measure
 from rig.serving.measure.verdict import crossover, nothing_measured
 from rig.serving.sglang_api import KEY_ENV, call
+
+# what a run writes into --out, each refused up front where a directory stands in its place
+OUTPUTS = ("results.json", "report.md", "throughput.png", "per_request.png")
 
 
 def report_markdown(result: dict) -> str:
@@ -155,6 +158,7 @@ def _answering(url: str, api_key_env: str) -> None:
 
 def run(url: str, plan: Plan, out: str | Path, baseline_url: str | None = None, baseline_results: str | None = None,
         api_key_env: str = KEY_ENV) -> dict:
+    out = outdir.results_dir(out, OUTPUTS)  # as tune's and prove's: before anything is read or measured
     earlier = _earlier(baseline_results) if baseline_results else None
     for address in filter(None, (url, baseline_url)):
         _answering(address, api_key_env)

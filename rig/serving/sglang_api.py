@@ -87,12 +87,35 @@ def server_accept_length(info: dict) -> float | None:
 
 
 def expect_json(status: int, body: bytes, what: str) -> dict:
+    """A 200 answer's JSON object, else a RigError naming WHAT. Bytes that are not UTF-8 are kept (as lone
+    surrogates, never replaced by U+FFFD), so that a reader of the text can tell (completion_problem)."""
     if status != 200:
         raise RigError(f"{what}: HTTP {status or 'no answer'}: {body[:300].decode(errors='replace')}")
     try:
-        value = parse_json(body.decode(errors="replace"), what)
+        value = parse_json(body.decode(errors="surrogateescape"), what)
     except RigError as exc:
         raise RigError(f"{what}: the answer is not JSON (or nested absurdly deep): {body[:200]!r}") from exc
     if not isinstance(value, dict):
         raise RigError(f"{what}: the answer is not a JSON object: {body[:200]!r}")
     return value
+
+
+def completion_problem(text: object) -> str | None:
+    """What makes a /generate answer's text no completion, or None: none, blank, or not valid UTF-8 (bytes that
+    are not UTF-8, or a lone surrogate escaped in the JSON: what no tokenizer decodes to)."""
+    if text is None or isinstance(text, str) and not text.strip():
+        return "empty completion"
+    if not isinstance(text, str):
+        return f"the text is {type(text).__name__}, not a string"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start]
+        what = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"{bad!r}"
+        return f"the completion is not valid UTF-8 ({what} at character {exc.start})"
+    return None
+
+
+def shown(text: object, most: int = 200) -> str:
+    """TEXT for a report: at most MOST characters, any that are not UTF-8 written as escapes."""
+    return str(text if text is not None else "")[:most].encode("utf-8", "backslashreplace").decode("utf-8")

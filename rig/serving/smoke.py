@@ -6,18 +6,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rig.core import RigError, progress
+from rig.core import RigError, http, progress
 from rig.core.fs import read_tail
 from rig.serving.sglang_api import (
     KEY_ENV,
     accept_length,
     call,
+    completion_problem,
     context_length,
     expect_json,
     generate_body,
     number,
     server_accept_length,
     server_info,
+    shown,
 )
 
 # Below this a draft costs more than it saves: seen as 1.02 with a draft that proposes the wrong token
@@ -67,6 +69,8 @@ def wait_healthy(url: str, timeout: float, log: str | None = None, api_key_env: 
                             api_key_env=api_key_env)
         if status == 200:
             return waited
+        if http.redirected(status):  # never followed, so never healthy: no use waiting out the timeout
+            raise RigError(f"{url}/health_generate answered HTTP {status}, {body.decode(errors='replace')}")
         if pid is not None and not alive(pid):
             raise RigError(f"the server (process {pid}) exited after {waited:.0f} s, before {url} was healthy; "
                            "its log says why" + log_tail(log))
@@ -87,8 +91,8 @@ def _one(url: str, prompt: str, max_tokens: int, api_key_env: str, timeout: floa
     meta_info = out.get("meta_info")
     meta: dict = meta_info if isinstance(meta_info, dict) else {}
     problems = []
-    if not str(out.get("text") or "").strip():
-        problems.append("empty completion")
+    if wrong := completion_problem(out.get("text")):
+        problems.append(wrong)
     tokens = meta.get("completion_tokens")
     if not isinstance(tokens, int) or not 0 < tokens <= max_tokens:
         problems.append(f"completion_tokens {tokens!r} is not within 1..{max_tokens}")
@@ -97,7 +101,7 @@ def _one(url: str, prompt: str, max_tokens: int, api_key_env: str, timeout: floa
     return {"prompt": prompt, "ok": not problems, "problems": problems, "completion_tokens": tokens,
             "prompt_tokens": meta.get("prompt_tokens"), "e2e_latency": number(meta.get("e2e_latency")),
             "accept_length": accept_length(meta) if isinstance(tokens, int) else None,
-            "text": str(out.get("text") or "")[:200]}
+            "text": shown(out.get("text"))}
 
 
 def run(url: str, timeout: float = 900.0, max_tokens: int = 64, log: str | None = None,

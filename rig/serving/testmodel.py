@@ -148,12 +148,16 @@ def _room(out: Path, size: int) -> None:
                        "free space or give an --out on a larger disk")
 
 
-# what rig reads of the builder's answer: another Python may answer anything, so it is checked before it is used
-ANSWER = Field(dict, open=True, fields={
-    "bytes": Field(int, required=True, check=between(0, 1 << 50)), "greedy_text": Field(str, required=True),
-    "greedy_token": Field((int, type(None))),
-    "t_probability": Field((float, type(None)), check=lambda v: None if v is None else between(0.0, 1.0)(v)),
-    "reference": Field((dict, type(None)), open=True)})
+# What rig reads of the builder's answer, by what was asked: another Python may answer anything, so the answer
+# is checked whole before it is used, and before anything is moved into --out (a value the message needs
+# and lacks would otherwise fail only after the model replaced what was there).
+SIZES = Field(dict, open=True, fields={"bytes": Field(int, required=True, check=between(0, 1 << 50))})
+SERVING = Field(dict, open=True, fields={
+    **SIZES.fields, "greedy_text": Field(str, required=True), "greedy_token": Field((int, type(None))),
+    # the builder gives T's probability whatever --accept is; the message reads it when --accept is below 1
+    "t_probability": Field((int, float), required=True, check=between(0.0, 1.0))})
+NUMERICS = Field(dict, open=True, fields={
+    **SIZES.fields, "greedy_text": Field(str, required=True), "reference": Field(dict, required=True, open=True)})
 
 
 def _write(python: Path, spec: dict, into: Path, timeout: float) -> dict:
@@ -161,7 +165,11 @@ def _write(python: Path, spec: dict, into: Path, timeout: float) -> dict:
     done = run([str(python), "-c", script("testmodel_build"), request],
                "rig testmodel", timeout=timeout, env={**os.environ, "PYTHONHASHSEED": "0"})
     answer = last_json(done.stdout, "rig testmodel")
-    return validate(answer, ANSWER, f"the answer of {python} writing the test model")
+    wanted = SIZES if spec.get("sizes_only") else SERVING if spec["kind"] == "serving" else NUMERICS
+    checked = validate(answer, wanted, f"the answer of {python} writing the test model")
+    if wanted is NUMERICS:
+        _reference_holds(checked["reference"])
+    return checked
 
 
 def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree", context: int = 8192,
@@ -198,10 +206,9 @@ def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree"
         if kind == "serving":
             info.update(shape=shape, accept=accept, temperature=1.0,
                         expected_accept_length={"greedy": "steps + 1", **expected_accept_lengths(accept)})
-        if kind == "numerics":
-            _reference_holds(info.get("reference"))
         made = staging / "model"
-        (made / MARKER).write_text(dump_json({"spec": spec, **info}, MARKER, indent=2, sort_keys=True) + "\n")
+        # rig's own keys last: an answer's "spec" must not stand in for rig's record
+        (made / MARKER).write_text(dump_json({**info, "spec": spec}, MARKER, indent=2, sort_keys=True) + "\n")
         _readable(made)
         changed = not _same_tree(made, out)
         if changed and not check:
@@ -221,8 +228,8 @@ def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree"
         if accept < 1:
             msg += (f"; at temperature 1 the target gives it probability {info['t_probability']:.3f} (asked "
                     f"{accept:g}): expected accept length {info['expected_accept_length']['3']:.2f} with 3 steps")
-    return {"changed": changed, "target": str(out / "target"), "draft": str(out / "draft"), "kind": spec["draft"],
-            "model": kind, **info, "msg": msg}
+    return {**info, "changed": changed, "target": str(out / "target"), "draft": str(out / "draft"),
+            "kind": spec["draft"], "model": kind, "msg": msg}
 
 
 def ensure(server: dict, python: str | Path, check: bool = False) -> dict | None:

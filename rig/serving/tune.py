@@ -192,11 +192,8 @@ def uncapped(variant: Variant, record: dict) -> Variant | None:
 
 def levels(stack: dict) -> list[Level]:
     concurrency = stack["bench"]["concurrency"]
+    # each given once: the stack's schema and the options' reader refuse a level listed twice (schema.once)
     found = [Level(c) for c in concurrency] + [Level(max(concurrency), r) for r in stack["tune"]["request_rates"]]
-    names = [lv.name for lv in found]
-    if twice := sorted({n for n in names if names.count(n) > 1}):
-        raise RigError(f"the levels {', '.join(twice)} are given twice (bench.concurrency, tune.request_rates or the "
-                       "options): give each level once")
     if unmeasured := sorted(set(stack["tune"]["profile_levels"]) - set(concurrency)):
         raise RigError(f"tune.profile_levels lists {', '.join(map(str, unmeasured))}, a concurrency no level measures "
                        f"(bench.concurrency: {', '.join(map(str, concurrency))}): profile measured levels only")

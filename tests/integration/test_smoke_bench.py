@@ -90,6 +90,19 @@ def test_smoke_times_out_with_the_log_tail(serve, tmp_path):
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.parametrize("bad, says", [("bytes", "byte 0xc3 at character 256"),
+                                       ("surrogate", "'\\ud800' at character 256")])
+def test_smoke_fails_a_completion_that_is_not_utf8(serve, bad, says):
+    """Bytes no UTF-8 decoder takes (or a lone surrogate escaped in the JSON) after 64 good tokens: each completion
+    fails, saying so, where U+FFFD once stood in for them and the completion passed."""
+    done = rig("smoke", "--url", serve(*BASELINE, "--bad-text", bad), "--json")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert not report["ok"] and [r["ok"] for r in report["requests"]] == [False] * 3
+    assert [p.split(": ", 1)[1] for p in report["problems"]] == [f"the completion is not valid UTF-8 ({says})"] * 3
+    assert all(r["text"].startswith("tok tok ") for r in report["requests"])  # shown, escaped
+
+
 def test_smoke_against_a_server_that_dies(serve):
     url = serve(*BASELINE, "--die-after", "1")
     done = rig("smoke", "--url", url, "--timeout", "10", timeout=60)

@@ -180,7 +180,8 @@ def test_poisson_rates_are_measured_and_mapped_to_their_running_batch(tune_case)
     ('{"prompt": "hello"}\n{"prompt": ""}\n', "line 2: no prompt text"),
     ('{"prompt": "hello", "max_tokens": 0}\n', "max_tokens must be a whole number"),
     ('{"prompt": "hi"\n', "line 1"),
-    ('[{"conversations": [{"from": "gpt", "value": "x"}]}]', "entry 1: no prompt text"),
+    ('[{"conversations": [{"from": "gpt", "value": "x"}]}]', "holds no prompt: none of its 1 ShareGPT conversation"),
+    ('[{"conversations": [{"from": "human", "value": 7}]}]', "entry 1: no prompt text"),
     ("", "holds no prompt"),
     (None, "is not a regular file"),
 ])
@@ -272,7 +273,7 @@ def test_sigterm_stops_every_server_it_started_and_writes_what_was_measured(tune
     ("dir-output", [], "holds directories where rig writes tune.json"),
     (None, ["--request-rate", "0.0001"], "0.0001 is out of range: give 0.001 to 100000"),
     (None, ["--request-rate", "1_0"], "give comma-separated numbers"),
-    (None, ["--concurrency", "1,1"], "C=1 are given twice"),
+    (None, ["--concurrency", "1,1"], "1 given more than once: give each once"),
 ])
 def test_hostile_outputs_and_levels_are_refused_and_leave_nothing_running(tune_case, setup, args, says):
     stack, env = tune_case(*MODEL)

@@ -30,6 +30,13 @@ class Hostile(http.server.BaseHTTPRequestHandler):
             self.send_response(302)
             self.send_header("Location", f"http://127.0.0.1:{self.server.elsewhere}{self.path}")
             self.end_headers()
+        elif mode == "stalled redirect":  # announces a body, never sends it, holds the connection
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{self.server.elsewhere}{self.path}")
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.flush()
+            self.server.release.wait(120)
         elif mode in ("dribble", "dribbled error"):
             self.send_response(200 if mode == "dribble" else 500)
             self.send_header("Content-Length", "1000")
@@ -59,7 +66,7 @@ class Hostile(http.server.BaseHTTPRequestHandler):
 def serve(mode: str, elsewhere: int = 0):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
     server.daemon_threads = True
-    server.mode, server.elsewhere = mode, elsewhere
+    server.mode, server.elsewhere, server.release = mode, elsewhere, threading.Event()
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -69,6 +76,7 @@ def servers():
     started = []
     yield lambda mode, elsewhere=0: started.append(serve(mode, elsewhere)) or started[-1]
     for server in started:
+        server.release.set()
         server.shutdown()
 
 
@@ -85,7 +93,7 @@ def test_a_redirect_is_answered_as_it_is_and_the_key_never_leaves_the_origin(ser
 def test_the_bench_client_does_not_follow_a_redirect_either(servers, monkeypatch):
     import asyncio
 
-    from rig.serving.measure.load import session, stream
+    from rig.serving.measure.load import Redirected, session, stream
     from rig.serving.measure.plan import plan_from
 
     monkeypatch.setenv("SGLANG_API_KEY", "secret")
@@ -96,10 +104,49 @@ def test_the_bench_client_does_not_follow_a_redirect_either(servers, monkeypatch
         async with session(plan_from(concurrency=[1]), "SGLANG_API_KEY", 1) as client:
             return await stream(client, f"http://127.0.0.1:{first.server_port}", {"text": "hi"})
 
-    result = asyncio.run(one())
-    assert result["ok"] is False and result["error"].startswith("redirected (HTTP 302): rig does not follow")
+    with pytest.raises(Redirected, match="^HTTP 302 redirected to 'http://127.0.0.1:.*': rig does not follow"):
+        asyncio.run(one())
     assert [s for s in SEEN if s[0] == other.server_port] == []
     assert (first.server_port, "/generate", "Bearer secret") in SEEN
+
+
+def test_a_redirect_whose_body_never_comes_is_answered_at_once_by_every_client(servers, monkeypatch):
+    """A redirect's body is never read: a server that announces one and holds the connection had rig's client
+    wait out its timeout, the bench client its read timeout, smoke its whole health timeout and the cache flush
+    a minute, request after request (the bench hung). Now each says at once that rig does not follow it, the bench
+    stops sending to that URL after its first request, and the key still never leaves the origin."""
+    import asyncio
+
+    from rig.core import RigError
+    from rig.serving import smoke
+    from rig.serving.measure.load import Redirected, flush, run_requests, session, stream
+    from rig.serving.measure.plan import plan_from
+
+    monkeypatch.setenv("SGLANG_API_KEY", "secret")
+    other = servers("plain")
+    stalled = servers("stalled redirect", other.server_port)
+    url = f"http://127.0.0.1:{stalled.server_port}"
+    status, body = call(url, "/health", timeout=2)
+    assert status == 302 and body.startswith(b"redirected to 'http://127.0.0.1:%d/health': rig does not follow"
+                                             % other.server_port), body  # not b"timed out"
+    plan = plan_from(concurrency=[1], read_timeout=2)
+
+    async def one() -> dict:
+        async with session(plan, "SGLANG_API_KEY", 1) as client:
+            return await stream(client, url, {"text": "hi"})
+
+    with pytest.raises(Redirected, match="^HTTP 302 redirected to"):  # not "no data within the read timeout"
+        asyncio.run(one())
+    sent = len([s for s in SEEN if s[0] == stalled.server_port and s[1] == "/generate"])
+    results = asyncio.run(run_requests(url, plan, "SGLANG_API_KEY", lambda i: {"text": f"hi {i}"}, 20, 1))
+    assert [r["ok"] for r in results] == [False] and results[0]["error"].startswith("HTTP 302 redirected to")
+    assert len([s for s in SEEN if s[0] == stalled.server_port and s[1] == "/generate"]) == sent + 1
+    with pytest.raises(RigError, match="/flush_cache answered HTTP 302, redirected to .*: rig does not follow"):
+        flush(url, "SGLANG_API_KEY", wait=5)
+    with pytest.raises(RigError, match="/health_generate answered HTTP 302, redirected to .*give the server's own"):
+        smoke.wait_healthy(url, 5)
+    assert [s for s in SEEN if s[0] == other.server_port] == []
+    assert (stalled.server_port, "/flush_cache", "Bearer secret") in SEEN
 
 
 def test_the_timeout_bounds_the_whole_answer_not_each_read(servers):

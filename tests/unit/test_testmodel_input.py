@@ -118,3 +118,57 @@ def test_tune_keeps_the_test_model_rigs_record_says_is_the_one_asked_for_and_wri
     assert ensure({**server, "model": "/models/llama"}, sys.executable) is None
     assert ensure({**server, "testmodel_accept": 0.5}, sys.executable, check=True)["changed"]
     assert "would write the 1b test model" in ensure({**server, "testmodel_shape": "1b"}, sys.executable, check=True)["msg"]
+
+
+FAKE_BUILDER = """#!{python}
+import json, os, sys
+from pathlib import Path
+out = Path(json.loads(sys.argv[-1])["out"])
+for part in ("target", "draft"):
+    (out / part).mkdir(parents=True)
+    (out / part / "config.json").write_text("{{}}")
+print(os.environ["FAKE_ANSWER"])
+"""
+
+
+@pytest.mark.parametrize("answer, says", [
+    ({"t_probability": None}, "t_probability: is required"),  # was: moved into --out, then a TypeError
+    ({"t_probability": 1.5}, "t_probability: 1.5 is out of range"),
+])
+def test_a_builder_answer_the_message_cannot_use_is_refused_before_out_is_touched(tmp_path, answer, says):
+    """The builder wrote a model, but its answer lacks what rig reads: one clean error, --out as it was."""
+    import json
+    import os
+
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_BUILDER.format(python=sys.executable))
+    fake.chmod(0o755)
+    out = tmp_path / "m"
+    answer = {"bytes": 1000, "greedy_text": " the", "greedy_token": 5, **answer}
+    done = rig("testmodel", "--out", str(out), "--python", str(fake), "--accept", "0.5",
+               env={**os.environ, "FAKE_ANSWER": json.dumps(answer)})
+    assert done.returncode == 2 and says in done.stderr and "writing the test model" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["python"]  # nothing staged is left
+
+
+def test_a_whole_builder_answer_is_installed_and_rigs_record_stays_rigs(tmp_path):
+    """The same fake builder with a whole answer: the model is moved into --out; a "spec" in the answer does not
+    replace rig's own record (which decides whether the directory is rig's to replace)."""
+    import json
+    import os
+
+    from rig.serving.testmodel import made_by_rig
+
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_BUILDER.format(python=sys.executable))
+    fake.chmod(0o755)
+    out = tmp_path / "m"
+    answer = {"bytes": 1000, "greedy_text": " the", "greedy_token": 5, "t_probability": 0.5012, "spec": "theirs"}
+    done = rig("testmodel", "--out", str(out), "--python", str(fake), "--accept", "0.5", "--json",
+               env={**os.environ, "FAKE_ANSWER": json.dumps(answer)})
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["changed"] is True and "probability 0.501 (asked 0.5)" in said["msg"]
+    assert made_by_rig(out)["accept"] == 0.5 and sorted(p.name for p in out.iterdir()) == \
+        ["draft", "target", "testmodel.json"]

@@ -2,12 +2,13 @@
 
 A request the server refuses (HTTP 4xx, or an error chunk inside a 200 stream, as SGLang answers a streamed
 request it rejects) is a failed request with the server's reason, and the run goes on; only a server that stops
-answering ends it (ServerDown). Every request has two limits besides the read timeout (silence): a whole-request
-deadline and a chunk count (each chunk carries at least one token, so a stream of more chunks than the tokens
-asked for is a server going on past max_new_tokens). The client parses only the first and the last chunk in full:
-SGLang's chunks carry the cumulative output, so parsing each would make the client, not the server, the limit at
-high concurrency. aiohttp, not rig.core.http: hundreds of streams at once need an event loop; its pool is sized
-to the requests in flight, so it never caps a level below what it claims.
+answering ends it (ServerDown), or one that redirects (Redirected: never followed, so nothing is measured there).
+Every request has two limits besides the read timeout (silence): a whole-request deadline and a chunk count (each
+chunk carries at least one token, so a stream of more chunks than the tokens asked for is a server going on past
+max_new_tokens). The client parses only the first and the last chunk in full: SGLang's chunks carry the
+cumulative output, so parsing each would make the client, not the server, the limit at high concurrency. aiohttp,
+not rig.core.http: hundreds of streams at once need an event loop; its pool is sized to the requests in flight,
+so it never caps a level below what it claims.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from rig.core import RigError
+from rig.core import RigError, http
 from rig.core.documents import parse_json
 from rig.serving.measure.plan import Plan
 from rig.serving.sglang_api import accept_length, call, headers, number
@@ -27,6 +28,10 @@ MAX_REQUESTS = 100_000  # one level's bound, whatever min_seconds says
 
 class ServerDown(Exception):
     """Nothing answers at the URL any more: the run stops."""
+
+
+class Redirected(ServerDown):
+    """The server answers with a redirect, which is never followed: nothing can be measured at the URL."""
 
 
 class Oversized(Exception):
@@ -65,6 +70,8 @@ async def stream(session, url: str, body: dict, decoding: Callable[[], None] | N
     try:
         # a redirect is answered as it is: followed, the request (and its API key) would reach another origin
         async with session.post(url + "/generate", json=body, allow_redirects=False) as response:
+            if http.redirected(response.status):  # answered at once, its body unread (a server need never end it)
+                raise Redirected(f"HTTP {response.status} {http.redirect_note(response.headers.get('Location'))}")
             if response.status != 200:
                 return refused(response.status, await response.content.read(65536))
             # SGLang's chunks carry the cumulative text: a token is a few bytes of text and of ids
@@ -131,9 +138,6 @@ def refused(status: int, body: bytes) -> dict:
         reason = str(error.get("message", error) if isinstance(error, dict) else error)[:300]
     except (RigError, KeyError, TypeError):
         pass
-    if 300 <= status < 400:
-        return {"ok": False, "refused": True, "error": f"redirected (HTTP {status}): rig does not follow redirects; "
-                "give --url the server's own address"}
     kind = "refused" if 400 <= status < 500 or status == 200 else "server error"
     return {"ok": False, "refused": kind == "refused", "error": f"{kind} (HTTP {status}): {reason}"}
 
@@ -183,9 +187,10 @@ async def run_requests(url: str, plan: Plan, api_key_env: str, body_for: Callabl
 
         try:
             results.append(await limited(client, url, body_for(i), plan.request_timeout, started))
-        except ServerDown as exc:
+        except ServerDown as exc:  # no more requests: each would end the same way
             down.append(str(exc))
-            results.append({"ok": False, "error": f"server unreachable: {exc}"})
+            results.append({"ok": False, "error": str(exc) if isinstance(exc, Redirected) else
+                            f"server unreachable: {exc}"})
         finally:
             decoding -= len(seen)
 
@@ -227,6 +232,8 @@ def flush(url: str, api_key_env: str, wait: float = 60.0) -> None:
             return
         if status == 0:
             raise ServerDown(body.decode(errors="replace"))
+        if http.redirected(status):  # it will redirect until the deadline: say so now
+            raise RigError(f"{url}/flush_cache answered HTTP {status}, {body.decode(errors='replace')}")
         if time.monotonic() > deadline:
             raise RigError(f"{url}/flush_cache kept answering HTTP {status}: {body[:200]!r}")
         time.sleep(0.5)

@@ -54,16 +54,6 @@ def plan_from(bench: dict | None = None, **given: Any) -> Plan:
     return Plan(**checked)
 
 
-def concurrency_option(text: str | None) -> list[int] | None:
-    """--concurrency as comma-separated whole numbers; their range is the plan's to check."""
-    if text is None:
-        return None
-    items = text.split(",")
-    if not all(item.isascii() and item.isdigit() and len(item) <= 6 for item in items):
-        raise RigError(f"--concurrency {text!r}: give comma-separated whole numbers, e.g. 1,4,16")
-    return [int(item) for item in items]
-
-
 # Byte-level and byte-fallback tokenizers make at most one token per byte; a few more for BOS and templates.
 PROMPT_TOKENS_MAX = max(len(builtin(i).encode()) for i in (-9, 10_000_000)) + 8
 

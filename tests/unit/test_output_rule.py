@@ -1,0 +1,192 @@
+"""One output rule for every command (rig.core.outdir), checked when the command line is read, before any work;
+one reader for every number option; a deleted current directory, a dangling default stack and the fleet summary
+said or run plainly."""
+import contextlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import BIN, REPO, rig
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from rig.core import RigError, outdir
+
+STACK = str(REPO / "stacks" / "default.yml")
+NOWHERE = "http://127.0.0.1:9"  # nothing answers: a run that got past its checks stops there
+
+
+def rig_in(cwd: Path | str, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RIG_STACK"}
+    return subprocess.run([str(BIN / "rig"), *args], cwd=cwd, capture_output=True, text=True, check=False, env=env)
+
+
+def refused(done: subprocess.CompletedProcess, *says: str) -> None:
+    assert done.returncode == 2 and done.stderr.count("rig: error:") == 1, done.stderr
+    assert all(s in done.stderr for s in says), done.stderr
+
+
+# ------------------------------------------------------------------ mechanism 6: outputs checked first
+
+def test_bench_refuses_a_dangling_out_a_directory_for_its_record_and_an_empty_out_before_any_request(tmp_path):
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "taken" / "results.json").mkdir(parents=True)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    refused(rig("bench", "--url", NOWHERE, "--out", str(tmp_path / "dangling")),
+            f"{tmp_path / 'dangling'} is a link to {tmp_path / 'nowhere'}, which does not exist")
+    refused(rig("bench", "--url", NOWHERE, "--out", str(tmp_path / "taken")),
+            "holds directories where rig writes results.json")
+    refused(rig_in(tmp_path, "bench", "--stack", STACK, "--url", NOWHERE, "--out", ""),
+            "--out '': give a directory, not empty (that would be the current directory)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and not (tmp_path / "nowhere").exists()
+
+
+def test_prove_refuses_a_junit_file_that_is_its_own_record(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "prove.json").write_text("{}")  # an earlier run's record
+    (tmp_path / "record-link").symlink_to(out / "prove.json")
+    for junit in (out / "prove.json", tmp_path / "out" / ".." / "out" / "prove.json", tmp_path / "record-link"):
+        refused(rig("prove", "--venv", str(tmp_path), "--out", str(out), "--junit", str(junit)),
+                "--junit", "the run's own prove.json")
+    assert [p.name for p in out.iterdir()] == ["prove.json"] and (out / "prove.json").read_text() == "{}"
+    new = tmp_path / "new"
+    refused(rig("prove", "--venv", str(tmp_path), "--out", str(new), "--junit", str(new)), "is the result directory")
+    assert not new.exists()
+
+
+def test_env_remove_refuses_an_empty_venv_rather_than_acting_on_the_stacks():
+    refused(rig("env", "remove", "--venv", "", "--stack", STACK), "--venv '': an empty path")
+
+
+def test_an_empty_output_file_or_junit_is_refused(tmp_path):
+    refused(rig_in(tmp_path, "stack", "vars", "--stack", STACK, "--output", ""), "--output '': give a file path, not empty")
+    refused(rig_in(tmp_path, "validate", "--stack", STACK, "--junit", ""), "--junit '': give a file path, not empty")
+    assert not list(tmp_path.iterdir())
+
+
+OUTPUTS = ("results.json", "report.md")
+PARTS = st.sampled_from(["out", "new", "file", "dangling", "linkdir", "taken", "results.json", ".", "..", "a\nb"])
+
+
+@contextlib.contextmanager
+def scratch():
+    """A directory of everything in an output's way: a file, a link to nothing, a link to a directory, a
+    directory whose results.json is a directory; the current directory while the block runs."""
+    with tempfile.TemporaryDirectory() as name:
+        root = Path(name).resolve()
+        (root / "file").write_text("x")
+        (root / "dangling").symlink_to(root / "nowhere")
+        (root / "taken" / "results.json").mkdir(parents=True)
+        (root / "linkdir").symlink_to(root / "taken")
+        (root / "out").mkdir()
+        with contextlib.chdir(root):
+            yield root
+
+
+def tree(root: Path) -> list[tuple[str, int]]:
+    return sorted((str(p.relative_to(root)), p.lstat().st_mode) for p in root.rglob("*"))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(parts=st.lists(PARTS, max_size=4), absolute=st.booleans())
+def test_an_output_path_the_rule_takes_is_written_whole_and_one_it_refuses_is_left_untouched(parts, absolute):
+    with scratch() as root:
+        text = "/".join(parts)
+        if absolute:
+            text = str(root / text) if text else str(root)
+        assume(os.path.normpath(os.path.join(root, text or ".")).startswith(str(root)))  # never outside scratch
+        before = tree(root)
+        try:
+            out = outdir.results_dir(text, OUTPUTS)
+        except RigError as exc:
+            assert tree(root) == before and "--out" in str(exc)
+        else:
+            assert text and out.is_absolute()
+            written = outdir.write(out, {name: name for name in OUTPUTS})  # never fails once the rule took it
+            assert [Path(p).read_text() for p in written] == list(OUTPUTS)
+        with contextlib.suppress(RigError):
+            path = outdir.output_file(text, "--output")
+            outdir.atomic_write(path, "x")
+            assert path.read_text() == "x" and not path.is_symlink()
+
+
+# ------------------------------------------------------------------ mechanism 7: one number reader
+
+@pytest.mark.parametrize("args, says", [
+    (["bench", "--url", NOWHERE, "--max-tokens", "١٢"], "--max-tokens '١٢': give a whole number in ASCII digits"),
+    (["bench", "--url", NOWHERE, "--concurrency", "1,٤"], "--concurrency '1,٤': give comma-separated whole numbers"),
+    (["bench", "--url", NOWHERE, "--temperature", "٠.٥"], "--temperature '٠.٥': give a number in ASCII digits"),
+    (["bench", "--url", NOWHERE, "--rounds", "1_0"], "--rounds '1_0'"),
+    (["smoke", "--url", NOWHERE, "--max-tokens", "١٢"], "--max-tokens '١٢'"),
+    (["smoke", "--url", NOWHERE, "--timeout", "٣"], "--timeout '٣'"),
+    (["prove", "--tp", "٢"], "--tp '٢'"),
+    (["machine", "probe", "--gpus", "٨"], "--gpus '٨'"),
+    (["wheelhouse", "route", "h", "--port", "٨٠"], "--port '٨٠'"),
+    (["bench", "--url", NOWHERE, "--concurrency", "4,1,4"], "4 given more than once"),
+])
+def test_every_number_option_takes_ascii_digits_only(tmp_path, args, says):
+    refused(rig(*args, "--out", str(tmp_path / "out")) if args[0] in ("bench", "prove", "machine") else rig(*args),
+            says)
+    assert not (tmp_path / "out").exists()
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(text=st.text(st.characters(whitelist_categories=("Nd", "Zs", "Pc", "Pd")) | st.sampled_from("0123456789.,e+"),
+                    max_size=8))
+def test_the_number_reader_takes_only_what_an_ascii_numeral_says(text):
+    from rig.cli.common import Number
+
+    for kind in (int, float):
+        try:
+            value = Number(kind).convert(text, None, None)
+        except RigError:
+            continue
+        assert text.isascii() and "_" not in text and text == text.strip() and value == kind(text)
+    try:
+        values = Number(int, many=True).convert(text, None, None)
+    except RigError:
+        return
+    assert text.isascii() and values == [int(v) for v in text.split(",")]
+
+
+# ------------------------------------------------------------------ mechanism 8 and the fleet summary
+
+def gone(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """ARGS run in a current directory deleted under rig."""
+    where = tmp_path / "gone"
+    where.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "RIG_STACK"}
+    try:
+        return subprocess.run(["bash", "-c", 'cd "$1" && rmdir "$1" && exec "${@:2}"', "-", str(where),
+                               str(BIN / "rig"), *args], capture_output=True, text=True, check=False, env=env)
+    finally:
+        assert not where.exists()
+
+
+def test_a_deleted_current_directory_is_named_and_help_still_works(tmp_path):
+    for args in (["--help"], ["stack", "show", "--help"], ["bench", "--help"]):
+        helped = gone(tmp_path, *args)
+        assert helped.returncode == 0 and helped.stdout.startswith("Usage: rig") and helped.stderr == "", args
+    for args in (["stack", "show"], ["bench", "--url", NOWHERE]):
+        refused(gone(tmp_path, *args), f"the current directory {tmp_path / 'gone'} has been deleted: cd to")
+
+
+def test_a_dangling_default_stack_is_said_to_be_a_link_to_nothing_naming_its_target(tmp_path):
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / "default.yml").symlink_to("../gone.yml")
+    refused(rig_in(tmp_path, "stack", "show"),
+            f"stack file {tmp_path / 'stacks' / 'default.yml'} is a link to ../gone.yml, which does not exist")
+    helped = " ".join(rig_in(tmp_path, "stack", "show", "--help").stdout.split())
+    assert "a link to ../gone.yml, which does not exist" in helped
+
+
+def test_the_fleet_summary_runs_where_the_reports_are_with_no_stack(tmp_path):
+    (tmp_path / "host1").mkdir()
+    (tmp_path / "host1" / "prove.json").write_text('{"ok": true, "steps": []}')
+    done = rig_in(tmp_path, "prove", "--summary", ".")
+    assert done.returncode == 0, done.stderr
+    assert "every host passed (1)" in done.stdout and (tmp_path / "summary.md").is_file()
+    refused(rig_in(tmp_path, "prove", "--summary", ".", "--stack", STACK), "--stack has no effect with --summary")
