@@ -1,0 +1,168 @@
+"""Prove the free-off draft patches against the real sglang wheels, with no GPU and nothing installed.
+
+    python docs/validation/free-off/check_anchors.py [--wheel VERSION=PATH ...]
+
+(by default the sglang wheels of stacks/h200-sglang-0.5.17.lock and stacks/sm120-sglang-0.5.23.lock, fetched into
+rig's wheel cache and checked against the locks' hashes)
+
+For every version, the files the patches touch are read from the wheel (a zip; nothing is installed) and:
+
+1. each hunk's anchor (find) occurs exactly once in the wheel's file, its replacement does not occur there
+   (else rig would call the file "applied" untouched), and applied in order every later anchor still occurs
+   once; the patched file compiles;
+2. rig's own engine (rig.patches: status, apply, revert) runs on a plain directory holding those files as a
+   stand-in install: status says needed, apply writes them (it compiles them and runs each patch's check in
+   this Python), status then says applied, a second apply changes nothing, and revert puts back the wheel's
+   bytes exactly (sha256), leaving no state file or backup behind.
+
+Exit status 0 only when every check passes. Run from the repository root (rig is imported from it).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+from rig.patches import Env, apply, load, revert, status  # noqa: E402
+
+PATCHES = Path(__file__).resolve().parent / "patches"
+LOCKS = {"0.5.17": ROOT / "stacks" / "h200-sglang-0.5.17.lock", "0.5.23": ROOT / "stacks" / "sm120-sglang-0.5.23.lock"}
+
+
+def locked_wheel(lock_path: Path) -> Path:
+    """The lock's sglang wheel, from rig's cache (fetched and hash-checked there when absent)."""
+    import os
+
+    from rig.python.lock import read
+    from rig.python.wheelhouse import cached_path, fetch
+
+    cache = Path(os.environ.get("RIG_CACHE", Path.home() / ".cache" / "rig"))
+    lock = read(lock_path)
+    wheel = [w for w in lock["wheels"] if w["name"] == "sglang"]
+    fetch({**lock, "wheels": wheel}, cache)
+    return cached_path(cache, wheel[0])
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def first_line(text: str) -> str:
+    return next(line.strip() for line in text.splitlines() if line.strip())
+
+
+def check_version(version: str, wheel: Path, patches: list, diffs: Path | None = None) -> list[str]:
+    """The failures for VERSION (empty: all passed); prints what it checked."""
+    failures: list[str] = []
+    mine = [p for p in patches if p.needs(version)]
+    print(f"\n== sglang {version}: {wheel.name}")
+    if not mine:
+        return [f"{version}: no patch in {PATCHES} covers it"]
+    with zipfile.ZipFile(wheel) as archive:
+        originals = {p.file: archive.read(p.file) for p in mine}
+
+    # 1. the anchors, read directly
+    for patch in mine:
+        text = originals[patch.file].decode()
+        print(f"  {patch.id}  ({patch.file}, sha256 {sha(originals[patch.file])[:12]})")
+        for n, (find, new) in enumerate(patch.hunks, 1):
+            count = text.count(find)
+            present = new in originals[patch.file].decode()
+            ok = count == 1 and not present
+            print(f"    hunk {n}: anchor found {count}x, replacement already there: {present}"
+                  f"  [{'ok' if ok else 'FAIL'}]  {first_line(find)[:70]!r}")
+            if not ok:
+                failures.append(f"{version} {patch.id} hunk {n}: anchor x{count}, replacement present {present}")
+            if count == 1:
+                text = text.replace(find, new, 1)
+        for n, (_, new) in enumerate(patch.hunks, 1):
+            if new not in text:
+                failures.append(f"{version} {patch.id} hunk {n}: a later hunk overwrote this one's replacement")
+        try:
+            compile(text, patch.file, "exec")
+        except SyntaxError as exc:
+            failures.append(f"{version} {patch.id}: the patched file does not compile: {exc}")
+        lines = text.count("\n") - originals[patch.file].decode().count("\n")
+        print(f"    applied in order: compiles, +{lines} lines")
+
+    # 2. rig's engine on a stand-in install
+    with tempfile.TemporaryDirectory(prefix=f"free-off-{version}-") as tmp:
+        prefix = Path(tmp)
+        for name, data in originals.items():
+            (prefix / name).parent.mkdir(parents=True, exist_ok=True)
+            (prefix / name).write_bytes(data)
+        env = Env(python=sys.executable, prefix=prefix,
+                  packages={"sglang": {"version": version, "root": str(prefix)}})
+        if diffs is not None:  # what rig would write, as its dry run reports it
+            diffs.mkdir(parents=True, exist_ok=True)
+            (diffs / f"sglang-{version}.diff").write_text(apply(env, patches, check=True)["diff"])
+        before = {r["id"]: r["status"] for r in status(env, patches)}
+        print(f"  rig status before: {before}")
+        if any(before[p.id] != "needed" for p in mine):
+            failures.append(f"{version}: status before apply is {before}, wanted needed for {[p.id for p in mine]}")
+        try:
+            result = apply(env, patches)
+        except Exception as exc:  # noqa: BLE001 - report and go on to the next version
+            failures.append(f"{version}: rig apply failed: {exc}")
+            print(f"  rig apply FAILED: {exc}")
+            return failures
+        after = {r["id"]: r["status"] for r in result["patches"]}
+        print(f"  rig apply: changed={result['changed']}, checks passed, status after: {after}")
+        if any(after[p.id] != "applied" for p in mine):
+            failures.append(f"{version}: status after apply is {after}")
+        patched = {name: (prefix / name).read_bytes() for name in originals}
+        again = apply(env, patches)
+        print(f"  rig apply again: changed={again['changed']}")
+        if again["changed"]:
+            failures.append(f"{version}: a second apply changed files")
+        undone = revert(env)
+        print(f"  rig revert: changed={undone['changed']}, files={len(undone['files'])}")
+        for name, data in originals.items():
+            now = (prefix / name).read_bytes()
+            same = now == data
+            print(f"    {name}: patched sha256 {sha(patched[name])[:12]} -> reverted {sha(now)[:12]}"
+                  f" == wheel {sha(data)[:12]}: {same}")
+            if not same:
+                failures.append(f"{version}: revert did not restore {name} byte for byte")
+        leftovers = [str(p.relative_to(prefix)) for p in prefix.rglob("*")
+                     if p.name.startswith(".rig-patches")]
+        if leftovers:
+            failures.append(f"{version}: revert left {leftovers}")
+        print(f"  state file and backups after revert: {leftovers or 'none'}")
+    return failures
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--wheel", action="append", default=[], metavar="VERSION=PATH",
+                        help="an sglang wheel to check against (default: the locks' 0.5.17 and 0.5.23 wheels)")
+    parser.add_argument("--diffs", type=Path, metavar="DIR",
+                        help="also write each version's unified diff (rig's dry run) into DIR")
+    args = parser.parse_args(argv)
+    wheels = {}
+    for item in args.wheel:
+        version, _, path = item.partition("=")
+        wheels[version] = Path(path)
+    if not wheels:
+        wheels = {version: locked_wheel(lock) for version, lock in LOCKS.items()}
+    patches = load(PATCHES)
+    print(f"patch set: {PATCHES.relative_to(ROOT)} ({', '.join(p.id for p in patches)})")
+    failures = []
+    for version, wheel in wheels.items():
+        failures += check_version(version, wheel, patches, args.diffs)
+    print()
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        return 1
+    print(f"all checks passed for {', '.join(wheels)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
