@@ -103,7 +103,8 @@ def once(value: list) -> str | None:
     """A list whose every item is given once (a server, a level or a variant listed twice is a careless copy)."""
     from collections import Counter
 
-    twice = sorted(item for item, seen in Counter(map(repr, value)).items() if seen > 1)
+    # by value: 2 and 2.0 are one request rate (the items are checked scalars by now)
+    twice = sorted(repr(item) for item, seen in Counter(value).items() if seen > 1)
     return f"{', '.join(twice[:5])} given more than once: give each once" if twice else None
 
 

@@ -156,7 +156,7 @@ def _samples(lines: Iterable[tuple[int, str, bool]], source: str) -> dict[int, f
                                "/metrics wrote it")
             if (running := _sample(text, where)) is not None:
                 scraped[running] = scraped.get(running, 0.0) + 1
-        elif whole and (found := DECODE.search(line)):  # a longer line is no decode line (a logged prompt?)
+        elif whole and (found := _decode(line)):  # a longer line is no decode line (a logged prompt?)
             decode.add(line, found, where)
         else:
             continue
@@ -164,6 +164,14 @@ def _samples(lines: Iterable[tuple[int, str, bool]], source: str) -> dict[int, f
             raise RigError(f"{where}: the file holds both a server log's decode lines and /metrics samples; give "
                            "one or the other")
     return scraped or decode.weights()
+
+
+def _decode(line: str) -> re.Match | None:
+    """LINE's decode-line match, found from its one `#running-req: ` back to the `Decode batch` before it: a
+    line of many `Decode batch` would otherwise start a scan at each one (quadratic in the line)."""
+    at = line.find("#running-req: ")
+    head = line.rfind("Decode batch", max(0, at - 220), at) if at >= 0 else -1
+    return DECODE.match(line, head) if head >= 0 else None
 
 
 def _sample(text: str, where: str) -> int | None:

@@ -286,3 +286,12 @@ def test_the_one_server_for_a_load_weighs_each_level_by_its_share_of_time():
     assert quiet["chosen"] == "eagle3-3" and quiet["weights"] == {"C=1": 0.9, "C=64": 0.1}
     partial = for_load(_measured({"baseline": {"C=1": 100}}), ["baseline"], levels, {64: 1.0})
     assert partial["chosen"] is None and "every level" in partial["why"]
+
+
+def test_a_decode_line_is_found_from_its_running_count_back_to_its_head():
+    """A line of many `Decode batch` heads is one look back from its `#running-req: `, not a scan per head."""
+    from rig.serving.load_profile import _decode
+
+    line = "Decode batch " * 200 + "Decode batch, #running-req: 12, #token: 900, gen throughput (token/s): 50.0"
+    assert _decode(line).group(1) == "12" and _decode("Decode batch " * 300) is None
+    assert _decode("#running-req: 5 without its head") is None

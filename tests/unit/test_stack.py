@@ -127,7 +127,8 @@ def test_a_stack_written_as_json_takes_exponent_numbers_as_numbers(tmp_path, wri
 @pytest.mark.parametrize("section, key, value", [("server", "attention_backends", ["triton", "fa3", "triton"]),
                                                  ("tune", "step0", ["step0", "step0"]),
                                                  ("bench", "concurrency", [4, 1, 4]),
-                                                 ("tune", "profile_levels", [64, 64])])
+                                                 ("tune", "profile_levels", [64, 64]),
+                                                 ("tune", "request_rates", [2, 2.0])])  # one rate, by value
 def test_a_list_that_names_one_thing_twice_is_refused(tmp_path, section, key, value):
     data = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
     data.setdefault(section, {})[key] = value
