@@ -56,6 +56,7 @@ from rig.serving.measure.verdict import (
 )
 from rig.serving.server import graph_size, health_url, render
 from rig.serving.workload import Workload
+from rig.stack.spec import unmeasured_profiles
 
 SCHEMA_VERSION = 2
 BASELINE = "baseline"
@@ -194,9 +195,8 @@ def levels(stack: dict) -> list[Level]:
     concurrency = stack["bench"]["concurrency"]
     # each given once: the stack's schema and the options' reader refuse a level listed twice (schema.once)
     found = [Level(c) for c in concurrency] + [Level(max(concurrency), r) for r in stack["tune"]["request_rates"]]
-    if unmeasured := sorted(set(stack["tune"]["profile_levels"]) - set(concurrency)):
-        raise RigError(f"tune.profile_levels lists {', '.join(map(str, unmeasured))}, a concurrency no level measures "
-                       f"(bench.concurrency: {', '.join(map(str, concurrency))}): profile measured levels only")
+    if problem := unmeasured_profiles(stack):  # the options may have changed bench.concurrency since the stack was read
+        raise RigError(problem)
     return found
 
 

@@ -245,7 +245,19 @@ def validate(data: Any, source: str = "<stack>") -> dict:
     """Return the stack with defaults filled in, or raise RigError naming the key."""
     if not isinstance(data, dict):
         raise RigError(f"{source}: a stack file must be a mapping of keys, got {type(data).__name__}")
-    return validate_document(data, Field(dict, fields=SCHEMA), source)
+    stack = validate_document(data, Field(dict, fields=SCHEMA), source)
+    if problem := unmeasured_profiles(stack):
+        raise RigError(f"{source}: {problem}")
+    return stack
+
+
+def unmeasured_profiles(stack: dict) -> str | None:
+    """A tune.profile_levels entry that no bench.concurrency level measures (nothing would be profiled there)."""
+    concurrency = stack["bench"]["concurrency"]
+    if unmeasured := sorted(set(stack["tune"]["profile_levels"]) - set(concurrency)):
+        return (f"tune.profile_levels lists {', '.join(map(str, unmeasured))}, a concurrency no level measures "
+                f"(bench.concurrency: {', '.join(map(str, concurrency))}): profile measured levels only")
+    return None
 
 
 def load(path: str | Path) -> dict:

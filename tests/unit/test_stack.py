@@ -156,3 +156,14 @@ def test_an_environment_value_that_would_not_reach_the_variable_as_written_is_re
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(RigError, match=f"environment.vars: RIG_TOL: .*{says}"):
         load(path)
+
+
+def test_a_stack_whose_profile_level_is_not_measured_is_refused_on_load(tmp_path):
+    """rig validate (CI, no GPU) refuses what rig tune would: the same rule, read where the stack is read."""
+    data = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    data["bench"] = {"concurrency": [1, 64]}
+    data["tune"] = {"profile_levels": [3]}
+    path = tmp_path / "stack.yml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(RigError, match="tune.profile_levels lists 3, a concurrency no level measures"):
+        load(path)
