@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import re
 import statistics
 from collections import deque
@@ -69,9 +70,9 @@ STAMP_SLACK = 2.0  # seconds: stamps are whole seconds, so a span and the median
 def load(path: str | Path) -> dict[int, float]:
     """A load profile file, a regular file read as it streams (a server's log can be large, and not all UTF-8)."""
     with open_regular(path, "load profile") as handle:
-        if handle.seek(0, 2) > MAX_BYTES:
+        # its size from fstat: a /proc file is regular, says 0 and cannot seek to its end
+        if os.fstat(handle.fileno()).st_size > MAX_BYTES:
             raise RigError(f"load profile {path} is larger than {MAX_BYTES >> 30} GiB; give a part of the log")
-        handle.seek(0)
         return read(handle, f"load profile {path}")
 
 

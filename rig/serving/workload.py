@@ -27,6 +27,7 @@ MAX_PROMPT_CHARS = 200_000
 MAX_RECORD = 4 << 20
 CHUNK = 1 << 20  # bytes read at a time (a module value so that tests can cut records at every byte)
 SPACE = re.compile(rb"[ \t\r\n]*")  # JSON's whitespace
+BOM = b"\xef\xbb\xbf"
 # a JSON string (group 1 empty while its closing quote is not read yet), or a bracket: what a record's end is
 # found by, without decoding what lies between
 TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(")?|[\[\]{}]', re.S)
@@ -195,7 +196,10 @@ def read(handle: BinaryIO, source: str, max_tokens: int) -> list[Prompt]:
     """The prompts of the JSONL or ShareGPT JSON stream HANDLE (named SOURCE in every fault), validated;
     MAX_TOKENS where an entry gives none."""
     window = _Window(handle, source)
-    start, first = window.space(0)
+    while len(window.data) < len(BOM) and window.more(0):  # the head, however small the reads
+        pass
+    # a UTF-8 byte-order mark (editors on Windows write one) is no part of the first record
+    start, first = window.space(len(BOM) if window.data.startswith(BOM) else 0)
     records = _array(window, source, start) if first == b"[" else _lines(window, source, start, window.skipped)
     prompts: list[Prompt] = []
     left_out: list[str] = []

@@ -102,7 +102,7 @@ def _package(name_choices: tuple, default_name: str) -> Field:
     return Field(dict, default={}, fields={
         "package": Field(default=default_name, choices=name_choices),
         "version": Field(default="", check=lambda v: v and version(v)),
-        "extras": Field(list, default=[], item=Field()),
+        "extras": Field(list, default=[], check=once, item=Field()),
         "source": Field(dict, default={}, check=_source, fields={
             "git": Field(default=""), "ref": Field(default=""), "path": Field(default=""),
             "subdirectory": Field(default=""),
@@ -147,7 +147,7 @@ SCHEMA = {
     "cuda": Field(dict, required=True, fields={
         "version": Field(required=True, check=_cuda_version),
         "method": Field(default="wheels", choices=METHODS),
-        "components": Field(list, default=list(COMPONENTS), item=Field(choices=COMPONENTS)),
+        "components": Field(list, default=list(COMPONENTS), check=once, item=Field(choices=COMPONENTS)),
         "make_default": Field(bool, default=False),
         "apt": Field(dict, default={}, fields={
             "repo_url": Field(default=""),
@@ -159,7 +159,7 @@ SCHEMA = {
             "sha256": Field(default="", check=_sha256),
         }),
     }),
-    "archs": Field(list, default=["12.0a"], item=Field(choices=ARCHS)),
+    "archs": Field(list, default=["12.0a"], check=once, item=Field(choices=ARCHS)),
     # --- what the venv's processes see and how the server runs; not part of the lock
     "environment": Field(dict, default={}, fields={
         "nccl_pcie_only": Field(bool, default=False),   # boxes whose GPUs talk over PCIe only

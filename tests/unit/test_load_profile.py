@@ -295,3 +295,9 @@ def test_a_decode_line_is_found_from_its_running_count_back_to_its_head():
     line = "Decode batch " * 200 + "Decode batch, #running-req: 12, #token: 900, gen throughput (token/s): 50.0"
     assert _decode(line).group(1) == "12" and _decode("Decode batch " * 300) is None
     assert _decode("#running-req: 5 without its head") is None
+
+
+def test_a_proc_file_is_read_for_what_it_holds_not_refused_by_its_seek():
+    """/proc files are regular, say size 0 and cannot seek to their end: read as they stream."""
+    with pytest.raises(RigError, match="no busy sample"):
+        load_profile.load("/proc/self/status")

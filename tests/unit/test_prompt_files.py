@@ -149,3 +149,12 @@ def test_prompt_files_read_as_a_stream_give_what_the_whole_file_holds(entries, a
         got = workload.read(io.BytesIO(data), "prompt file p", 32)
     want = [(text, tokens if tokens and not sharegpt else 32) for text, tokens, sharegpt in entries]
     assert [(p.text, p.max_tokens) for p in got] == want
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 1 << 20])
+@pytest.mark.parametrize("text", [b'\xef\xbb\xbf[{"conversations": [{"from": "human", "value": "hi"}]}]',
+                                  b'\xef\xbb\xbf{"prompt": "hi"}\n'], ids=["sharegpt", "jsonl"])
+def test_a_byte_order_mark_before_the_first_record_is_no_part_of_it(text, chunk):
+    """Editors on Windows start UTF-8 files with one: the array is still an array, the line still line 1."""
+    with mock.patch.object(workload, "CHUNK", chunk):
+        assert [p.text for p in workload.read(io.BytesIO(text), "prompt file p", 8)] == ["hi"]
