@@ -12,15 +12,22 @@ def patch() -> None:
     """SM120 / EAGLE-3 source patches on an installed environment.
 
     Each patch in patches/ knows the package versions that need it and those whose
-    upstream has it; status says applied, needed, upstream, not-applicable or
-    drifted (the code it anchors on has changed). apply keeps the originals in the
+    upstream has it; status says applied, needed, upstream, not-applicable,
+    drifted (the code it anchors on has changed) or opt-in (applied only where a
+    stack's patches.opt_in or --opt-in asks for its feature). apply keeps the originals in the
     environment, and revert restores them byte for byte.
     """
 
 
+_opt_in = click.option("--opt-in", "opt_in", multiple=True, metavar="FEATURE",
+                       help="Ask for the opt-in patches of FEATURE (e.g. free-off), beside the stack's "
+                            "patches.opt_in; repeatable.")
+
+
 def _patch_target(func):
     func = click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's own patch set).")(func)
-    func = stack_option(required=False, help="Use this stack's venv when neither --venv nor --python is given.")(func)
+    func = stack_option(required=False, help="The stack whose patches.opt_in to ask for, and whose venv to use when neither "
+                                                "--venv nor --python is given.")(func)
     func = click.option("--python", "python", help="The environment's Python interpreter.")(func)
     func = venv_option(help="The environment: a virtualenv directory (or --python).")(func)
     return json_option(func)
@@ -28,21 +35,25 @@ def _patch_target(func):
 
 @patch.command("status")
 @_patch_target
-def patch_status(venv_path, python, stack_path, patch_dir, as_json) -> None:
+@_opt_in
+def patch_status(venv_path, python, stack_path, patch_dir, opt_in, as_json) -> None:
     """Say, for every patch, whether this environment needs it."""
-    env, found = patches.environment(venv_path, python, stack_path, patch_dir)
-    rows = patches.status(env, found)
+    env, found, opted = patches.environment(venv_path, python, stack_path, patch_dir, opt_in)
+    rows = patches.status(env, found, opted)
     emit({"changed": False, "patches": rows, "msg": patches.table(rows)}, as_json)
 
 
 @patch.command("apply")
 @_patch_target
+@_opt_in
 @check_option
 @click.option("--force", is_flag=True, help="Act on package versions no patch knows, skipping drifted patches.")
-def patch_apply(venv_path, python, stack_path, patch_dir, as_json, check, force) -> None:
-    """Apply every needed patch; a no-op when all are applied or upstream."""
-    env, found = patches.environment(venv_path, python, stack_path, patch_dir)
-    result = patches.apply(env, found, check=check, force=force)
+def patch_apply(venv_path, python, stack_path, patch_dir, opt_in, as_json, check, force) -> None:
+    """Apply every needed patch, and the opt-in ones asked for; a no-op when all are applied or upstream.
+
+    An opt-in patch applied before and no longer asked for is taken out (its files go back to their originals)."""
+    env, found, opted = patches.environment(venv_path, python, stack_path, patch_dir, opt_in)
+    result = patches.apply(env, found, check=check, force=force, opted=opted)
     if check and not as_json and result["diff"]:
         click.echo(result["diff"], nl=False)
     emit(result, as_json)
@@ -54,5 +65,5 @@ def patch_apply(venv_path, python, stack_path, patch_dir, as_json, check, force)
 @click.option("--force", is_flag=True, help="Restore the originals even over files changed since.")
 def patch_revert(venv_path, python, stack_path, patch_dir, as_json, check, force) -> None:
     """Put back every file rig patched in this environment, byte for byte."""
-    env, _ = patches.environment(venv_path, python, stack_path, patch_dir)
+    env, _, _ = patches.environment(venv_path, python, stack_path, patch_dir)
     emit(patches.revert(env, check=check, force=force), as_json)

@@ -95,6 +95,12 @@ def distribution(value: str) -> str | None:
         f"{_short(value)} is not a package name"
 
 
+def feature(value: str) -> str | None:
+    """An opt-in feature's name (a patch's opt_in, a stack's patches.opt_in): lowercase words and hyphens."""
+    return None if re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", value) and len(value) <= 40 else \
+        f"{_short(value)} is not an opt-in feature name like free-off"
+
+
 def sha256(value: str) -> str | None:
     return None if re.fullmatch(r"[0-9a-f]{64}", value) else f"{_short(value)} is not 64 hex digits (lowercase)"
 

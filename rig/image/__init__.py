@@ -35,12 +35,16 @@ def tag_for(stack: dict, lock: dict) -> str:
     return f"rig/{stack['name']}:{lock['lock_hash'][:12]}"
 
 
-def expected_patches(lock: dict, patch_dir: str | None) -> list[str]:
-    """The patches the lock's versions need: what `rig patch apply` will apply in the image."""
-    from rig.patches import load
+def expected_patches(lock: dict, patch_dir: str | None, opt_in: list[str]) -> list[str]:
+    """The patches the lock's versions need, and the opt-in ones of OPT_IN (the stack's patches.opt_in): what
+    `rig patch apply` will apply in the image."""
+    from rig.patches import asked, load
 
+    found = load(patch_dir)
+    opted = asked(found, opt_in)
     versions = {w["name"]: w["version"] for w in lock["wheels"]}
-    return sorted(p.id for p in load(patch_dir) if p.package in versions and p.needs(versions[p.package]))
+    return sorted(p.id for p in found if p.package in versions and p.needs(versions[p.package])
+                  and (not p.opt_in or p.opt_in in opted))
 
 
 def labels(stack: dict, lock: dict, patch_ids: list[str]) -> dict:
@@ -206,19 +210,21 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
     missing = [b for b in builds if not b["kept"]]
     client = _client()
     tag = tag_for(stack, lock)
-    patch_ids = expected_patches(lock, patch_dir)
+    patch_ids = expected_patches(lock, patch_dir, stack["patches"]["opt_in"])
     cuda_series = series(stack["cuda"]["version"])
     found = probe_base(client, base, lock["python"], cuda_series)
     if check:  # the lock, the base and the cache are read; nothing is fetched, staged or built
         from docker.errors import ImageNotFound
 
         try:
-            have = client.images.get(tag).labels.get(f"{LABEL}.lock-hash") == lock["lock_hash"]
+            built = client.images.get(tag).labels
+            have = (built.get(f"{LABEL}.lock-hash"), built.get(f"{LABEL}.patches")) == (lock["lock_hash"],
+                                                                                       ",".join(patch_ids))
         except ImageNotFound:
             have = False
         return {"changed": not have, "tag": tag, "toolkit": found["toolkit"], "patches": patch_ids,
                 "compiled": [b["name"] for b in missing],
-                "msg": (f"{tag} is already built from this lock" if have else
+                "msg": (f"{tag} is already built from this lock and patch set" if have else
                         f"would build {tag} from {base} (toolkit: {found['toolkit']}" +
                         (f"; would compile {', '.join(b['name'] for b in missing)} in the builder stage" if missing
                          else "") + ")")}
@@ -236,7 +242,9 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
         _builder_context(ctx, stack_path, lock, missing, cache, f"/usr/local/cuda-{cuda_series}")
         args = {"BASE": base, "CUDA_VERSION": stack["cuda"]["version"], "TOOLKIT": found["toolkit"],
                 "LOCK_HASH": lock["lock_hash"], "PYTHON_VERSION": stack["python"],
-                "SERVER_PORT": str(stack["server"]["port"])}
+                "SERVER_PORT": str(stack["server"]["port"]),
+                # feature names (the schema's: lowercase words and hyphens), split into --opt-in options there
+                "PATCH_OPT_IN": " ".join(stack["patches"]["opt_in"])}
         steps = []
         if missing:  # compile first, and keep the wheels as the wheel_build role does
             progress(f"compiling {', '.join(b['name'] for b in missing)} in the builder stage")

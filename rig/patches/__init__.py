@@ -7,6 +7,10 @@ Originals are kept by sha256 under the environment's prefix with a state file,
 so revert restores them byte for byte. After apply the patched modules must
 compile and every applied patch's check must pass in that environment's
 Python, or the run's files are put back.
+
+A patch may be opt-in (its `opt_in` names a feature, e.g. free-off): it is
+applied only where the feature is asked for (a stack's patches.opt_in, or
+--opt-in), and an apply without the feature takes it out again.
 """
 from __future__ import annotations
 
@@ -21,12 +25,12 @@ from rig.core import RigError
 from rig.core.documents import dump_json
 from rig.core.fs import atomic_write, confined, read_bytes, sha256_data
 from rig.core.proc import interpreter, last_json, run, script, venv_python
-from rig.core.schema import Field, distribution, sha256, validate
+from rig.core.schema import Field, distribution, feature, sha256, validate
 from rig.python.introspect import held
 
 STATE = ".rig-patches.json"
 BACKUPS = ".rig-patches"
-STATUSES = ("applied", "needed", "upstream", "not-applicable", "drifted")
+STATUSES = ("applied", "needed", "upstream", "not-applicable", "drifted", "opt-in")
 
 
 PATCH_SET = importlib.resources.files("rig.patches") / "set"  # a directory, or a folder inside the zipapp
@@ -44,6 +48,7 @@ class Patch:
     check: str
     why: str
     provenance: dict
+    opt_in: str = ""  # the feature that turns it on; "" for a patch every environment in its range needs
 
     def needs(self, version: str) -> bool:
         return _in(version, self.needed)
@@ -74,6 +79,7 @@ def _schema():
 
     return {
         "id": Field(required=True, check=distribution), "summary": text, "package": Field(required=True, check=distribution),
+        "opt_in": Field(default="", check=lambda v: v and feature(v)),
         "needed": Field(required=True, check=spec),
         "upstream": Field(default="", check=lambda v: v and spec(v)),
         "file": Field(required=True), "why": text, "check": text,
@@ -177,23 +183,27 @@ def probe(python: str, packages: list[str]) -> Env:
     return env
 
 
-def environment(venv: str | None, python: str | None, stack_path: str | None,
-                source: str | Path | None) -> tuple[Env, list[Patch]]:
+def environment(venv: str | None, python: str | None, stack_path: str | None, source: str | Path | None,
+                opt_in: tuple[str, ...] = ()) -> tuple[Env, list[Patch], frozenset[str]]:
     """The environment named by --venv, --python or --stack (its venv), probed for the packages of the patch
-    set at SOURCE; and that patch set."""
+    set at SOURCE; that patch set; and the opt-in features asked for (OPT_IN and the stack's patches.opt_in)."""
     if venv and python:
         raise RigError("give --venv or --python, not both")
+    stack = None
+    if stack_path:
+        from rig.stack.spec import load as load_stack
+
+        stack = load_stack(stack_path)
     if not python:
         if not venv:
-            if not stack_path:
+            if not stack:
                 raise RigError("name the environment: --venv DIR, --python PATH or --stack FILE (its venv)")
-            from rig.stack.spec import load as load_stack
-
-            venv = load_stack(stack_path)["venv"]
+            venv = stack["venv"]
         python = str(venv_python(venv))
     python = str(interpreter(python))  # --python as typed: ./mypython is a path, never looked up on PATH
     found = load(source)
-    return probe(python, [p.package for p in found]), found
+    opted = asked(found, list(dict.fromkeys([*(stack["patches"]["opt_in"] if stack else []), *opt_in])))
+    return probe(python, [p.package for p in found]), found, opted
 
 
 # ------------------------------------------------------------------ status
@@ -213,7 +223,9 @@ def _patched(text: str, patch: Patch) -> tuple[str, str]:
     return "needed", text
 
 
-def status(env: Env, patches: list[Patch]) -> list[dict]:
+def status(env: Env, patches: list[Patch], opted: frozenset[str] = frozenset()) -> list[dict]:
+    """Each patch's row; an opt-in patch whose feature is not in OPTED is "opt-in" unless its code is in the file
+    (then "applied", saying that an apply without the feature takes it out)."""
     rows = []
     for patch in patches:
         row = {"id": patch.id, "package": patch.package, "file": patch.file, "summary": patch.summary}
@@ -232,8 +244,12 @@ def status(env: Env, patches: list[Patch]) -> list[dict]:
         elif not path.is_file():
             rows.append({**row, "status": "drifted", "detail": f"{patch.file} is not in {patch.package} {version}"})
         else:
-            state, detail = _patched(read_bytes(path, "patch target").decode(), patch)
-            rows.append({**row, "status": state, "detail": detail if state == "drifted" else ""})
+            state, text = _patched(read_bytes(path, "patch target").decode(), patch)
+            detail = text if state == "drifted" else ""
+            if patch.opt_in and patch.opt_in not in opted:
+                state, detail = (state, f"opt-in {patch.opt_in}, not asked for: an apply without it takes it out") \
+                    if state == "applied" else ("opt-in", f"applied where opt-in {patch.opt_in} is asked for")
+            rows.append({**row, "status": state, "detail": detail})
     return rows
 
 
@@ -268,10 +284,33 @@ def _diff(path: str, old: str, new: str) -> str:
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
 
 
-def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = False) -> dict:
+def asked(patches: list[Patch], opted: tuple[str, ...] | list[str]) -> frozenset[str]:
+    """The opt-in features OPTED, each one some patch of the set turns on (else a RigError naming those it knows)."""
+    known = sorted({p.opt_in for p in patches if p.opt_in})
+    if unknown := [name for name in opted if name not in known]:
+        raise RigError(f"no patch of the set is opt-in {', '.join(map(repr, unknown))}; the opt-in features are: "
+                       f"{', '.join(known) or 'none'}. Fix the stack's patches.opt_in (or --opt-in)")
+    return frozenset(opted)
+
+
+def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = False,
+          opted: frozenset[str] = frozenset()) -> dict:
+    """Apply what is needed: every patch in range, an opt-in one only where OPTED asks for its feature (one applied
+    before but no longer asked for is taken out: the files go back to their originals, then the rest is applied)."""
     if not force:
-        refuse_unknown_versions(env, patches)
-    rows = status(env, patches)
+        refuse_unknown_versions(env, [p for p in patches if not p.opt_in or p.opt_in in opted])
+    rows = status(env, patches, opted)
+    dropped = [r for r in rows if r["status"] == "applied" and next(
+        p for p in patches if p.id == r["id"]).opt_in not in ("", *opted)]
+    if dropped:
+        names = ", ".join(r["id"] for r in dropped)
+        if check:
+            return {"changed": True, "patches": rows, "diff": "",
+                    "msg": f"would take out {names} (opt-in, not asked for): its files go back to their originals, "
+                           "then the other patches are applied again\n" + table(rows)}
+        revert(env)
+        result = apply(env, patches, check, force, opted)
+        return {**result, "changed": True, "msg": f"took out {names} (opt-in, not asked for)\n" + result["msg"]}
     drifted = [r for r in rows if r["status"] == "drifted"]
     if drifted and not force:
         raise RigError("; ".join(f"{r['id']}: {r['package']} {r['version']} {r['file']}: {r['detail']}" for r in drifted)
@@ -333,7 +372,7 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
         if not any(backups.iterdir()):
             backups.rmdir()
         raise
-    result["patches"] = status(env, patches)
+    result["patches"] = status(env, patches, opted)
     result["msg"] = _summary(rows, "applied").splitlines()[0] + "\n" + table(result["patches"])
     return result
 

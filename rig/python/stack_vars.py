@@ -22,6 +22,7 @@ def ansible_vars(stack: dict, path: str | Path | None = None) -> dict:
         "rig_stack_data": stack,
         "rig_stack_name": stack["name"],
         "rig_archs": stack["archs"],
+        "sglang_patches_opt_in": stack["patches"]["opt_in"],
         "cuda_toolkit_version": cuda["version"],
         "cuda_toolkit_method": cuda["method"],
         "cuda_toolkit_components": cuda["components"],

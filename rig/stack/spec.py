@@ -8,7 +8,7 @@ from typing import Any
 
 from rig.core import RigError, defaults, numbers
 from rig.core.cuda_releases import COMPONENTS, RELEASES
-from rig.core.schema import Field, between, distribution, once, sha256, version
+from rig.core.schema import Field, between, distribution, feature, once, sha256, version
 from rig.core.schema import validate as validate_document
 
 KEY_ENV = "SGLANG_API_KEY"  # where a server's API key is read from unless the stack names another
@@ -160,6 +160,11 @@ SCHEMA = {
         }),
     }),
     "archs": Field(list, default=["12.0a"], check=once, item=Field(choices=ARCHS)),
+    # rig's opt-in source patches this stack asks for, by feature (free-off: adaptive step 0 as a plain decode);
+    # `rig patch apply --stack` and the sglang_patches role apply them, an apply without one takes it out
+    "patches": Field(dict, default={}, fields={
+        "opt_in": Field(list, default=[], check=once, item=Field(check=feature)),
+    }),
     # --- what the venv's processes see and how the server runs; not part of the lock
     "environment": Field(dict, default={}, fields={
         "nccl_pcie_only": Field(bool, default=False),   # boxes whose GPUs talk over PCIe only
@@ -237,8 +242,9 @@ SCHEMA = {
         "start_timeout": Field(int, default=900, check=between(30, 7200)),
     }),
 }
-# Sections that shape processes, not packages: editing them leaves the lock current.
-RUNTIME_KEYS = ("environment", "server", "bench", "tune")
+# Sections that shape processes (and the patches over the installed packages), not which packages: editing them
+# leaves the lock current.
+RUNTIME_KEYS = ("environment", "server", "bench", "tune", "patches")
 
 
 def validate(data: Any, source: str = "<stack>") -> dict:

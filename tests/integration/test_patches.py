@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,44 @@ def test_a_failing_check_puts_the_file_back(lab, tmp_path):
     assert done.returncode == 2 and "this check always fails" in done.stderr and "put back" in done.stderr
     assert digests(rows) == before and not (lab["v9"] / ".rig-patches.json").exists()
     assert not (lab["v9"] / ".rig-patches").exists()
+
+
+FREE_OFF_0523 = {"sglang-free-off-graphs", "sglang-free-off-worker-0523"}
+
+
+def test_free_off_is_applied_only_where_the_stack_opts_in_and_taken_out_when_it_stops(lab, tmp_path):
+    v23 = overlay(lab["v23"], DEFAULT_LOCK, tmp_path / "v23", {"sglang"})
+    stack = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    stack.update(venv=str(v23), patches={"opt_in": ["free-off"]})
+    opted = tmp_path / "opted.yml"
+    opted.write_text(yaml.safe_dump(stack))
+    before = statuses(v23)
+    assert {i for i, r in before.items() if r["status"] == "opt-in"} == FREE_OFF_0523
+    assert "applied where opt-in free-off is asked for" in before["sglang-free-off-graphs"]["detail"]
+    originals = digests(before)
+    ok(patch("apply", "--stack", str(opted)))  # the stack's venv and its opt-in
+    applied = statuses(v23, "--opt-in", "free-off")
+    assert {i for i, r in applied.items() if r["status"] == "applied"} == NEEDED_0523 | FREE_OFF_0523
+    worker = Path(applied["sglang-free-off-worker-0523"]["path"]).read_text()
+    assert '_RIG_FREE_OFF = _rig_os.environ.get("RIG_FREE_OFF", "1") != "0"' in worker  # on where applied
+    # the stack no longer asks: the next apply takes free-off out and leaves the SM120 patches in
+    dropped = json.loads(ok(patch("apply", "--json", "--venv", str(v23))).stdout)
+    assert dropped["changed"] and dropped["msg"].startswith("took out sglang-free-off-graphs, sglang-free-off-worker")
+    after = statuses(v23)
+    assert {i for i, r in after.items() if r["status"] == "applied"} == NEEDED_0523
+    assert {i for i, r in after.items() if r["status"] == "opt-in"} == FREE_OFF_0523
+    assert json.loads(ok(patch("apply", "--json", "--venv", str(v23))).stdout)["changed"] is False
+    unknown = patch("apply", "--venv", str(v23), "--opt-in", "free-lunch")
+    assert unknown.returncode != 0 and "no patch of the set is opt-in 'free-lunch'; the opt-in features are: " \
+        "free-off" in unknown.stderr and after == statuses(v23)
+    ok(patch("revert", "--venv", str(v23)))
+    assert digests(before) == originals
+
+
+def test_free_off_anchors_apply_and_revert_on_both_locked_wheels():
+    """docs/validation/free-off/check_anchors.py: the 0.5.17 and 0.5.23 wheels' files under rig's engine."""
+    done = subprocess.run([sys.executable, str(REPO / "docs/validation/free-off/check_anchors.py")],
+                          capture_output=True, text=True, check=False, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert done.stdout.count("rig apply without free-off: took out sglang-free-off-graphs") == 2
+    assert "all checks passed for 0.5.17, 0.5.23" in done.stdout

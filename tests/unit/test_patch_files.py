@@ -9,7 +9,7 @@ import yaml
 from conftest import REPO, rig
 
 from rig.core import RigError
-from rig.patches import Env, _patched, apply, load, status
+from rig.patches import Env, _patched, apply, asked, load, status
 
 FLASHINFER = REPO / "rig" / "patches" / "set" / "flashinfer-trtllm-comm-sm120.yml"
 
@@ -104,3 +104,24 @@ def test_status_on_an_environment_without_the_packages_says_not_installed():
     rows = json.loads(done.stdout)["patches"]
     assert done.returncode == 0
     assert {r["status"] for r in rows if r["package"] == "sglang"} == {"not-applicable"}
+
+
+def test_an_opt_in_patch_waits_for_its_feature_and_goes_when_no_longer_asked(tmp_path):
+    sm120 = next(p for p in load() if p.id == "flashinfer-trtllm-comm-sm120")
+    env, target = _fake_package(tmp_path, sm120.hunks[0][0] + "    )\n")
+    (tmp_path / "p").mkdir()
+    found = load(_write(tmp_path / "p", opt_in="faster", check="pass"))  # this file alone imports nothing
+    original = target.read_bytes()
+    row = status(env, found)[0]
+    assert (row["status"], row["detail"]) == ("opt-in", "applied where opt-in faster is asked for")
+    assert apply(env, found)["changed"] is False and target.read_bytes() == original
+    assert apply(env, found, opted=frozenset({"faster"}))["changed"] and target.read_bytes() != original
+    assert status(env, found, frozenset({"faster"}))[0]["status"] == "applied"
+    assert "an apply without it takes it out" in status(env, found)[0]["detail"]
+    planned = apply(env, found, check=True)
+    assert planned["changed"] and planned["msg"].startswith("would take out flashinfer-trtllm-comm-sm120")
+    assert target.read_bytes() != original  # check mode changed nothing
+    dropped = apply(env, found)
+    assert dropped["changed"] and target.read_bytes() == original and not (tmp_path / ".rig-patches.json").exists()
+    with pytest.raises(RigError, match="no patch of the set is opt-in 'fastest'; the opt-in features are: faster"):
+        asked(found, ["fastest"])

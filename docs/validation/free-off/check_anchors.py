@@ -31,7 +31,9 @@ sys.path.insert(0, str(ROOT))
 
 from rig.patches import Env, apply, load, revert, status  # noqa: E402
 
-PATCHES = Path(__file__).resolve().parent / "patches"
+PATCHES = ROOT / "rig" / "patches" / "set"
+FEATURE = "free-off"  # the opt-in feature of the patches checked here
+OPTED = frozenset({FEATURE})
 LOCKS = {"0.5.17": ROOT / "stacks" / "h200-sglang-0.5.17.lock", "0.5.23": ROOT / "stacks" / "sm120-sglang-0.5.23.lock"}
 
 
@@ -101,13 +103,17 @@ def check_version(version: str, wheel: Path, patches: list, diffs: Path | None =
                   packages={"sglang": {"version": version, "root": str(prefix)}})
         if diffs is not None:  # what rig would write, as its dry run reports it
             diffs.mkdir(parents=True, exist_ok=True)
-            (diffs / f"sglang-{version}.diff").write_text(apply(env, patches, check=True)["diff"])
-        before = {r["id"]: r["status"] for r in status(env, patches)}
-        print(f"  rig status before: {before}")
+            (diffs / f"sglang-{version}.diff").write_text(apply(env, patches, check=True, opted=OPTED)["diff"])
+        unasked = {r["id"]: r["status"] for r in status(env, patches)}
+        print(f"  rig status, {FEATURE} not asked for: {unasked}")
+        if any(unasked[p.id] != "opt-in" for p in mine):
+            failures.append(f"{version}: status without the opt-in is {unasked}, wanted opt-in for {[p.id for p in mine]}")
+        before = {r["id"]: r["status"] for r in status(env, patches, OPTED)}
+        print(f"  rig status, {FEATURE} asked for: {before}")
         if any(before[p.id] != "needed" for p in mine):
             failures.append(f"{version}: status before apply is {before}, wanted needed for {[p.id for p in mine]}")
         try:
-            result = apply(env, patches)
+            result = apply(env, patches, opted=OPTED)
         except Exception as exc:  # noqa: BLE001 - report and go on to the next version
             failures.append(f"{version}: rig apply failed: {exc}")
             print(f"  rig apply FAILED: {exc}")
@@ -117,12 +123,19 @@ def check_version(version: str, wheel: Path, patches: list, diffs: Path | None =
         if any(after[p.id] != "applied" for p in mine):
             failures.append(f"{version}: status after apply is {after}")
         patched = {name: (prefix / name).read_bytes() for name in originals}
-        again = apply(env, patches)
+        again = apply(env, patches, opted=OPTED)
         print(f"  rig apply again: changed={again['changed']}")
         if again["changed"]:
             failures.append(f"{version}: a second apply changed files")
+        if (dropped := apply(env, patches))["changed"] is not True:  # the stack no longer asks: taken out
+            failures.append(f"{version}: an apply without {FEATURE} left its patches in")
+        print(f"  rig apply without {FEATURE}: {dropped['msg'].splitlines()[0]}")
+        for name, data in originals.items():
+            if (prefix / name).read_bytes() != data:
+                failures.append(f"{version}: an apply without {FEATURE} did not restore {name} byte for byte")
+        apply(env, patches, opted=OPTED)
         undone = revert(env)
-        print(f"  rig revert: changed={undone['changed']}, files={len(undone['files'])}")
+        print(f"  rig revert (applied again first): changed={undone['changed']}, files={len(undone['files'])}")
         for name, data in originals.items():
             now = (prefix / name).read_bytes()
             same = now == data
@@ -151,8 +164,8 @@ def main(argv: list[str]) -> int:
         wheels[version] = Path(path)
     if not wheels:
         wheels = {version: locked_wheel(lock) for version, lock in LOCKS.items()}
-    patches = load(PATCHES)
-    print(f"patch set: {PATCHES.relative_to(ROOT)} ({', '.join(p.id for p in patches)})")
+    patches = [p for p in load(PATCHES) if p.opt_in == FEATURE]
+    print(f"patch set: {PATCHES.relative_to(ROOT)}, opt-in {FEATURE} ({', '.join(p.id for p in patches)})")
     failures = []
     for version, wheel in wheels.items():
         failures += check_version(version, wheel, patches, args.diffs)

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import yaml
 
-OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "patches"
+OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[3] / "rig" / "patches" / "set"
 
 # --------------------------------------------------------------------------- module block
 
 MODULE_BLOCK = '''
 
-# rig free-off (opt-in: RIG_FREE_OFF=1 in the server's environment) -----------
+# rig free-off (opt-in: a stack's patches.opt_in lists free-off; on where applied,
+# RIG_FREE_OFF=0 in a server's environment turns it off for that server) ------
 # An adaptive step-0 batch (no drafting) runs the target as a plain DECODE on
 # decode CUDA graphs captured at start for the batch sizes whose adaptive slot
 # lists step 0, samples with the target's own sampler, and keeps the draft in
@@ -28,7 +29,7 @@ MODULE_BLOCK = '''
 import os as _rig_os
 from types import SimpleNamespace as _RigNS
 
-_RIG_FREE_OFF = _rig_os.environ.get("RIG_FREE_OFF", "") == "1"
+_RIG_FREE_OFF = _rig_os.environ.get("RIG_FREE_OFF", "1") != "0"
 _RIG_FREE_OFF_DRAFT = _rig_os.environ.get("RIG_FREE_OFF_DRAFT", "extend")
 _rig_fallbacks = {}
 
@@ -64,7 +65,7 @@ class _RigPlainDecodeGraphRunner(DecodeCudaGraphRunner):
 
 # --------------------------------------------------------------------------- methods
 
-METHODS = '''    # -- rig free-off (opt-in: RIG_FREE_OFF=1) ---------------------------------
+METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it off) ----------
 
     def _rig_draft_ctx(self, stage):
         stack = contextlib.ExitStack()
@@ -679,14 +680,15 @@ for key, v in VERSIONS.items():
     write({
         "id": f"sglang-free-off-worker-{key}",
         "summary": (f"adaptive step 0 as a plain decode in the EAGLE v2 worker (sglang {v['version']}), "
-                    "opt-in by RIG_FREE_OFF=1"),
+                    "opt-in free-off"),
         "package": "sglang",
+        "opt_in": "free-off",
         "needed": v["needed"],
         "file": "sglang/srt/speculative/eagle_worker_v2.py",
         "why": ("With adaptive speculation a step-0 batch (no drafting) still runs the target as a 1-node "
                 "TARGET_VERIFY (all-true custom mask, full hidden capture, the verify sampler) and then the "
                 "draft extend, and reaches 0.31-0.50 of a plain decode server's throughput (issue 55; "
-                "docs/validation/tune-h200). With RIG_FREE_OFF=1 "
+                "docs/validation/tune-h200). Applied (RIG_FREE_OFF=0 in a server's environment turns it off there), "
                 "the step-0 batch runs the target in DECODE mode on decode graphs captured at start for the "
                 "step-0 batch sizes, samples with the target's sampler and keeps the draft in step "
                 "(RIG_FREE_OFF_DRAFT=extend: SGLang's one-token draft extend; =ingest: the draft layer's KV "
@@ -700,7 +702,7 @@ for key, v in VERSIONS.items():
         "provenance": {
             "mirrors": PROVENANCE_NOTE,
             "fixed_in": "none",
-            "checked": f"anchors and apply/revert on the {v['version']} wheel's file by "
+            "checked": f"2026-12-05: anchors and apply/revert on the {v['version']} wheel's file by "
                        "docs/validation/free-off/check_anchors.py; not yet run on a GPU",
             "drop_when": "upstream runs adaptive step 0 as a plain decode",
         },
@@ -711,6 +713,7 @@ write({
     "summary": ("DecodeCudaGraphRunner captures plain DECODE graphs on a speculative target when its subclass "
                 "asks (free-off)"),
     "package": "sglang",
+    "opt_in": "free-off",
     # read on 0.5.17 and 0.5.23 only: the versions between are excluded, not assumed
     "needed": ">=0.5.17,<=0.5.23,!=0.5.18.*,!=0.5.19.*,!=0.5.20.*,!=0.5.21.*,!=0.5.22.*",
     "file": "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
@@ -724,7 +727,7 @@ write({
     "provenance": {
         "mirrors": PROVENANCE_NOTE,
         "fixed_in": "none",
-        "checked": "anchors and apply/revert on the 0.5.17 and 0.5.23 wheels' file by "
+        "checked": "2026-12-05: anchors and apply/revert on the 0.5.17 and 0.5.23 wheels' file by "
                    "docs/validation/free-off/check_anchors.py; not yet run on a GPU",
         "drop_when": "upstream runs adaptive step 0 as a plain decode",
     },
