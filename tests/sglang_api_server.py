@@ -51,10 +51,14 @@ them wrong as a broken kernel would.
 
 A batched scheduler instead, with --step-ms: one decode step at a time for every
 running request, each step costing step_ms + token_ms x batch x (steps + 1) and,
-under speculation, draft_ms x steps for the draft's steps plus extend_ms x batch
+under speculation, verify_ms x batch for running the target as a verify (TARGET_VERIFY) rather
+than a decode, draft_ms x steps for the draft's steps plus extend_ms x batch
 for the draft-extend pass over every request's accepted tokens (so drafting more
-costs more, and step 0 is no free "off": the extend still runs after each decode,
-as SGLang's EAGLE worker does). Each position of a draft is accepted at
+costs more, and step 0 is no free "off": SGLang's EAGLE worker runs a 1-node verify and the
+extend after it, eagle_worker_v2.py). --free-off is step 0 as rig's free-off patch makes it: a plain
+decode with no verify cost, the draft extend kept (its default draft sync). The step-0 costs measured on
+the H200 (issue 55: SGLang's step 0 at 0.35-0.50 of the baseline, the skipped extend buying 4-8 %)
+are what verify_ms and extend_ms stand for; tests choose them. Each position of a draft is accepted at
 --accept-rate (the expected count, spread evenly over steps) when the request is greedy; SGLang's
 acceptance under sampling is the target's probability of the draft token, so a request at temperature t
 accepts each position at accept-rate x p_t, where p_t is what a target whose draft token has probability
@@ -191,8 +195,7 @@ class Simulator:
             batch = list(self.members.values())[:self.cap]  # the rest wait, as SGLang's scheduler keeps them
             slot = self.adaptive.slot(len(batch)) if self.adaptive else None
             steps = slot.steps if slot else a.steps
-            draft = a.draft_ms * steps + a.extend_ms * len(batch) if self.speculative else 0.0
-            await asyncio.sleep((a.step_ms + a.token_ms * len(batch) * (steps + 1) + draft) / 1000)
+            await asyncio.sleep(sum(self.parts(len(batch), steps).values()) / 1000)
             if self.profiling:
                 self.profiled(len(batch), steps)
             self.steps_run[steps] = self.steps_run.get(steps, 0) + 1
@@ -205,12 +208,22 @@ class Simulator:
             if slot and slot.observe(accepted):
                 self.adaptive.switches += 1
 
+    def parts(self, batch: int, steps: int) -> dict[str, float]:
+        """One step's costs in ms by part (the cost model; the profiler's kernels): under speculation the target
+        runs as a verify (--verify-ms a request over a decode) and the draft extends every request, step 0 too,
+        unless --free-off runs step 0 as a plain decode (the draft extend stays: the patch's default sync)."""
+        a = self.args
+        found = {"step_overhead": a.step_ms, "target_forward": a.token_ms * batch * (steps + 1)}
+        if self.speculative:
+            plain = steps == 0 and a.free_off
+            found.update(target_verify=0.0 if plain else a.verify_ms * batch, draft_steps=a.draft_ms * steps,
+                         draft_extend=a.extend_ms * batch)
+        return found
+
     def profiled(self, batch: int, steps: int) -> None:
         """One step's parts as kernel events; the trace written once the asked number of steps is in."""
-        a, profile = self.args, self.profiling
-        parts = {"step_overhead": a.step_ms, "target_forward": a.token_ms * batch * (steps + 1)}
-        if self.speculative:
-            parts.update(draft_steps=a.draft_ms * steps, draft_extend=a.extend_ms * batch)
+        profile = self.profiling
+        parts = self.parts(batch, steps)
         at = len(profile["events"]) * 1000.0
         profile["events"] += [{"ph": "X", "cat": "kernel", "name": name, "ts": at, "dur": ms * 1000, "pid": 0,
                                "tid": 7} for name, ms in parts.items() if ms]
@@ -473,6 +486,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--token-ms", type=float, default=0.0, help="cost per verified token of each running request")
     p.add_argument("--draft-ms", type=float, default=0.0, help="cost per draft step under speculation")
     p.add_argument("--extend-ms", type=float, default=0.0, help="draft-extend cost per running request, step 0 too")
+    p.add_argument("--verify-ms", type=float, default=0.0,
+                   help="what a verify forward costs over a decode, per running request, under speculation")
+    p.add_argument("--free-off", action="store_true",
+                   help="step 0 runs as a plain decode (no verify cost), as rig's free-off patch makes it")
     p.add_argument("--steps", type=int, default=0, help="speculative steps per decode (0: no speculation)")
     p.add_argument("--accept-rate", type=float, default=0.0, help="acceptance probability of each drafted position")
     p.add_argument("--sampled-accept", type=float, default=0.7,

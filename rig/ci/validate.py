@@ -63,7 +63,7 @@ def run(stack_path: str, cache: str | Path, venv: str | None = None, patch_dir: 
         return _toolchain(_need(state, "stack"), _need(state, "lock"))
 
     def patches():
-        return _patches(_need(state, "lock"), Path(cache), patch_dir)
+        return _patches(_need(state, "stack"), _need(state, "lock"), Path(cache), patch_dir)
 
     def server():
         from rig.serving.server import render, wants
@@ -159,11 +159,13 @@ def _toolchain(stack: dict, lock: dict) -> tuple[list[str], str]:
         f"; {', '.join(flashinfer) or 'no flashinfer package'}"
 
 
-def _patches(lock: dict, cache: Path, patch_dir: str | None) -> tuple[list[str], str]:
-    """The patch plan as it would be on an installed venv, from the patched files inside the locked wheels."""
+def _patches(stack: dict, lock: dict, cache: Path, patch_dir: str | None) -> tuple[list[str], str]:
+    """The patch plan as it would be on an installed venv (with the stack's opt-in features), from the patched files
+    inside the locked wheels."""
     from rig import patches as patching
 
     plan = patching.load(patch_dir)
+    opted = patching.asked(plan, stack["patches"]["opt_in"])
     packages = {p.package for p in plan}
     locked = {w["name"]: w for w in lock["wheels"] if w["name"] in {canonicalize_name(n) for n in packages}}
     found = _wheels(lock, cache, set(locked))
@@ -181,10 +183,10 @@ def _patches(lock: dict, cache: Path, patch_dir: str | None) -> tuple[list[str],
             env.packages[package] = {"version": entry["version"], "root": str(root)}
         problems = []
         try:
-            patching.refuse_unknown_versions(env, plan)
+            patching.refuse_unknown_versions(env, plan, opted)
         except RigError as exc:
             problems.append(str(exc))
-        rows = patching.status(env, plan)
+        rows = patching.status(env, plan, opted)
     problems += [f"{r['id']}: drifted in {r['package']} {r['version']}: {r['detail']}" for r in rows
                  if r["status"] == "drifted"]
     counts = {s: sum(r["status"] == s for r in rows) for s in ("needed", "applied", "upstream", "not-applicable")}

@@ -253,8 +253,10 @@ def status(env: Env, patches: list[Patch], opted: frozenset[str] = frozenset()) 
     return rows
 
 
-def refuse_unknown_versions(env: Env, patches: list[Patch]) -> None:
-    """A package version no patch knows about is refused: its code was never read."""
+def refuse_unknown_versions(env: Env, patches: list[Patch], opted: frozenset[str] = frozenset()) -> None:
+    """A package version no patch knows about (of those that apply: an opt-in one where OPTED asks for it) is
+    refused: its code was never read."""
+    patches = [p for p in patches if not p.opt_in or p.opt_in in opted]
     for package in sorted({p.package for p in patches}):
         installed = env.packages.get(package)
         mine = [p for p in patches if p.package == package]
@@ -298,7 +300,7 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
     """Apply what is needed: every patch in range, an opt-in one only where OPTED asks for its feature (one applied
     before but no longer asked for is taken out: the files go back to their originals, then the rest is applied)."""
     if not force:
-        refuse_unknown_versions(env, [p for p in patches if not p.opt_in or p.opt_in in opted])
+        refuse_unknown_versions(env, patches, opted)
     rows = status(env, patches, opted)
     dropped = [r for r in rows if r["status"] == "applied" and next(
         p for p in patches if p.id == r["id"]).opt_in not in ("", *opted)]

@@ -6,7 +6,8 @@ own server line (`rig server args`), health-gated by `rig smoke`, measured, stop
 1. the variants: per attention backend (server.attention_backends), the baseline and fixed EAGLE-3 at
    each of tune.steps (topk 1, steps + 1 draft tokens: SGLang's adaptive mode takes topk 1 only), the
    stack's own line when it is none of those, and SGLang's step 0 as servers of their own (tune.step0:
-   as shipped, and with the draft extend skipped where the installed sglang reads that variable);
+   as shipped, with the draft extend skipped where the installed sglang reads that variable, and as
+   rig's free-off patch makes it, a plain decode, where the venv has it applied);
    a speculative server that caps its running requests below its decode graph (SGLang sets 48 when
    unset) is measured again with the cap lifted to the graph size;
 2. every level (bench.concurrency closed-loop, tune.request_rates open-loop Poisson), in rounds at the
@@ -62,6 +63,9 @@ SCHEMA_VERSION = 2
 BASELINE = "baseline"
 POLICY = "policy"
 SKIP_EXTEND = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
+# rig's free-off patch (the stack's patches.opt_in: [free-off]): step 0 as a plain decode where applied, SGLang's own
+# where a server's environment sets it to 0
+FREE_OFF = "RIG_FREE_OFF"
 # SGLang's step 0 as a server of its own: a server launches at one of its config's candidate steps (sglang refuses
 # --speculative-num-steps outside them), so one request alone drafts 1 step and every batch of two or more runs at
 # step 0; the step-0 servers are measured at those levels only
@@ -125,9 +129,9 @@ def backend_problem(imports: dict[str, list[Path]], venv: str | Path, backend: s
             f"or drop {backend}")
 
 
-def reads_skip_extend(imports: dict[str, list[Path]]) -> bool:
-    """Whether the venv's sglang (where its interpreter imports it from) reads SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND
-    (its environ module or the speculative workers name it)."""
+def sglang_reads(imports: dict[str, list[Path]], name: str) -> bool:
+    """Whether the venv's sglang (where its interpreter imports it from) reads the environment variable NAME: its
+    environ module or a speculative worker names it (SGLang's own switches, and rig's free-off patch's)."""
     from rig.core.documents import read_text
 
     for package in imports.get("sglang", []):
@@ -135,7 +139,7 @@ def reads_skip_extend(imports: dict[str, list[Path]]) -> bool:
         for path in [root / "environ.py", *sorted((root / "speculative").glob("*.py"))]:
             if path.is_file() and not path.is_symlink():
                 try:
-                    if SKIP_EXTEND in read_text(path, "sglang source"):
+                    if name in read_text(path, "sglang source"):
                         return True
                 except RigError:
                     continue
@@ -154,9 +158,9 @@ def variants(stack: dict, venv: str | Path, step0_config: str, imports: dict[str
     own = server["speculative_num_steps"]
     steps = sorted(set(stack["tune"]["steps"]) | ({own} if server["speculative_eagle_topk"] == 1 else set()))
     found = []
-    for backend in backends:
-        tag, on = (f"@{backend}", {"attention_backends": [backend]}) if backend and len(backends) > 1 else \
-            ("", {})
+    tagged = [(backend, *((f"@{backend}", {"attention_backends": [backend]}) if backend and len(backends) > 1 else
+                          ("", {}))) for backend in backends]
+    for backend, tag, on in tagged:
         family = backend or ""
         found.append(Variant(BASELINE + tag, 0, with_server(stack, speculative_adaptive_config="", **on), "baseline",
                              family))
@@ -164,19 +168,28 @@ def variants(stack: dict, venv: str | Path, step0_config: str, imports: dict[str
         if server["speculative_eagle_topk"] != 1:  # measured, but SGLang's adaptive mode cannot serve it
             found.append(Variant("stack" + tag, own, with_server(stack, speculative_adaptive_config="", **on),
                                  "eagle", family, candidate=False))
-    env = {}
-    if "step0-skip-extend" in stack["tune"]["step0"]:
-        if not reads_skip_extend(imports):
-            raise RigError(f"tune.step0 lists step0-skip-extend, but the sglang in {venv} does not read "
-                           f"{SKIP_EXTEND}: drop it from tune.step0 (or install an sglang that has it)")
-        env = {SKIP_EXTEND: "1"}
-    for backend in backends:  # a family's step-0 slots are priced by its own backend's step 0
-        tag, on = (f"@{backend}", {"attention_backends": [backend]}) if backend and len(backends) > 1 else \
-            ("", {})
-        found += [Variant(which + tag, 0, eagle(stack, 1, step0_config, **on), "step0", backend or "",
-                          env if which == "step0-skip-extend" else {}, optional=True)
-                  for which in stack["tune"]["step0"]]
+    envs = step0_envs(stack, venv, imports)
+    found += [Variant(which + tag, 0, eagle(stack, 1, step0_config, **on), "step0", backend or "", env, optional=True)
+              for backend, tag, on in tagged  # a family's step-0 slots are priced by its own backend's step 0
+              for which, env in envs.items()]
     return found
+
+
+def step0_envs(stack: dict, venv: str | Path, imports: dict[str, list[Path]]) -> dict[str, dict]:
+    """tune.step0's servers, each with what its environment adds: SGLang's own step 0 (with rig's free-off turned
+    off where the venv has it), its draft extend skipped, and free-off's plain decode (where it is applied)."""
+    asked = stack["tune"]["step0"]
+    patched = sglang_reads(imports, FREE_OFF)
+    if "step0-skip-extend" in asked and not sglang_reads(imports, SKIP_EXTEND):
+        raise RigError(f"tune.step0 lists step0-skip-extend, but the sglang in {venv} does not read "
+                       f"{SKIP_EXTEND}: drop it from tune.step0 (or install an sglang that has it)")
+    if "step0-plain" in asked and not patched:
+        raise RigError(f"tune.step0 lists step0-plain, but the sglang in {venv} does not have rig's free-off patch: "
+                       "add free-off to the stack's patches.opt_in and run `rig patch apply --stack STACK` (sglang "
+                       "0.5.17 or 0.5.23), or drop step0-plain from tune.step0")
+    sglangs = {FREE_OFF: "0"} if patched else {}
+    return {which: {"step0": sglangs, "step0-skip-extend": {**sglangs, SKIP_EXTEND: "1"}, "step0-plain": {}}[which]
+            for which in asked}
 
 
 def uncapped(variant: Variant, record: dict) -> Variant | None:
@@ -336,7 +349,9 @@ def family_choice(measured: dict[str, dict], found: list[Variant], wanted: list[
         if len({r["steps"] for r in rows}) > 1:  # it switches with load: step 0 must be paid for as measured
             step0 = [v for v in candidates if v.family == family and v.kind == "step0"]
             if step0:
-                stand_in = max(step0, key=lambda v: closeness(_values(measured[v.name]), top))
+                # compared where they ran (from STEP0_FROM up): below it each would count as serving nothing
+                stand_in = max(step0, key=lambda v: closeness(_values(measured[v.name]), {
+                    level: value for level, value in top.items() if level in measured[v.name]}))
                 # below STEP0_FROM no batch runs at step 0: there the family's baseline is still what "no
                 # drafting" costs (the policy server's own run confirms it)
                 priced = {**measured, **{b.name: {level: lv for level, lv in measured[b.name].items()
@@ -389,8 +404,10 @@ def recommend(kind: dict, rows: list[dict], confirmation: dict | None, config_pa
     step0 = [t for t in lost if t["steps"] == 0 and t["vs_baseline"] == "lost"]
     if step0:
         ratios_ = ", ".join(f"{t['ratio_baseline']:.2f}" for t in step0)
-        said.append("SGLang's step-0 state lost to the plain baseline at " + ", ".join(t["level"] for t in step0) +
-                    f" ({ratios_}): step 0 is not a free off")
+        measured_as = ", ".join(sorted({r["chosen"] for r in rows if r.get("kind") == "step0"}))
+        said.append((f"the step-0 state (as {measured_as})" if measured_as else "SGLang's step-0 state") +
+                    " lost to the plain baseline at " +
+                    ", ".join(t["level"] for t in step0) + f" ({ratios_}): step 0 is not a free off")
     return "the adaptive policy was not confirmed: " + "; ".join(said or ["its levels were not all measured"]) + \
         f". What pays instead: {fallback(plain, measured)}"
 

@@ -30,10 +30,12 @@ STANDIN = REPO / "tests" / "data" / "sglang_standin"
 REAL_COST = REPO / "docs" / "validation" / "real-cost-h200"
 
 
-def standin_wheel(into: Path, version: str = "0.5.17+standin") -> Path:
-    """The stand-in sglang package as a wheel (what carry.py stages is wheels; pip installs them there)."""
+def standin_wheel(into: Path, version: str = "0.5.17+standin", real: dict[str, bytes] | None = None) -> Path:
+    """The stand-in sglang package as a wheel (what carry.py stages is wheels; pip installs them there), with REAL
+    sglang files ({path in the wheel: bytes}) beside its own."""
     dist = f"sglang-{version}.dist-info"
     files = {str(p.relative_to(STANDIN)): p.read_bytes() for p in sorted((STANDIN / "sglang").rglob("*.py"))}
+    files.update(real or {})
     files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n".encode()
     files[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: rig-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
 
@@ -77,14 +79,31 @@ def rehearsal_stack(source: Path, into: Path, venv: Path, models: Path, port: in
     return path
 
 
+def free_off_targets() -> dict[str, bytes]:
+    """The files rig's free-off patches change, from the locked sglang 0.5.17 wheel of the H200's stack (fetched
+    into rig's cache and checked against the lock's hash)."""
+    from conftest import CACHE
+
+    from rig.patches import load
+    from rig.python.lock import read
+    from rig.python.wheelhouse import cached_path, fetch
+
+    lock = read(REPO / "stacks" / "h200-sglang-0.5.17.lock")
+    wheel = [w for w in lock["wheels"] if w["name"] == "sglang"]
+    fetch({**lock, "wheels": wheel}, CACHE)
+    with zipfile.ZipFile(cached_path(CACHE, wheel[0])) as archive:
+        return {p.file: archive.read(p.file) for p in load() if p.opt_in == "free-off" and p.needs("0.5.17")}
+
+
 def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path):
+    """Every phase, free-off's too: its patches go onto the real 0.5.17 files the stand-in wheel carries."""
     bin_dir = machine_python(tmp_path, lab)
     wheels = tmp_path / "wheels"
-    standin_wheel(wheels / "p1")
+    standin_wheel(wheels / "p1", real=free_off_targets())
     stacks, port = tmp_path / "stacks", _free_port()
     stacks.mkdir()
     venv, res = tmp_path / "venv", tmp_path / "results"
-    for name in ("stack-t1.yml", "stack-greedy.yml"):
+    for name in ("stack-t1.yml", "stack-greedy.yml", "stack-free-off-t1.yml", "stack-free-off-greedy.yml"):
         rehearsal_stack(REAL_COST / name, stacks, venv, tmp_path / "models-8b", port)
     faults = tmp_path / "faults.json"
     # the batched scheduler's costs; the acceptance is the test model's own (the stand-in reads its record)
@@ -93,7 +112,7 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "VENV": str(venv), "RES": str(res),
            "SRC": str(tmp_path / "src"), "STAGE": str(tmp_path / "stage"), "OUT": str(tmp_path / "out"),
            "STACKS": str(stacks), "WHEELS": str(wheels), "WAIT_S": "1500", "PROVE_ARGS": "--skip doctor",
-           "SGLANG_STANDIN_FAULTS": str(faults)}
+           "SGLANG_STANDIN_FAULTS": str(faults), "PHASES": "prove tune-t1 tune-greedy free-off"}
     script = REAL_COST / "run.sh"
     staged = subprocess.run(["bash", str(script), "stage", "1"], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=60, check=False)
@@ -103,14 +122,16 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     log = (res / "all.log").read_text() if (res / "all.log").exists() else ""
     assert done.returncode == 0 and "the run exited 0" in done.stdout, done.stdout + done.stderr + log[-3000:]
     phases = (res / "phases.txt").read_text()
-    rcs = {name: (res / f"{name}.rc").read_text().strip() for name in ("env-install", "prove", "tune-t1", "tune-greedy")}
+    rcs = {name: (res / f"{name}.rc").read_text().strip() for name in (
+        "env-install", "prove", "tune-t1", "tune-greedy", "patch-free-off", "tune-free-off-t1", "tune-free-off-greedy")}
     assert rcs["env-install"] == "0" and rcs["prove"] == "0", phases + (res / "prove.err").read_text()[-3000:]
     # the venv over the machine's Python: sglang from the staged wheel, torch from the machine's site
     seen = subprocess.run([str(venv / "bin" / "python"), "-c", "import sglang, torch; print(sglang.__file__)"],
                           capture_output=True, text=True, check=True).stdout
     assert seen.startswith(str(venv))
     # rig tune measured every variant, step 0 included (only where a batch runs at it), with kernel profiles
-    for name, temperature in (("tune-t1", 1.0), ("tune-greedy", 0.0)):
+    for name, temperature in (("tune-t1", 1.0), ("tune-greedy", 0.0), ("tune-free-off-t1", 1.0),
+                              ("tune-free-off-greedy", 0.0)):
         assert rcs[name] in ("0", "1"), phases + (res / f"{name}.err").read_text()[-3000:]
         result = json.loads((res / name / "tune.json").read_text())
         assert result["plan"]["temperature"] == temperature
@@ -121,6 +142,14 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     assert list(t1["variants"])[:3] == ["baseline", "eagle3-3", "step0"]
     assert sorted(t1["variants"]["step0"]["levels"]) == ["C=16", "C=256", "C=64"]
     assert t1["variants"]["step0"]["levels"]["C=64"]["profile"]["kernel_ms_per_step"] > 0
+    # free-off: applied to the real files by rig's engine, then step 0 measured both ways
+    patched = json.loads((res / "patch-free-off.json").read_text())
+    assert rcs["patch-free-off"] == "0" and {r["id"]: r["status"] for r in patched["patches"]} == {
+        "sglang-free-off-graphs": "applied", "sglang-free-off-worker-0517": "applied",
+        "sglang-free-off-worker-0523": "not-applicable"}, (res / "patch-free-off.err").read_text()[-3000:]
+    free = json.loads((res / "tune-free-off-t1" / "tune.json").read_text())["variants"]
+    assert (free["step0"]["env"], free["step0-plain"]["env"]) == ({"RIG_FREE_OFF": "0"}, {})
+    assert free["step0-plain"]["levels"]["C=64"]["profile"]["kernel_ms_per_step"] > 0
     prove = json.loads((res / "prove" / "prove.json").read_text())
     assert prove["ok"] and {s["name"]: s["status"] for s in prove["steps"]}["agree: acceptance"] == "pass"
     assert (tmp_path / "out" / "results.tgz").stat().st_size > 0

@@ -49,16 +49,21 @@ def _servers_running(venv: Path) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def standin_venv(tmp_path_factory) -> Path:
-    """A venv whose sglang is the stand-in package (and the stand-in server and aiohttp beside it)."""
-    venv = tmp_path_factory.mktemp("tune") / "venv"
+STANDIN = REPO / "tests" / "data" / "sglang_standin"
+
+
+def make_standin_venv(venv: Path, package: Path = STANDIN) -> Path:
+    """A venv whose sglang is the stand-in PACKAGE (and the stand-in server and aiohttp beside it)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next((venv / "lib").glob("python3*/site-packages"))
     ours = [p for p in sys.path if p.endswith("site-packages")]
-    (site / "standin.pth").write_text("\n".join([str(REPO / "tests" / "data" / "sglang_standin"),
-                                                 str(REPO / "tests"), *ours]) + "\n")
+    (site / "standin.pth").write_text("\n".join([str(package), str(REPO / "tests"), *ours]) + "\n")
     return venv
+
+
+@pytest.fixture(scope="module")
+def standin_venv(tmp_path_factory) -> Path:
+    return make_standin_venv(tmp_path_factory.mktemp("tune") / "venv")
 
 
 @pytest.fixture
@@ -343,10 +348,48 @@ def test_sampling_lowers_acceptance_and_a_capped_server_is_measured_uncapped_and
         assert "What pays instead" in result["recommendation"]
 
 
-def test_step_0_with_the_draft_extend_skipped_is_refused_where_sglang_does_not_read_it(tune_case):
+@pytest.mark.parametrize("which, said", [
+    ("step0-skip-extend", "does not read SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"),
+    ("step0-plain", "does not have rig's free-off patch: add free-off to the stack's patches.opt_in"),
+])
+def test_a_step_0_server_the_installed_sglang_cannot_run_is_refused(tune_case, which, said):
     stack, env = tune_case(*MODEL)
     data = yaml.safe_load(stack.read_text())
-    data["tune"]["step0"] = ["step0-skip-extend"]
+    data["tune"]["step0"] = [which]
     stack.write_text(yaml.safe_dump(data))
     done = tune(stack, tune_case.dir / "out", env, "--check")
-    assert done.returncode == 2 and "does not read SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND" in done.stderr
+    assert done.returncode == 2 and said in done.stderr
+
+
+def test_free_offs_plain_step_0_is_measured_beside_sglangs_and_the_policy_runs_on_it(tune_case):
+    """Where rig's free-off patch is applied (here: a worker module beside the stand-in that reads RIG_FREE_OFF as
+    the patched eagle_worker_v2.py does), step0-plain runs step 0 as a plain decode and step0 SGLang's own (the
+    server started with RIG_FREE_OFF=0): a verify costs 0.5 ms a request over a decode, so at C=64 SGLang's step 0
+    keeps about half the baseline and the plain one all of it; the adaptive policy serves its step-0 slot plain."""
+    import shutil
+
+    package = tune_case.dir / "patched"
+    shutil.copytree(STANDIN, package, ignore=shutil.ignore_patterns("__pycache__"))
+    (package / "sglang" / "srt" / "speculative" / "eagle_worker_v2.py").write_text(
+        'import os as _rig_os\n\n_RIG_FREE_OFF = _rig_os.environ.get("RIG_FREE_OFF", "1") != "0"\n')
+    venv = make_standin_venv(tune_case.dir / "venv", package)
+    stack, env = tune_case(*MODEL, "--verify-ms", "0.5")
+    data = yaml.safe_load(stack.read_text())
+    data["venv"] = str(venv)
+    data["tune"].update(steps=[3], step0=["step0", "step0-plain"])
+    stack.write_text(yaml.safe_dump(data))
+    out = tune_case.dir / "out"
+    done = tune(stack, out, env)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    result = json.loads((out / "tune.json").read_text())
+    variants = result["variants"]
+    assert [n for n in variants if n != "policy"] == ["baseline", "eagle3-3", "step0", "step0-plain"]
+    assert variants["step0"]["env"] == {"RIG_FREE_OFF": "0"} and variants["step0-plain"]["env"] == {}
+    value = {name: variants[name]["levels"]["C=64"]["value"] for name in ("baseline", "step0", "step0-plain",
+                                                                          "policy")}
+    assert value["step0"] < 0.75 * value["baseline"] < value["step0-plain"], value
+    assert result["step0_stand_in"] == "step0-plain" and result["policy"]["kind"] == "adaptive"
+    assert result["policy"]["slots"]["1"] == 3 and 0 in result["policy"]["slots"].values()
+    assert variants["policy"]["env"] == {} and value["policy"] > 0.75 * value["baseline"], value
+    report = (out / "report.md").read_text()
+    assert "step0-plain" in report and "| step0 |" in report.replace("`", "")

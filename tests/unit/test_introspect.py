@@ -105,7 +105,7 @@ def pth_venv(tmp_path):
 def test_what_a_venv_imports_through_a_pth_is_found_as_python_finds_it(tmp_path):
     """tune's backend checks and venv verify ask the venv's interpreter: a .pth-added directory counts (the H200 run
     refused triton, "has no the triton package"), and the first torch on sys.path is the one reported."""
-    from rig.serving.tune import _imports, backend_problem, reads_skip_extend
+    from rig.serving.tune import SKIP_EXTEND, _imports, backend_problem, sglang_reads
 
     venv, machine = pth_venv(tmp_path)
     imports = _imports(venv)
@@ -113,5 +113,5 @@ def test_what_a_venv_imports_through_a_pth_is_found_as_python_finds_it(tmp_path)
     assert backend_problem(imports, venv, "triton") is None and backend_problem(imports, venv, "fa3") is None
     said = backend_problem(imports, venv, "flashinfer")  # a namespace package is no flashinfer
     assert said and "cannot import the flashinfer package" in said and "has no the" not in said
-    assert reads_skip_extend(imports)
+    assert sglang_reads(imports, SKIP_EXTEND)
     assert installed(venv)["torch"] == "2.9.1"  # Python imports the first; the shadowed 2.8.0 is not it

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # rig prove and rig tune at a real model's cost on the lent one-GPU H200, from the repo root, one phase per device call:
 #   stage N...  move the carried wheel pieces .whl/pN to $STAGE (carry.py cut them under the call's 64 MiB)
-#   all         detached: setup, then `rig prove` on stack-greedy.yml, then `rig tune` on stack-t1.yml and on
-#               stack-greedy.yml, each phase's exit status and wall time in $RES; then wait
+#   all         detached: setup, then the phases of $PHASES in order, each one's exit status and wall time in
+#               $RES; then wait. Phases: prove (`rig prove` on stack-greedy.yml), tune-t1 and tune-greedy (`rig tune`
+#               on stack-t1.yml, stack-greedy.yml), free-off (issue 55: rig's free-off patches applied to the venv's
+#               sglang, then `rig tune` on stack-free-off-t1.yml and stack-free-off-greedy.yml). Default: the first
+#               three; e.g. PHASES=free-off for the free-off run alone
 #   wait        wait for it again (a device call lasts at most 10 minutes; the whole run takes longer)
 # setup: a venv over the machine's own Python (its torch 2.11.0+cu130) through a .pth file, the staged wheels it
 # lacks installed into it, and rig's environment module (`rig env install`), so doctor holds it as rig would.
@@ -15,7 +18,7 @@ set -euo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 VENV=${VENV:-/root/venv}; RES=${RES:-/root/results}; SRC=${SRC:-/root/rig-src}; STAGE=${STAGE:-/root/stage}
 OUT=${OUT:-/tmp/out}; STACKS=${STACKS:-docs/validation/real-cost-h200}; PROVE_ARGS=${PROVE_ARGS:-}
-WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}
+WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}; PHASES=${PHASES:-prove tune-t1 tune-greedy}
 mkdir -p "$RES" "$OUT"
 VENV=$(realpath -m "$VENV"); RES=$(realpath -m "$RES"); SRC=$(realpath -m "$SRC"); STAGE=$(realpath -m "$STAGE")
 
@@ -52,11 +55,25 @@ print("\n".join(p for p in sys.path if p and not p.startswith(std) and not p.end
   fi
 }
 
+phase() {
+  case $1 in
+  prove) rig_in prove prove --stack "$STACKS/stack-greedy.yml" --out "$RES/prove" $PROVE_ARGS --json ;;
+  tune-t1|tune-greedy) rig_in "$1" tune --stack "$STACKS/stack-${1#tune-}.yml" --out "$RES/$1" --json ;;
+  free-off)
+    # the free-off patches alone (the stack opts in): the SM120 ones change nothing a TP-1 SM90 run measures
+    mkdir -p "$SRC/free-off-patches" && cp "$SRC"/rig/patches/set/sglang-free-off-*.yml "$SRC/free-off-patches/"
+    rig_in patch-free-off patch apply --stack "$STACKS/stack-free-off-t1.yml" --patches "$SRC/free-off-patches" \
+      --json
+    rig_in tune-free-off-t1 tune --stack "$STACKS/stack-free-off-t1.yml" --out "$RES/tune-free-off-t1" --json
+    rig_in tune-free-off-greedy tune --stack "$STACKS/stack-free-off-greedy.yml" --out "$RES/tune-free-off-greedy" \
+      --json ;;
+  *) echo "unknown phase $1 (prove, tune-t1, tune-greedy, free-off)" >&2; return 2 ;;
+  esac
+}
+
 pipeline() {
   setup
-  rig_in prove prove --stack "$STACKS/stack-greedy.yml" --out "$RES/prove" $PROVE_ARGS --json
-  rig_in tune-t1 tune --stack "$STACKS/stack-t1.yml" --out "$RES/tune-t1" --json
-  rig_in tune-greedy tune --stack "$STACKS/stack-greedy.yml" --out "$RES/tune-greedy" --json
+  for name in $PHASES; do phase "$name"; done
 }
 
 wait_for() {  # until the detached run has exited (its status in all.rc) or WAIT_S seconds have passed
@@ -82,7 +99,10 @@ all)
   fi
   rm -f "$RES/all.rc" "$RES/phases.txt"
   # the pipeline in a subshell of its own: set -e holds there (a function called in a || list runs without it)
-  setsid bash -c "$(declare -f rig_in setup pipeline); $(declare -p VENV RES SRC STAGE STACKS PROVE_ARGS)
+  for name in $PHASES; do  # refused before anything starts
+    case $name in prove|tune-t1|tune-greedy|free-off) ;; *) echo "unknown phase $name in PHASES" >&2; exit 2 ;; esac
+  done
+  setsid bash -c "$(declare -f rig_in setup phase pipeline); $(declare -p VENV RES SRC STAGE STACKS PROVE_ARGS PHASES)
     (set -euo pipefail; pipeline) > \"\$RES/all.log\" 2>&1; echo \$? > \"\$RES/all.rc\"" < /dev/null \
     > /dev/null 2>&1 &
   echo $! > "$RES/all.pid"

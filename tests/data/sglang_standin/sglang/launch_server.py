@@ -22,6 +22,21 @@ from sglang.srt.server_args import ServerArgs
 FAULTS = Path("/etc/sglang-standin.json")
 
 
+FREE_OFF_LINE = '_RIG_FREE_OFF = _rig_os.environ.get("RIG_FREE_OFF", "1") != "0"'
+
+
+def free_off() -> bool:
+    """Whether this sglang runs step 0 as rig's free-off patch makes it: its speculative/eagle_worker_v2.py (a real
+    one rig patched, or a test's) holds the patch's switch, and the server's environment leaves it on. The module
+    is read, never imported (a real one needs torch and the rest of sglang)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sglang.srt.speculative.eagle_worker_v2")
+    if spec is None or not spec.origin:
+        return False
+    return FREE_OFF_LINE in Path(spec.origin).read_text() and os.environ.get("RIG_FREE_OFF", "1") != "0"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="sglang serve")
     ServerArgs.add_cli_args(parser)
@@ -42,6 +57,8 @@ def main(argv: list[str] | None = None) -> None:
                                                     if 1 << i <= args.cuda_graph_max_bs_decode)]
     if args.max_running_requests:
         speculation += ["--max-running-requests", str(args.max_running_requests)]
+    if free_off():
+        speculation += ["--free-off"]
     marker = Path(args.model_path).parent / "testmodel.json"  # rig testmodel's record of what it wrote
     made = json.loads(marker.read_text())["spec"] if marker.is_file() else {}
     if made.get("kind") == "numerics":
