@@ -318,8 +318,8 @@ def worker_group(nodeid: str) -> str:
 
 # xdist gives each worker a group, and the next group in this order to whichever worker is down to its
 # last two tests (a worker runs a test only once it holds the one after it): the longest groups first.
-FIRST = ("whole-stacks", "lab-1", "lab-2", "test_upgrade", "test_bare_metal", "test_rollout", "test_cuda_toolkit",
-         "test_role_scenarios")
+FIRST = ("whole-stacks", "lab-1", "lab-2", "test_upgrade", "test_bare_metal", "test_rollout", "test_upgrade_stack",
+         "test_cuda_toolkit", "test_role_scenarios")
 # Each of these first in its group: the whole-stacks chain's last two tests were the site test (10 min) and
 # another, so a group given at their start (Molecule's, 6 min) ran after them, the box run's last (37.8 min;
 # with the site test first, the chain's last two tests take seconds and come after the queue is empty).

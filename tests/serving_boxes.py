@@ -2,7 +2,9 @@
 for the tests of server.yml, prove.yml and upgrade.yml, and a load that keeps requests in flight on them."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import threading
 
@@ -135,3 +137,70 @@ def drains(box) -> list[int]:
     """The requests in flight at each drain of BOX's server, from its log (as SGLang logs them)."""
     log = box.sh("cat /var/log/rig/sglang-server.log", check=False).stdout
     return [int(n) for n in re.findall(r"Gracefully exiting\.\.\. Remaining number of requests (\d+)", log)]
+
+
+# playbooks/upgrade.yml's boxes (test_upgrade, test_upgrade_stack): the stand-in NVIDIA repository's two drivers
+OLD, NEW = "580.159.04-1", "580.200.00-1"
+DRIVER = "nvidia-driver-580-open"
+FABRIC = "nvidia-fabricmanager-580"
+CDI = "/etc/cdi/nvidia.yaml"
+UPGRADE_SETTINGS = {
+    "nvidia_driver_repo_url": "file:///srv/nvidia/repo", "nvidia_driver_keyring_url": "file:///srv/nvidia/key.gpg",
+    "nvidia_driver_pci_root": "/srv/fake/pci",  # a GPU and an NVSwitch: the fabric manager goes with the driver
+    "nvidia_driver_module_version_path": "/srv/fake/module-version",
+    "nvidia_driver_allow_reboot": True,
+    # a container shares its host's boot_id and has no logind for shutdown(8): systemd reboots it, and PID 1's
+    # start time tells one boot from the next
+    "nvidia_driver_reboot_command": "systemctl reboot",
+    "nvidia_driver_boot_time_command": "cut -d' ' -f22 /proc/1/stat", "nvidia_driver_reboot_timeout": 300,
+    # and answers docker exec as soon as PID 1 runs, before the boot's units (the stand-in module's among them):
+    # back once systemd has no boot job left, as a host is once sshd answers
+    "nvidia_driver_reboot_test_command": "systemctl is-system-running | grep -qxE 'running|degraded'",
+    "nvidia_container_toolkit_mode": "cdi", "nvidia_container_toolkit_manage_services": False,
+    "sglang_server_require_gpu": False, "sglang_server_start_timeout": 120,
+    "rig_upgrade_doctor": False,  # the machine layer reads nvidia-smi, which no box has
+    # the driver's tests (their stack is not locked); the last test takes the toolkit and the venv through
+    "rig_upgrade_toolkit": False, "rig_upgrade_stack": False,
+    # the boxes' stand-in venv has no torch to write test models with: the numerics model is written beside it
+    # (rig_prove_models), the agreeing one for acceptance nowhere
+    "rig_prove_skip": ["doctor", "testmodel", "acceptance"],
+}
+
+
+def versions(box) -> dict:
+    """Each driver package's installed version and dpkg selection."""
+    out = box.sh(f"dpkg-query -W -f='${{Package}} ${{Version}} ${{db:Status-Want}}\\n' {DRIVER} {FABRIC} "
+                 "nvidia-container-toolkit", check=False).stdout
+    return {name: (version, want) for name, version, want in (line.split() for line in out.splitlines())}
+
+
+@contextlib.contextmanager
+def driver_fleet(systemd_image, standin_site, tmp_path, count: int):
+    """COUNT boxes serving the stand-in on driver OLD, its module loaded, a CDI spec of OLD's libraries: the
+    signed stand-in NVIDIA repository in both versions (tests/nvidia_repo.py), bare-metal.yml and server.yml
+    run; (boxes, the upgrade settings with the stack and the numerics models)."""
+    from conftest import _remove, _start, play
+
+    started: list = []
+
+    def start(systemd: bool):
+        started.append(_start(systemd_image, systemd=systemd))
+        return started[-1]
+
+    try:
+        boxes = [serving_box(start, standin_site) for _ in range(count)]
+        os.environ["MOLECULE_EPHEMERAL_DIRECTORY"] = str(tmp_path)  # where the prepare play builds the repository
+        try:
+            play(boxes, "../tests/molecule/prepare-nvidia-repo.yml").expect_ok()
+        finally:
+            del os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]
+        models = [numerics_models(box) for box in boxes][0]  # the same path on each
+        settings = {**UPGRADE_SETTINGS, "rig_stack": stack_file(tmp_path, "stack.yml", 2), "rig_prove_models": models}
+        play(boxes, "bare-metal.yml", nvidia_driver_version=OLD, **settings).expect_ok()
+        play(boxes, "server.yml", rig_rollout_batch=count, **settings).expect_ok()  # a first start: nothing to roll
+        for box in boxes:
+            assert versions(box)[DRIVER] == (OLD, "hold") and box.sh(HEALTH).stdout.strip() == "200"
+            assert "libcuda.so.580.159.04" in box.sh(f"cat {CDI}").stdout
+        yield boxes, settings
+    finally:
+        _remove(started)

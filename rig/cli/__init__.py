@@ -13,7 +13,6 @@ engine bundle runs on targets with python3 and the bundled libraries alone).
 """
 from __future__ import annotations
 
-import difflib
 import importlib
 import json
 import os
@@ -35,6 +34,7 @@ from rig.cli.common import (
     INTERRUPTED,
     OK,
     SIGNALLED,
+    RigGroup,
     moved,
 )
 from rig.core import RigError
@@ -85,7 +85,7 @@ COMMANDS = (
 _TABLE = {entry.name: entry for entry in COMMANDS}
 
 
-class LazyGroup(click.Group):
+class LazyGroup(RigGroup):
     """The root group: its commands from COMMANDS, each module imported when its command is asked for."""
 
     def list_commands(self, ctx):
@@ -109,14 +109,9 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
-    def resolve_command(self, ctx, args):
-        """An unknown command is answered with the close matches among the commands users see."""
-        if args and args[0] not in _TABLE and not args[0].startswith("-") and not ctx.resilient_parsing:
-            shown = [entry.name for entry in COMMANDS if not entry.moved_to]
-            near = difflib.get_close_matches(args[0], shown, n=3, cutoff=0.6)
-            hint = f": did you mean {' or '.join(f'`rig {n}`' for n in near)}?" if near else ""
-            raise click.UsageError(f"no command {args[0]!r}{hint}", ctx)
-        return super().resolve_command(ctx, args)
+    def shown(self, ctx):
+        """The commands users see, from the table: no module is imported to suggest one."""
+        return [entry.name for entry in COMMANDS if not entry.moved_to]
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -177,12 +172,22 @@ def _said(text: str) -> str:
     return terminal(text).replace("\n", "\n  ")
 
 
+def _fail(line: str, code: int, as_json: bool) -> None:
+    """The one way a run fails: `rig: error: LINE` on stderr, under --json also {"error", "exit"} on stdout (a
+    machine reading stdout gets one JSON object either way), then exit CODE."""
+    click.echo(f"rig: error: {_said(line)}", err=True)
+    if as_json:
+        click.echo(json.dumps({"error": line, "exit": code}))
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The one error boundary: every failure is one `rig: error:` line and exit 2 (bad input or host),
-    70 for a defect of rig's own; --debug (or RIG_DEBUG=1) adds the traceback; a group given no command prints
-    its help and exits 0."""
+    70 for a defect of rig's own (under --json also one JSON object on stdout); --debug (or RIG_DEBUG=1) adds the
+    traceback; a group given no command prints its help and exits 0."""
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv or os.environ.get("RIG_DEBUG") == "1"
+    as_json = "--json" in argv
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _terminate)
     try:
@@ -199,8 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        click.echo(f"rig: error: {_said(exc.format_message())}{hint}", err=True)
-        sys.exit(exc.exit_code)
+        _fail(exc.format_message() + hint, exc.exit_code, as_json)
     except Exception as exc:  # noqa: BLE001 - this is the boundary
         if debug:
             traceback.print_exc()
@@ -211,8 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         elif gone is not None and line is not None:
             line += f" (the current directory {gone} has been deleted: cd to one that exists)"
         if line is None:
-            click.echo(f"rig: error: internal error: {type(exc).__name__}: {_said(str(exc))} "
-                       "(a defect of rig's: rerun with --debug and report the traceback)", err=True)
-            sys.exit(INTERNAL)
-        click.echo(f"rig: error: {_said(line)}", err=True)
-        sys.exit(ERROR)
+            _fail(f"internal error: {type(exc).__name__}: {exc} (a defect of rig's: rerun with --debug and report the "
+                  "traceback)", INTERNAL, as_json)
+        else:
+            _fail(line, ERROR, as_json)

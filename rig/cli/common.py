@@ -382,3 +382,26 @@ def plan_options(serial: bool = False):
         return command
 
     return declare
+
+
+class RigGroup(click.Group):
+    r"""Every rig group: an unknown subcommand is answered in rig's voice with the close matches among the ones
+    users see (`no command 'shwo' in \`rig stack\`: did you mean \`rig stack show\`?`)."""
+
+    def shown(self, ctx: click.Context) -> list[str]:
+        return [name for name in self.list_commands(ctx)
+                if (command := self.get_command(ctx, name)) is not None and not command.hidden]
+
+    def resolve_command(self, ctx, args):
+        if args and not args[0].startswith("-") and not ctx.resilient_parsing and \
+                self.get_command(ctx, args[0]) is None:
+            near = difflib.get_close_matches(args[0], self.shown(ctx), n=3, cutoff=0.6)
+            hint = f": did you mean {' or '.join(f'`{ctx.command_path} {n}`' for n in near)}?" if near else ""
+            where = f" in `{ctx.command_path}`" if ctx.parent is not None else ""
+            raise click.UsageError(f"no command {args[0]!r}{where}{hint}", ctx)
+        return super().resolve_command(ctx, args)
+
+
+def group(name: str | None = None, **kwargs):
+    """click.group with rig's voice for unknown subcommands (RigGroup)."""
+    return click.group(name, cls=RigGroup, **kwargs)

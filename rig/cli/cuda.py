@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import Choice, Url, cache_option, check_option, emit, json_option, prefix_option
+from rig.cli.common import Choice, Url, cache_option, check_option, emit, group, json_option, prefix_option
 from rig.cli.ldconfig import ldconfig_conf
 from rig.core import defaults
 from rig.core.documents import dump_json
 from rig.cuda import toolkit as engine
 
 
-@click.group()
+@group()
 def cuda() -> None:
     """Install CUDA toolkits side by side and manage the /usr/local/cuda link."""
 

@@ -6,6 +6,7 @@ import click
 from rig.cli.common import (
     check_option,
     emit,
+    group,
     json_option,
     need_stack,
     prefix_option,
@@ -20,7 +21,7 @@ from rig.python.runtime_env import environment, install, remove, render
 from rig.stack.spec import load
 
 
-@click.group("env")
+@group("env")
 def env_group() -> None:
     """The CUDA 13 environment every process of the stack's venv starts with (a sitecustomize)."""
 

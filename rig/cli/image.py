@@ -9,6 +9,7 @@ from rig.cli.common import (
     cache_option,
     check_option,
     emit,
+    group,
     json_option,
     judged,
     output_option,
@@ -41,7 +42,7 @@ def sbom(venv_path, stack_path, requirements, name, output, as_json) -> None:
     to_file_or_stdout(dump_json(document, "the SBOM", indent=1, sort_keys=True) + "\n", output)
 
 
-@click.group()
+@group()
 def image() -> None:
     """The stack's serving image, built from its lock (Docker)."""
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from rig.cli.common import Number, emit, json_option, judged, out_option, stack_option, venv_of, venv_option
+from rig.cli.common import Number, emit, group, json_option, judged, out_option, stack_option, venv_of, venv_option
 from rig.core import RigError
 from rig.core.proc import interpreter as resolved
 from rig.machine import driver, gpu_health
@@ -43,7 +43,7 @@ def probe(venv_path, stack_path, python, gpus, out_dir, as_json) -> None:
     judged(result["correct"] and result["peers"]["ok"])
 
 
-@click.group()
+@group()
 def machine() -> None:
     """Facts about the machine under the stack (roles read them before a driver exists)."""
 

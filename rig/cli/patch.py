@@ -4,10 +4,10 @@ from __future__ import annotations
 import click
 
 from rig import patches
-from rig.cli.common import check_option, emit, json_option, stack_option, venv_option
+from rig.cli.common import check_option, emit, group, json_option, stack_option, venv_option
 
 
-@click.group()
+@group()
 def patch() -> None:
     """SM120 / EAGLE-3 source patches on an installed environment.
 

@@ -1,13 +1,12 @@
 """`rig plumbing`: what roles and images use under the hood (the engine bundle, NVIDIA tools' paths)."""
 from __future__ import annotations
 
-import click
-
 from rig.cli.bundle import bundle
+from rig.cli.common import group
 from rig.cli.tool import tool
 
 
-@click.group()
+@group()
 def plumbing() -> None:
     """What roles and images use under the hood: the engine bundle and NVIDIA tools' paths."""
 

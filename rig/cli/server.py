@@ -5,14 +5,14 @@ import os
 
 import click
 
-from rig.cli.common import Number, json_option, need_stack, stack_option, venv_option
+from rig.cli.common import Number, group, json_option, need_stack, stack_option, venv_option
 from rig.core import RigError
 from rig.core.documents import dump_json, parse_json
 from rig.serving.server import health_gate, render, shell_line
 from rig.stack.spec import load, validate
 
 
-@click.group()
+@group()
 def server() -> None:
     """The SGLang server: its command line from the stack."""
 

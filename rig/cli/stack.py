@@ -1,9 +1,12 @@
 """The `rig stack` group: read and validate stack files."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from rig.cli.common import emit, json_option, output_option, stack_option, to_file_or_stdout
+from rig.cli.common import emit, group, json_option, output_option, stack_option, to_file_or_stdout
+from rig.core import progress
 from rig.core.defaults import cache_dir
 from rig.core.documents import dump_json, yaml_dump
 from rig.core.fs import atomic_write, confined, sha256_data
@@ -11,7 +14,7 @@ from rig.python.stack_vars import ansible_vars
 from rig.stack.spec import load
 
 
-@click.group()
+@group()
 def stack() -> None:
     """Read and validate stack files."""
 
@@ -20,8 +23,11 @@ def stack() -> None:
 @stack_option(positional=True, help="The stack file to validate and print.")
 @json_option
 def stack_show(stack_path: str, as_json: bool) -> None:
-    """Validate a stack file and print it with defaults filled in."""
+    """Validate a stack file and print it with defaults filled in; stderr says which file was read (a link
+    resolved: stacks/default.yml names another)."""
     data = load(stack_path)
+    resolved = Path(stack_path).resolve()
+    progress(f"read {stack_path}" + (f" (a link to {resolved})" if Path(stack_path).is_symlink() else ""))
     click.echo(dump_json(data, "the stack", indent=2) if as_json else yaml_dump(data))
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import Choice, check_option, emit, json_option, venv_option
+from rig.cli.common import Choice, check_option, emit, group, json_option, venv_option
 from rig.machine import gpu_health
 from rig.machine import upgrade as steps
 from rig.machine.upgrade import STATE_DIR
@@ -25,7 +25,7 @@ def _packages(command):
     return command
 
 
-@click.group()
+@group()
 def upgrade() -> None:
     """A day-two upgrade of a serving host, step by step (playbooks/upgrade.yml runs them in order)."""
 

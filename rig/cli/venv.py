@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import Choice, check_option, emit, json_option, judged, stack_option, venv_of, venv_option
+from rig.cli.common import Choice, check_option, emit, group, json_option, judged, stack_option, venv_of, venv_option
 from rig.python import lock as locking
 from rig.python.installer import INSTALLERS
 from rig.python.venv import add, install, verify
 
 
-@click.group()
+@group()
 def venv() -> None:
     """The stack's virtualenv on a target, installed offline from a wheelhouse."""
 

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import Number, OutFile, Seconds, cache_option, check_option, emit, json_option
+from rig.cli.common import Number, OutFile, Seconds, cache_option, check_option, emit, group, json_option
 from rig.python import lock as locking
 from rig.python import wheel_serving
 from rig.python.wheelhouse import export, fetch
 
 
-@click.group()
+@group()
 def wheelhouse() -> None:
     """The controller's hash-keyed cache of locked wheels."""
 

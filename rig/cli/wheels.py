@@ -10,6 +10,7 @@ from rig.cli.common import (
     cache_option,
     check_option,
     emit,
+    group,
     json_option,
     prefix_option,
     stack_option,
@@ -24,7 +25,7 @@ from rig.kernels.builder import stage_for_host
 from rig.stack.spec import load
 
 
-@click.group()
+@group()
 def wheels() -> None:
     """Build kernel wheels against the venv's own torch."""
 

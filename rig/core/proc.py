@@ -48,11 +48,13 @@ def interpreter(python: str | Path) -> Path:
         found = shutil.which(text)
         if not found:
             raise RigError(f"{text} is not on PATH; give the interpreter's path (./{text} for one in this "
-                           "directory) or install the stack's venv first (python_stack role)")
+                           "directory) or install the stack's venv first (the stack's venv key, "
+                           "made by `rig venv install` or the python_stack role)")
         text = found
     path = Path(text).absolute()
     if not path.exists():
-        raise RigError(f"{path} does not exist; install the stack's venv first (python_stack role) or give --python")
+        raise RigError(f"{path} does not exist; install the stack's venv there first (`rig venv install`, or the "
+                       "python_stack role) or give --python")
     if path.is_dir() or not os.access(path, os.X_OK):
         raise RigError(f"{path} is not an executable file; give --python the interpreter itself")
     return path

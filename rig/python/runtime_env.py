@@ -105,7 +105,8 @@ def site_packages(venv: str | Path) -> Path:
     found = sorted(Path(venv).glob("lib/python3*/site-packages"))
     if len(found) != 1:
         raise RigError(f"{venv} is not a virtualenv (no single lib/python3.X/site-packages); "
-                       "install the stack's venv first (python_stack role)")
+                       "give --venv the stack's venv, or install it first (`rig venv install --venv DIR`, "
+                       "or the python_stack role)")
     return confined(venv, str(found[0].relative_to(venv)), "the venv's site-packages")  # never a link out
 
 

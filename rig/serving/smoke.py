@@ -63,10 +63,11 @@ def wait_healthy(url: str, timeout: float, log: str | None = None, api_key_env: 
     if timeout <= 0:
         raise RigError(f"--timeout {timeout}: give a positive number of seconds")
     start = last_said = time.monotonic()
-    status, body = 0, b""
+    status, body, answered = 0, b"", False
     while (waited := time.monotonic() - start) < timeout:
         status, body = call(url, "/health_generate", timeout=max(0.5, min(30.0, timeout - waited)),
                             api_key_env=api_key_env)
+        answered = answered or bool(status)
         if status == 200:
             return waited
         if http.redirected(status):  # never followed, so never healthy: no use waiting out the timeout
@@ -79,6 +80,9 @@ def wait_healthy(url: str, timeout: float, log: str | None = None, api_key_env: 
             answer = f"HTTP {status}" if status else body.decode(errors="replace")
             progress(f"waiting for {url}/health_generate: {answer} ({waited:.0f} s of {timeout:.0f} s)")
         time.sleep(min(1.0, max(0.0, timeout - waited)))
+    if not answered:  # nothing listened: no model was loading there
+        raise RigError(f"nothing answered at {url} within {timeout:.0f} s (last: {body.decode(errors='replace')}): "
+                       "start the server, or give the --url it listens on" + log_tail(log))
     answer = f"HTTP {status}" if status else f"no answer ({body.decode(errors='replace')})"
     raise RigError(f"{url} was not healthy within {timeout:.0f} s: last {answer}; a big model takes about "
                    f"10 minutes to load, so raise --timeout or read the server's log" + log_tail(log))

@@ -393,7 +393,8 @@ def recommend(kind: dict, rows: list[dict], confirmation: dict | None, config_pa
                 "at every level): serve without it")
     if kind["kind"] == "fixed" and holds:
         return (f"EAGLE-3 with {kind['steps']} step(s) (topk 1) was best or within noise of the best at every measured "
-                f"level: serve with it, server.speculative_num_steps: {kind['steps']}")
+                f"level: serve with it, server.speculative_num_steps: {kind['steps']} and speculative_eagle_topk: 1 "
+                "(proposed-stack.yml)")
     if kind["kind"] != "adaptive":
         return (f"no single server holds the per-level best ({kind['kind']}: " + "; ".join(said) + f"). What pays "
                 f"instead: {fallback(plain, measured)}")

@@ -195,7 +195,7 @@ FREE_OFF_0523 = {"sglang-free-off-graphs", "sglang-free-off-worker-0523"}
 
 
 def test_free_off_is_applied_only_where_the_stack_opts_in_and_taken_out_when_it_stops(lab, tmp_path):
-    v23 = overlay(lab["v23"], DEFAULT_LOCK, tmp_path / "v23", {"sglang"})
+    v23 = overlay(lab["v23"], DEFAULT_LOCK, tmp_path / "v23", {"sglang", "flashinfer-python"})
     stack = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
     stack.update(venv=str(v23), patches={"opt_in": ["free-off"]})
     opted = tmp_path / "opted.yml"

@@ -77,6 +77,13 @@ def test_smoke_fails_a_draft_the_target_almost_never_accepts(serve):
     assert "(below 1.1): the target accepted almost no draft token" in report["msg"]
 
 
+def test_smoke_where_nothing_listens_says_so_not_that_a_model_is_loading():
+    url = f"http://127.0.0.1:{free_port()}"
+    done = rig("smoke", "--url", url, "--timeout", "2", timeout=60)
+    assert done.returncode == 2 and f"nothing answered at {url} within 2 s" in done.stderr, done.stderr
+    assert "start the server, or give the --url it listens on" in done.stderr and "10 minutes" not in done.stderr
+
+
 def test_smoke_times_out_with_the_log_tail(serve, tmp_path):
     url = serve("--start-delay", "600")
     log = tmp_path / "server.log"

@@ -5,79 +5,23 @@ CDI spec, the drain, the health gate, `rig smoke` and `rig prove` are what a GPU
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
-import yaml
-from conftest import _remove, _start, ok, play, rig
-from serving_boxes import HEALTH, UNIT, Load, drains, numerics_models, serving_box, stack_file
+from conftest import play
+from serving_boxes import CDI, DRIVER, FABRIC, HEALTH, NEW, OLD, Load, drains, driver_fleet, versions
 
 pytestmark = pytest.mark.box
 
-OLD, NEW = "580.159.04-1", "580.200.00-1"
-DRIVER = "nvidia-driver-580-open"
-FABRIC = "nvidia-fabricmanager-580"
-CDI = "/etc/cdi/nvidia.yaml"
 NEVER_LOADS = "/etc/rig-standin/module-never-loads"
 LOCK = "/var/lib/rig/upgrade/rollout.lock"
-SETTINGS = {
-    "nvidia_driver_repo_url": "file:///srv/nvidia/repo", "nvidia_driver_keyring_url": "file:///srv/nvidia/key.gpg",
-    "nvidia_driver_pci_root": "/srv/fake/pci",  # a GPU and an NVSwitch: the fabric manager goes with the driver
-    "nvidia_driver_module_version_path": "/srv/fake/module-version",
-    "nvidia_driver_allow_reboot": True,
-    # a container shares its host's boot_id and has no logind for shutdown(8): systemd reboots it, and PID 1's
-    # start time tells one boot from the next
-    "nvidia_driver_reboot_command": "systemctl reboot",
-    "nvidia_driver_boot_time_command": "cut -d' ' -f22 /proc/1/stat", "nvidia_driver_reboot_timeout": 300,
-    # and answers docker exec as soon as PID 1 runs, before the boot's units (the stand-in module's among them):
-    # back once systemd has no boot job left, as a host is once sshd answers
-    "nvidia_driver_reboot_test_command": "systemctl is-system-running | grep -qxE 'running|degraded'",
-    "nvidia_container_toolkit_mode": "cdi", "nvidia_container_toolkit_manage_services": False,
-    "sglang_server_require_gpu": False, "sglang_server_start_timeout": 120,
-    "rig_upgrade_doctor": False,  # the machine layer reads nvidia-smi, which no box has
-    # the driver's tests (their stack is not locked); the last test takes the toolkit and the venv through
-    "rig_upgrade_toolkit": False, "rig_upgrade_stack": False,
-    # the boxes' stand-in venv has no torch to write test models with: the numerics model is written beside it
-    # (rig_prove_models), the agreeing one for acceptance nowhere
-    "rig_prove_skip": ["doctor", "testmodel", "acceptance"],
-}
-
-
-def versions(box) -> dict:
-    """Each driver package's installed version and dpkg selection."""
-    out = box.sh(f"dpkg-query -W -f='${{Package}} ${{Version}} ${{db:Status-Want}}\\n' {DRIVER} {FABRIC} "
-                 "nvidia-container-toolkit", check=False).stdout
-    return {name: (version, want) for name, version, want in (line.split() for line in out.splitlines())}
 
 
 @pytest.fixture(scope="module")
 def fleet(systemd_image, standin_site, tmp_path_factory):
-    """Three boxes serving the stand-in on driver OLD, its module loaded, a CDI spec of OLD's libraries; shared by
-    the tests here in order (the guard rails change nothing; the rollout test takes the fleet through)."""
-    tmp_path = tmp_path_factory.mktemp("fleet")
-    started: list = []
-
-    def start(systemd: bool):
-        started.append(_start(systemd_image, systemd=systemd))
-        return started[-1]
-
-    try:
-        boxes = [serving_box(start, standin_site) for _ in range(3)]
-        os.environ["MOLECULE_EPHEMERAL_DIRECTORY"] = str(tmp_path)  # where the prepare play builds the repository
-        try:
-            play(boxes, "../tests/molecule/prepare-nvidia-repo.yml").expect_ok()
-        finally:
-            del os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]
-        models = [numerics_models(box) for box in boxes][0]  # the same path on each
-        settings = {**SETTINGS, "rig_stack": stack_file(tmp_path, "stack.yml", 2), "rig_prove_models": models}
-        play(boxes, "bare-metal.yml", nvidia_driver_version=OLD, **settings).expect_ok()
-        play(boxes, "server.yml", rig_rollout_batch=3, **settings).expect_ok()  # a first start: nothing to roll
-        for box in boxes:
-            assert versions(box)[DRIVER] == (OLD, "hold") and box.sh(HEALTH).stdout.strip() == "200"
-            assert "libcuda.so.580.159.04" in box.sh(f"cat {CDI}").stdout
-        yield boxes, settings
-    finally:
-        _remove(started)
+    """Three boxes serving the stand-in on driver OLD (serving_boxes.driver_fleet); shared by the tests here in
+    order (the guard rails change nothing; the rollout test takes the fleet through)."""
+    with driver_fleet(systemd_image, standin_site, tmp_path_factory.mktemp("fleet"), 3) as found:
+        yield found
 
 
 def test_guard_rails_refuse_an_old_driver_proprietary_blackwell_and_a_held_lock(fleet):
@@ -163,77 +107,3 @@ def test_a_driver_upgrade_rolls_through_serving_boxes_stops_at_a_failing_one_and
     assert drains(first)[drained[first.name]:] == []  # on the new driver already: left serving
     again = play(boxes, "upgrade.yml", nvidia_driver_version=NEW, rig_rollout_batch=3, **settings).expect_ok()
     assert all(again.recap("changed", box.name) == 0 for box in boxes), again.changed_tasks()
-
-
-def locked_stack(tmp_path, name: str, cuda: str, click: str, steps: int) -> str:
-    """A small real stack the stand-in serves: CUDA CUDA made the default, one pure-Python wheel, locked here."""
-    components = ["nvcc", "cudart", "nvrtc", "cccl"] if cuda.startswith("12.") else ["nvcc", "cudart", "nvrtc",
-                                                                                    "cccl", "crt", "nvvm"]
-    stack = {"name": name, "python": "3.11", "venv": "/opt/rig/venv", "archs": ["12.0a", "9.0a"],
-             "cuda": {"version": cuda, "components": components, "make_default": True},  # the caches test_cuda_toolkit fills
-             "extra_packages": [f"click=={click}"],
-             "server": {"model": "/models/target", "draft_model": "/models/draft", "speculative_num_steps": steps}}
-    path = tmp_path / f"{name}.yml"
-    path.write_text(yaml.safe_dump(stack))
-    ok(rig("lock", "--stack", str(path)))
-    return str(path)
-
-
-def stack_state(box) -> dict:
-    """What the stack made on BOX: the default toolkit, the venv's lock and click, the server's steps."""
-    marker = json.loads(box.sh("cat /opt/rig/venv/.rig-stack.json").stdout)
-    unit = box.sh(f"cat {UNIT}").stdout
-    return {"cuda": box.sh("readlink /usr/local/cuda").stdout.strip(), "lock": marker["lock_hash"],
-            "click": [p for p in marker["packages"] if p.startswith("click==")],
-            "steps": [n for n in ("2", "3") if f"--speculative-num-steps {n}" in unit]}
-
-
-def lock_of(stack: str) -> str:
-    return json.loads(open(stack.replace(".yml", ".lock")).read())["lock_hash"]
-
-
-def test_the_toolkit_and_the_venv_upgrade_inside_one_drain_and_come_back_by_their_stack_file(fleet, tmp_path):
-    boxes, settings = fleet
-    box = boxes[0]
-    old = locked_stack(tmp_path, "stack-old", "12.9.1", "8.1.7", 2)
-    new = locked_stack(tmp_path, "stack-new", "13.0.2", "8.1.8", 3)
-    # the stand-in has none of the files the SM120 patches change: the role keeps them off
-    base = {**settings, "rig_upgrade_toolkit": True, "rig_upgrade_stack": True, "sglang_patches_state": "absent"}
-
-    def upgrade(stack: str, *args: str, **more):
-        return play([box], "upgrade.yml", *args, **{**base, "rig_stack": stack, **more})
-
-    upgrade(old).expect_ok()  # no toolkit, no lock yet: the old stack's
-    assert stack_state(box) == {"cuda": "cuda-12.9", "lock": lock_of(old), "click": ["click==8.1.7"], "steps": ["2"]}
-
-    state = "ls -la /usr/local /usr/local/cuda/; cat /opt/rig/venv/.rig-stack.json /etc/ld.so.conf.d/*; " \
-            f"cat {UNIT}; dpkg -l | sort"
-    before = box.sh(state).stdout
-    check = upgrade(new, "--check", "--diff").expect_ok()
-    assert "would install CUDA 13.0.2 at /usr/local/cuda-13.0" in check.output, check.output[-3000:]
-    assert f"would install lock {lock_of(new)[:12]}" in check.output and check.recap("changed", box.name) > 0
-    assert box.sh(state).stdout == before
-
-    drained = len(drains(box))
-    with Load([box], tokens=1000, streams=4) as load:  # one box: enough streams that one is always in flight
-        upgrade(new).expect_ok()
-    assert stack_state(box) == {"cuda": "cuda-13.0", "lock": lock_of(new), "click": ["click==8.1.8"], "steps": ["3"]}
-    assert box.exists("/usr/local/cuda-12.9/bin/ptxas")  # the old toolkit stays beside the new (its wheels ship ptxas)
-    assert "/usr/local/cuda-13.0/" in box.sh("ldconfig -p | grep libnvrtc.so.13").stdout
-    # one drain for toolkit, venv and server together, a request in flight, every accepted request whole
-    assert [n >= 1 for n in drains(box)[drained:]] == [True], box.sh("cat /var/log/rig/sglang-server.log").stdout
-    assert not load.cut_short(box) and any(o["accepted"] for o in load.outcomes[box.name])
-    assert box.sh(HEALTH).stdout.strip() == "200"
-    recorded = json.loads(box.sh("cat /var/lib/rig/upgrade/previous.json").stdout)
-    assert (recorded["toolkit"], recorded["lock_hash"]) == ("12.9.1", lock_of(old))
-
-    wrong = upgrade(new, rig_upgrade_rollback=True)
-    assert not wrong.ok and "the host ran CUDA 12.9.1 the default" in wrong.output, wrong.output[-3000:]
-    assert "the stack given makes CUDA 13.0.2 the default: roll back with the stack file the host ran then" \
-        in wrong.output
-    assert stack_state(box)["lock"] == lock_of(new) and box.sh(HEALTH).stdout.strip() == "200"  # nothing changed
-    upgrade(old, rig_upgrade_rollback=True).expect_ok()
-    assert stack_state(box) == {"cuda": "cuda-12.9", "lock": lock_of(old), "click": ["click==8.1.7"], "steps": ["2"]}
-    assert box.sh(HEALTH).stdout.strip() == "200"
-    again = upgrade(old).expect_ok()
-    assert again.recap("changed", box.name) == 0, again.changed_tasks()

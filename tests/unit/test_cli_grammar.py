@@ -180,3 +180,49 @@ def test_the_readme_command_table_is_the_click_tree():
     assert done.returncode == 0, done.stderr
     readme = (REPO / "README.md").read_text()
     assert all(f"`rig {name} " in readme for name in COMMAND_TREE)
+
+
+def groups(group: click.Group = cli, path: str = "") -> dict[str, click.Group]:
+    """Every group users see (the root as ""), by its path under `rig`."""
+    ctx = click.Context(group)
+    found = {path: group}
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if isinstance(command, click.Group) and not command.hidden:
+            found.update(groups(command, f"{path} {name}".strip()))
+    return found
+
+
+def test_a_misspelt_subcommand_is_answered_in_rigs_voice_in_every_group():
+    from rig.cli.common import RigGroup
+
+    tree = groups()
+    assert len(tree) > 10 and all(isinstance(g, RigGroup) for g in tree.values()), \
+        [p for p, g in tree.items() if not isinstance(g, RigGroup)]
+    for path, group in tree.items():
+        shown = sorted(n for n in group.list_commands(click.Context(group))
+                       if not group.get_command(click.Context(group), n).hidden)
+        typo = shown[0][:-1] + "x" if len(shown[0]) > 3 else shown[0] + "xx"  # one letter off the first
+        done = rig(*path.split(), typo)
+        where = f" in `rig {path}`" if path else ""
+        assert done.returncode == 2 and done.stderr.startswith(f"rig: error: no command {typo!r}{where}"), done.stderr
+        if len(shown[0]) > 3:
+            assert f"did you mean `rig {path + ' ' if path else ''}{shown[0]}`" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("args, said", [
+    (("stack", "show", "--json", "--stack", "/nonexistent/stack.yml"), "cannot read stack file /nonexistent/stack.yml"),
+    (("stack", "shwo", "--json"), "did you mean `rig stack show`"),
+    (("prove", "--json", "--rounds", "x"), "--rounds"),
+])
+def test_under_json_an_error_is_one_json_object_on_stdout_too(args, said):
+    done = rig(*args)
+    answer = json.loads(done.stdout)
+    assert done.returncode == answer["exit"] == 2 and said in answer["error"] and said in done.stderr
+    assert set(answer) == {"error", "exit"}
+
+
+def test_stack_show_says_which_file_it_read_and_where_a_link_leads():
+    done = rig("stack", "show", "--stack", str(REPO / "stacks" / "default.yml"))
+    target = (REPO / "stacks" / "default.yml").resolve()
+    assert done.returncode == 0 and f"(a link to {target})" in done.stderr
