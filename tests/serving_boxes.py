@@ -64,7 +64,7 @@ def numerics_models(box) -> str:
 WAIT = 5
 URL = "http://127.0.0.1:30000"
 ONE_REQUEST = """import http.client, json, sys, time, urllib.request
-n, url, wait = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+n, url, wait, hold = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4] == "hold"
 deadline = time.monotonic() + wait
 while True:
     try:
@@ -74,10 +74,11 @@ while True:
         if time.monotonic() >= deadline:
             sys.exit(print(json.dumps({"accepted": False, "why": str(exc)})))
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": n}, "stream": True}).encode()
+body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": n}, "stream": True,
+                  "rig_test": {"hold_until_drain": hold}}).encode()
 req = urllib.request.Request(url + "/generate", body, {"Content-Type": "application/json"})
 try:
-    answer = urllib.request.urlopen(req, timeout=30)
+    answer = urllib.request.urlopen(req, timeout=1800 if hold else 30)  # held: silent until the next drain
 except OSError as exc:
     sys.exit(print(json.dumps({"accepted": False, "why": str(exc)})))
 last, cut = None, None
@@ -96,22 +97,23 @@ class Load:
     """STREAMS streamed requests of TOKENS tokens kept in flight on each box until the block ends, every outcome
     kept by box. Each request runs inside its box (docker exec), so a box's reboot ends requests, not the load.
 
-    A box's streams start spread over one request's time: started together, requests of one length end together,
-    and the gap before the next ones (a docker exec and a Python start, seconds on a loaded machine) was the
-    same for every stream, so a drain could find none in flight."""
+    A box's streams start spread over one request's time, and its first stream's requests are held by the stand-in
+    until the server drains ("hold_until_drain"): however slow the machine, a drain finds one in flight (requests
+    of one length, with a docker exec and a Python start between them, could all be between requests then)."""
 
     def __init__(self, boxes, tokens: int, streams: int = 2):
         self.boxes, self.tokens, self.streams = boxes, tokens, streams
         self.outcomes: dict[str, list[dict]] = {box.name: [] for box in boxes}
         self.stop = threading.Event()
         spread = tokens / STANDIN_RATE / streams
-        self.threads = [threading.Thread(target=self._keep, args=(box, k * spread), daemon=True)
+        self.threads = [threading.Thread(target=self._keep, args=(box, k * spread, k == 0), daemon=True)
                         for box in boxes for k in range(streams)]
 
-    def _keep(self, box, after: float) -> None:
+    def _keep(self, box, after: float, hold: bool) -> None:
         self.stop.wait(after)
         while not self.stop.is_set():
-            done = box_exec(box.name, ["python3", "-c", ONE_REQUEST, str(self.tokens), URL, str(WAIT)])
+            done = box_exec(box.name, ["python3", "-c", ONE_REQUEST, str(self.tokens), URL, str(WAIT),
+                                       "hold" if hold else "go"])
             lines = done.stdout.strip().splitlines()
             outcome = json.loads(lines[-1]) if done.returncode == 0 and lines else {"accepted": False, "why": "no box"}
             self.outcomes[box.name].append(outcome)
@@ -125,8 +127,9 @@ class Load:
 
     def __exit__(self, *_) -> None:
         self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=120)
+        for k, thread in enumerate(self.threads):
+            if k % self.streams:  # a held request waits for the next drain: its thread is left to it (a daemon)
+                thread.join(timeout=120)
 
     def cut_short(self, box) -> list[dict]:
         """The requests BOX accepted and did not finish whole."""

@@ -35,7 +35,9 @@ chunk in every Kth request, a server that never ends a request (--stream-forever
 max_new_tokens when streaming, no answer at all otherwise), and a completion that is not UTF-8 (--bad-text: its
 final text ends in bytes no UTF-8 decoder takes, or in a lone surrogate escaped in the JSON, as a broken encoder
 or proxy would send; SGLang's own orjson answers never do). GET /rig_test/stats (not SGLang's; the benchmark's
-own check) reports the tokens generated and when.
+own check) reports the tokens generated and when. A request whose body has "rig_test": {"hold_until_drain":
+true} (not SGLang's either) streams its first step, then waits until the server drains (SIGTERM), then goes on:
+the tests' way to have a request in flight when a drain begins, however loaded the machine.
 
 POST /start_profile {"output_dir", "num_steps", "profile_id"} (SGLang's ProfileReqInput) records the next
 num_steps steps of the batched scheduler and writes `{output_dir}/{profile_id}-TP-0.trace.json.gz`, a Chrome
@@ -380,6 +382,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return stream
     if sim.args.stream_forever:
         await _forever(stream, meta)
+    hold = bool((body.get("rig_test") or {}).get("hold_until_drain"))
     sim.active += 1
     batched = sim.args.step_ms > 0
     temperature = float(params.get("temperature", 1.0))  # SGLang's default when a request gives none
@@ -401,6 +404,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
             if len(output_ids) < max_tokens:
                 await stream.write(b"data: " + json.dumps(
                     {"text": "tok " * len(output_ids), "output_ids": output_ids, "meta_info": meta}).encode() + b"\n\n")
+            while hold and not sim.gracefully_exit:  # in flight, its first step out, until the server drains
+                await asyncio.sleep(0.05)
     finally:
         sim.active -= 1
     meta["finish_reason"] = {"type": "length", "length": max_tokens}

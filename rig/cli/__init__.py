@@ -177,7 +177,9 @@ def _fail(line: str, code: int, as_json: bool) -> None:
     machine reading stdout gets one JSON object either way), then exit CODE."""
     click.echo(f"rig: error: {_said(line)}", err=True)
     if as_json:
-        click.echo(json.dumps({"error": line, "exit": code}))
+        from rig.core.documents import dump_json
+
+        click.echo(dump_json({"error": line, "exit": code}, "the error"))
     sys.exit(code)
 
 

@@ -311,8 +311,8 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
                     "msg": f"would take out {names} (opt-in, not asked for): its files go back to their originals, "
                            "then the other patches are applied again\n" + table(rows)}
         revert(env)
-        result = apply(env, patches, check, force, opted)
-        return {**result, "changed": True, "msg": f"took out {names} (opt-in, not asked for)\n" + result["msg"]}
+        again = apply(env, patches, check, force, opted)
+        return {**again, "changed": True, "msg": f"took out {names} (opt-in, not asked for)\n" + again["msg"]}
     drifted = [r for r in rows if r["status"] == "drifted"]
     if drifted and not force:
         raise RigError("; ".join(f"{r['id']}: {r['package']} {r['version']} {r['file']}: {r['detail']}" for r in drifted)

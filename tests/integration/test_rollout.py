@@ -16,14 +16,15 @@ pytestmark = pytest.mark.box
 
 # a streamed request of 6000 tokens at 50 tokens/s (the first box's rate): in flight for two minutes, while
 # the rollout reaches that box (on 2 cores shared by 4 test workers that took over one minute)
-IN_FLIGHT_TOKENS = 6000
+# held by the stand-in until the server drains (hold_until_drain): in flight then, however slow the play
+IN_FLIGHT_TOKENS = 600
 IN_FLIGHT = ("import json, urllib.request\n"
              f"body = json.dumps({{'text': 'hi', 'sampling_params': {{'max_new_tokens': {IN_FLIGHT_TOKENS}}}, "
-             "'stream': True})\n"
+             "'stream': True, 'rig_test': {'hold_until_drain': True}})\n"
              "req = urllib.request.Request('http://127.0.0.1:30000/generate', body.encode(), "
              "{'Content-Type': 'application/json'})\n"
              "last = None\n"
-             "for line in urllib.request.urlopen(req, timeout=60):\n"
+             "for line in urllib.request.urlopen(req, timeout=1800):\n"  # held: silent until the drain
              "    if line.startswith(b'data: {'): last = json.loads(line[6:])\n"
              "open('/tmp/in-flight.json', 'w').write(json.dumps(last['meta_info']))\n")
 
