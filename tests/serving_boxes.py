@@ -64,7 +64,7 @@ def numerics_models(box) -> str:
 WAIT = 5
 URL = "http://127.0.0.1:30000"
 ONE_REQUEST = """import http.client, json, sys, time, urllib.request
-n, url, wait, hold = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4] == "hold"
+n, url, wait, hold = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4:] == ["hold"]
 deadline = time.monotonic() + wait
 while True:
     try:

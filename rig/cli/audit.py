@@ -3,26 +3,20 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import (
-    json_option,
-    judged,
-    junit_option,
-    stack_option,
-    venv_option,
-    write_junit,
-)
+from rig.cli.common import PathArg, json_option, judged, junit_option, stack_option, venv_option, write_junit
 from rig.core.documents import dump_json
 from rig.kernels import audit as audits
 from rig.stack.spec import load
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1, required=True, type=PathArg())
 @stack_option(help="The CUDA major and target archs to hold the files to.")
 @venv_option(optional="torch from --torch, or none (the torch symbols are not checked).",
              help="Take torch from this venv, and audit PATHS that are its installed distributions (e.g. "
                   "sglang-kernel).")
-@click.option("--torch", "torch_path", help="Take torch from this torch wheel or torch/lib directory instead.")
+@click.option("--torch", "torch_path", type=PathArg(),
+              help="Take torch from this torch wheel or torch/lib directory instead.")
 @junit_option
 @json_option
 def audit(paths, stack_path, venv_path, torch_path, junit, as_json) -> None:

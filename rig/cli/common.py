@@ -119,15 +119,27 @@ def stack_option(required: bool = True, positional: bool = False, **settings):
             return func(*args, **kwargs)
 
         if positional:
-            run = click.argument("old_stack", required=False, cls=_OldStackArgument)(run)
+            run = click.argument("old_stack", required=False, cls=_OldStackArgument, type=FILE)(run)
         return click.option("--stack", "stack_path", cls=StackOption, envvar=STACK_ENV, show_envvar=True,
-                            default=default_stack, metavar="FILE",
+                            default=default_stack, metavar="FILE", type=FILE,
                             **{"help": "The stack file.", **settings})(run)
 
     return declare
 
 
 VENV_DEFAULT = "Default: the stack's `venv` key."
+class PathArg(click.Path):
+    """A path on the command line: one with a NUL byte (no system call takes it) is refused in rig's words, and a
+    file where a directory stands (or the other way round) as click.Path says."""
+
+    def convert(self, value, param, ctx):
+        if "\0" in str(value):
+            raise RigError(f"{_named(param)} {str(value)!r}: a path cannot hold a NUL byte")
+        return super().convert(value, param, ctx)
+
+
+FILE = PathArg(dir_okay=False)
+DIR = PathArg(file_okay=False)
 
 
 class Directory(click.Path):
@@ -223,14 +235,23 @@ def output_option(what: str = "Write here instead of stdout.", **settings):
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+prompts_option = click.option("--prompts", "prompts_path", type=FILE, metavar="FILE",
+                              help="A JSONL ({\"prompt\", \"max_tokens\"} per line) or ShareGPT JSON prompt file "
+                                   "(default: rig's).")
+SERVER_URL = "http://127.0.0.1:30000"  # where the stack's server listens unless server.host/port say otherwise
 
 
 def cache_option(**settings):
     """--cache, declared once: the controller's cache (wheels, CUDA wheels, tools, the engine bundle)."""
-    return click.option("--cache", **{"default": DEFAULT_CACHE, "show_default": True,
-                                      "help": "The controller's cache.", **settings})
+    return click.option("--cache", **{"default": DEFAULT_CACHE, "show_default": True, "type": DIR,
+                                      "metavar": "DIR", "help": "The controller's cache.", **settings})
+
+
+def patches_option(help: str = "Directory of patch files (default: rig's own patch set)."):  # noqa: A002 - click's
+    """--patches, declared once: a directory of patch files instead of rig's own patch set."""
+    return click.option("--patches", "patch_dir", type=DIR, metavar="DIR", help=help)
 check_option = click.option("--check", is_flag=True, help="Dry run: say what would change, change nothing.")
-prefix_option = click.option("--prefix", default="/usr/local", show_default=True,
+prefix_option = click.option("--prefix", default="/usr/local", show_default=True, type=DIR, metavar="DIR",
                              help="Where the cuda-X.Y trees live.")
 
 
@@ -364,8 +385,8 @@ PLAN_OPTIONS = (
     ("warmup", Number(int), "Requests sent before a server is measured"),
     ("slo_ttft_ms", Number(float), "Goodput SLO on TTFT; 0: none"),
     ("slo_tpot_ms", Number(float), "Goodput SLO on TPOT; 0: none"),
-    ("read_timeout", Number(float), "Seconds without a byte before a request fails"),
-    ("request_timeout", Number(float), "Seconds a whole request may take"),
+    ("read_timeout", Seconds(), "Seconds without a byte before a request fails"),
+    ("request_timeout", Seconds(), "Seconds a whole request may take"),
 )
 SERIAL_OPTIONS = (("serial_runs", Number(int), "Serial runs"), ("serial_tokens", Number(int), "Tokens per serial run"))
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import Choice, Url, cache_option, check_option, emit, group, json_option, prefix_option
+from rig.cli.common import DIR, Choice, Url, cache_option, check_option, emit, group, json_option, prefix_option
 from rig.cli.ldconfig import ldconfig_conf
 from rig.core import defaults
 from rig.core.documents import dump_json
@@ -58,7 +58,8 @@ def cuda_install(version, method, components, source, sha256, prefix, check, as_
 @cuda.command("default")
 @click.option("--version", "version", required=True, help="Toolkit release or series, e.g. 13.0.")
 @prefix_option
-@click.option("--state-dir", default=defaults.STATE_DIR, show_default=True, help="Where rollback state is kept.")
+@click.option("--state-dir", default=defaults.STATE_DIR, show_default=True, type=DIR, metavar="DIR",
+              help="Where rollback state is kept.")
 @check_option
 @click.option("--installing", is_flag=True,
               help="With --check: this run installs the toolkit first, so it need not exist yet.")
@@ -70,7 +71,8 @@ def cuda_default(version, prefix, state_dir, check, installing, as_json) -> None
 
 @cuda.command("rollback")
 @prefix_option
-@click.option("--state-dir", default=defaults.STATE_DIR, show_default=True, help="Where rollback state is kept.")
+@click.option("--state-dir", default=defaults.STATE_DIR, show_default=True, type=DIR, metavar="DIR",
+              help="Where rollback state is kept.")
 @check_option
 @json_option
 def cuda_rollback(prefix, state_dir, check, as_json) -> None:

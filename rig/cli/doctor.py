@@ -10,6 +10,7 @@ from rig.cli.common import (
     DEFAULT_BUNDLE,
     Choice,
     Number,
+    PathArg,
     emit,
     json_option,
     judged,
@@ -40,7 +41,7 @@ from rig.stack.spec import load, pins_packages
 @click.option("--container", help="Run the checks inside this running container instead of here.")
 @click.option("--expect-gpus", type=Number(int, 1), help="GPUs this box must have (default, where a driver is: "
               "the stack's server.tp).")
-@click.option("--log", "log_path", type=click.Path(dir_okay=False),
+@click.option("--log", "log_path", type=PathArg(dir_okay=False),
               help="Instead: read a server or build log and name each known failure, its cause and fix.")
 @click.option("--layer", type=Choice(["toolkit", "libraries", "nvrtc"]),
               help="Only this layer's checks (the cuda_ldconfig role asks `libraries`: do the sonames resolve?).")

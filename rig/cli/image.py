@@ -6,6 +6,7 @@ import os
 import click
 
 from rig.cli.common import (
+    PathArg,
     cache_option,
     check_option,
     emit,
@@ -13,6 +14,7 @@ from rig.cli.common import (
     json_option,
     judged,
     output_option,
+    patches_option,
     stack_option,
     to_file_or_stdout,
     venv_of,
@@ -27,7 +29,7 @@ from rig.image.sbom import cyclonedx
 @click.command()
 @venv_option()
 @stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
-@click.option("--requirements", required=True, multiple=True, type=click.Path(exists=True, dir_okay=False),
+@click.option("--requirements", required=True, multiple=True, type=PathArg(exists=True, dir_okay=False),
               help="The hash-pinned requirements the venv was installed from (the wheels' sha256); "
                    "repeat it for the wheels rig built.")
 @click.option("--name", default="", help="What the SBOM describes (default: the venv's name).")
@@ -55,8 +57,8 @@ image.add_command(sbom)
 @click.option("--base", default=lambda: os.environ.get("RIG_BASE_IMAGE", ""),
               help="The base image: NVIDIA's CUDA 13 image by digest where a registry answers, else rig's "
                    "bootstrapped base (scripts/base-image.sh prints it; default $RIG_BASE_IMAGE).")
-@click.option("--patches", "patch_dir", help="Build with this patch set instead of the repo's.")
-@click.option("--ca-cert", "ca_certs", multiple=True, type=click.Path(exists=True, dir_okay=False),
+@patches_option("Build with this patch set (a directory) instead of rig's own.")
+@click.option("--ca-cert", "ca_certs", multiple=True, type=PathArg(exists=True, dir_okay=False),
               help="An extra CA certificate for the builder stage only (its apt and git); repeat.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
 @cache_option(help="Controller cache (wheels, CUDA wheels, built wheels).")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import OutDir, emit, json_option, prefix_option
+from rig.cli.common import DIR, OutDir, emit, json_option, prefix_option
 from rig.core.fs import atomic_write, confined
 from rig.cuda.ldconfig import conf_for
 
@@ -11,7 +11,7 @@ from rig.cuda.ldconfig import conf_for
 @click.command("ldconfig-conf")
 @click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
 @prefix_option
-@click.option("--conf-dir", default="/etc/ld.so.conf.d", show_default=True)
+@click.option("--conf-dir", default="/etc/ld.so.conf.d", show_default=True, type=DIR, metavar="DIR")
 @click.option("--root", default="/", show_default=True,
               help="Where the tree is seen now (an image's staging dir); paths are written as seen from /.")
 @click.option("--write-under", type=OutDir(), metavar="DIR",

@@ -5,7 +5,18 @@ from pathlib import Path
 
 import click
 
-from rig.cli.common import Number, emit, group, json_option, judged, out_option, stack_option, venv_of, venv_option
+from rig.cli.common import (
+    FILE,
+    Number,
+    emit,
+    group,
+    json_option,
+    judged,
+    out_option,
+    stack_option,
+    venv_of,
+    venv_option,
+)
 from rig.core import RigError
 from rig.core.proc import interpreter as resolved
 from rig.machine import driver, gpu_health
@@ -53,7 +64,7 @@ machine.add_command(probe)
 
 @machine.command("facts")
 @click.option("--pci-root", default="/sys/bus/pci/devices", show_default=True, help="sysfs PCI devices.")
-@click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True,
+@click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True, type=FILE,
               help="Where the loaded nvidia kernel module tells its version.")
 @click.option("--dev", default="/dev", show_default=True, help="Where the driver's device nodes are.")
 @click.option("--docker-config", help="Also list the runtimes this Docker daemon configuration registers.")

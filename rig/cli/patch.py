@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from rig import patches
-from rig.cli.common import check_option, emit, group, json_option, stack_option, venv_option
+from rig.cli.common import check_option, emit, group, json_option, patches_option, stack_option, venv_option
 
 
 @group()
@@ -25,7 +25,7 @@ _opt_in = click.option("--opt-in", "opt_in", multiple=True, metavar="FEATURE",
 
 
 def _patch_target(func):
-    func = click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's own patch set).")(func)
+    func = patches_option()(func)
     func = stack_option(required=False, help="The stack whose patches.opt_in to ask for, and whose venv to use when neither "
                                                 "--venv nor --python is given.")(func)
     func = click.option("--python", "python", help="The environment's Python interpreter.")(func)

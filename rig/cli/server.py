@@ -5,7 +5,7 @@ import os
 
 import click
 
-from rig.cli.common import Number, group, json_option, need_stack, stack_option, venv_option
+from rig.cli.common import FILE, Number, group, json_option, need_stack, stack_option, venv_option
 from rig.core import RigError
 from rig.core.documents import dump_json, parse_json
 from rig.serving.server import health_gate, render, shell_line
@@ -26,7 +26,8 @@ def server() -> None:
               help="Add --api-key ${NAME} (default: when server.api_key_env is set here).")
 @click.option("--gate-engine", help="The engine on the server's host: add the unit's health gate (JSON).")
 @click.option("--gate-python", default="/usr/bin/python3", show_default=True, help="The Python that runs it.")
-@click.option("--log", default="/var/log/rig/sglang-server.log", show_default=True, help="The server's log.")
+@click.option("--log", default="/var/log/rig/sglang-server.log", show_default=True, type=FILE, metavar="FILE",
+              help="The server's log.")
 @click.option("--start-timeout", type=Number(int, 61, 7 * 86400 + 30), default=1200, show_default=True,
               help="Seconds systemd waits for the health gate.")
 @json_option

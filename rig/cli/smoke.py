@@ -4,7 +4,10 @@ from __future__ import annotations
 import click
 
 from rig.cli.common import (
+    FILE,
+    SERVER_URL,
     Number,
+    PathArg,
     Seconds,
     Url,
     emit,
@@ -12,26 +15,31 @@ from rig.cli.common import (
     judged,
     out_option,
     plan_options,
+    prompts_option,
     refuse_unused,
     stack_option,
 )
 from rig.core import RigError
+from rig.core.schema import validate
 from rig.serving import bench as serve_bench
 from rig.serving import smoke as smoking
 from rig.serving.measure.plan import plan_from
 from rig.serving.sglang_api import KEY_ENV
-from rig.stack.spec import load
+from rig.serving.workload import Workload
+from rig.stack.spec import SCHEMA, load
 
 api_key_env_option = click.option("--api-key-env", default=KEY_ENV, show_default=True,
                                   help="Environment variable holding the server's API key (sent, never printed).")
 
 
 @click.command()
-@click.option("--url", type=Url(), default="http://127.0.0.1:30000", show_default=True, help="The SGLang server.")
-@click.option("--timeout", type=Seconds(), default=900, show_default=True,
-              help="Seconds to wait for /health_generate (a big model loads in about 10 minutes).")
+@click.option("--url", type=Url(), default=SERVER_URL, show_default=True, help="The SGLang server.")
+@click.option("--start-timeout", "--timeout", "timeout", type=Seconds(), default=900, show_default=True,
+              help="Seconds to wait for the server to start: /health_generate answering 200 (a big model loads "
+                   "in about 10 minutes; --timeout is the old name).")
 @click.option("--max-tokens", type=Number(int), default=64, show_default=True, help="Tokens per test completion.")
-@click.option("--log", "log_path", help="The server's log file: its tail is shown when the server fails.")
+@click.option("--log", "log_path", type=FILE, metavar="FILE",
+              help="The server's log file: its tail is shown when the server fails.")
 @click.option("--speculation/--no-speculation", default=None,
               help="Require (or not) speculative decoding; default: as /server_info says the server runs.")
 @click.option("--health-only", is_flag=True, help="Only wait for /health_generate (a service's start gate).")
@@ -63,16 +71,18 @@ def smoke(url, timeout, max_tokens, log_path, speculation, health_only, pid, req
 
 
 @click.command()
-@click.option("--url", type=Url(), required=True, help="The server under test (EAGLE-3).")
+@click.option("--url", type=Url(), default=SERVER_URL, show_default=True, help="The server under test (EAGLE-3).")
 @click.option("--baseline-url", type=Url(), help="A server without speculation, measured with the same plan.")
-@click.option("--baseline-results", type=click.Path(exists=True, dir_okay=False),
+@click.option("--baseline-results", type=PathArg(exists=True, dir_okay=False),
               help="results.json of an earlier run against the baseline (when both cannot run at once).")
-@stack_option(help="Plan defaults: its bench section.")
+@stack_option(required=False, help="Plan defaults: its bench section (none found: the schema's defaults).")
+@prompts_option
 @plan_options(serial=True)
 @out_option("bench-results", "results.json, report.md and the plots.", serve_bench.OUTPUTS)
 @api_key_env_option
 @json_option
-def bench(url, baseline_url, baseline_results, stack_path, out_dir, api_key_env, as_json, **given) -> None:
+def bench(url, baseline_url, baseline_results, stack_path, prompts_path, out_dir, api_key_env, as_json,
+          **given) -> None:
     """Benchmark EAGLE-3 against a baseline: serial runs, then a concurrency sweep.
 
     Reports total and per-request tokens/s, TTFT, TPOT and latency at
@@ -90,7 +100,9 @@ def bench(url, baseline_url, baseline_results, stack_path, out_dir, api_key_env,
     """
     if baseline_url and baseline_results:
         raise RigError("give --baseline-url or --baseline-results, not both")
-    plan = plan_from(load(stack_path)["bench"], **given)
-    summary = serve_bench.run(url, plan, out_dir, baseline_url, baseline_results, api_key_env)
+    section = load(stack_path)["bench"] if stack_path else validate({}, SCHEMA["bench"], "bench")
+    plan = plan_from(section, **given)
+    summary = serve_bench.run(url, plan, out_dir, baseline_url, baseline_results, api_key_env,
+                              Workload.of(prompts_path, plan.max_tokens, plan.seed))
     emit(summary, as_json)
     judged(summary["ok"])

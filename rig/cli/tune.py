@@ -5,12 +5,14 @@ import click
 
 from rig.cli.common import (
     Number,
+    PathArg,
     check_option,
     emit,
     json_option,
     judged,
     out_option,
     plan_options,
+    prompts_option,
     stack_option,
     venv_of,
     venv_option,
@@ -21,7 +23,6 @@ from rig.serving import load_profile as loads
 from rig.serving import tune as tuning
 from rig.serving.measure.plan import plan_from
 from rig.serving.workload import Workload
-from rig.serving.workload import load as load_prompts
 from rig.stack.spec import SCHEMA, load
 
 
@@ -30,12 +31,11 @@ from rig.stack.spec import SCHEMA, load
 @venv_option(help="The venv whose sglang serves.")
 @out_option("tune-results", "tune.json, report.md, tune.png, adaptive.json, proposed-stack.yml and logs/.",
             tuning.OUTPUTS)
-@click.option("--prompts", "prompts_path", type=click.Path(dir_okay=False),
-              help="A JSONL ({\"prompt\", \"max_tokens\"} per line) or ShareGPT JSON prompt file (default: rig's).")
+@prompts_option
 @click.option("--request-rate", "request_rates", type=Number(float, many=True),
               help="Open-loop Poisson levels in requests/s, e.g. 2,8 (default: tune.request_rates), at most the "
                    "largest concurrency in flight.")
-@click.option("--load-profile", "load_profile", type=click.Path(dir_okay=False),
+@click.option("--load-profile", "load_profile", type=PathArg(dir_okay=False),
               help="Your server's load over time (its log's #running-req lines, a scrape of its "
                    "sglang:num_running_reqs metric, or {\"histogram\": {...}}): also name the one server that pays "
                    "best for it.")
@@ -68,8 +68,7 @@ def tune(stack_path, venv_path, out_dir, prompts_path, request_rates, load_profi
     if request_rates is not None:  # the limits of tune.request_rates, which the option stands in for
         stack["tune"]["request_rates"] = validate(request_rates, SCHEMA["tune"].fields["request_rates"],
                                                   "--request-rate")
-    workload = Workload(load_prompts(prompts_path, plan.max_tokens) if prompts_path else None, plan.max_tokens,
-                        plan.seed)
+    workload = Workload.of(prompts_path, plan.max_tokens, plan.seed)
     profile = (load_profile, loads.load(load_profile)) if load_profile else None  # read before anything starts
     result = tuning.run(stack, stack_path, venv_of(venv_path, stack_path), out_dir, plan, workload, api_key_env, check,
                         profile)

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import Choice, check_option, emit, group, json_option, venv_option
+from rig.cli.common import DIR, FILE, Choice, check_option, emit, group, json_option, venv_option
 from rig.machine import gpu_health
 from rig.machine import upgrade as steps
 from rig.machine.upgrade import STATE_DIR
 from rig.stack.spec import ARCHS
 
-state_option = click.option("--state-dir", default=STATE_DIR, show_default=True,
+state_option = click.option("--state-dir", default=STATE_DIR, show_default=True, type=DIR, metavar="DIR",
                             help="Where the host keeps its rollout lock and its upgrade record.")
 owner_option = click.option("--owner", required=True, help="The rollout's id (one per playbook run).")
 package_options = [
@@ -54,7 +54,7 @@ def lock_cmd(state_dir, owner, give_back, check, as_json) -> None:
 @click.option("--cuda-version", help="The stack's CUDA release: the driver must be new enough for it.")
 @click.option("--arch", "archs", multiple=True, type=Choice(ARCHS),
               help="A GPU arch the stack targets; Blackwell (10.0, 12.0) needs the open modules.")
-@click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True)
+@click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True, type=FILE)
 @json_option
 def plan_cmd(driver_package, fabricmanager_package, driver_version, nvswitch, pci_root, branch, flavour,
              cuda_version, archs, module_version_path, as_json) -> None:
@@ -70,7 +70,8 @@ def plan_cmd(driver_package, fabricmanager_package, driver_version, nvswitch, pc
 @upgrade.command("record")
 @state_option
 @_packages
-@click.option("--cuda-prefix", help="Where the toolkits live: the release PREFIX/cuda points at is recorded.")
+@click.option("--cuda-prefix", type=DIR, metavar="DIR",
+              help="Where the toolkits live: the release PREFIX/cuda points at is recorded.")
 @venv_option(optional="no venv lock is recorded.", help="The stack's venv: the lock it holds is recorded.")
 @check_option
 @json_option

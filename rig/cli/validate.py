@@ -10,6 +10,7 @@ from rig.cli.common import (
     json_option,
     judged,
     junit_option,
+    patches_option,
     stack_option,
     venv_option,
     write_junit,
@@ -23,7 +24,7 @@ from rig.core.check import Check
 @venv_option(optional="the server line is checked by rig's own rules only.",
              help="A venv of the stack (its image's): its sglang parses the server line.")
 @cache_option(help="The wheelhouse (missing wheels are fetched).")
-@click.option("--patches", "patch_dir", help="Directory of patch files (default: rig's own patch set).")
+@patches_option()
 @json_option
 def validate_cmd(stack_path, junit, venv_path, cache, patch_dir, as_json) -> None:
     """Gate a stack in CI, with no GPU: every check, every problem, in one run.

@@ -3,7 +3,19 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import Choice, check_option, emit, group, json_option, judged, stack_option, venv_of, venv_option
+from rig.cli.common import (
+    DIR,
+    FILE,
+    Choice,
+    check_option,
+    emit,
+    group,
+    json_option,
+    judged,
+    stack_option,
+    venv_of,
+    venv_option,
+)
 from rig.python import lock as locking
 from rig.python.installer import INSTALLERS
 from rig.python.venv import add, install, verify
@@ -17,11 +29,12 @@ def venv() -> None:
 @venv.command("install")
 @venv_option()
 @stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
-@click.option("--lock", "lock_file", help="The stack's lock: with --find-links, pull everything from that URL, "
+@click.option("--lock", "lock_file", type=FILE, metavar="FILE",
+              help="The stack's lock: with --find-links, pull everything from that URL, "
               "pip's wheel and requirements checked against the lock (hosts of a fleet).")
 @click.option("--lock-hash", help="lock_hash of the lock being installed (without --lock).")
 @click.option("--python-version", help="The lock's Python, checked against this host (without --lock).")
-@click.option("--wheelhouse", "house", help="An exported wheelhouse dir (rig wheelhouse export).")
+@click.option("--wheelhouse", "house", type=DIR, metavar="DIR", help="An exported wheelhouse dir (rig wheelhouse export).")
 @click.option("--find-links", help="Take the wheels from this URL; the wheelhouse dir then needs only its "
               "requirements file and pip wheel (image builds), or none with --lock.")
 @click.option("--installer", type=Choice(INSTALLERS), default="pip", show_default=True,
@@ -60,7 +73,8 @@ def venv_verify(venv_path, stack_path, as_json) -> None:
 @venv_option()
 @stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
 @click.option("--requirements-sha256", required=True, help="sha256 of the export's list (rig wheels export prints it).")
-@click.option("--wheelhouse", help="The exported dir holding the wheels (needed only when something changes).")
+@click.option("--wheelhouse", type=DIR, metavar="DIR",
+              help="The exported dir holding the wheels (needed only when something changes).")
 @click.option("--find-links", help="Take the wheels from this URL; the wheelhouse dir then needs only its "
                                    "requirements file (image builds).")
 @check_option

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import Number, OutFile, Seconds, cache_option, check_option, emit, group, json_option
+from rig.cli.common import DIR, FILE, Number, OutFile, Seconds, cache_option, check_option, emit, group, json_option
 from rig.python import lock as locking
 from rig.python import wheel_serving
 from rig.python.wheelhouse import export, fetch
@@ -15,7 +15,7 @@ def wheelhouse() -> None:
 
 
 @wheelhouse.command("fetch")
-@click.argument("lock_path", metavar="LOCK")
+@click.argument("lock_path", metavar="LOCK", type=FILE)
 @cache_option(help="Controller-side cache.")
 @check_option
 @json_option
@@ -25,7 +25,7 @@ def wheelhouse_fetch(lock_path, cache, check, as_json) -> None:
 
 
 @wheelhouse.command("show")
-@click.argument("lock_path", metavar="LOCK")
+@click.argument("lock_path", metavar="LOCK", type=FILE)
 @json_option
 def wheelhouse_show(lock_path, as_json) -> None:
     """What a role needs of LOCK, read as rig reads it (its hash checked): its hash, Python, completeness."""
@@ -37,7 +37,7 @@ def wheelhouse_show(lock_path, as_json) -> None:
 
 
 @wheelhouse.command("export")
-@click.argument("lock_path", metavar="LOCK")
+@click.argument("lock_path", metavar="LOCK", type=FILE)
 @click.argument("dest")
 @cache_option(help="Controller-side cache.")
 @check_option
@@ -48,7 +48,7 @@ def wheelhouse_export(lock_path, dest, cache, check, as_json) -> None:
 
 
 @wheelhouse.command("serve")
-@click.argument("directory")
+@click.argument("directory", type=DIR)
 @click.option("--bind", default="0.0.0.0", show_default=True, help="The address to listen on.")
 @click.option("--idle-exit", type=Seconds(), default=600.0, show_default=True,
               help="Stop once nobody has asked anything for this long.")

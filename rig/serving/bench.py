@@ -30,6 +30,7 @@ from rig.serving.measure.stats import PERCENTILES, shown
 from rig.serving.measure.sweep import Level, Server, measure
 from rig.serving.measure.verdict import crossover, nothing_measured
 from rig.serving.sglang_api import KEY_ENV, call
+from rig.serving.workload import Workload
 
 # what a run writes into --out, each refused up front where a directory stands in its place
 OUTPUTS = ("results.json", "report.md", "throughput.png", "per_request.png")
@@ -157,14 +158,14 @@ def _answering(url: str, api_key_env: str) -> None:
 
 
 def run(url: str, plan: Plan, out: str | Path, baseline_url: str | None = None, baseline_results: str | None = None,
-        api_key_env: str = KEY_ENV) -> dict:
+        api_key_env: str = KEY_ENV, workload: Workload | None = None) -> dict:
     out = outdir.results_dir(out, OUTPUTS)  # as tune's and prove's: before anything is read or measured
     earlier = _earlier(baseline_results) if baseline_results else None
     for address in filter(None, (url, baseline_url)):
         _answering(address, api_key_env)
-    servers = [Server(url, "EAGLE-3", plan, api_key_env)]
+    servers = [Server(url, "EAGLE-3", plan, api_key_env, workload)]
     if baseline_url:
-        servers.append(Server(baseline_url, "baseline", plan, api_key_env))
+        servers.append(Server(baseline_url, "baseline", plan, api_key_env, workload))
     notes = [n for s in servers if (n := check_fits(plan, s.label, s.info))]
     for note in notes:
         progress(note)

@@ -18,6 +18,7 @@ A step that cannot run here is skipped with its reason; the run passes only when
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict
 from pathlib import Path
@@ -29,13 +30,14 @@ from rig.core.escape import cell
 from rig.core.fs import atomic_write
 from rig.python.introspect import held
 from rig.serving import numerics, testmodel
-from rig.serving.launch import Launched, Servers, make_logs, results_dir, with_server
+from rig.serving.launch import Servers, make_logs, results_dir, with_server
 from rig.serving.measure.plan import plan_from
 from rig.serving.measure.record import recorded
 from rig.serving.measure.stats import shown
-from rig.serving.measure.sweep import Level, Server, measure
-from rig.serving.measure.verdict import margin_problem, nothing_measured
+from rig.serving.measure.sweep import Level, Server
+from rig.serving.measure.verdict import margin_problem
 from rig.serving.server import health_url, render
+from rig.serving.session import measured, serving
 from rig.serving.sglang_api import call, expect_json
 
 SCHEMA_VERSION = 1
@@ -226,16 +228,13 @@ def _serve(servers: Servers, report: Runner, label: str, argv: list[str], url: s
     """One server, from ARGV (rendered by plan()): started and smoke-tested, asked the numerics prompts (unless
     NUMERICS_CHECK is off), benchmarked briefly at LEVELS, stopped. Returns its numerics answer and its bench
     ({"bench": {level: ...}}; None when it never served)."""
-    launched: list[Launched] = []
+    log = out / "logs" / f"{label.replace(' ', '-')}.log"
+    held = contextlib.ExitStack()
 
     def start(record: Check) -> None:
-        record.data = {"argv": argv, "log": str(out / "logs" / f"{label.replace(' ', '-')}.log")}
-        launched.append(servers.start(label, argv, url, Path(record.data["log"])))
-        record.data.update(smoke=launched[0].smoke["msg"], healthy_after_s=launched[0].started_s,
-                           speculative_algorithm=launched[0].smoke.get("speculative_algorithm"))
-        if not baseline and not record.data["speculative_algorithm"]:
-            raise RigError(f"{label}: the server says it runs no speculative algorithm; its log is {record.data['log']}")
-        record.detail = launched[0].smoke["msg"]
+        record.data = {}
+        held.enter_context(serving(servers, label, argv, url, log, record.data, not baseline))
+        record.detail = record.data["smoke"]
 
     answer: dict[str, Any] = {}
 
@@ -254,15 +253,11 @@ def _serve(servers: Servers, report: Runner, label: str, argv: list[str], url: s
         record.detail = (f"{result['prompts']} prompts x {len(result['tokens'][0])} greedy tokens = {against}"
                          + (f", smallest top-2 margin {result['min_margin']}" if result["min_margin"] is not None else ""))
 
-    def measured(record: Check) -> None:
+    def bench_step(record: Check) -> None:
         bench_plan = plan_from(bench, concurrency=[lv.concurrency for lv in levels], max_tokens=64, rounds=1,
                                min_requests=8, min_seconds=0, warmup=2, temperature=0.0)
         server = Server(url, label, bench_plan, api_key_env)
-        measure([server], levels)
-        if server.run["stopped"]:
-            raise RigError(f"{label}: {server.run['stopped']} during the bench")
-        if problem := nothing_measured(label, server.run["levels"]):
-            raise RigError(problem)
+        measured(server, levels, label, log, {})
         record.data = {lv["level"]: {k: lv.get(k) for k in ("output_throughput", "median_ttft_ms", "median_itl_ms",
                                                              "server_accept_length", "failed")}
                        for lv in server.run["levels"]}
@@ -274,16 +269,12 @@ def _serve(servers: Servers, report: Runner, label: str, argv: list[str], url: s
             raise RigError(f"{label}: requests failed at {', '.join(bad)} ({record.detail}); its log is "
                            f"{out / 'logs'}")
 
-    try:
+    with held:  # the server, once started, stops when its steps are done, however they end
         if report.run(f"{label}: start and smoke", start).status != "pass":
             return None
         if numerics_check:
             report.run(f"{label}: numerics", check)
-        report.run(f"{label}: bench", measured)
-    finally:
-        for server in launched:
-            if server in servers.running:
-                servers.stop(server)
+        report.run(f"{label}: bench", bench_step)
     return answer or None
 
 

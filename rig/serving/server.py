@@ -187,7 +187,7 @@ def health_gate(stack: dict, engine: str, python: str, log: str, start_timeout: 
     if start_timeout <= 60:
         raise RigError(f"--start-timeout {start_timeout}: give more than 60 s (the gate waits 30 s less)")
     argv = [python, engine, "smoke", "--health-only", "--url", health_url(stack), "--pid", "$MAINPID",
-            "--timeout", str(start_timeout - 30), "--log", log, "--api-key-env", stack["server"]["api_key_env"]]
+            "--start-timeout", str(start_timeout - 30), "--log", log, "--api-key-env", stack["server"]["api_key_env"]]
     return {"exec_start_post": unit_exec(argv, "--gate-python", {"$MAINPID"}), "standard_output": standard_output,
             "timeout_start_sec": start_timeout, "health_url": health_url(stack)}
 

@@ -46,16 +46,15 @@ from rig.serving.launch import Servers, make_logs, results_dir, with_server
 from rig.serving.measure.plan import Plan, check_fits
 from rig.serving.measure.record import recorded
 from rig.serving.measure.stats import shown
-from rig.serving.measure.sweep import Level, Server, count, measure
+from rig.serving.measure.sweep import Level, Server, count
 from rig.serving.measure.verdict import (
     choose,
     closeness,
     confirm,
     for_load,
-    not_speculating,
-    nothing_measured,
 )
 from rig.serving.server import graph_size, health_url, render
+from rig.serving.session import measured, serving
 from rig.serving.workload import Workload
 from rig.stack.spec import unmeasured_profiles
 
@@ -218,16 +217,13 @@ def levels(stack: dict) -> list[Level]:
 
 def run_variant(servers: Servers, variant: Variant, venv: str, plan: Plan, wanted: list[Level], out: Path,
                 workload: Workload, record: dict, profiling: dict) -> None:
-    """Start one variant's server, measure it, stop it; RECORD holds what was measured even when it fails."""
+    """One variant's server under test (rig.serving.session): started, measured, stopped; RECORD holds what was
+    measured even when it fails."""
     args = render(variant.stack, venv, baseline=variant.baseline)
     url = health_url(variant.stack)
     log = out / "logs" / f"{variant.name}.log"
-    record.update({"steps": variant.steps, "kind": variant.kind, "family": variant.family, "env": variant.env,
-                   "argv": args["argv"], "log": str(log), "levels": {}, "stopped": None})
-    launched = servers.start(variant.name, args["argv"], url, log, variant.env)
-    record.update({"healthy_after_s": launched.started_s, "smoke": launched.smoke["msg"],
-                   "speculative_algorithm": launched.smoke.get("speculative_algorithm")})
-    try:
+    record.update({"steps": variant.steps, "kind": variant.kind, "family": variant.family, "levels": {}})
+    with serving(servers, variant.name, args["argv"], url, log, record, not variant.baseline, variant.env):
         profile = {"levels": set(profiling["levels"]), "steps": profiling["steps"],
                    "dir": out / "profiles" / variant.name} if profiling["levels"] else None
         if profile:
@@ -235,25 +231,9 @@ def run_variant(servers: Servers, variant: Variant, venv: str, plan: Plan, wante
         server = Server(url, variant.name, plan, servers.api_key_env, workload, profile)
         record.update({"cuda_graph_bs": graph_sizes(server.info),
                        **{k: server.run[k] for k in ("max_running_requests", "speculative_algorithm")}})
-        if problem := not_speculating(variant.name, variant.steps or int(variant.kind == "step0"),
-                                      server.run["speculative_algorithm"]):
-            record["stopped"] = problem
-            raise RigError(f"{problem}; its log is {log}")
         if note := check_fits(plan, variant.name, server.info, workload, serial=False):
             progress(note)
-        try:
-            measure([server], wanted)
-        finally:  # the levels done are kept however the measurement ends (Ctrl-C, a refused flush)
-            record["levels"] = {lv["level"]: lv for lv in server.run["levels"]}
-        if server.run["stopped"]:
-            record["stopped"] = server.run["stopped"]
-            raise RigError(f"{variant.name}: {server.run['stopped']} during the measurement; its log is {log}; what "
-                           f"was measured is in {out}/tune.json")
-        if problem := nothing_measured(variant.name, server.run["levels"]):
-            record["stopped"] = problem
-            raise RigError(f"{problem}; its log is {log}")
-    finally:
-        servers.stop(launched)
+        measured(server, wanted, variant.name, log, record)
 
 
 def _tried(servers: Servers, variant: Variant, venv: str, plan: Plan, wanted: list[Level], out: Path,

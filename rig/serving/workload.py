@@ -231,6 +231,11 @@ def load(path: str | Path, max_tokens: int) -> list[Prompt]:
 class Workload:
     """Request I's prompt: the file's prompts in an order shuffled once by SEED, or the built-in ones."""
 
+    @classmethod
+    def of(cls, path: str | Path | None, max_tokens: int, seed: int) -> "Workload":
+        """The prompt file at PATH (load()), else the built-in prompts, at the plan's MAX_TOKENS and SEED."""
+        return cls(load(path, max_tokens) if path else None, max_tokens, seed)
+
     def __init__(self, prompts: list[Prompt] | None, max_tokens: int, seed: int = 0):
         self.max_tokens = max_tokens
         self.prompts = list(prompts or [])

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import STAND_IN, free_port, rig
+from conftest import BIN, STAND_IN, free_port, rig
 
 PNG = b"\x89PNG\r\n\x1a\n"
 # Seeds' shape, four times as fast: EAGLE-3 serves one stream at 560 tok/s against 400,
@@ -240,6 +240,23 @@ def test_smoke_stops_waiting_when_the_server_process_exits(tmp_path):
     assert done.returncode == 2
     assert f"the server (process {server.pid}) exited" in done.stderr and "no GPU memory" in done.stderr
     assert took < 60  # not the 120 s timeout
+
+
+def test_bench_outside_a_checkout_takes_the_schema_plan_the_default_url_and_a_prompt_file(serve, tmp_path):
+    url = serve(*BASELINE)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "one two three", "max_tokens": 5}\n{"prompt": "four five six", "max_tokens": 5}\n')
+    env = {k: v for k, v in os.environ.items() if k != "RIG_STACK"}
+    done = subprocess.run([str(BIN / "rig"), "bench", "--url", url, "--prompts", str(prompts), "--concurrency", "1",
+                           "--serial-runs", "1", "--serial-tokens", "24", "--rounds", "1", "--min-requests", "2",
+                           "--out", str(tmp_path / "out"), "--json"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    level = results(tmp_path / "out")["runs"][0]["levels"][0]
+    assert level["requests"] == level["ok"] == 2 and level["output_tokens"] == 10  # the file's 5 each, not 512
+    shown = " ".join(subprocess.run([str(BIN / "rig"), "bench", "--help"], cwd=tmp_path, env=env,
+                                    capture_output=True, text=True, check=False).stdout.split())
+    assert "default: http://127.0.0.1:30000" in shown and "none found: the schema's defaults" in shown
 
 
 def test_bench_refuses_bad_input(tmp_path):

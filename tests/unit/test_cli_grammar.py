@@ -226,3 +226,32 @@ def test_stack_show_says_which_file_it_read_and_where_a_link_leads():
     done = rig("stack", "show", "--stack", str(REPO / "stacks" / "default.yml"))
     target = (REPO / "stacks" / "default.yml").resolve()
     assert done.returncode == 0 and f"(a link to {target})" in done.stderr
+
+
+# What names a path on rig's command line, by the option's (or argument's) name: each is a click.Path, so a file
+# given for a directory (or the other way round) is refused as the line is read, and --help and completion know.
+PATH_NAMES = {"--stack", "--venv", "--cache", "--prefix", "--state-dir", "--conf-dir", "--patches", "--log",
+              "--lock", "--wheelhouse", "--out", "--output", "--junit", "--prompts", "--torch", "--cuda-prefix",
+              "--module-version-path", "old_stack", "lock_path", "paths", "directory"}
+
+
+def test_every_path_on_the_command_line_is_a_click_path():
+    seen, untyped = set(), []
+    for name, command in COMMAND_TREE.items():
+        for param in command.params:
+            names = set(param.opts) | {param.name}
+            if names & PATH_NAMES:
+                seen |= names & PATH_NAMES
+                if not isinstance(param.type, click.Path):
+                    untyped.append(f"{name} {param.opts[0] if param.opts else param.name}")
+    assert untyped == []
+    assert seen == PATH_NAMES  # every name here is still in use
+
+
+def test_a_file_where_a_directory_belongs_is_refused_as_the_line_is_read(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    done = rig("cuda", "list", "--prefix", str(a_file))
+    assert done.returncode == 2 and f"Directory '{a_file}' is a file" in done.stderr
+    done = rig("stack", "show", "--stack", str(tmp_path))
+    assert done.returncode == 2 and f"File '{tmp_path}' is a directory" in done.stderr

@@ -81,7 +81,7 @@ def test_a_stack_name_is_a_plain_name(tmp_path, name, says):
     assert done.returncode == 2 and "name: " in done.stderr and says in done.stderr
 
 
-@pytest.mark.parametrize("path, says", [("/dev/zero", "is not a regular file"), ("/", "is not a regular file")])
+@pytest.mark.parametrize("path, says", [("/dev/zero", "is not a regular file"), ("/", "File '/' is a directory")])
 def test_a_stack_path_that_is_not_a_file_is_refused_without_reading_it(path, says):
     done = rig("stack", "show", "--stack", path)
     assert done.returncode == 2 and says in done.stderr

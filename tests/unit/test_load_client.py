@@ -47,3 +47,36 @@ def test_a_stream_that_ends_in_an_error_is_accepted_and_short(serve):
     # SGLang streams a request that does not fit its context as one error chunk
     refused = outcome(serve("--context-length", "50"), 300)
     assert refused["accepted"] and refused["tokens"] == 0
+
+
+def test_a_held_request_stays_in_flight_until_the_drain_then_finishes_whole(tmp_path):
+    """hold_until_drain: the box tests' way to have a request in flight when a drain begins, whatever the load."""
+    import signal
+    import time
+
+    from conftest import STAND_IN
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "server.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen([sys.executable, str(STAND_IN), "--port", str(port), "--rate", "2000"], stdout=out,
+                                  stderr=subprocess.STDOUT)
+    try:
+        client = subprocess.Popen([sys.executable, "-c", ONE_REQUEST, "300", url, "30", "hold"],
+                                  stdout=subprocess.PIPE, text=True)
+        for _ in range(300):  # until its first step is out
+            try:
+                if json.load(urllib.request.urlopen(url + "/rig_test/stats", timeout=5))["tokens"] > 0:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        time.sleep(0.5)  # 300 tokens at 2000/s would be done by now: only the hold keeps it
+        assert client.poll() is None
+        server.send_signal(signal.SIGTERM)
+        assert json.loads(client.communicate(timeout=60)[0]) == {"accepted": True, "tokens": 300, "cut": None}
+        assert server.wait(timeout=60) == 0
+    finally:
+        server.kill()
+    assert "Gracefully exiting... Remaining number of requests 1" in log.read_text()

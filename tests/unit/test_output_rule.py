@@ -121,7 +121,7 @@ def test_an_output_path_the_rule_takes_is_written_whole_and_one_it_refuses_is_le
     (["bench", "--url", NOWHERE, "--temperature", "٠.٥"], "--temperature '٠.٥': give a number in ASCII digits"),
     (["bench", "--url", NOWHERE, "--rounds", "1_0"], "--rounds '1_0'"),
     (["smoke", "--url", NOWHERE, "--max-tokens", "١٢"], "--max-tokens '١٢'"),
-    (["smoke", "--url", NOWHERE, "--timeout", "٣"], "--timeout '٣'"),
+    (["smoke", "--url", NOWHERE, "--timeout", "٣"], "--start-timeout '٣'"),
     (["prove", "--tp", "٢"], "--tp '٢'"),
     (["machine", "probe", "--gpus", "٨"], "--gpus '٨'"),
     (["wheelhouse", "route", "h", "--port", "٨٠"], "--port '٨٠'"),

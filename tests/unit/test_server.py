@@ -89,7 +89,7 @@ def test_testmodel_names_the_generated_pair():
 def test_the_health_gate_is_serialized_like_the_command_line(tmp_path):
     gate = health_gate(stack(host="::", port=30001), "/opt/rig/rig.pyz", "/usr/bin/python3", "/var/log/100%Z.log", 1200)
     assert gate["exec_start_post"] == ("/usr/bin/python3 /opt/rig/rig.pyz smoke --health-only --url "
-                                       "http://127.0.0.1:30001 --pid $MAINPID --timeout 1170 --log "
+                                       "http://127.0.0.1:30001 --pid $MAINPID --start-timeout 1170 --log "
                                        '"/var/log/100%%Z.log" --api-key-env SGLANG_API_KEY')
     assert gate["standard_output"] == "append:/var/log/100%%Z.log"
     assert health_gate(stack(host="fd00::1"), "/e", "/p", "/l", 100)["health_url"] == "http://[fd00::1]:30000"
