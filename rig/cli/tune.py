@@ -64,7 +64,8 @@ def tune(stack_path, venv_path, out_dir, prompts_path, request_rates, load_profi
     """
     stack = load(stack_path)
     plan = plan_from(stack["bench"], **{**given, "serial_runs": 1, "serial_tokens": 1})
-    stack["bench"]["concurrency"] = plan.concurrency
+    # the stack as this run measures it (the options' levels and rates), a copy: the file's own is left as read
+    stack = {**stack, "bench": {**stack["bench"], "concurrency": plan.concurrency}, "tune": {**stack["tune"]}}
     if request_rates is not None:  # the limits of tune.request_rates, which the option stands in for
         stack["tune"]["request_rates"] = validate(request_rates, SCHEMA["tune"].fields["request_rates"],
                                                   "--request-rate")

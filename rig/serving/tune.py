@@ -30,7 +30,6 @@ a failure with its reason, never a measurement the policy builds on.
 """
 from __future__ import annotations
 
-import copy
 import difflib
 import tempfile
 from dataclasses import dataclass, field
@@ -418,23 +417,22 @@ def fallback(rows: list[dict], measured: dict[str, dict]) -> str:
 
 def proposed_stack(stack_path: str, kind: dict, config_path: str | None,
                    family: dict | None = None) -> tuple[str, str] | None:
-    """The stack file with the policy in its server section (as YAML rig serializes), and the diff from it; the
-    server keys of the family it came from (its attention backend, its running-request cap) go with it."""
-    from rig.core.documents import load_yaml, yaml_dump
+    """The user's stack file with the policy in its server section, edited in place (rig.core.yaml_edit: every
+    comment and other line kept), and the diff from the file on disk; the server keys of the family it came from
+    (its attention backend, its running-request cap) go with it."""
+    from rig.core.documents import read_text
+    from rig.core.yaml_edit import with_keys
 
     if kind["kind"] not in ("adaptive", "fixed"):
         return None
-    raw = load_yaml(stack_path, "stack file")
-    new = copy.deepcopy(raw)
-    server = new.setdefault("server", {})
-    server.update({"speculative_num_steps": kind["steps"], "speculative_eagle_topk": 1,
-                   "speculative_num_draft_tokens": kind["steps"] + 1})
+    values: dict[str, Any] = {"speculative_num_steps": kind["steps"], "speculative_eagle_topk": 1,
+                              "speculative_num_draft_tokens": kind["steps"] + 1}
     if kind["kind"] == "adaptive":
-        server["speculative_adaptive_config"] = config_path
-    for key in ("attention_backends", "max_running_requests"):
-        if family and family.get(key):
-            server[key] = family[key]
-    before, after = yaml_dump(raw) + "\n", yaml_dump(new) + "\n"
+        values["speculative_adaptive_config"] = config_path
+    values.update({key: family[key] for key in ("attention_backends", "max_running_requests")
+                   if family and family.get(key)})
+    before = read_text(stack_path, "stack file")
+    after = with_keys(before, "server", values, stack_path)
     diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), stack_path,
                                         f"{stack_path} (proposed)"))
     return after, diff

@@ -101,6 +101,7 @@ def tune(stack: Path, out: Path, env: dict, *args: str) -> subprocess.CompletedP
 def test_crossing_curves_give_speculation_below_the_crossover_and_step_0_above(tune_case):
     stack, env = tune_case(*MODEL)
     three_steps_only(stack)
+    stack.write_text("# the user's own words, kept by the proposal\n" + stack.read_text())
     out = tune_case.dir / "out"
     busy = tune_case.dir / "load.json"  # a server that runs 64 requests nine tenths of its busy time
     busy.write_text(json.dumps({"histogram": {"64": 9, "1": 1}}))
@@ -130,6 +131,9 @@ def test_crossing_curves_give_speculation_below_the_crossover_and_step_0_above(t
     proposed = yaml.safe_load((out / "proposed-stack.yml").read_text())
     assert proposed["server"]["speculative_adaptive_config"] == str(out / "adaptive.json")
     assert "+  speculative_adaptive_config:" in result["stack_diff"]
+    assert (out / "proposed-stack.yml").read_text().startswith("# the user's own words, kept by the proposal\n")
+    removed = [line for line in result["stack_diff"].splitlines()[2:] if line.startswith("-")]
+    assert all("speculative" in line for line in removed), removed  # against the file itself: only what changed
     for name in result["variants"]:
         assert (out / "logs" / f"{name}.log").is_file()
     assert (out / "tune.png").read_bytes().startswith(b"\x89PNG") and "## Confirmation" in (out / "report.md").read_text()

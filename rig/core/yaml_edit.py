@@ -1,0 +1,65 @@
+"""A targeted edit of a YAML document a user wrote: some keys of one top-level block mapping set, every other
+line (comments, order, spelling) left as it was. Each value is serialized (JSON's flow form, which YAML reads),
+never pasted, and the result is parsed again and must be the document with exactly those keys changed; where
+the layout is one this edit does not take on (a flow mapping, a key spelt twice), it says so and changes nothing."""
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from rig.core import RigError
+from rig.core.documents import dump_json, parse_yaml
+
+_BLANK = re.compile(r"\s*(#.*)?")
+_COMMENT = re.compile(r"\s+#[^'\"]*$")  # a trailing comment with no quote after its '#': kept
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> str:
+    """TEXT with SECTION's keys set to VALUES (added at the block's end where absent; the block added at the end
+    where the document has none). A RigError when the edit would not give exactly that document."""
+    data = parse_yaml(text, source)
+    if not isinstance(data, dict) or not isinstance(data.get(section) or {}, dict):
+        raise RigError(f"{source}: {section} is not a mapping; rig edits only a stack file's mapping sections")
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    heads = [i for i, line in enumerate(lines) if re.match(rf"{re.escape(section)}\s*:\s*(#.*)?$", line.rstrip("\n"))]
+    if section in data and len(heads) != 1:
+        raise RigError(f"{source}: its {section} section is not a block of its own line ({section}: followed by "
+                       "indented keys), so rig cannot edit it in place; edit it by hand")
+    if not heads:
+        lines += [f"{section}:\n"]
+        heads = [len(lines) - 1]
+    start = heads[0] + 1
+    end = next((i for i in range(start, len(lines)) if not _BLANK.fullmatch(lines[i].rstrip("\n"))
+                and _indent(lines[i]) == 0), len(lines))
+    body = [i for i in range(start, end) if not _BLANK.fullmatch(lines[i].rstrip("\n"))]
+    indent = _indent(lines[body[0]]) if body else 2
+    for key, value in values.items():
+        shown = f"{' ' * indent}{key}: {dump_json(value, f'{section}.{key}')}"
+        at = [i for i in body if _indent(lines[i]) == indent and re.match(rf"\s*{re.escape(key)}\s*:", lines[i])]
+        if len(at) > 1:
+            raise RigError(f"{source}: {section}.{key} is written {len(at)} times; keep one and run again")
+        if at:
+            i = at[0]
+            stop = next((j for j in range(i + 1, end) if not _BLANK.fullmatch(lines[j].rstrip("\n"))
+                         and _indent(lines[j]) <= indent), end)
+            comment = _COMMENT.search(lines[i].rstrip("\n"))
+            lines[i:stop] = [shown + (comment.group(0) if comment and stop == i + 1 else "") + "\n"]
+            end += 1 - (stop - i)
+        else:
+            lines.insert((body[-1] + 1) if body else start, shown + "\n")
+            end += 1
+        body = [j for j in range(start, end) if not _BLANK.fullmatch(lines[j].rstrip("\n"))]
+    edited = "".join(lines)
+    wanted = copy.deepcopy(data)
+    wanted[section] = {**(wanted.get(section) or {}), **values}
+    if parse_yaml(edited, f"{source} (edited)") != wanted:
+        raise RigError(f"{source}: setting {section}'s {', '.join(values)} in place would change more than those "
+                       "keys (an unusual layout); edit it by hand")
+    return edited

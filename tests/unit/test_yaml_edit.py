@@ -1,0 +1,51 @@
+"""rig.core.yaml_edit: a stack file's keys set in place, every comment and other line kept."""
+import pytest
+
+from rig.core import RigError
+from rig.core.documents import parse_yaml
+from rig.core.yaml_edit import with_keys
+
+STACK = """# my stack: the box in rack 4
+name: mine   # the name the fleet knows
+server:
+  model: /models/target   # the 8B
+  # the draft we trained in March
+  draft_model: /models/draft
+  attention_backends:
+    - fa3
+    - triton
+  speculative_num_steps: 2  # was 3 until the March test
+bench:
+  concurrency: [1, 16]
+"""
+
+
+def test_keys_are_set_in_place_and_every_comment_stays():
+    edited = with_keys(STACK, "server", {"speculative_num_steps": 3, "attention_backends": ["triton"],
+                                         "speculative_adaptive_config": "/etc/rig/adaptive.json"}, "stack.yml")
+    assert "# my stack: the box in rack 4" in edited and "# the draft we trained in March" in edited
+    assert "  speculative_num_steps: 3  # was 3 until the March test\n" in edited
+    assert '  attention_backends: ["triton"]\n' in edited and "    - fa3" not in edited
+    assert edited.index('speculative_adaptive_config: "/etc/rig/adaptive.json"') < edited.index("bench:")
+    data = parse_yaml(edited, "edited")
+    assert data["server"]["attention_backends"] == ["triton"] and data["bench"] == {"concurrency": [1, 16]}
+    assert [line for line in edited.splitlines() if "server" not in line and "speculative" not in line
+            and "attention" not in line and "fa3" not in line and "triton" not in line] == \
+        [line for line in STACK.splitlines() if "speculative" not in line and "attention" not in line
+         and "fa3" not in line and "triton" not in line and "server" not in line]
+
+
+def test_a_stack_without_the_section_gets_it_at_the_end():
+    edited = with_keys("name: mine\n# the end\n", "server", {"speculative_num_steps": 3}, "stack.yml")
+    assert edited == 'name: mine\n# the end\nserver:\n  speculative_num_steps: 3\n'
+
+
+def test_a_value_that_is_hostile_text_is_serialized_never_pasted():
+    edited = with_keys(STACK, "server", {"speculative_adaptive_config": "x\n  model: /evil # y"}, "stack.yml")
+    assert parse_yaml(edited, "edited")["server"]["model"] == "/models/target"
+
+
+@pytest.mark.parametrize("text", ["name: a\nserver: {model: /m}\n", "name: a\nserver: [1]\n"])
+def test_a_layout_it_cannot_edit_in_place_is_refused_and_said(text):
+    with pytest.raises(RigError, match="server"):
+        with_keys(text, "server", {"speculative_num_steps": 3}, "stack.yml")
