@@ -14,6 +14,7 @@ The grammar every command follows, declared here once:
 from __future__ import annotations
 
 import difflib
+import errno
 import functools
 import math
 import os
@@ -53,8 +54,8 @@ def default_stack(start: Path | None = None) -> str | None:
         here = (start or Path.cwd()).absolute()
     except FileNotFoundError:  # the current directory was deleted: nothing is found from it (main says so)
         return None
-    for directory in (here, *here.parents):
-        if (directory / STACKS_DEFAULT).is_file() or (directory / STACKS_DEFAULT).is_symlink():
+    for directory in (here, *here.parents):  # a directory there too: --stack's type refuses it in words
+        if (directory / STACKS_DEFAULT).exists() or (directory / STACKS_DEFAULT).is_symlink():
             return str(directory / STACKS_DEFAULT)
     return None
 
@@ -62,6 +63,15 @@ def default_stack(start: Path | None = None) -> str | None:
 def _dangling(path: str) -> str | None:
     """Where PATH, a link to nothing, points; None when PATH is no such link."""
     return os.readlink(path) if os.path.islink(path) and not os.path.exists(path) else None
+
+
+def _loops(path: str) -> bool:
+    """Whether PATH is a link that leads back to itself (ELOOP)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
 
 
 def _no_stack() -> click.UsageError:
@@ -73,6 +83,9 @@ def need_stack(path: str | None) -> str:
     """The stack a command needs: PATH, or the one error that says how to give it."""
     if path is None:
         raise _no_stack()
+    if _loops(path):
+        raise RigError(f"stack file {path} is a link that leads back to itself (through {os.readlink(path)}): "
+                       "point it at a stack file or give --stack FILE")
     if (target := _dangling(path)) is not None:
         raise RigError(f"stack file {path} is a link to {target}, which does not exist: point the link at a stack "
                        "file or give --stack FILE")

@@ -42,10 +42,20 @@ def confined(root: str | Path, relative: str, what: str, follow: bool = True) ->
     return target
 
 
+def kind(path: str | Path) -> str:
+    """What stands at PATH, in words (a link is followed): a directory, a regular file, a FIFO, a socket, a device."""
+    import stat
+
+    mode = os.stat(path).st_mode
+    return next((said for test, said in ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a file"),
+                                         (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+                 if test(mode)), "a device")
+
+
 def output_dir(path: str | Path, option: str) -> None:
-    """An output directory given on the command line may be new or a directory, never a file."""
+    """An output directory given on the command line may be new or a directory, never anything else."""
     if Path(path).exists() and not Path(path).is_dir():
-        raise RigError(f"{option} {path} is a file; give a directory")
+        raise RigError(f"{option} {path} is {kind(path)}; give a directory")
 
 
 @contextmanager

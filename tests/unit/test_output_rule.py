@@ -183,6 +183,22 @@ def test_a_dangling_default_stack_is_said_to_be_a_link_to_nothing_naming_its_tar
     assert "a link to ../gone.yml, which does not exist" in helped
 
 
+def test_a_default_stack_that_loops_or_is_a_directory_is_said_to_be_so(tmp_path):
+    (tmp_path / "loop" / "stacks").mkdir(parents=True)
+    (tmp_path / "loop" / "stacks" / "default.yml").symlink_to("default.yml")
+    refused(rig_in(tmp_path / "loop", "stack", "show"),
+            f"stack file {tmp_path / 'loop' / 'stacks' / 'default.yml'} is a link that leads back to itself")
+    (tmp_path / "dir" / "stacks" / "default.yml").mkdir(parents=True)
+    refused(rig_in(tmp_path / "dir", "stack", "show"),
+            f"File '{tmp_path / 'dir' / 'stacks' / 'default.yml'}' is a directory")
+
+
+def test_an_output_directory_where_a_fifo_stands_is_called_a_fifo(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    refused(rig_in(tmp_path, "tune", "--stack", str(REPO / "stacks" / "default.yml"), "--out", str(tmp_path / "fifo"),
+                   "--check"), f"--out {tmp_path / 'fifo'} is a FIFO; give a directory")
+
+
 def test_the_fleet_summary_runs_where_the_reports_are_with_no_stack(tmp_path):
     (tmp_path / "host1").mkdir()
     (tmp_path / "host1" / "prove.json").write_text('{"ok": true, "steps": []}')
