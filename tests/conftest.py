@@ -300,7 +300,7 @@ def ansible_env() -> dict:
 GROUPS = {"test_image": "whole-stacks", "test_image_builder": "whole-stacks",
           "test_python_stack::test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet": "whole-stacks",
           "test_patches": "lab-1", "test_server_args": "lab-1", "test_testmodel": "lab-1", "test_validate": "lab-1",
-          "test_prove": "lab-2", "test_wheels": "lab-2"}
+          "test_prove": "lab-2", "test_wheels": "lab-2", "test_runbooks": "lab-2"}
 
 
 def node_name(nodeid: str) -> str:

@@ -255,3 +255,27 @@ def test_a_file_where_a_directory_belongs_is_refused_as_the_line_is_read(tmp_pat
     assert done.returncode == 2 and f"Directory '{a_file}' is a file" in done.stderr
     done = rig("stack", "show", "--stack", str(tmp_path))
     assert done.returncode == 2 and f"File '{tmp_path}' is a directory" in done.stderr
+
+
+def test_every_command_under_json_answers_a_bad_line_with_one_json_error_on_stdout():
+    """The tree walked: each command given an option it does not have, under --json."""
+    wrong = []
+    for name in COMMAND_TREE:
+        done = rig(*name.split(), "--json", "--no-such-option")
+        try:
+            answer = json.loads(done.stdout)
+        except ValueError:
+            answer = None
+        if not (done.returncode == 2 and isinstance(answer, dict) and set(answer) == {"error", "exit"}
+                and answer["exit"] == 2 and "--no-such-option" in answer["error"]):
+            wrong.append(f"{name}: exit {done.returncode}, stdout {done.stdout[:80]!r}")
+    assert wrong == []
+
+
+def test_one_name_per_timeout():
+    """A wait is a start, a read or a whole request: no other spelling of a timeout option in the tree."""
+    names = {opt for command in COMMAND_TREE.values() for param in command.params if isinstance(param, click.Option)
+             for opt in param.opts if "timeout" in opt}
+    assert names == {"--start-timeout", "--timeout", "--read-timeout", "--request-timeout"}
+    smoke = {param.name: param for param in COMMAND_TREE["smoke"].params}["timeout"]
+    assert smoke.opts == ["--start-timeout", "--timeout"]  # the old name, kept as smoke's alias
