@@ -153,7 +153,7 @@ def test_every_adaptive_line_passes_sglangs_own_start_up_check_and_tunes_step_0_
     every line it renders; tune's step-0 config passes it."""
     from rig.serving import adaptive
     from rig.serving.server import render
-    from rig.serving.tune import STEP0_SLOTS, eagle
+    from rig.serving.tune_variants import STEP0_SLOTS, eagle
     from rig.stack.spec import load
 
     venv = v17 if version == "v17" else lab["v23"]

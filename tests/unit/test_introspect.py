@@ -105,7 +105,7 @@ def pth_venv(tmp_path):
 def test_what_a_venv_imports_through_a_pth_is_found_as_python_finds_it(tmp_path):
     """tune's backend checks and venv verify ask the venv's interpreter: a .pth-added directory counts (the H200 run
     refused triton, "has no the triton package"), and the first torch on sys.path is the one reported."""
-    from rig.serving.tune import SKIP_EXTEND, _imports, backend_problem, sglang_reads
+    from rig.serving.tune_variants import SKIP_EXTEND, _imports, backend_problem, sglang_reads
 
     venv, machine = pth_venv(tmp_path)
     imports = _imports(venv)

@@ -140,7 +140,7 @@ def test_a_list_that_names_one_thing_twice_is_refused(tmp_path, section, key, va
 
 
 def test_a_profile_level_that_no_level_measures_is_refused():
-    from rig.serving.tune import levels
+    from rig.serving.tune_variants import levels
 
     stack = {"bench": {"concurrency": [1, 64]}, "tune": {"request_rates": [], "profile_levels": [3, 64]}}
     with pytest.raises(RigError, match="tune.profile_levels lists 3, a concurrency no level measures"):

@@ -12,7 +12,8 @@ from rig.core import RigError
 from rig.serving import adaptive
 from rig.serving.measure.sweep import Level
 from rig.serving.measure.verdict import choose
-from rig.serving.tune import Variant, fallback, graph_sizes, policy, slot_config
+from rig.serving.tune_policy import fallback, graph_sizes, policy, slot_config
+from rig.serving.tune_variants import Variant
 
 GRAPHS = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 40, 44, 48]  # 0.5.17's, max 48
 
@@ -228,7 +229,7 @@ def test_a_round_that_measured_zero_is_a_measurement_and_a_missing_one_is_not():
 
 
 def test_a_speculative_server_capped_below_its_graph_gets_an_uncapped_twin_once():
-    from rig.serving.tune import uncapped
+    from rig.serving.tune_variants import uncapped
 
     stack = {"server": {"cuda_graph_max_bs": 0}, "bench": {"concurrency": [1, 64, 256]}}
     eagle = Variant("eagle3-3", 3, stack, "eagle", "triton")
@@ -248,7 +249,7 @@ def test_step_0_priced_as_measured_turns_a_switching_family_into_one_server_that
     its own server, step 0 loses C=64 to EAGLE-3, so the family serves fixed EAGLE-3, which confirmation holds
     to the baseline at C=64 (and loses); the fallback reads the choices with the baseline for step 0."""
     from rig.serving.measure.verdict import confirm
-    from rig.serving.tune import family_choice, policy, recommend
+    from rig.serving.tune_policy import family_choice, policy, recommend
 
     stack = {"server": {"attention_backends": [], "max_running_requests": 0}}
     found = [Variant("baseline", 0, stack, "baseline", ""), Variant("eagle3-3", 3, stack, "eagle", ""),
@@ -291,7 +292,7 @@ def test_a_family_missing_a_level_is_never_preferred_for_skipping_it():
 def test_a_multi_line_stop_reason_reaches_the_report_as_one_cell_with_line_breaks():
     """A server that exits at start says why with its log's last lines (rig.serving.smoke.log_tail): in report.md
     each line is kept, joined by <br>, never a literal backslash-n (the H200 run's report showed `\\\\n`)."""
-    from rig.serving.tune import report_markdown
+    from rig.serving.tune_report import report_markdown
 
     reason = ("the server exited (status 1) before it answered; its log says why\nlast 2 lines of /x/step0.log:\n"
               "ValueError: --speculative-num-steps=1 is not in the adaptive config candidate_steps [0] | see")
@@ -307,7 +308,7 @@ def test_a_multi_line_stop_reason_reaches_the_report_as_one_cell_with_line_break
 def test_below_the_first_step_0_level_the_baseline_still_stands_for_no_drafting():
     """Step-0 servers run batches of two and more at step 0 (a lone request drafts one step), so they are measured
     from C=2: at C=1 "no drafting" is the family's baseline, which may win there."""
-    from rig.serving.tune import family_choice
+    from rig.serving.tune_policy import family_choice
 
     stack = {"server": {"attention_backends": [], "max_running_requests": 0}}
     found = [Variant("baseline", 0, stack, "baseline", ""), Variant("eagle3-3", 3, stack, "eagle", ""),

@@ -1,0 +1,127 @@
+"""rig tune's written results (rig.serving.tune): the report, its figures and the stack file with the policy in it."""
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from rig.core.documents import dump_json
+from rig.core.escape import cell
+from rig.serving.measure.stats import shown
+
+
+def proposed_stack(stack_path: str, kind: dict, config_path: str | None,
+                   family: dict | None = None) -> tuple[str, str] | None:
+    """The user's stack file with the policy in its server section, edited in place (rig.core.yaml_edit: every
+    comment and other line kept), and the diff from the file on disk; the server keys of the family it came from
+    (its attention backend, its running-request cap) go with it."""
+    from rig.core.documents import read_text
+    from rig.core.yaml_edit import with_keys
+
+    if kind["kind"] not in ("adaptive", "fixed"):
+        return None
+    values: dict[str, Any] = {"speculative_num_steps": kind["steps"], "speculative_eagle_topk": 1,
+                              "speculative_num_draft_tokens": kind["steps"] + 1}
+    if kind["kind"] == "adaptive":
+        values["speculative_adaptive_config"] = config_path
+    values.update({key: family[key] for key in ("attention_backends", "max_running_requests")
+                   if family and family.get(key)})
+    before = read_text(stack_path, "stack file")
+    after = with_keys(before, "server", values, stack_path)
+    diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), stack_path,
+                                        f"{stack_path} (proposed)"))
+    return after, diff
+
+
+def report_markdown(result: dict) -> str:
+    names = list(result["variants"])
+    plan = result["plan"]
+    lines = ["# rig tune", "", f"Stack `{cell(result['stack'])}`; {plan['rounds']} round(s) per level at temperature "
+             f"{plan.get('temperature', 0)}, top_p {plan.get('top_p', 1)}; metric: {result['metric']} (median over "
+             "rounds, the range over rounds in brackets; the server's own accept length under each, where it "
+             "speculates).", "",
+             "| level | " + " | ".join(cell(n) for n in names) + " | chosen |", "|---" * (len(names) + 2) + "|"]
+    chosen = {r["level"]: r["chosen"] for r in result["choices"]}
+    for level in result["levels"]:
+        cells = []
+        for name in names:
+            lv = result["variants"][name].get("levels", {}).get(level)
+            values = [v for v in (lv or {}).get("round_values", []) if v]
+            accept = (lv or {}).get("server_accept_length")
+            cells.append("-" if not lv or not lv.get("value") else
+                         f"{lv['value']:.1f} ({min(values):.1f}-{max(values):.1f})" +
+                         (f" acc {accept:.2f}" if accept else "") + (f" cap {lv['capped_at']}" if lv.get("capped_at")
+                                                                     else ""))
+        lines.append(f"| {level} | " + " | ".join(cells) + f" | {cell(chosen.get(level, '-'))} |")
+    stopped = [f"- {cell(n)}: {cell(v['stopped'])}" for n, v in result["variants"].items() if v.get("stopped")]
+    if stopped:
+        lines += ["", "Variants that stopped:", *stopped]
+    kind = result["policy"]
+    lines += ["", f"**Policy:** {kind['kind']}" + (f", slots {cell(dump_json(kind['slots'], 'slots'))}"
+                                                   if kind.get("slots") else "")
+              + (f", from the family `{cell(result.get('family') or 'default')}`" if result.get("family") is not None
+                 else ""),
+              *[f"- {cell(n)}" for n in kind.get("notes", [])]]
+    if result.get("family_scores"):
+        lines += ["", "Families (one server line: backend and cap), their choices' geometric mean to the per-level "
+                  "best: " + ", ".join(f"`{cell(k)}` {shown(v, 3)}" for k, v in result["family_scores"].items())]
+    if result.get("confirmation"):
+        lines += ["", "## Confirmation", "", "| level | policy | per-level best | ratio to best (range) | verdict | "
+                  "ratio to baseline |", "|---|---|---|---|---|---|"]
+        for t in result["confirmation"]["levels"]:
+            rng = t["ratio_best_range"]
+            lines.append(f"| {t['level']} | {shown(t['policy'], 1)} | {cell(t['best'])} {shown(t['best_value'], 1)} | "
+                         f"{shown(t['ratio_best'], 2)} ({shown(rng and rng[0], 2)}-{shown(rng and rng[1], 2)}) | "
+                         f"{t['verdict']} | {shown(t['ratio_baseline'], 2)} |")
+    if (mine := result.get("load_profile")) and mine.get("chosen"):
+        lines += ["", f"## For the load in `{cell(mine['file'])}`", "", "Share of busy time at each measured level "
+                  "(each running-request count at the level nearest it): " + ", ".join(
+                      f"{level} {share:.2f}" for level, share in mine["weights"].items()), "",
+                  "| server | expected |", "|---|---|",
+                  *[f"| {cell(n)} | {v:.1f} |" for n, v in sorted(mine["expected"].items(), key=lambda x: -x[1])],
+                  "", f"Chosen: {cell(mine['chosen'])}, {shown(mine['of_per_level_best'], 2)} of the per-level best's "
+                  "expectation; its ratio to the best per level: " + ", ".join(
+                      f"{level} {ratio:.2f}" for level, ratio in mine["ratios"].items())]
+    profiled = [(n, level, lv["profile"]) for n, v in result["variants"].items()
+                for level, lv in (v.get("levels") or {}).items() if (lv.get("profile") or {}).get("kernels")]
+    if profiled:
+        lines += ["", "## Where a decode step's time goes", "", "SGLang's torch profiler over the full batch's "
+                  "steps (CUDA kernels, ms per step and rank; the largest three):", "",
+                  "| server | level | kernel ms/step | largest kernels |", "|---|---|---|---|"]
+        lines += [f"| {cell(n)} | {level} | {shown(p['kernel_ms_per_step'], 3)} | " + "; ".join(
+                      f"{cell(k['name'][:60])} {shown(k['ms_per_step'], 3)}" for k in p["kernels"][:3]) + " |"
+                  for n, level, p in profiled]
+    if result.get("stack_diff"):
+        lines += ["", "## Proposed stack change", "", "```diff", result["stack_diff"].replace("```", "'''").rstrip(),
+                  "```"]
+    lines += ["", f"**Recommendation:** {cell(result['recommendation'])}", ""]
+    if result.get("stopped"):
+        lines += [f"**Stopped early:** {cell(result['stopped'])}", ""]
+    return "\n".join(lines)
+
+
+def figures(result: dict) -> dict:
+    """tune.png: each variant's median per level, its bars spanning the rounds (none when nothing was measured)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4.8))
+    ax = fig.subplots()
+    xs = list(range(len(result["levels"])))
+    for name, variant in result["variants"].items():
+        points = [(x, lv) for x, level in zip(xs, result["levels"], strict=True)
+                  if (lv := variant.get("levels", {}).get(level)) and lv.get("value")]
+        if not points:
+            continue
+        low = [lv["value"] - min(v for v in lv["round_values"] if v) for _, lv in points]
+        high = [max(v for v in lv["round_values"] if v) - lv["value"] for _, lv in points]
+        ax.errorbar([x for x, _ in points], [lv["value"] for _, lv in points], yerr=[low, high], marker="o",
+                    capsize=3, label=name)
+    if not ax.get_legend_handles_labels()[0]:
+        return {}
+    ax.set_xticks(xs, result["levels"])
+    ax.set_xlabel("load (C: requests in flight, R: Poisson arrivals per second)")
+    ax.set_ylabel(result["metric"])
+    ax.set_title("rig tune: median over rounds, bars span the rounds")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return {"tune.png": fig}

@@ -1,0 +1,163 @@
+"""The servers rig tune measures (rig.serving.tune): per attention backend the baseline, fixed EAGLE-3 at each step
+count, the stack's own line, SGLang's step 0 as servers of their own, each speculative one again uncapped; and what
+the venv can run, asked of its own interpreter."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rig.core import RigError
+from rig.serving.launch import with_server
+from rig.serving.measure.sweep import Level
+from rig.serving.server import graph_size
+from rig.stack.spec import unmeasured_profiles
+
+BASELINE = "baseline"
+POLICY = "policy"
+SKIP_EXTEND = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
+# rig's free-off patch (the stack's patches.opt_in: [free-off]): step 0 as a plain decode where applied, SGLang's own
+# where a server's environment sets it to 0
+FREE_OFF = "RIG_FREE_OFF"
+# SGLang's step 0 as a server of its own: a server launches at one of its config's candidate steps (sglang refuses
+# --speculative-num-steps outside them), so one request alone drafts 1 step and every batch of two or more runs at
+# step 0; the step-0 servers are measured at those levels only
+STEP0_FROM = 2
+STEP0_SLOTS = {1: 1, STEP0_FROM: 0}
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    steps: int  # drafted tokens per step; 0: the baseline or SGLang's step 0 (kind says which)
+    stack: dict
+    kind: str = "eagle"  # baseline | eagle | step0
+    family: str = ""  # one server line's backend and cap: the variants an adaptive server can switch between
+    env: dict = field(default_factory=dict)  # what the server's environment adds
+    candidate: bool = True  # may the policy choose it (SGLang's adaptive mode: topk 1 only)
+    # a server beside the comparison (an uncapped twin, a step-0 server, the policy's own): its failure is
+    # recorded and the run goes on; the baseline's or a fixed EAGLE-3's ends the run
+    optional: bool = False
+
+    @property
+    def baseline(self) -> bool:
+        return self.kind == "baseline"
+
+
+
+def eagle(stack: dict, steps: int, config: str = "", **server: list | int) -> dict:
+    """The stack's server line with fixed EAGLE-3 at STEPS (or the adaptive CONFIG): topk 1, steps + 1 drafts."""
+    return with_server(stack, speculative_num_steps=steps, speculative_eagle_topk=1,
+                       speculative_num_draft_tokens=steps + 1, speculative_adaptive_config=config, **server)
+
+
+# what each attention backend needs importable, beyond sglang: FA3 is sgl_kernel's flash_ops (a stripped
+# sglang-kernel leaves it out), flashinfer and triton their packages: (module, a file in it or "", what it is)
+BACKEND_NEEDS = {"fa3": ("sgl_kernel", "flash_ops*.so", "sgl_kernel's flash_ops (FlashAttention 3)"),
+                 "flashinfer": ("flashinfer", "", "the flashinfer package"),
+                 "triton": ("triton", "", "the triton package")}
+
+
+def _imports(venv: str | Path) -> dict[str, list[Path]]:
+    """Where the venv's own interpreter imports sglang and the backends' modules from (.pth directories included)."""
+    from rig.core.proc import venv_python
+    from rig.python.introspect import import_dirs
+
+    return import_dirs(venv_python(venv), ("sglang", *sorted({m for m, _, _ in BACKEND_NEEDS.values()})),
+                       regular=True)
+
+
+def backend_problem(imports: dict[str, list[Path]], venv: str | Path, backend: str) -> str | None:
+    """Why the venv (its IMPORTS) cannot run BACKEND, or None (a backend rig knows no needs of is left to SGLang's
+    parser)."""
+    if backend not in BACKEND_NEEDS:
+        return None
+    module, pattern, what = BACKEND_NEEDS[backend]
+    dirs = imports.get(module, [])
+    if dirs and (not pattern or any(p.is_file() for d in dirs for p in d.glob(pattern))):
+        return None
+    return (f"server.attention_backends lists {backend}, but the Python of {venv} cannot import {what}: install it "
+            f"or drop {backend}")
+
+
+def sglang_reads(imports: dict[str, list[Path]], name: str) -> bool:
+    """Whether the venv's sglang (where its interpreter imports it from) reads the environment variable NAME: its
+    environ module or a speculative worker names it (SGLang's own switches, and rig's free-off patch's)."""
+    from rig.core.documents import read_text
+
+    for package in imports.get("sglang", []):
+        root = package / "srt"
+        for path in [root / "environ.py", *sorted((root / "speculative").glob("*.py"))]:
+            if path.is_file() and not path.is_symlink():
+                try:
+                    if name in read_text(path, "sglang source"):
+                        return True
+                except RigError:
+                    continue
+    return False
+
+
+def variants(stack: dict, venv: str | Path, step0_config: str, imports: dict[str, list[Path]]) -> list[Variant]:
+    """Every server tune measures, for the venv whose IMPORTS (_imports) say what it can run."""
+    server = stack["server"]
+    if not server["draft_model"]:
+        raise RigError("rig tune compares EAGLE-3 with the baseline: the stack has no server.draft_model; set it")
+    backends = server["attention_backends"] or [None]
+    for backend in filter(None, backends):
+        if problem := backend_problem(imports, venv, backend):
+            raise RigError(problem)
+    own = server["speculative_num_steps"]
+    steps = sorted(set(stack["tune"]["steps"]) | ({own} if server["speculative_eagle_topk"] == 1 else set()))
+    found = []
+    tagged = [(backend, *((f"@{backend}", {"attention_backends": [backend]}) if backend and len(backends) > 1 else
+                          ("", {}))) for backend in backends]
+    for backend, tag, on in tagged:
+        family = backend or ""
+        found.append(Variant(BASELINE + tag, 0, with_server(stack, speculative_adaptive_config="", **on), "baseline",
+                             family))
+        found += [Variant(f"eagle3-{k}{tag}", k, eagle(stack, k, "", **on), "eagle", family) for k in steps]
+        if server["speculative_eagle_topk"] != 1:  # measured, but SGLang's adaptive mode cannot serve it
+            found.append(Variant("stack" + tag, own, with_server(stack, speculative_adaptive_config="", **on),
+                                 "eagle", family, candidate=False))
+    envs = step0_envs(stack, venv, imports)
+    found += [Variant(which + tag, 0, eagle(stack, 1, step0_config, **on), "step0", backend or "", env, optional=True)
+              for backend, tag, on in tagged  # a family's step-0 slots are priced by its own backend's step 0
+              for which, env in envs.items()]
+    return found
+
+
+def step0_envs(stack: dict, venv: str | Path, imports: dict[str, list[Path]]) -> dict[str, dict]:
+    """tune.step0's servers, each with what its environment adds: SGLang's own step 0 (with rig's free-off turned
+    off where the venv has it), its draft extend skipped, and free-off's plain decode (where it is applied)."""
+    asked = stack["tune"]["step0"]
+    patched = sglang_reads(imports, FREE_OFF)
+    if "step0-skip-extend" in asked and not sglang_reads(imports, SKIP_EXTEND):
+        raise RigError(f"tune.step0 lists step0-skip-extend, but the sglang in {venv} does not read "
+                       f"{SKIP_EXTEND}: drop it from tune.step0 (or install an sglang that has it)")
+    if "step0-plain" in asked and not patched:
+        raise RigError(f"tune.step0 lists step0-plain, but the sglang in {venv} does not have rig's free-off patch: "
+                       "add free-off to the stack's patches.opt_in and run `rig patch apply --stack STACK` (sglang "
+                       "0.5.17 or 0.5.23), or drop step0-plain from tune.step0")
+    sglangs = {FREE_OFF: "0"} if patched else {}
+    return {which: {"step0": sglangs, "step0-skip-extend": {**sglangs, SKIP_EXTEND: "1"}, "step0-plain": {}}[which]
+            for which in asked}
+
+
+def uncapped(variant: Variant, record: dict) -> Variant | None:
+    """The variant again with its running-request cap lifted to its decode graph, when its server capped below it
+    (SGLang under speculation sets 48 where max_running_requests is not given); the graph is the server's own
+    (/server_info), else the one rig asked for."""
+    cap, graphs = record.get("max_running_requests"), record.get("cuda_graph_bs")
+    top = max(graphs) if graphs else graph_size(variant.stack)
+    if variant.kind == "baseline" or not cap or cap >= top or variant.name.endswith("-uncapped"):
+        return None
+    return Variant(f"{variant.name}-uncapped", variant.steps, with_server(variant.stack, max_running_requests=top),
+                   variant.kind, f"{variant.family}/uncapped", variant.env, variant.candidate, optional=True)
+
+
+def levels(stack: dict) -> list[Level]:
+    concurrency = stack["bench"]["concurrency"]
+    # each given once: the stack's schema and the options' reader refuse a level listed twice (schema.once)
+    found = [Level(c) for c in concurrency] + [Level(max(concurrency), r) for r in stack["tune"]["request_rates"]]
+    if problem := unmeasured_profiles(stack):  # the options may have changed bench.concurrency since the stack was read
+        raise RigError(problem)
+    return found
