@@ -8,6 +8,8 @@ import copy
 import re
 from typing import Any
 
+import yaml
+
 from rig.core import RigError
 from rig.core.documents import dump_json, parse_yaml
 
@@ -17,6 +19,11 @@ _COMMENT = re.compile(r"\s+#[^'\"]*$")  # a trailing comment with no quote after
 
 def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
+
+
+def _item(line: str, indent: int) -> bool:
+    """A sequence item at the keys' own indent: the value of the key above it (PyYAML writes lists so)."""
+    return _indent(line) == indent and line.lstrip(" ").startswith(("- ", "-\n"))
 
 
 def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> str:
@@ -48,7 +55,7 @@ def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> s
         if at:
             i = at[0]
             stop = next((j for j in range(i + 1, end) if not _BLANK.fullmatch(lines[j].rstrip("\n"))
-                         and _indent(lines[j]) <= indent), end)
+                         and _indent(lines[j]) <= indent and not _item(lines[j], indent)), end)
             comment = _COMMENT.search(lines[i].rstrip("\n"))
             lines[i:stop] = [shown + (comment.group(0) if comment and stop == i + 1 else "") + "\n"]
             end += 1 - (stop - i)
@@ -59,7 +66,12 @@ def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> s
     edited = "".join(lines)
     wanted = copy.deepcopy(data)
     wanted[section] = {**(wanted.get(section) or {}), **values}
-    if parse_yaml(edited, f"{source} (edited)") != wanted:
+    try:
+        again = parse_yaml(edited, f"{source} (edited)")
+    except yaml.YAMLError as exc:
+        raise RigError(f"{source}: setting {section}'s {', '.join(values)} in place would not parse ({exc}); edit it "
+                       "by hand") from None
+    if again != wanted:
         raise RigError(f"{source}: setting {section}'s {', '.join(values)} in place would change more than those "
                        "keys (an unusual layout); edit it by hand")
     return edited

@@ -221,7 +221,11 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
                 result["recommendation"] += (f". For the load in {profile[0]}: serve {mine['chosen']} (expected "
                                              f"{mine['expected'][mine['chosen']]:.0f} {plan.metric.replace('_', ' ')},"
                                              f" {mine['of_per_level_best']:.2f} of the per-level best's)")
-        proposal = proposed_stack(stack_path, kind, config_path, chosen.get("server"))
+        try:  # what was measured stands however the stack file is laid out
+            proposal = proposed_stack(stack_path, kind, config_path, chosen.get("server"))
+        except RigError as exc:
+            proposal, result["stack_diff"] = None, f"no proposed stack: {exc}"
+            progress(result["stack_diff"])
         if proposal:
             extra.append(str(atomic_write(out / "proposed-stack.yml", proposal[0])))
             result["stack_diff"] = proposal[1]

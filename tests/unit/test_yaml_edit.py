@@ -49,3 +49,10 @@ def test_a_value_that_is_hostile_text_is_serialized_never_pasted():
 def test_a_layout_it_cannot_edit_in_place_is_refused_and_said(text):
     with pytest.raises(RigError, match="server"):
         with_keys(text, "server", {"speculative_num_steps": 3}, "stack.yml")
+
+
+def test_a_list_written_at_its_keys_indent_is_replaced_whole():
+    """PyYAML's own layout (yaml.safe_dump): a list's items at the indent of the key that holds them."""
+    text = "server:\n  attention_backends:\n  - fa3\n  - triton\n  port: 30000\n"
+    edited = with_keys(text, "server", {"attention_backends": ["triton"]}, "stack.yml")
+    assert edited == 'server:\n  attention_backends: ["triton"]\n  port: 30000\n'
