@@ -21,6 +21,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import click
@@ -238,8 +239,9 @@ class Choice(click.Choice):
 def out_option(default: str | None, what: str, outputs: tuple[str, ...] = (), **settings):
     """--out DIR, declared once: the directory a command writes its results to (a new one or a directory),
     OUTPUTS the files it writes there; checked by the one output rule (OutDir)."""
-    return click.option("--out", "out_dir", type=OutDir(outputs), metavar="DIR", default=default,
-                        show_default=default is not None, help=f"The result directory: {what}", **settings)
+    given: dict[str, Any] = {"default": default, "show_default": True} if default is not None else {}  # None: given
+    return click.option("--out", "out_dir", type=OutDir(outputs), metavar="DIR", help=f"The result directory: {what}",
+                        **given, **settings)
 
 
 def output_option(what: str = "Write here instead of stdout.", **settings):

@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from rig.cli.common import (
+    DIR,
     FILE,
     Number,
     emit,
@@ -63,14 +64,14 @@ machine.add_command(probe)
 
 
 @machine.command("facts")
-@click.option("--pci-root", default="/sys/bus/pci/devices", show_default=True, help="sysfs PCI devices.")
+@click.option("--pci-root", default="/sys/bus/pci/devices", show_default=True, type=DIR, help="sysfs PCI devices.")
 @click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True, type=FILE,
               help="Where the loaded nvidia kernel module tells its version.")
-@click.option("--dev", default="/dev", show_default=True, help="Where the driver's device nodes are.")
-@click.option("--docker-config", help="Also list the runtimes this Docker daemon configuration registers.")
+@click.option("--dev", default="/dev", show_default=True, type=DIR, help="Where the driver's device nodes are.")
+@click.option("--docker-config", type=FILE, help="Also list the runtimes this Docker daemon configuration registers.")
 @click.option("--driver-package", help="Also say this driver package's installed version and whether the loaded "
               "module is it (module_current).")
-@click.option("--cdi-spec", help="Also list the host paths this CDI spec mounts that are gone (cdi_missing; "
+@click.option("--cdi-spec", type=FILE, help="Also list the host paths this CDI spec mounts that are gone (cdi_missing; "
               "cdi_current is false then, or where there is no spec).")
 @json_option
 def machine_facts(pci_root, module_version_path, dev, docker_config, driver_package, cdi_spec, as_json) -> None:

@@ -39,7 +39,7 @@ def _patch_target(func):
 def patch_status(venv_path, python, stack_path, patch_dir, opt_in, as_json) -> None:
     """Say, for every patch, whether this environment needs it."""
     env, found, opted = patches.environment(venv_path, python, stack_path, patch_dir, opt_in)
-    rows = patches.status(env, found, opted)
+    rows = patches.status(env, found, patches.asked(found, opted))
     emit({"changed": False, "patches": rows, "msg": patches.table(rows)}, as_json)
 
 
@@ -53,7 +53,7 @@ def patch_apply(venv_path, python, stack_path, patch_dir, opt_in, as_json, check
 
     An opt-in patch applied before and no longer asked for is taken out (its files go back to their originals)."""
     env, found, opted = patches.environment(venv_path, python, stack_path, patch_dir, opt_in)
-    result = patches.apply(env, found, check=check, force=force, opted=opted)
+    result = patches.apply(env, found, check=check, force=force, opted=patches.asked(found, opted))
     if check and not as_json and result["diff"]:
         click.echo(result["diff"], nl=False)
     emit(result, as_json)

@@ -48,7 +48,7 @@ def lock_cmd(state_dir, owner, give_back, check, as_json) -> None:
 @click.option("--nvswitch", type=Choice(["auto", "true", "false"]), default="auto", show_default=True,
               help="Whether the board has NVSwitches (then the fabric manager goes to the driver's version too); "
                    "auto reads the PCI bus.")
-@click.option("--pci-root", default="/sys/bus/pci/devices", show_default=True, help="sysfs PCI devices.")
+@click.option("--pci-root", default="/sys/bus/pci/devices", show_default=True, type=DIR, help="sysfs PCI devices.")
 @click.option("--branch", required=True, help="The driver branch (580).")
 @click.option("--flavour", type=Choice(["open", "proprietary"]), required=True, help="The kernel modules.")
 @click.option("--cuda-version", help="The stack's CUDA release: the driver must be new enough for it.")

@@ -8,13 +8,27 @@ import copy
 import re
 from typing import Any
 
-import yaml
-
 from rig.core import RigError
 from rig.core.documents import dump_json, parse_yaml
 
 _BLANK = re.compile(r"\s*(#.*)?")
-_COMMENT = re.compile(r"\s+#[^'\"]*$")  # a trailing comment with no quote after its '#': kept
+
+
+def _comment(line: str) -> str:
+    """LINE's trailing comment (from the whitespace before its '#'), or "": the first '#' after whitespace and
+    outside quotes (one pass: a long line costs its length)."""
+    quote = ""
+    for at, char in enumerate(line):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and at and line[at - 1] in " \t":
+            start = at
+            while start and line[start - 1] in " \t":
+                start -= 1
+            return line[start:]
+    return ""
 
 
 def _indent(line: str) -> int:
@@ -33,19 +47,20 @@ def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> s
     if not isinstance(data, dict) or not isinstance(data.get(section) or {}, dict):
         raise RigError(f"{source}: {section} is not a mapping; rig edits only a stack file's mapping sections")
     lines = text.splitlines(keepends=True)
+    eol = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"  # the file's own line ending
     if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"
-    heads = [i for i, line in enumerate(lines) if re.match(rf"{re.escape(section)}\s*:\s*(#.*)?$", line.rstrip("\n"))]
+        lines[-1] += eol
+    heads = [i for i, line in enumerate(lines) if re.match(rf"{re.escape(section)}\s*:\s*(#.*)?$", line.rstrip("\r\n"))]
     if section in data and len(heads) != 1:
         raise RigError(f"{source}: its {section} section is not a block of its own line ({section}: followed by "
                        "indented keys), so rig cannot edit it in place; edit it by hand")
     if not heads:
-        lines += [f"{section}:\n"]
+        lines += [f"{section}:{eol}"]
         heads = [len(lines) - 1]
     start = heads[0] + 1
-    end = next((i for i in range(start, len(lines)) if not _BLANK.fullmatch(lines[i].rstrip("\n"))
+    end = next((i for i in range(start, len(lines)) if not _BLANK.fullmatch(lines[i].rstrip("\r\n"))
                 and _indent(lines[i]) == 0), len(lines))
-    body = [i for i in range(start, end) if not _BLANK.fullmatch(lines[i].rstrip("\n"))]
+    body = [i for i in range(start, end) if not _BLANK.fullmatch(lines[i].rstrip("\r\n"))]
     indent = _indent(lines[body[0]]) if body else 2
     for key, value in values.items():
         shown = f"{' ' * indent}{key}: {dump_json(value, f'{section}.{key}')}"
@@ -54,24 +69,21 @@ def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> s
             raise RigError(f"{source}: {section}.{key} is written {len(at)} times; keep one and run again")
         if at:
             i = at[0]
-            stop = next((j for j in range(i + 1, end) if not _BLANK.fullmatch(lines[j].rstrip("\n"))
+            stop = next((j for j in range(i + 1, end) if not _BLANK.fullmatch(lines[j].rstrip("\r\n"))
                          and _indent(lines[j]) <= indent and not _item(lines[j], indent)), end)
-            comment = _COMMENT.search(lines[i].rstrip("\n"))
-            lines[i:stop] = [shown + (comment.group(0) if comment and stop == i + 1 else "") + "\n"]
+            while stop > i + 1 and _BLANK.fullmatch(lines[stop - 1].rstrip("\r\n")):
+                stop -= 1  # the blank and comment lines before the next key are not the value's
+            comment = _comment(lines[i].rstrip("\r\n")) if stop == i + 1 else ""
+            lines[i:stop] = [shown + comment + eol]
             end += 1 - (stop - i)
         else:
-            lines.insert((body[-1] + 1) if body else start, shown + "\n")
+            lines.insert((body[-1] + 1) if body else start, shown + eol)
             end += 1
-        body = [j for j in range(start, end) if not _BLANK.fullmatch(lines[j].rstrip("\n"))]
+        body = [j for j in range(start, end) if not _BLANK.fullmatch(lines[j].rstrip("\r\n"))]
     edited = "".join(lines)
     wanted = copy.deepcopy(data)
     wanted[section] = {**(wanted.get(section) or {}), **values}
-    try:
-        again = parse_yaml(edited, f"{source} (edited)")
-    except yaml.YAMLError as exc:
-        raise RigError(f"{source}: setting {section}'s {', '.join(values)} in place would not parse ({exc}); edit it "
-                       "by hand") from None
-    if again != wanted:
+    if parse_yaml(edited, f"{source} (edited)") != wanted:  # a text that does not parse is a RigError there
         raise RigError(f"{source}: setting {section}'s {', '.join(values)} in place would change more than those "
                        "keys (an unusual layout); edit it by hand")
     return edited

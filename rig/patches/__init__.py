@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import importlib.resources
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,7 +187,8 @@ def probe(python: str, packages: list[str]) -> Env:
 def environment(venv: str | None, python: str | None, stack_path: str | None, source: str | Path | None,
                 opt_in: tuple[str, ...] = ()) -> tuple[Env, list[Patch], frozenset[str]]:
     """The environment named by --venv, --python or --stack (its venv), probed for the packages of the patch
-    set at SOURCE; that patch set; and the opt-in features asked for (OPT_IN and the stack's patches.opt_in)."""
+    set at SOURCE; that patch set; and the opt-in features asked for (OPT_IN and the stack's patches.opt_in), not
+    yet checked against the set (asked() does, where they are used)."""
     if venv and python:
         raise RigError("give --venv or --python, not both")
     stack = None
@@ -202,8 +204,8 @@ def environment(venv: str | None, python: str | None, stack_path: str | None, so
         python = str(venv_python(venv))
     python = str(interpreter(python))  # --python as typed: ./mypython is a path, never looked up on PATH
     found = load(source)
-    opted = asked(found, list(dict.fromkeys([*(stack["patches"]["opt_in"] if stack else []), *opt_in])))
-    return probe(python, [p.package for p in found]), found, opted
+    wanted = list(dict.fromkeys([*(stack["patches"]["opt_in"] if stack else []), *opt_in]))
+    return probe(python, [p.package for p in found]), found, frozenset(wanted)
 
 
 # ------------------------------------------------------------------ status
@@ -286,12 +288,13 @@ def _diff(path: str, old: str, new: str) -> str:
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
 
 
-def asked(patches: list[Patch], opted: tuple[str, ...] | list[str]) -> frozenset[str]:
+def asked(patches: list[Patch], opted: Iterable[str]) -> frozenset[str]:
     """The opt-in features OPTED, each one some patch of the set turns on (else a RigError naming those it knows)."""
+    opted = sorted(opted)
     known = sorted({p.opt_in for p in patches if p.opt_in})
     if unknown := [name for name in opted if name not in known]:
-        raise RigError(f"no patch of the set is opt-in {', '.join(map(repr, unknown))}; the opt-in features are: "
-                       f"{', '.join(known) or 'none'}. Fix the stack's patches.opt_in (or --opt-in)")
+        raise RigError(f"no patch of the set is opt-in {', '.join(repr(name[:60]) for name in unknown)}; the opt-in "
+                       f"features are: {', '.join(known) or 'none'}. Fix the stack's patches.opt_in (or --opt-in)")
     return frozenset(opted)
 
 
@@ -302,7 +305,15 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
     if not force:
         refuse_unknown_versions(env, patches, opted)
     rows = status(env, patches, opted)
-    dropped = [r for r in rows if r["status"] == "applied" and next(
+    drifted = [r for r in rows if r["status"] == "drifted"]
+    if drifted and not force:
+        raise RigError("; ".join(f"{r['id']}: {r['package']} {r['version']} {r['file']}: {r['detail']}" for r in drifted)
+                       + ". Nothing was changed. Re-read the upstream code and update the patch (or its "
+                       "version range), or pass --force to apply the others")
+    # an opt-in patch no longer asked for, which rig applied (its record names it: code that was there before rig,
+    # a build that carries it, is not rig's to take out)
+    ours = {i for entry in env.read_state()["files"].values() for i in entry["patches"]}
+    dropped = [r for r in rows if r["status"] == "applied" and r["id"] in ours and next(
         p for p in patches if p.id == r["id"]).opt_in not in ("", *opted)]
     if dropped:
         names = ", ".join(r["id"] for r in dropped)
@@ -310,14 +321,13 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
             return {"changed": True, "patches": rows, "diff": "",
                     "msg": f"would take out {names} (opt-in, not asked for): its files go back to their originals, "
                            "then the other patches are applied again\n" + table(rows)}
-        revert(env)
-        again = apply(env, patches, check, force, opted)
+        revert(env, force=force)
+        try:
+            again = apply(env, patches, check, force, opted)
+        except RigError as exc:
+            raise RigError(f"took out {names} (opt-in, not asked for): every file rig patched is back to its "
+                           f"original; applying the others again failed: {exc}") from None
         return {**again, "changed": True, "msg": f"took out {names} (opt-in, not asked for)\n" + again["msg"]}
-    drifted = [r for r in rows if r["status"] == "drifted"]
-    if drifted and not force:
-        raise RigError("; ".join(f"{r['id']}: {r['package']} {r['version']} {r['file']}: {r['detail']}" for r in drifted)
-                       + ". Nothing was changed. Re-read the upstream code and update the patch (or its "
-                       "version range), or pass --force to apply the others")
     by_id = {p.id: p for p in patches}
     todo: dict[Path, list[Patch]] = {}
     for row in rows:
@@ -328,7 +338,10 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
         originals[path] = read_bytes(path, "patch target")
         text = originals[path].decode()
         for patch in file_patches:
-            text = _patched(text, patch)[1]
+            outcome, text = _patched(text, patch)
+            if outcome == "drifted":  # an earlier patch of this run took the code it anchors on
+                raise RigError(f"{patch.id} and {', '.join(p.id for p in file_patches if p is not patch)} change the "
+                               f"same code in {patch.file} ({text}): they cannot both be applied. Nothing was changed")
         results[path] = text
         diffs.append(_diff(file_patches[0].file, originals[path].decode(), text))
     applied_ids = [r["id"] for r in rows if r["status"] in ("needed", "applied")]

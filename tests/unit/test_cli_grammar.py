@@ -232,7 +232,8 @@ def test_stack_show_says_which_file_it_read_and_where_a_link_leads():
 # given for a directory (or the other way round) is refused as the line is read, and --help and completion know.
 PATH_NAMES = {"--stack", "--venv", "--cache", "--prefix", "--state-dir", "--conf-dir", "--patches", "--log",
               "--lock", "--wheelhouse", "--out", "--output", "--junit", "--prompts", "--torch", "--cuda-prefix",
-              "--module-version-path", "old_stack", "lock_path", "paths", "directory"}
+              "--module-version-path", "--pci-root", "--dev", "--docker-config", "--cdi-spec", "old_stack",
+              "lock_path", "paths", "directory"}
 
 
 def test_every_path_on_the_command_line_is_a_click_path():
@@ -279,3 +280,8 @@ def test_one_name_per_timeout():
     assert names == {"--start-timeout", "--timeout", "--read-timeout", "--request-timeout"}
     smoke = {param.name: param for param in COMMAND_TREE["smoke"].params}["timeout"]
     assert smoke.opts == ["--start-timeout", "--timeout"]  # the old name, kept as smoke's alias
+
+
+def test_a_required_out_with_no_default_is_asked_for():
+    done = rig("testmodel", "--python", sys.executable)
+    assert done.returncode == 2 and "Missing option '--out'" in done.stderr

@@ -125,3 +125,45 @@ def test_an_opt_in_patch_waits_for_its_feature_and_goes_when_no_longer_asked(tmp
     assert dropped["changed"] and target.read_bytes() == original and not (tmp_path / ".rig-patches.json").exists()
     with pytest.raises(RigError, match="no patch of the set is opt-in 'fastest'; the opt-in features are: faster"):
         asked(found, ["fastest"])
+
+
+def _opt_in_set(tmp_path: Path, **more) -> list:
+    """The flashinfer patch as opt-in 'faster' (its check importing nothing), plus MORE patch files."""
+    (tmp_path / "p").mkdir(exist_ok=True)
+    _write(tmp_path / "p", opt_in="faster", check="pass")
+    for name, data in more.items():
+        (tmp_path / "p" / f"{name}.yml").write_text(yaml.safe_dump(data))
+    return load(tmp_path / "p")
+
+
+def test_opt_in_code_that_was_there_before_rig_is_not_rigs_to_take_out(tmp_path):
+    sm120 = next(p for p in load() if p.id == "flashinfer-trtllm-comm-sm120")
+    env, target = _fake_package(tmp_path, sm120.hunks[0][1] + "    )\n")  # a build that carries the change
+    found = _opt_in_set(tmp_path)
+    assert status(env, found)[0]["status"] == "applied"
+    before = target.read_bytes()
+    assert apply(env, found)["changed"] is False and target.read_bytes() == before
+
+
+def test_two_opt_in_patches_on_one_anchor_are_refused_as_a_conflict(tmp_path):
+    sm120 = next(p for p in load() if p.id == "flashinfer-trtllm-comm-sm120")
+    env, target = _fake_package(tmp_path, sm120.hunks[0][0] + "    )\n")
+    other = {**yaml.safe_load(FLASHINFER.read_text()), "id": "other", "opt_in": "other", "check": "pass"}
+    other["hunks"] = [{"find": sm120.hunks[0][0], "replace": sm120.hunks[0][0].replace("(", "( ", 1)}]
+    found = _opt_in_set(tmp_path, other=other)
+    before = target.read_bytes()
+    with pytest.raises(RigError, match="change the same code .* they cannot both be applied. Nothing was changed"):
+        apply(env, found, opted=frozenset({"faster", "other"}))
+    assert target.read_bytes() == before
+
+
+def test_taking_out_over_a_file_changed_since_follows_force(tmp_path):
+    sm120 = next(p for p in load() if p.id == "flashinfer-trtllm-comm-sm120")
+    env, target = _fake_package(tmp_path, sm120.hunks[0][0] + "    )\n")
+    found = _opt_in_set(tmp_path)
+    original = target.read_bytes()
+    apply(env, found, opted=frozenset({"faster"}))
+    target.write_bytes(target.read_bytes() + b"# edited by hand\n")
+    with pytest.raises(RigError, match="pass --force to restore rig's backup over it"):
+        apply(env, found)
+    assert apply(env, found, force=True)["changed"] and target.read_bytes() == original

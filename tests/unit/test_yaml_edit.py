@@ -56,3 +56,19 @@ def test_a_list_written_at_its_keys_indent_is_replaced_whole():
     text = "server:\n  attention_backends:\n  - fa3\n  - triton\n  port: 30000\n"
     edited = with_keys(text, "server", {"attention_backends": ["triton"]}, "stack.yml")
     assert edited == 'server:\n  attention_backends: ["triton"]\n  port: 30000\n'
+
+
+def test_the_comments_and_blank_lines_around_a_replaced_key_stay():
+    text = ("server:\n  speculative_num_steps: 4  # it's old\n  # keep me: about port\n\n  port: 1\n\n"
+            "# ---- bench settings\nbench:\n  seed: 1\n")
+    edited = with_keys(text, "server", {"speculative_num_steps": 3, "max_running_requests": 256}, "stack.yml")
+    assert edited == ("server:\n  speculative_num_steps: 3  # it's old\n  # keep me: about port\n\n  port: 1\n"
+                      "  max_running_requests: 256\n\n# ---- bench settings\nbench:\n  seed: 1\n")
+
+
+def test_a_crlf_file_stays_crlf_and_a_long_line_is_read_in_one_pass():
+    edited = with_keys("server:\r\n  port: 1\r\n", "server", {"speculative_num_steps": 3}, "stack.yml")
+    assert edited == "server:\r\n  port: 1\r\n  speculative_num_steps: 3\r\n"
+    spaces = "server:\n  speculative_num_steps: 2" + " " * 200_000 + "\n"
+    assert with_keys(spaces, "server", {"speculative_num_steps": 3}, "stack.yml") == \
+        "server:\n  speculative_num_steps: 3\n"
