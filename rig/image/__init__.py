@@ -44,7 +44,7 @@ def expected_patches(lock: dict, patch_dir: str | None, opt_in: list[str]) -> li
     opted = asked(found, opt_in)
     versions = {w["name"]: w["version"] for w in lock["wheels"]}
     return sorted(p.id for p in found if p.package in versions and p.needs(versions[p.package])
-                  and (not p.opt_in or p.opt_in in opted))
+                  and p.wanted(opted))
 
 
 def labels(stack: dict, lock: dict, patch_ids: list[str]) -> dict:

@@ -54,6 +54,10 @@ class Patch:
     def needs(self, version: str) -> bool:
         return _in(version, self.needed)
 
+    def wanted(self, opted: frozenset[str]) -> bool:
+        """Whether this patch is asked for: always, unless it is opt-in and OPTED lacks its feature."""
+        return not self.opt_in or self.opt_in in opted
+
     def knows(self, version: str) -> bool:
         return self.needs(version) or bool(self.upstream and _in(version, self.upstream))
 
@@ -248,7 +252,7 @@ def status(env: Env, patches: list[Patch], opted: frozenset[str] = frozenset()) 
         else:
             state, text = _patched(read_bytes(path, "patch target").decode(), patch)
             detail = text if state == "drifted" else ""
-            if patch.opt_in and patch.opt_in not in opted:
+            if not patch.wanted(opted):
                 state, detail = (state, f"opt-in {patch.opt_in}, not asked for: an apply without it takes it out") \
                     if state == "applied" else ("opt-in", f"applied where opt-in {patch.opt_in} is asked for")
             rows.append({**row, "status": state, "detail": detail})
@@ -258,7 +262,7 @@ def status(env: Env, patches: list[Patch], opted: frozenset[str] = frozenset()) 
 def refuse_unknown_versions(env: Env, patches: list[Patch], opted: frozenset[str] = frozenset()) -> None:
     """A package version no patch knows about (of those that apply: an opt-in one where OPTED asks for it) is
     refused: its code was never read."""
-    patches = [p for p in patches if not p.opt_in or p.opt_in in opted]
+    patches = [p for p in patches if p.wanted(opted)]
     for package in sorted({p.package for p in patches}):
         installed = env.packages.get(package)
         mine = [p for p in patches if p.package == package]
@@ -313,8 +317,8 @@ def apply(env: Env, patches: list[Patch], check: bool = False, force: bool = Fal
     # an opt-in patch no longer asked for, which rig applied (its record names it: code that was there before rig,
     # a build that carries it, is not rig's to take out)
     ours = {i for entry in env.read_state()["files"].values() for i in entry["patches"]}
-    dropped = [r for r in rows if r["status"] == "applied" and r["id"] in ours and next(
-        p for p in patches if p.id == r["id"]).opt_in not in ("", *opted)]
+    wanted = {p.id for p in patches if p.wanted(opted)}
+    dropped = [r for r in rows if r["status"] == "applied" and r["id"] in ours and r["id"] not in wanted]
     if dropped:
         names = ", ".join(r["id"] for r in dropped)
         if check:
