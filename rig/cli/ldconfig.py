@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import DIR, OutDir, emit, json_option, prefix_option
+from rig.cli.common import DIR, OutDir, check_option, emit, json_option, prefix_option
+from rig.core.documents import converge_file
 from rig.core.fs import atomic_write, confined
 from rig.cuda.ldconfig import conf_for
 
@@ -16,11 +17,21 @@ from rig.cuda.ldconfig import conf_for
               help="Where the tree is seen now (an image's staging dir); paths are written as seen from /.")
 @click.option("--write-under", type=OutDir(), metavar="DIR",
               help="Write the file under this dir (ROOT/etc/ld.so.conf.d/...) instead of printing it.")
+@click.option("--write", is_flag=True,
+              help="Write the file in place (a host's own toolkit), leaving one already right alone: `changed` and "
+                   "a diff say what changed; the dynamic linker's cache is the caller's to refresh.")
+@check_option
 @json_option
-def ldconfig_conf(version, prefix, conf_dir, root, write_under, as_json) -> None:
-    """Print the ld.so.conf.d file (path, content) that covers a toolkit's libraries."""
+def ldconfig_conf(version, prefix, conf_dir, root, write_under, write, check, as_json) -> None:
+    """Print the ld.so.conf.d file (path, content) that covers a toolkit's libraries, or write it."""
     result = conf_for(version, prefix, conf_dir, root)
-    if write_under:
+    if write:
+        if write_under or root != "/":
+            raise click.UsageError("--write writes the host's own file: it takes neither --write-under nor --root")
+        result.update(converge_file(result["path"], result["content"], "the ld.so.conf.d file", check))
+        result["msg"] = (f"{'would write' if check else 'wrote'} {result['path']}" if result["changed"]
+                         else f"{result['path']} already lists the toolkit's libraries")
+    elif write_under:
         # follow=False: a link left at the file's place is replaced, never written through
         atomic_write(confined(write_under, result["path"].lstrip("/"), "--write-under", follow=False),
                      result["content"])

@@ -39,6 +39,27 @@ def read_text(path, what: str) -> str:
         raise RigError(f"{what} {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
 
 
+def converge_file(path: str | Path, text: str, what: str, check: bool = False) -> dict:
+    """PATH made to hold TEXT: {"changed", "diff"} (a unified diff from what is there); CHECK writes nothing. The
+    one way rig writes a file it manages on a host: a file already right is left alone (its mtime too), a FIFO
+    at PATH is refused, never waited on, and the write replaces PATH in one rename (a link there is replaced, never
+    written through; a reader never takes a half-written file)."""
+    from rig.core.fs import MissingFile, atomic_write
+
+    try:
+        current: str | None = read_text(path, what)
+    except MissingFile:
+        current = None
+    if current == text:
+        return {"changed": False, "diff": ""}
+    import difflib
+
+    diff = "".join(difflib.unified_diff((current or "").splitlines(True), text.splitlines(True), str(path), str(path)))
+    if not check:
+        atomic_write(path, text)
+    return {"changed": True, "diff": diff}
+
+
 def _depth(value: Any, limit: int, level: int = 0) -> bool:
     if level > limit:
         return False

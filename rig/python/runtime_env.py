@@ -16,8 +16,8 @@ from pathlib import Path
 
 from rig.core import RigError
 from rig.core.cuda_releases import series
-from rig.core.documents import read_text
-from rig.core.fs import MissingFile, atomic_write, confined
+from rig.core.documents import converge_file
+from rig.core.fs import confined
 from rig.core.proc import ask
 
 MODULE = "rig_sitecustomize"
@@ -114,13 +114,11 @@ def install(venv: str | Path, env: dict, stack_name: str, check: bool = False) -
     """Write the module and its .pth; unchanged files are left alone."""
     site = site_packages(venv)
     wanted = {site / f"{MODULE}.py": render(env, stack_name), site / PTH: f"import {MODULE}\n"}
-    stale = [path for path, text in wanted.items() if _current(path) != text]
-    diff = "".join(_diff(path, wanted[path]) for path in stale)
-    if not check:
-        for path in stale:
-            atomic_write(path, wanted[path])  # never a half-written module for every start to import
-        if stale:
-            _drop_bytecode(site)
+    written = {path: converge_file(path, text, "the environment module", check) for path, text in wanted.items()}
+    stale = [path for path, result in written.items() if result["changed"]]
+    diff = "".join(result["diff"] for result in written.values())
+    if stale and not check:
+        _drop_bytecode(site)
     verb = "would write" if check else "wrote"
     return {"changed": bool(stale), "files": [str(p) for p in stale], "diff": diff,
             "msg": f"{verb} {', '.join(p.name for p in stale)} in {site}" if stale else
@@ -153,18 +151,3 @@ def seen_by(python: str | Path) -> dict:
     Run with an empty environment, so only what startup sets can show up.
     """
     return ask(python, "startup_env", [MODULE], "start and report its environment", env={})
-
-
-def _diff(path: Path, text: str) -> str:
-    import difflib
-
-    old = (_current(path) or "").splitlines(keepends=True)
-    return "".join(difflib.unified_diff(old, text.splitlines(keepends=True), str(path), str(path)))
-
-
-def _current(path: Path) -> str | None:
-    """What PATH holds now, None when it is not there (a FIFO or a device there is refused, never waited on)."""
-    try:
-        return read_text(path, "file")
-    except MissingFile:
-        return None

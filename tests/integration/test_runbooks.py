@@ -149,7 +149,7 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
         "sglang-free-off-worker-0523": "not-applicable"}, (res / "patch-free-off.err").read_text()[-3000:]
     free = json.loads((res / "tune-free-off-t1" / "tune.json").read_text())["variants"]
     assert (free["step0"]["env"], free["step0-plain"]["env"]) == ({"RIG_FREE_OFF": "0"}, {})
-    assert free["step0-plain"]["levels"]["C=64"]["profile"]["kernel_ms_per_step"] > 0
+    assert free["step0-plain"]["levels"]["C=64"]["output_throughput"] > 0  # measured, not profiled (no time for traces)
     prove = json.loads((res / "prove" / "prove.json").read_text())
     assert prove["ok"] and {s["name"]: s["status"] for s in prove["steps"]}["agree: acceptance"] == "pass"
     assert (tmp_path / "out" / "results.tgz").stat().st_size > 0
