@@ -4,7 +4,8 @@
 # A box stands for a fresh GPU machine: Debian bookworm with python3 and
 # python3-apt (for Ansible, check mode included), a C++ host compiler (for
 # nvcc), Python's headers (a builder compiles torch extensions; the boxes
-# have no network to fetch them) and the host's extra CA certificates (from
+# have no network to fetch them), zstd (it unpacks rig's venv archives; an
+# Ubuntu server has it, a minimal Debian not) and the host's extra CA certificates (from
 # /usr/local/share/ca-certificates) so TLS to package registries verifies.
 # From a registry when one answers; else debootstrap + docker import. The tag
 # carries a hash of this recipe and the certificates, so the image is rebuilt
@@ -12,7 +13,7 @@
 set -euo pipefail
 
 SUITE=bookworm
-PACKAGES=python3,python3-apt,python3-dev,ca-certificates,g++,procps
+PACKAGES=python3,python3-apt,python3-dev,ca-certificates,g++,procps,zstd
 CACHE=${RIG_CACHE:-$HOME/.cache/rig}/base
 CERTS=/usr/local/share/ca-certificates
 

@@ -7,11 +7,13 @@ from rig.cli.common import (
     DIR,
     FILE,
     Choice,
+    Seconds,
     check_option,
     emit,
     group,
     json_option,
     judged,
+    out_option,
     stack_option,
     venv_of,
     venv_option,
@@ -19,6 +21,7 @@ from rig.cli.common import (
 from rig.python import lock as locking
 from rig.python.installer import INSTALLERS
 from rig.python.venv import add, install, verify
+from rig.python.venv_archive import PULL_TIMEOUT, pack, read_manifest, restore, verify_against
 
 
 @group()
@@ -59,14 +62,56 @@ def venv_install(venv_path, stack_path, lock_file, lock_hash, python_version, ho
 @venv.command("verify")
 @venv_option()
 @stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
+@click.option("--manifest", "manifest_file", type=FILE, metavar="FILE",
+              help="Also check the venv file by file against this archive manifest (rig venv pack wrote it): every "
+                   "entry there with its mode, size and sha256, nothing more but what Python caches.")
 @json_option
-def venv_verify(venv_path, stack_path, as_json) -> None:
-    """Check every locked package is installed at its locked version."""
+def venv_verify(venv_path, stack_path, manifest_file, as_json) -> None:
+    """Check every locked package is installed at its locked version (and, with --manifest, every file)."""
     venv_path = venv_of(venv_path, stack_path)
     result = verify(venv_path)
-    emit({**result, "msg": f"{venv_path}: {result['packages']} packages as locked" if result["ok"]
-          else f"{venv_path}: differs from its lock: {result['mismatched']}"}, as_json)
+    said = [f"{venv_path}: {result['packages']} packages as locked" if result["ok"]
+            else f"{venv_path}: differs from its lock: {result['mismatched']}"]
+    if manifest_file:
+        against = verify_against(venv_path, read_manifest(manifest_file))
+        result = {**result, "ok": result["ok"] and against["ok"], "archive": against}
+        said.append(f"every one of its {against['entries']} archive entries as packed" if against["ok"] else
+                    f"differs from the archive in {len(against['differs'])} places: " +
+                    "; ".join(against["differs"][:10]) + ("; ..." if len(against["differs"]) > 10 else ""))
+    emit({**result, "msg": "; ".join(said)}, as_json)
     judged(result["ok"])
+
+
+@venv.command("pack")
+@venv_option()
+@stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
+@out_option(None, "NAME.tar.zst and NAME.manifest.json go here (NAME: venv-LOCK-pyX.Y-ARCH).", required=True)
+@check_option
+@json_option
+def venv_pack(venv_path, stack_path, out_dir, check, as_json) -> None:
+    """Pack a venv rig installed as one reproducible zstd tar and its manifest; a no-op when already packed."""
+    emit(pack(venv_of(venv_path, stack_path), out_dir, check), as_json)
+
+
+@venv.command("unpack")
+@venv_option()
+@stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
+@click.option("--manifest", "manifest_from", required=True, metavar="FILE_OR_URL",
+              help="The archive's NAME.manifest.json: a file, or an http(s) URL whose archive beside it is pulled "
+                   "(a pull cut short resumes where it stopped); or the directory (URL) holding it, with --lock.")
+@click.option("--archive", type=FILE, metavar="FILE",
+              help="The NAME.tar.zst to unpack (default: the one beside --manifest, pulled when it is a URL).")
+@click.option("--lock", "lock_file", type=FILE, metavar="FILE",
+              help="The stack's lock: an archive of any other lock is refused before anything is pulled or "
+                   "written; with a directory for --manifest, it names the archive to take there.")
+@click.option("--timeout", type=Seconds(), default=PULL_TIMEOUT, show_default=True,
+              help="Seconds the archive's download may take in all; run again to resume one cut off.")
+@check_option
+@json_option
+def venv_unpack(venv_path, stack_path, manifest_from, archive, lock_file, timeout, check, as_json) -> None:
+    """Unpack a venv archive as the venv, checked byte for byte against its manifest; a no-op when current."""
+    lock_hash = locking.read(lock_file)["lock_hash"] if lock_file else None
+    emit(restore(manifest_from, venv_of(venv_path, stack_path), archive, lock_hash, check, timeout), as_json)
 
 
 @venv.command("add")

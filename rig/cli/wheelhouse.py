@@ -56,7 +56,7 @@ def wheelhouse_export(lock_path, dest, cache, check, as_json) -> None:
 @click.option("--foreground", is_flag=True, help="Serve in this process (prints the port) instead of detaching.")
 @json_option
 def wheelhouse_serve(directory, bind, idle_exit, stats, foreground, as_json) -> None:
-    """Serve an exported wheelhouse over HTTP for hosts to pull (pip checks every hash); detaches, and stops
+    """Serve an exported wheelhouse (or a venv archive) over HTTP for hosts to pull (every hash checked); detaches, and stops
     by itself once idle."""
     if foreground:
         wheel_serving.serve(directory, bind, idle_exit, stats)

@@ -7,10 +7,12 @@ with it), and no answer is read past its size limit.
 from __future__ import annotations
 
 import http.client
+import re
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from contextlib import contextmanager
 from typing import BinaryIO, Iterator
 
 from rig.core import RigError
@@ -113,23 +115,46 @@ def download(url: str, out: BinaryIO, what: str, limit: int, timeout: float) -> 
     """Stream URL's answer into OUT, or a RigError naming WHAT and URL: an answer other than 200, one larger
     than LIMIT bytes or shorter than it announced, none whole within TIMEOUT seconds, or IDLE seconds without
     a byte. A file:// URL is read as a local regular file (never a FIFO or a device)."""
+    with answer(url, what, limit, timeout) as (_, chunks):
+        for chunk in chunks:
+            out.write(chunk)
+
+
+@contextmanager
+def answer(url: str, what: str, limit: int, timeout: float, offset: int = 0) -> Iterator[tuple[int, Iterator[bytes]]]:
+    """URL's body as (the byte it starts at, its chunks), under download's rules: the one download mechanism.
+    With OFFSET (a download cut short, resumed), only the bytes from OFFSET on are asked for (Range:
+    bytes=OFFSET-): the body starts at OFFSET when the server sent just those (206), at 0 when it sent the
+    whole file (200: it ignores ranges; the caller starts over). LIMIT bounds the whole file, not the rest."""
     deadline = time.monotonic() + timeout
+    failed = f"could not download {what} from {url}"
     try:
         if _scheme(url) == "file":  # the same limit and deadline, on a local regular file
             with open_regular(_local_path(url), what) as source:
-                for chunk in _chunks(source, deadline, timeout, limit):
-                    out.write(chunk)
+                source.seek(offset)
+                yield offset, _chunks(source, deadline, timeout, limit - offset)
             return
         _http_only(url)
-        with _OPENER.open(urllib.request.Request(url), timeout=min(timeout, IDLE)) as response:
-            if response.status != 200:
-                raise RigError(f"could not download {what} from {url}: it answered {response.status}")
-            for chunk in _chunks(response, deadline, timeout, limit):
-                out.write(chunk)
+        ask = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"} if offset else {})
+        with _OPENER.open(ask, timeout=min(timeout, IDLE)) as response:
+            start = _start(response, offset)
+            if start is None:
+                said = response.headers.get("Content-Range")
+                raise RigError(f"{failed}: it answered {response.status}" +
+                               (f" with Content-Range {said[:80]!r}, not from byte {offset}" if said else ""))
+            yield start, _chunks(response, deadline, timeout, limit - start)
     except _Cut as cut:
-        raise RigError(f"could not download {what} from {url}: {cut}") from cut
+        raise RigError(f"{failed}: {cut}") from cut
     except urllib.error.HTTPError as exc:
-        raise RigError(f"could not download {what} from {url}: it answered {exc.code}") from exc
+        raise RigError(f"{failed}: it answered {exc.code}") from exc
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-        raise RigError(f"could not download {what} from {url}: {_reason(exc)}") from exc
+        raise RigError(f"{failed}: {_reason(exc)}") from exc
 
+
+def _start(response, offset: int) -> int | None:
+    """Where RESPONSE's body starts in the file: 0 for a whole file (200), OFFSET for the rest asked for (206
+    naming that byte); None for any other answer."""
+    if response.status == 200:
+        return 0
+    said = re.fullmatch(r"bytes ([0-9]{1,19})-[0-9]{1,19}/([0-9]{1,19}|\*)", response.headers.get("Content-Range", ""))
+    return offset if response.status == 206 and offset and said and int(said[1]) == offset else None

@@ -13,6 +13,7 @@ import functools
 import http.server
 import ipaddress
 import os
+import re
 import selectors
 import socket
 import sys
@@ -92,7 +93,34 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             if target.parent.resolve() != root or not target.resolve().is_relative_to(root) or not target.is_file():
                 self.send_error(404)
                 return None
+            start = _range_start(self.headers.get("Range"))
+            if start is not None:
+                return self._rest_of(target, start)
         return super().send_head()
+
+    def _rest_of(self, target: Path, start: int):
+        """The file from byte START on (206), so that a download cut short resumes instead of starting over; 416
+        where START is at or past its end."""
+        source = open(target, "rb")  # copyfile reads it, then the base class closes it
+        try:
+            size = os.fstat(source.fileno()).st_size
+            if start >= size:
+                source.close()
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
+            source.seek(start)
+            self.send_response(206)
+            self.send_header("Content-Type", self.guess_type(str(target)))
+            self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
+            self.send_header("Content-Length", str(size - start))
+            self.end_headers()
+            return source
+        except BaseException:
+            source.close()
+            raise
 
     def copyfile(self, source, outputfile):
         while chunk := source.read(1 << 20):
@@ -101,6 +129,13 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
                 self.server.bytes_sent += len(chunk)
             outputfile.write(chunk)
             self.server.last_request = time.monotonic()
+
+
+def _range_start(header: str | None) -> int | None:
+    """N of `Range: bytes=N-`, the one form a resumed download asks; any other range is answered with the whole
+    file (200), as HTTP allows a server that does not serve it."""
+    said = re.fullmatch(r"bytes=([0-9]{1,19})-", (header or "").strip())
+    return int(said[1]) if said else None
 
 
 def _url_host(host: str) -> str:
@@ -121,9 +156,9 @@ def detach(directory: str | Path, bind: str, idle_exit: float, stats: str | None
     """Start `serve` in a process of its own session (it outlives the play's task) and return once it listens;
     its messages go to DIRECTORY/../NAME.serve.log."""
     directory = Path(directory)
-    if not any(directory.glob("*requirements.txt")):
-        raise RigError(f"{directory} is not an exported wheelhouse (no requirements file); "
-                       "run `rig wheelhouse export` or `rig wheels export` first")
+    if not any(directory.glob("*requirements.txt")) and not any(directory.glob("*.manifest.json")):
+        raise RigError(f"{directory} is not an exported wheelhouse (no requirements file) nor a venv archive's (no "
+                       "manifest); run `rig wheelhouse export`, `rig wheels export` or `rig venv pack` first")
     argv = [sys.executable, "-m", "rig", "wheelhouse", "serve", str(directory), "--bind", bind,
             "--idle-exit", str(idle_exit), "--foreground"] + (["--stats", stats] if stats else [])
     log = directory.parent / f"{directory.name}.serve.log"

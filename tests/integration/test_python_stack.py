@@ -65,6 +65,49 @@ def test_three_boxes_download_every_wheel_once(start_box, tiny, monkeypatch):
     assert fourth.sh("/opt/rig/venv/bin/python -c 'import click; print(click.__version__)'").stdout.strip() == "8.1.7"
 
 
+CLICK = "/opt/rig/venv/bin/python -c 'import click; print(click.__version__)'"
+UNPACK = "Unpack the archive into the venv, pulled and checked while it streams"
+WHEELS = "Install the lock into the venv, pulling its wheels"
+
+
+@PAYLOADS
+def test_the_first_host_packs_the_venv_and_later_ones_unpack_it_checked(start_box, tiny, tmp_path, monkeypatch):
+    """The venv archive (python_stack_archive): the first host installs the lock from its wheels and packs its
+    venv, the controller keeps it; three fresh hosts at once then each pull it, check it and rename it into
+    place, installing no wheel; an archive altered on the controller is refused, said, and the wheels go in."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RIG_CACHE", str(cache))
+    first = start_box()
+    packed = play([first], "python.yml", python_stack_lock=str(tiny["lock"])).expect_ok()
+    assert any(WHEELS in t for t in packed.changed_tasks(first.name)), packed.changed_tasks()
+    manifests = list((cache / "venv-archive").glob("*/*.manifest.json"))
+    assert len(manifests) == 1, manifests
+    archive = manifests[0].with_name(manifests[0].name.replace(".manifest.json", ".tar.zst"))
+    assert archive.stat().st_size > 0 and not first.exists("/var/cache/rig/venv-archive")
+
+    boxes = [start_box() for _ in range(3)]
+    pulled = play(boxes, "python.yml", python_stack_lock=str(tiny["lock"])).expect_ok()
+    for box in boxes:
+        changed = pulled.changed_tasks(box.name)
+        assert any(UNPACK in t for t in changed) and not any(WHEELS in t for t in changed), pulled.output[-6000:]
+        assert box.sh(CLICK).stdout.strip() == "8.1.7"
+        assert run(["docker", "cp", str(manifests[0]), f"{box.name}:/tmp/venv.manifest.json"]).returncode == 0
+        code, out, err = box.engine("venv", "verify", "--json", "--venv", "/opt/rig/venv",
+                                    "--manifest", "/tmp/venv.manifest.json")
+        assert code == 0 and json.loads(out)["ok"], out + err
+        assert box.sh("find / -xdev -name '.venv.rig-*' -o -name '*.tar.zst*'", check=False).stdout == ""
+    assert play(boxes[:1], "python.yml", python_stack_lock=str(tiny["lock"])).expect_ok().recap("changed") == 0
+
+    data = bytearray(archive.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    archive.write_bytes(bytes(data))
+    last = start_box()
+    refused = play([last], "python.yml", python_stack_lock=str(tiny["lock"])).expect_ok()
+    assert "is not the archive its manifest describes" in refused.output, refused.output[-4000:]
+    assert any(WHEELS in t for t in refused.changed_tasks(last.name)), refused.changed_tasks()
+    assert last.sh(CLICK).stdout.strip() == "8.1.7"
+
+
 def mirror_url(box, directory):
     """Serve DIRECTORY as a site mirror would (a separate server); yields the URL BOX reaches it at."""
     server = subprocess.Popen([str(BIN / "rig"), "wheelhouse", "serve", str(directory), "--foreground",
@@ -162,10 +205,13 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet(start
     box = start_box(network=INTERNAL)
     assert box.sh("python3 -c 'import urllib.request as u; u.urlopen(\"http://1.1.1.1\", timeout=3)'",
                   check=False).returncode != 0  # truly no internet
-    dry = box.play("site.yml", "--check", "--diff").expect_ok()
+    # the wheels' path: the archive's (packed once, then pulled) is the tiny stack's test above, where packing
+    # and fetching 10 GB back would only lengthen this one
+    wheels_only = {"python_stack_archive": False}
+    dry = box.play("site.yml", "--check", "--diff", **wheels_only).expect_ok()
     assert "would install lock" in dry.output and not box.exists("/opt/rig/venv")
     assert "/opt/rig/venv is not installed yet; the patches are planned once it is" in dry.output
-    box.play("site.yml").expect_ok()
+    box.play("site.yml", **wheels_only).expect_ok()
     lock = {w["name"]: w["version"] for w in read(DEFAULT_LOCK)["wheels"]}
     versions = box.sh("/opt/rig/venv/bin/python -c 'import torch, sglang, importlib.metadata as m;"
                       " print(torch.__version__, m.version(\"torch\"), m.version(\"sglang\"),"
@@ -193,7 +239,7 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet(start
     named = {c["name"]: c for c in doctor["checks"]}
     assert named["sitecustomize"]["status"] == named["triton-ptxas"]["status"] == "pass"
     assert "CUDA 13.0 ptxas" in named["triton-ptxas"]["detail"]
-    again = box.play("site.yml").expect_ok()
+    again = box.play("site.yml", **wheels_only).expect_ok()
     assert again.recap("changed") == 0
     check_server_role(box, tmp_path)
     # the role reverts, then --check --diff shows what it would patch and changes nothing

@@ -1,0 +1,356 @@
+"""rig venv pack / unpack: a real (small) venv packed into one reproducible zstd tar and its manifest, unpacked
+byte for byte (its bytecode still fresh), pulled over rig's wheel server with a cut-short download resumed, and
+every mismatch or hostile input refused before anything lands at the venv path."""
+from __future__ import annotations
+
+import compileall
+import hashlib
+import http.server
+import importlib.util
+import io
+import json
+import os
+import py_compile
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tarfile
+import threading
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import rig
+
+from rig.core import RigError
+from rig.python.venv import MARKER
+from rig.python.venv_archive import (
+    FIXED_MTIME,
+    fits,
+    pack,
+    pull,
+    read_manifest,
+    restore,
+    unpack,
+    verify_against,
+)
+from rig.python.wheel_serving import WheelServer
+
+pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd binary (apt-get install zstd)")
+
+LOCK = "a" * 64
+TAG = sys.implementation.cache_tag
+
+
+def make_venv(path: Path, lock: str = LOCK, checked_hash: bool = False) -> Path:
+    """A real venv (no pip) with a module compiled as pip would, a module whose bytecode went stale, an
+    executable script, 200 kB that does not compress, and rig's marker."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    package = next(path.glob("lib/python*/site-packages")) / "tiny"
+    package.mkdir()
+    (package / "__init__.py").write_text("VALUE = 42\n")
+    (package / "stale.py").write_text("OLD = 1\n")
+    (package / "blob.bin").write_bytes(random.Random(1).randbytes(200_000))
+    mode = py_compile.PycInvalidationMode.CHECKED_HASH if checked_hash else py_compile.PycInvalidationMode.TIMESTAMP
+    assert compileall.compile_dir(package, quiet=1, invalidation_mode=mode)
+    stale = package / "stale.py"
+    if checked_hash:  # a stale timestamp pyc beside the hash-checked ones
+        compileall.compile_file(stale, quiet=1, force=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    stale.write_text("OLD = 22\n")  # changed since it was compiled: its pyc no longer matches
+    os.utime(stale, (stale.stat().st_mtime + 5,) * 2)
+    tool = path / "bin" / "tool"
+    tool.write_text("#!/bin/sh\necho hi\n")
+    tool.chmod(0o750)
+    (path / MARKER).write_text(json.dumps({"lock_hash": lock, "packages": ["a==1"]}))
+    return path
+
+
+def site_of(venv: Path) -> Path:
+    return next(venv.glob("lib/python*/site-packages"))
+
+
+def cached(source: Path) -> Path:
+    return Path(importlib.util.cache_from_source(str(source)))
+
+
+@pytest.fixture
+def packed(tmp_path):
+    """A venv packed into tmp_path/out, then moved away: its path is free to unpack into."""
+    venv = make_venv(tmp_path / "venv")
+    result = pack(venv, tmp_path / "out")
+    venv.rename(tmp_path / "original")
+    return venv, result, read_manifest(result["manifest"])
+
+
+def leftovers(venv: Path) -> list[str]:
+    return sorted(p.name for p in venv.parent.iterdir() if p.name.startswith(f".{venv.name}.rig-"))
+
+
+def test_the_same_venv_packs_to_the_same_bytes_whatever_its_files_times(tmp_path):
+    venv = make_venv(tmp_path / "venv", checked_hash=True)
+    first = pack(venv, tmp_path / "one")
+    assert first["changed"] and first["left_out"] == 1  # the stale pyc
+    for path in [venv, *venv.rglob("*")]:
+        if not path.is_symlink():
+            os.utime(path, (1_700_000_000, 1_700_000_000))
+    second = pack(venv, tmp_path / "two")
+    assert Path(first["archive"]).name == Path(second["archive"]).name == \
+        f"venv-{LOCK[:16]}-py{sys.version_info[0]}.{sys.version_info[1]}-{os.uname().machine}.tar.zst"
+    for key in ("archive", "manifest"):
+        assert Path(first[key]).read_bytes() == Path(second[key]).read_bytes(), key
+    again = pack(venv, tmp_path / "one")
+    assert again["changed"] is False and again["sha256"] == first["sha256"]
+
+
+def test_an_unpacked_venv_is_the_packed_one_and_its_fresh_bytecode_stays_fresh(packed):
+    venv, result, manifest = packed
+    done = unpack(result["archive"], manifest, venv)
+    assert done["changed"] and verify_against(venv, manifest) == {"ok": True, "differs": [],
+                                                                  "entries": len(manifest["entries"])}
+    package = site_of(venv) / "tiny"
+    pyc = cached(package / "__init__.py")
+    assert struct.unpack("<I", pyc.read_bytes()[8:12])[0] == FIXED_MTIME
+    assert (package / "__init__.py").stat().st_mtime == FIXED_MTIME
+    before = (pyc.read_bytes(), pyc.stat().st_mtime_ns)
+    ran = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys, tiny; print(tiny.VALUE, sys.prefix)"],
+                         capture_output=True, text=True, check=True)
+    assert ran.stdout.split() == ["42", str(venv)]
+    assert (pyc.read_bytes(), pyc.stat().st_mtime_ns) == before  # Python took it as fresh: not written again
+    stale = cached(package / "stale.py")
+    assert not stale.exists() and str(stale.relative_to(venv)) not in {e[1] for e in manifest["entries"]}
+    assert os.stat(venv / "bin" / "tool").st_mode & 0o777 == 0o755
+    assert os.readlink(venv / "bin" / "python3") == os.readlink(venv.parent / "original" / "bin" / "python3")
+    assert leftovers(venv) == []
+    assert unpack(result["archive"], manifest, venv)["changed"] is False  # its marker has the lock
+    (venv / "extra.txt").write_text("x")
+    (package / "blob.bin").write_bytes(b"changed")
+    assert verify_against(venv, manifest)["differs"] == ["lib/python3.{}/site-packages/tiny/blob.bin: its bytes "
+                                                         "differ from the archive's".format(sys.version_info[1]),
+                                                         "extra.txt: not in the archive"]
+
+
+def old_venv(venv: Path) -> Path:
+    """A venv of another lock at VENV, which a refused unpack must leave as it is."""
+    venv.mkdir()
+    (venv / MARKER).write_text(json.dumps({"lock_hash": "b" * 64, "packages": ["a==1"]}))
+    (venv / "keep.txt").write_text("old")
+    return venv
+
+
+def test_an_archive_whose_bytes_differ_is_refused_before_anything_is_written(packed):
+    venv, result, manifest = packed
+    data = bytearray(Path(result["archive"]).read_bytes())
+    data[len(data) // 2] ^= 1
+    Path(result["archive"]).write_bytes(bytes(data))
+    with pytest.raises(RigError, match="is not the archive its manifest describes"):
+        unpack(result["archive"], manifest, venv)
+    assert not venv.exists() and leftovers(venv) == []
+    old_venv(venv)
+    with pytest.raises(RigError, match="is not the archive its manifest describes"):
+        unpack(result["archive"], manifest, venv)
+    assert (venv / "keep.txt").read_text() == "old" and leftovers(venv) == []
+
+
+def _sha_changed(entries):
+    file = next(e for e in entries if e[1].endswith("blob.bin"))
+    file[4] = "0" * 64
+
+
+def _extra(entries):
+    entries.append(["link", "zzz-extra", 0o777, None, "nowhere"])
+
+
+def _missing(entries):
+    entries.remove(next(e for e in entries if e[1] == "bin/tool"))
+
+
+@pytest.mark.parametrize("change, said", [(_sha_changed, "is not the file its manifest describes"),
+                                          (_extra, "ends before 'zzz-extra'"),
+                                          (_missing, "member 'bin/tool' \\(file\\) is not its manifest's")])
+def test_a_manifest_that_does_not_describe_its_archive_stops_the_unpack_and_nothing_changes(packed, change, said):
+    venv, result, manifest = packed
+    change(manifest["entries"])
+    manifest = read_manifest(json.dumps(manifest).encode())  # still a well-formed manifest
+    old_venv(venv)
+    with pytest.raises(RigError, match=said):
+        unpack(result["archive"], manifest, venv)
+    assert sorted(p.name for p in venv.iterdir()) == [MARKER, "keep.txt"] and leftovers(venv) == []
+
+
+def test_a_manifest_of_another_lock_python_or_path_does_not_fit(packed, tmp_path):
+    venv, result, manifest = packed
+    other = "c" * 64
+    with pytest.raises(RigError, match=f"it holds lock {LOCK[:16]}, not {other[:16]}"):
+        unpack(result["archive"], manifest, venv, lock_hash=other)
+    assert not venv.exists()
+    assert fits(manifest, LOCK, venv) is None
+    assert "it was packed at" in fits(manifest, LOCK, tmp_path / "elsewhere")
+    assert "it is for Python 2.7" in fits({**manifest, "python": "2.7.18"}, None, venv)
+    assert "it is for sparc" in fits({**manifest, "arch": "sparc"}, None, venv)
+    assert "packed on glibc 9.99" in fits({**manifest, "glibc": "9.99"}, None, venv)
+    assert fits({**manifest, "glibc": "2.1"}, None, venv) is None  # an older glibc's wheels run on a newer one
+
+
+def test_a_pull_cut_short_resumes_from_its_part_and_a_corrupt_part_is_removed(packed, tmp_path):
+    _, result, manifest = packed
+    served, name = Path(result["archive"]).parent, manifest["archive"]["name"]
+    data = Path(result["archive"]).read_bytes()
+    half = len(data) // 2
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    part = dest / f"{name}.tar.zst.part"
+    part.write_bytes(data[:half])
+    with WheelServer(served, "127.0.0.1") as server:
+        got = pull(f"{server.url}{name}.manifest.json", dest)
+        sent = server.bytes_sent
+    assert got.read_bytes() == data and not part.exists()
+    assert sent == Path(result["manifest"]).stat().st_size + len(data) - half  # only the rest of the archive
+    assert (dest / f"{name}.manifest.json").read_bytes() == Path(result["manifest"]).read_bytes()
+
+    got.unlink()
+    part.write_bytes(b"\0" * half)
+    with WheelServer(served, "127.0.0.1") as server, \
+            pytest.raises(RigError, match="is not the archive its manifest describes"):
+        pull(server.url, dest, {"lock_hash": LOCK})  # the directory's URL: the name follows from the lock
+    assert not part.exists() and not got.exists()
+
+
+def test_a_server_that_ignores_the_range_is_answered_by_starting_over(packed, tmp_path):
+    _, result, manifest = packed
+    served, name = Path(result["archive"]).parent, manifest["archive"]["name"]
+    data = Path(result["archive"]).read_bytes()
+    (tmp_path / "dest").mkdir()
+    (tmp_path / "dest" / f"{name}.tar.zst.part").write_bytes(b"\0" * 100)  # wrong, but the server sends it all
+    handler = lambda *a, **kw: QuietHandler(*a, directory=str(served), **kw)  # noqa: E731
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as plain:
+        threading.Thread(target=plain.serve_forever, daemon=True).start()
+        try:
+            got = pull(f"http://127.0.0.1:{plain.server_address[1]}/{name}.manifest.json", tmp_path / "dest")
+        finally:
+            plain.shutdown()
+    assert got.read_bytes() == data
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *_):
+        pass
+
+
+def test_the_wheel_server_serves_the_rest_of_a_file_from_a_byte_on(tmp_path):
+    (tmp_path / "f.bin").write_bytes(b"0123456789")
+    with WheelServer(tmp_path, "127.0.0.1") as server:
+        ask = urllib.request.Request(server.url + "f.bin", headers={"Range": "bytes=4-"})
+        with urllib.request.urlopen(ask, timeout=10) as answer:
+            assert (answer.status, answer.headers["Content-Range"], answer.read()) == (206, "bytes 4-9/10", b"456789")
+        with pytest.raises(urllib.error.HTTPError) as beyond:
+            urllib.request.urlopen(urllib.request.Request(server.url + "f.bin", headers={"Range": "bytes=10-"}),
+                                   timeout=10)
+        assert beyond.value.code == 416 and beyond.value.headers["Content-Range"] == "bytes */10"
+        other = urllib.request.Request(server.url + "f.bin", headers={"Range": "bytes=2-3"})  # not served: all of it
+        with urllib.request.urlopen(other, timeout=10) as answer:
+            assert (answer.status, answer.read()) == (200, b"0123456789")
+        assert server.bytes_sent == 6 + 10
+
+
+def test_three_hosts_pull_and_unpack_at_once_from_one_server(tmp_path):
+    served = tmp_path / "served"
+    venvs = [tmp_path / f"venv{i}" for i in range(3)]
+    for i, venv in enumerate(venvs):
+        pack(make_venv(venv, lock=str(i) * 64), served)
+        venv.rename(tmp_path / f"original{i}")
+    with WheelServer(served, "127.0.0.1") as server, ThreadPoolExecutor(3) as pool:
+        # the first by its manifest's URL, the others by the directory's, their lock naming the archive there
+        first = server.url + next(served.glob("venv-" + "0" * 16 + "-*.manifest.json")).name
+        results = list(pool.map(lambda i: restore(server.url if i else first, venvs[i], lock_hash=str(i) * 64 if i
+                                                  else None), range(3)))
+    assert [r["changed"] for r in results] == [True] * 3
+    for i, venv in enumerate(venvs):
+        manifest = read_manifest(next(served.glob(f"venv-{str(i) * 16}-*.manifest.json")))
+        assert verify_against(venv, manifest)["ok"] and leftovers(venv) == []
+
+
+def hostile(tmp_path: Path, venv: Path, manifest: dict, members: list[tuple[str, str, bytes | str]]) -> tuple:
+    """An archive of MEMBERS (kind, name, bytes or link text) as a hostile packer would make it, with a manifest
+    that lists them exactly, its archive's hash right: only the members' own names and order can refuse it."""
+    raw = io.BytesIO()
+    entries = []
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for kind, name, data in members:
+            info = tarfile.TarInfo(name)
+            if kind == "link":
+                info.type, info.linkname, info.mode = tarfile.SYMTYPE, str(data), 0o777
+                tar.addfile(info)
+                entries.append(["link", name, 0o777, None, str(data)])
+            else:
+                assert isinstance(data, bytes)
+                info.size, info.mode = len(data), 0o644
+                tar.addfile(info, io.BytesIO(data))
+                entries.append(["file", name, 0o644, len(data), hashlib.sha256(data).hexdigest()])
+    archive = tmp_path / "hostile.tar.zst"
+    archive.write_bytes(subprocess.run(["zstd", "-q", "-c"], input=raw.getvalue(), capture_output=True,
+                                       check=True).stdout)
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    return archive, {**manifest, "archive": {**manifest["archive"], "sha256": digest, "size": archive.stat().st_size},
+                     "entries": entries}
+
+
+@pytest.mark.parametrize("path", ["../x", "/tmp/x", "lib/../../x", "a\0b"])
+def test_a_manifest_path_outside_the_venv_is_refused(packed, path):
+    _, _, manifest = packed
+    manifest["entries"][0][1] = path
+    with pytest.raises(RigError, match="is not a relative path inside the venv"):
+        read_manifest(json.dumps(manifest).encode())
+
+
+def test_a_member_outside_the_staging_dir_is_refused_and_nothing_is_written_outside(packed, tmp_path):
+    venv, _, manifest = packed
+    archive, evil = hostile(tmp_path, venv, manifest, [("file", "../escaped", b"owned")])
+    with pytest.raises(RigError, match="leads outside"):
+        unpack(archive, evil, venv)
+    assert not (tmp_path / "escaped").exists() and not venv.exists() and leftovers(venv) == []
+
+
+def test_a_file_after_a_link_is_refused_and_nothing_is_written_through_the_link(packed, tmp_path):
+    venv, _, manifest = packed
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    archive, evil = hostile(tmp_path, venv, manifest, [("link", "lnk", str(outside)), ("file", "lnk/owned", b"x")])
+    with pytest.raises(RigError, match="comes after a link|not listed before it"):
+        read_manifest(json.dumps(evil).encode())
+    with pytest.raises(RigError, match="comes after a link: the links come last"):
+        unpack(archive, evil, venv)  # the manifest handed over unchecked: the members' order still refuses it
+    assert list(outside.iterdir()) == [] and not venv.exists() and leftovers(venv) == []
+
+
+def test_a_fifo_in_the_venv_is_named_and_nothing_is_packed(tmp_path):
+    venv = make_venv(tmp_path / "venv")
+    os.mkfifo(venv / "lib" / "pipe")
+    with pytest.raises(RigError, match=f"{venv}/lib/pipe is a FIFO, a socket or a device"):
+        pack(venv, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_venv_rig_did_not_install_is_not_packed(tmp_path):
+    venv = make_venv(tmp_path / "venv")
+    (venv / MARKER).unlink()
+    with pytest.raises(RigError, match="pack a venv rig installed"):
+        pack(venv, tmp_path / "out")
+
+
+def test_the_commands_pack_unpack_and_verify_against_the_manifest(tmp_path):
+    venv = make_venv(tmp_path / "venv")
+    done = rig("venv", "pack", "--venv", str(venv), "--out", str(tmp_path / "out"), "--json")
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads(done.stdout)["manifest"]
+    venv.rename(tmp_path / "original")
+    dry = rig("venv", "unpack", "--manifest", manifest, "--venv", str(venv), "--check", "--json")
+    assert json.loads(dry.stdout)["changed"] is True and not venv.exists()
+    done = rig("venv", "unpack", "--manifest", manifest, "--venv", str(venv), "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["changed"] is True, done.stderr
+    # the marker's "a==1" is not installed (a test venv), so verify judges it failed; the files are as packed
+    checked = rig("venv", "verify", "--venv", str(venv), "--manifest", manifest, "--json")
+    assert checked.returncode == 1 and json.loads(checked.stdout)["archive"]["ok"] is True
