@@ -26,7 +26,7 @@ from typing import Any
 
 from rig.core import RigError, http, progress
 from rig.core.documents import dump_json, parse_json
-from rig.core.fs import atomic_file, atomic_write, confined, held, open_plain, read_bytes
+from rig.core.fs import atomic_file, atomic_write, held, open_plain, read_bytes
 from rig.core.proc import PIPE, spawn
 from rig.core.schema import Field, sha256
 from rig.python.venv import read_marker
@@ -537,7 +537,8 @@ def _decompress(zstd: str, handle, manifest: dict, staging: Path, source: str) -
         assert child.stdout  # a pipe
         try:
             try:
-                with tarfile.open(fileobj=child.stdout, mode="r|") as tar:
+                # reads of 1 MiB: tarfile's default 10 KiB record made a third of the unpack's time
+                with tarfile.open(fileobj=child.stdout, mode="r|", bufsize=1 << 20) as tar:
                     _extract(tar, manifest["entries"], staging, source)
                 while child.stdout.read(1 << 20):  # the tar's end padding: zstd ends once it is read
                     pass
@@ -578,7 +579,10 @@ def _extract(tar: tarfile.TarFile, entries: list, staging: Path, source: str) ->
                            "archive and its manifest do not belong together")
         if kind != "link" and linked:
             raise RigError(f"{source}: {member.name[:200]!r} comes after a link: the links come last")
-        target = confined(staging, member.name, f"{source}: member", follow=False)
+        # no resolve() per member (half the unpack's time): the name is the manifest's, which read_manifest
+        # confined (relative, no `..`); STAGING is new and holds no link until the last members, which are the
+        # links; and every file is created new (O_EXCL | O_NOFOLLOW), so nothing lands outside STAGING
+        target = staging / member.name
         try:
             if kind == "dir":
                 os.mkdir(target, 0o700)  # its mode once it is filled: a directory packed read-only still takes its files
@@ -603,8 +607,9 @@ def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, sha: str
     digest = hashlib.sha256()
     reader = tar.extractfile(member)
     assert reader is not None  # a regular file
-    with os.fdopen(open_plain(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, f"{source}: member", follow=False),
-                   "wb") as out:
+    # created here, never opened before (O_EXCL): open_plain's checks of an existing file have nothing to look at
+    made = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, member.mode)
+    with os.fdopen(made, "wb") as out:
         while chunk := reader.read(1 << 20):
             digest.update(chunk)
             out.write(chunk)
