@@ -579,9 +579,11 @@ def _extract(tar: tarfile.TarFile, entries: list, staging: Path, source: str) ->
                            "archive and its manifest do not belong together")
         if kind != "link" and linked:
             raise RigError(f"{source}: {member.name[:200]!r} comes after a link: the links come last")
-        # no resolve() per member (half the unpack's time): the name is the manifest's, which read_manifest
-        # confined (relative, no `..`); STAGING is new and holds no link until the last members, which are the
-        # links; and every file is created new (O_EXCL | O_NOFOLLOW), so nothing lands outside STAGING
+        # no resolve() per member (it was half the unpack's time): a name with no absolute start and no `..` part,
+        # in a STAGING that is new and holds no link until the last members (the links), with every file created
+        # new (O_EXCL | O_NOFOLLOW), cannot land outside STAGING
+        if problem := _path_problem(member.name):
+            raise RigError(f"{source}: member {problem} (it leads outside the venv)")
         target = staging / member.name
         try:
             if kind == "dir":
