@@ -23,6 +23,9 @@ from rig.python.installer import INSTALLERS
 from rig.python.venv import add, install, verify
 from rig.python.venv_archive import PULL_TIMEOUT, pack, read_manifest, restore, verify_against
 
+# the stack is read for its `venv` key alone
+whose_stack = stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
+
 
 @group()
 def venv() -> None:
@@ -31,7 +34,7 @@ def venv() -> None:
 
 @venv.command("install")
 @venv_option()
-@stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
+@whose_stack
 @click.option("--lock", "lock_file", type=FILE, metavar="FILE",
               help="The stack's lock: with --find-links, pull everything from that URL, "
               "pip's wheel and requirements checked against the lock (hosts of a fleet).")
@@ -61,7 +64,7 @@ def venv_install(venv_path, stack_path, lock_file, lock_hash, python_version, ho
 
 @venv.command("verify")
 @venv_option()
-@stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
+@whose_stack
 @click.option("--manifest", "manifest_file", type=FILE, metavar="FILE",
               help="Also check the venv file by file against this archive manifest (rig venv pack wrote it): every "
                    "entry there with its mode, size and sha256, nothing more but what Python caches.")
@@ -84,7 +87,7 @@ def venv_verify(venv_path, stack_path, manifest_file, as_json) -> None:
 
 @venv.command("pack")
 @venv_option()
-@stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
+@whose_stack
 @out_option(None, "NAME.tar.zst and NAME.manifest.json go here (NAME: venv-LOCK-pyX.Y-ARCH).", required=True)
 @check_option
 @json_option
@@ -95,7 +98,7 @@ def venv_pack(venv_path, stack_path, out_dir, check, as_json) -> None:
 
 @venv.command("unpack")
 @venv_option()
-@stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
+@whose_stack
 @click.option("--manifest", "manifest_from", required=True, metavar="FILE_OR_URL",
               help="The archive's NAME.manifest.json: a file, or an http(s) URL whose archive beside it is pulled "
                    "(a pull cut short resumes where it stopped); or the directory (URL) holding it, with --lock.")
@@ -116,7 +119,7 @@ def venv_unpack(venv_path, stack_path, manifest_from, archive, lock_file, timeou
 
 @venv.command("add")
 @venv_option()
-@stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
+@whose_stack
 @click.option("--requirements-sha256", required=True, help="sha256 of the export's list (rig wheels export prints it).")
 @click.option("--wheelhouse", type=DIR, metavar="DIR",
               help="The exported dir holding the wheels (needed only when something changes).")
