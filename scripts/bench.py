@@ -140,7 +140,7 @@ def bench_provision(rounds: int) -> None:
     for kind, seen in bytes_seen.items():
         received, sent = seen[-1]
         byte_rows.append(f"| {kind} | {', '.join(f'{r / 1e6:.0f}' for r in received)} | {sent / 1e6:.0f} |")
-    goals = [("cold", 240), ("warm", 90), ("no-op", 15)]
+    goals = [("cold", 240), ("warm", 60), ("no-op", 15)]
     write_section("provision", f"""
 ## `make provision` with the default stack: cold, warm, no-op; one box against three
 
@@ -148,9 +148,10 @@ Measured {datetime.now(timezone.utc):%Y-%m-%d} with `python scripts/bench.py pro
 on the development machine (2 cores, 24 GiB), {rounds} round(s), stack `default`
 (sm120-sglang-0.5.23: the CUDA toolkit, its ldconfig, the 208-wheel venv, the SM120 patches,
 then `rig doctor`). Each round: **cold** (a new, empty RIG_CACHE and pip cache, the base image
-removed, a fresh box), **warm** (caches kept, a fresh box), **no-op** (`FRESH=0`: the same,
-already converged box); then `playbooks/site.yml` on **1** and on **3** fresh boxes at once
-(warm caches). Seconds are wall-clock.
+removed, a fresh box: the box installs the wheels and packs the venv archive the controller keeps),
+**warm** (caches and the archive kept, a fresh box: it unpacks the archive), **no-op** (`FRESH=0`: the
+same, already converged box); then `playbooks/site.yml` on **1** and on **3** fresh boxes at once
+(warm caches: each unpacks the archive). Seconds are wall-clock.
 
 {chr(10).join(rows)}
 
@@ -159,7 +160,7 @@ three boxes at most 1.3x one box (measured **{median(fleet, '3 boxes') / median(
 
 Bytes of the last round's fleet runs: what each box's network interface received (its own
 counter, from when it started), and what this machine sent to its containers over Docker's
-bridge (the wheels the boxes pulled from the controller's wheelhouse server). Files Ansible
+bridge (the venv archive the boxes pulled from the controller's server). Files Ansible
 copies through the Docker API (the CUDA wheels, the lock, the engine) do not cross the bridge.
 
 {chr(10).join(byte_rows)}

@@ -20,6 +20,8 @@ PAYLOADS = pytest.mark.ansible_payload_cache
 
 DEFAULT_LOCK = REPO / "stacks" / "sm120-sglang-0.5.23.lock"
 INTERNAL = "rig-test-internal"  # a Docker network with no route out: boxes reach this machine only
+# the wheels' path, where a test is about it: with the archive on, a later play would unpack what the first packed
+WHEELS_ONLY = {"python_stack_archive": False}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def fetch_report(output: str) -> dict:
 def test_three_boxes_download_every_wheel_once(start_box, tiny, monkeypatch):
     monkeypatch.setenv("RIG_CACHE", str(tiny["cache"]))
     boxes = [start_box() for _ in range(3)]
-    first = play(boxes, "python.yml", "-v", python_stack_lock=str(tiny["lock"])).expect_ok()
+    first = play(boxes, "python.yml", "-v", python_stack_lock=str(tiny["lock"]), **WHEELS_ONLY).expect_ok()
     lock = read(tiny["lock"])
     sizes = sum(cached_path(tiny["cache"], w).stat().st_size for w in wanted(lock))
     report = fetch_report(first.output)
@@ -60,7 +62,7 @@ def test_three_boxes_download_every_wheel_once(start_box, tiny, monkeypatch):
         assert box.sh(installer).stdout.strip() == "uv"  # the role's default installer, from the wheelhouse
     # a converged host first and a fresh one after it: the controller still serves the one that needs it
     fourth = start_box()
-    again = play([boxes[0], fourth], "python.yml", "-v", python_stack_lock=str(tiny["lock"])).expect_ok()
+    again = play([boxes[0], fourth], "python.yml", "-v", python_stack_lock=str(tiny["lock"]), **WHEELS_ONLY).expect_ok()
     assert fetch_report(again.output)["bytes_downloaded"] == 0
     assert fourth.sh("/opt/rig/venv/bin/python -c 'import click; print(click.__version__)'").stdout.strip() == "8.1.7"
 
@@ -129,7 +131,7 @@ def test_hosts_pull_from_a_site_mirror_and_the_controller_downloads_nothing(star
     monkeypatch.setenv("RIG_CACHE", str(empty))
     box, other = start_box(), start_box()
     for url in mirror_url(box, tmp_path / "mirror"):
-        play([box], "python.yml", python_stack_lock=str(tiny["lock"]), python_stack_wheel_url=url).expect_ok()
+        play([box], "python.yml", python_stack_lock=str(tiny["lock"]), python_stack_wheel_url=url, **WHEELS_ONLY).expect_ok()
     assert box.sh("/opt/rig/venv/bin/python -c 'import packaging; print(packaging.__version__)'").stdout.strip() == "24.1"
     assert not (empty / "wheels").exists()
     # a mirror serving other bytes: the installer's own wheel is checked against rig's pin before anything runs
@@ -138,7 +140,7 @@ def test_hosts_pull_from_a_site_mirror_and_the_controller_downloads_nothing(star
     for wheel in (tmp_path / "mirror").iterdir():
         (liar / wheel.name).write_bytes(b"not uv" if wheel.name.startswith("uv-") else wheel.read_bytes())
     for url in mirror_url(other, liar):
-        refused = play([other], "python.yml", python_stack_lock=str(tiny["lock"]), python_stack_wheel_url=url)
+        refused = play([other], "python.yml", python_stack_lock=str(tiny["lock"]), python_stack_wheel_url=url, **WHEELS_ONLY)
     assert not refused.ok and "sha256 differs" in refused.output and not other.exists("/opt/rig/venv")
 
 
@@ -149,7 +151,7 @@ def test_a_wheel_altered_in_the_cache_is_never_installed(box, tiny, monkeypatch)
     wheel = next(w for w in read(tiny["lock"])["wheels"] if w["name"] == "click")
     with open(cached_path(tiny["cache"], wheel), "ab") as handle:
         handle.write(b"tampered")
-    done = box.play("python.yml", "-v", python_stack_lock=str(tiny["lock"])).expect_ok()
+    done = box.play("python.yml", "-v", python_stack_lock=str(tiny["lock"]), **WHEELS_ONLY).expect_ok()
     assert fetch_report(done.output)["refetched"] == [wheel["filename"]]
     code, out, _ = box.engine("venv", "verify", "--json", "--venv", "/opt/rig/venv")
     assert code == 0 and json.loads(out)["ok"] and json.loads(out)["packages"] == 3
@@ -207,11 +209,10 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet(start
                   check=False).returncode != 0  # truly no internet
     # the wheels' path: the archive's (packed once, then pulled) is the tiny stack's test above, where packing
     # and fetching 10 GB back would only lengthen this one
-    wheels_only = {"python_stack_archive": False}
-    dry = box.play("site.yml", "--check", "--diff", **wheels_only).expect_ok()
+    dry = box.play("site.yml", "--check", "--diff", **WHEELS_ONLY).expect_ok()
     assert "would install lock" in dry.output and not box.exists("/opt/rig/venv")
     assert "/opt/rig/venv is not installed yet; the patches are planned once it is" in dry.output
-    box.play("site.yml", **wheels_only).expect_ok()
+    box.play("site.yml", **WHEELS_ONLY).expect_ok()
     lock = {w["name"]: w["version"] for w in read(DEFAULT_LOCK)["wheels"]}
     versions = box.sh("/opt/rig/venv/bin/python -c 'import torch, sglang, importlib.metadata as m;"
                       " print(torch.__version__, m.version(\"torch\"), m.version(\"sglang\"),"
@@ -239,7 +240,7 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet(start
     named = {c["name"]: c for c in doctor["checks"]}
     assert named["sitecustomize"]["status"] == named["triton-ptxas"]["status"] == "pass"
     assert "CUDA 13.0 ptxas" in named["triton-ptxas"]["detail"]
-    again = box.play("site.yml", **wheels_only).expect_ok()
+    again = box.play("site.yml", **WHEELS_ONLY).expect_ok()
     assert again.recap("changed") == 0
     check_server_role(box, tmp_path)
     # the role reverts, then --check --diff shows what it would patch and changes nothing

@@ -112,7 +112,7 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "VENV": str(venv), "RES": str(res),
            "SRC": str(tmp_path / "src"), "STAGE": str(tmp_path / "stage"), "OUT": str(tmp_path / "out"),
            "STACKS": str(stacks), "WHEELS": str(wheels), "WAIT_S": "1500", "PROVE_ARGS": "--skip doctor",
-           "SGLANG_STANDIN_FAULTS": str(faults), "PHASES": "prove tune-t1 tune-greedy free-off"}
+           "SGLANG_STANDIN_FAULTS": str(faults), "PHASES": "prove tune-t1 tune-greedy free-off free-off-greedy"}
     script = REAL_COST / "run.sh"
     staged = subprocess.run(["bash", str(script), "stage", "1"], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=60, check=False)
@@ -123,7 +123,8 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     assert done.returncode == 0 and "the run exited 0" in done.stdout, done.stdout + done.stderr + log[-3000:]
     phases = (res / "phases.txt").read_text()
     rcs = {name: (res / f"{name}.rc").read_text().strip() for name in (
-        "env-install", "prove", "tune-t1", "tune-greedy", "patch-free-off", "tune-free-off-t1", "tune-free-off-greedy")}
+        "env-install", "prove", "tune-t1", "tune-greedy", "patch-free-off", "tune-free-off-t1", "patch-free-off-greedy",
+        "tune-free-off-greedy")}
     assert rcs["env-install"] == "0" and rcs["prove"] == "0", phases + (res / "prove.err").read_text()[-3000:]
     # the venv over the machine's Python: sglang from the staged wheel, torch from the machine's site
     seen = subprocess.run([str(venv / "bin" / "python"), "-c", "import sglang, torch; print(sglang.__file__)"],
@@ -148,7 +149,7 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
         "sglang-free-off-graphs": "applied", "sglang-free-off-worker-0517": "applied",
         "sglang-free-off-worker-0523": "not-applicable"}, (res / "patch-free-off.err").read_text()[-3000:]
     free = json.loads((res / "tune-free-off-t1" / "tune.json").read_text())["variants"]
-    assert (free["step0"]["env"], free["step0-plain"]["env"]) == ({"RIG_FREE_OFF": "0"}, {})
+    assert "step0" not in free and free["step0-plain"]["env"] == {}  # SGLang's own: the table has it
     assert free["step0-plain"]["levels"]["C=64"]["output_throughput"] > 0  # measured, not profiled (no time for traces)
     prove = json.loads((res / "prove" / "prove.json").read_text())
     assert prove["ok"] and {s["name"]: s["status"] for s in prove["steps"]}["agree: acceptance"] == "pass"

@@ -84,8 +84,11 @@ def test_the_toolkit_and_the_venv_upgrade_inside_one_drain_and_come_back_by_thei
     assert "the stack given makes CUDA 13.0.2 the default: roll back with the stack file the host ran then" \
         in wrong.output
     assert stack_state(box)["lock"] == lock_of(new) and box.sh(HEALTH).stdout.strip() == "200"  # nothing changed
-    upgrade(old, rig_upgrade_rollback=True).expect_ok()
+    back = upgrade(old, rig_upgrade_rollback=True).expect_ok()
     assert stack_state(box) == {"cuda": "cuda-12.9", "lock": lock_of(old), "click": ["click==8.1.7"], "steps": ["2"]}
+    # the old lock's venv comes back whole from its archive (packed when it was first installed), no wheel again
+    assert [t for t in back.changed_tasks(box.name) if "Unpack the archive into the venv" in t], back.changed_tasks()
+    assert not [t for t in back.changed_tasks(box.name) if "pulling its wheels" in t]
     assert box.sh(HEALTH).stdout.strip() == "200"
     again = upgrade(old).expect_ok()
     assert again.recap("changed", box.name) == 0, again.changed_tasks()

@@ -3,9 +3,9 @@
 #   stage N...  move the carried wheel pieces .whl/pN to $STAGE (carry.py cut them under the call's 64 MiB)
 #   all         detached: setup, then the phases of $PHASES in order, each one's exit status and wall time in
 #               $RES; then wait. Phases: prove (`rig prove` on stack-greedy.yml), tune-t1 and tune-greedy (`rig tune`
-#               on stack-t1.yml, stack-greedy.yml), free-off (issue 55: rig's free-off patches applied to the venv's
-#               sglang, then `rig tune` on stack-free-off-t1.yml and stack-free-off-greedy.yml). Default: the first
-#               three; e.g. PHASES=free-off for the free-off run alone
+#               on stack-t1.yml, stack-greedy.yml), free-off and free-off-greedy (issue 55: rig's free-off patches
+#               applied to the venv's sglang, then `rig tune` on stack-free-off-t1.yml or stack-free-off-greedy.yml).
+#               Default: the first three; e.g. PHASES="free-off free-off-greedy" for the free-off runs alone
 #   wait        wait for it again (a device call lasts at most 10 minutes; the whole run takes longer)
 # setup: a venv over the machine's own Python (its torch 2.11.0+cu130) through a .pth file, the staged wheels it
 # lacks installed into it, and rig's environment module (`rig env install`), so doctor holds it as rig would.
@@ -59,15 +59,15 @@ phase() {
   case $1 in
   prove) rig_in prove prove --stack "$STACKS/stack-greedy.yml" --out "$RES/prove" $PROVE_ARGS --json ;;
   tune-t1|tune-greedy) rig_in "$1" tune --stack "$STACKS/stack-${1#tune-}.yml" --out "$RES/$1" --json ;;
-  free-off)
-    # the free-off patches alone (the stack opts in): the SM120 ones change nothing a TP-1 SM90 run measures
+  free-off|free-off-greedy)
+    # the free-off patches alone (the stack opts in): the SM120 ones change nothing a TP-1 SM90 run measures;
+    # a second apply (free-off-greedy after free-off) is a no-op
+    local kind=t1; [ "$1" = free-off ] || kind=greedy
     mkdir -p "$SRC/free-off-patches" && cp "$SRC"/rig/patches/set/sglang-free-off-*.yml "$SRC/free-off-patches/"
-    rig_in patch-free-off patch apply --stack "$STACKS/stack-free-off-t1.yml" --patches "$SRC/free-off-patches" \
-      --json
-    rig_in tune-free-off-t1 tune --stack "$STACKS/stack-free-off-t1.yml" --out "$RES/tune-free-off-t1" --json
-    rig_in tune-free-off-greedy tune --stack "$STACKS/stack-free-off-greedy.yml" --out "$RES/tune-free-off-greedy" \
+    rig_in "patch-$1" patch apply --stack "$STACKS/stack-free-off-$kind.yml" --patches "$SRC/free-off-patches" --json
+    rig_in "tune-free-off-$kind" tune --stack "$STACKS/stack-free-off-$kind.yml" --out "$RES/tune-free-off-$kind" \
       --json ;;
-  *) echo "unknown phase $1 (prove, tune-t1, tune-greedy, free-off)" >&2; return 2 ;;
+  *) echo "unknown phase $1 (prove, tune-t1, tune-greedy, free-off, free-off-greedy)" >&2; return 2 ;;
   esac
 }
 
@@ -100,7 +100,7 @@ all)
   rm -f "$RES/all.rc" "$RES/phases.txt"
   # the pipeline in a subshell of its own: set -e holds there (a function called in a || list runs without it)
   for name in $PHASES; do  # refused before anything starts
-    case $name in prove|tune-t1|tune-greedy|free-off) ;; *) echo "unknown phase $name in PHASES" >&2; exit 2 ;; esac
+    case $name in prove|tune-t1|tune-greedy|free-off|free-off-greedy) ;; *) echo "unknown phase $name in PHASES" >&2; exit 2 ;; esac
   done
   setsid bash -c "$(declare -f rig_in setup phase pipeline); $(declare -p VENV RES SRC STAGE STACKS PROVE_ARGS PHASES)
     (set -euo pipefail; pipeline) > \"\$RES/all.log\" 2>&1; echo \$? > \"\$RES/all.rc\"" < /dev/null \
