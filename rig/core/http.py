@@ -129,7 +129,11 @@ def answer(url: str, what: str, limit: int, timeout: float, offset: int = 0) -> 
     deadline = time.monotonic() + timeout
     failed = f"could not download {what} from {url}"
     try:
-        if _scheme(url) == "file":  # the same limit and deadline, on a local regular file
+        scheme = _scheme(url)
+    except ValueError as exc:  # an unclosed [ of an IPv6 host
+        raise RigError(f"{failed}: not a URL ({exc})") from None
+    try:
+        if scheme == "file":  # the same limit and deadline, on a local regular file
             with open_regular(_local_path(url), what) as source:
                 source.seek(offset)
                 yield offset, _chunks(source, deadline, timeout, limit - offset)
@@ -146,8 +150,10 @@ def answer(url: str, what: str, limit: int, timeout: float, offset: int = 0) -> 
     except _Cut as cut:
         raise RigError(f"{failed}: {cut}") from cut
     except urllib.error.HTTPError as exc:
+        if redirected(exc.code):
+            raise RigError(f"{failed}: it answered {exc.code}, {redirect_note(exc.headers.get('Location'))}") from exc
         raise RigError(f"{failed}: it answered {exc.code}") from exc
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+    except (urllib.error.URLError, OSError, http.client.HTTPException, UnicodeError) as exc:  # idna: a host too long
         raise RigError(f"{failed}: {_reason(exc)}") from exc
 
 

@@ -16,10 +16,12 @@ import re
 import shutil
 import stat
 import struct
+import subprocess
 import sys
 import tarfile
 import tempfile
 import threading
+import urllib.error
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from rig.core.documents import dump_json, parse_json
 from rig.core.fs import atomic_file, atomic_write, held, open_plain, read_bytes
 from rig.core.proc import PIPE, spawn
 from rig.core.schema import Field, sha256
-from rig.python.venv import read_marker
+from rig.python.venv import MARKER, read_marker
 
 FORMAT = 1
 FIXED_MTIME = 1_577_836_800  # 2020-01-01: every entry's time in the tar, so that the same venv packs to the same bytes
@@ -40,6 +42,13 @@ KINDS = ("dir", "file", "link")
 MODES = {"dir": (0o755,), "file": (0o644, 0o755), "link": (0o777,)}  # never a set-id bit, never world-writable
 PYC_HEADER = struct.Struct("<4sIII")  # magic, flags (0: checked against its source's mtime and size), mtime, size
 MASK = 0xFFFFFFFF
+# a control character (a NUL, a newline, an escape that rewrites the terminal) or a lone surrogate (a name that is
+# not UTF-8): no name or link text rig packs holds one
+UNSAFE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+HEADER_LIMIT = 1 << 20  # bytes of one tar extended header (PAX, GNU long name): a path of 4096 needs a few kB
+HEADERS_NESTED = 4  # extended headers before one member: a PAX global, a PAX, a GNU long name and long link
+ZSTD_EXIT = 5.0  # seconds zstd takes to exit once it has failed and closed its output
+TRAILER_LIMIT = 1 << 20  # bytes after the tar's end: tar pads its last record (10 kB); not a stream to drain
 
 
 def archive_name(lock_hash: str, python: str, arch: str) -> str:
@@ -57,10 +66,12 @@ def _one_of(pattern: str, said: str):
 
 
 def _path_problem(path: Any) -> str | None:
-    """Why PATH is no path inside the venv (absolute, `..`, an empty or `.` part, a control character), or None."""
-    if not isinstance(path, str) or not path or len(path) > 4096 or any(c in path for c in "\0\n\r") or \
+    """Why PATH is no path inside the venv (absolute, `..`, an empty or `.` part, a control character, not
+    UTF-8), or None."""
+    if not isinstance(path, str) or not path or len(path) > 4096 or UNSAFE.search(path) or \
             path.startswith("/") or any(part in ("", ".", "..") for part in path.split("/")):
-        return f"{str(path)[:120]!r} is not a relative path inside the venv (no absolute path, no `..`); refusing it"
+        return (f"{str(path)[:120]!r} is not a relative path inside the venv (no absolute path, no `..`, no control "
+                "character, UTF-8); refusing it")
     return None
 
 
@@ -73,7 +84,7 @@ def _entry(entry: list) -> str | None:
         return f"{str(kind)[:20]!r} is not an entry kind ({', '.join(KINDS)})"
     if problem := _path_problem(path):
         return problem
-    if isinstance(mode, bool) or mode not in MODES[kind]:
+    if type(mode) is not int or mode not in MODES[kind]:  # 493.0 and True are no mode
         return f"{path}: mode {mode!r} is not one rig packs for a {kind} ({', '.join(map(oct, MODES[kind]))})"
     if kind == "file":
         if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < 1 << 48:
@@ -83,9 +94,14 @@ def _entry(entry: list) -> str | None:
         return f"{path}: a {kind} has no size (null)"
     if kind == "dir":
         return None if data is None else f"{path}: a directory's entry ends with null"
-    if not isinstance(data, str) or not data or len(data) > 4096 or any(c in data for c in "\0\n\r"):
-        return f"{path}: a link's entry ends with its link text, one line"
+    if _link_problem(data):
+        return f"{path}: a link's entry ends with its link text, one line of UTF-8 with no control character"
     return None
+
+
+def _link_problem(text: Any) -> bool:
+    """Whether TEXT is no link text rig packs (empty, longer than a path, a control character, not UTF-8)."""
+    return not isinstance(text, str) or not text or len(text) > 4096 or bool(UNSAFE.search(text))
 
 
 def _tree(entries: list) -> str | None:
@@ -110,7 +126,7 @@ MANIFEST_SPEC = Field(dict, fields={
                     f"format {v} is not one this rig reads ({FORMAT}): unpack it with the rig that packed it"),
     "lock_hash": Field(required=True, check=sha256),
     "python": Field(required=True, check=_one_of(r"[0-9]+\.[0-9]+\.[0-9]+[0-9a-z+]*", "a Python version X.Y.Z")),
-    "glibc": Field(required=True, check=_one_of(r"([0-9]+\.[0-9]+)?", "a glibc version (2.NN) or empty")),
+    "glibc": Field(required=True, check=_one_of(r"([0-9]{1,4}\.[0-9]{1,4})?", "a glibc version (2.NN) or empty")),
     "arch": Field(required=True, check=_one_of(r"[A-Za-z0-9_.-]{1,32}", "a machine name (x86_64, aarch64)")),
     "venv": Field(required=True, check=lambda v: None if v.startswith("/") and os.path.normpath(v) == v else
                   f"{v[:120]!r} is not an absolute, normalised path"),
@@ -127,7 +143,11 @@ def _absolute(path: str | Path) -> Path:
 
 
 def _is_url(source: str) -> bool:
-    return urllib.parse.urlsplit(source).scheme.lower() in ("http", "https", "file")
+    try:
+        return urllib.parse.urlsplit(source).scheme.lower() in ("http", "https", "file")
+    except ValueError as exc:  # an unclosed [ of an IPv6 host
+        raise RigError(f"{source[:200]!r} is neither a file nor a URL rig reads ({exc}); give a path or an "
+                       "http(s):// or file:// URL") from None
 
 
 def read_manifest(source: bytes | str | Path, what: str = "venv archive manifest") -> dict:
@@ -204,15 +224,21 @@ def _walk(venv: Path) -> list[tuple[str, str, os.stat_result]]:
     links: list[tuple[str, str, os.stat_result]] = []
 
     def visit(inner: str) -> None:
-        with os.scandir(venv / inner if inner else venv) as listed:
+        try:
+            listed = os.scandir(venv / inner if inner else venv)
+        except OSError as exc:
+            raise RigError(f"cannot list {venv / inner}: {exc.strerror or exc}; rig packs all of a venv") from None
+        with listed:
             for entry in listed:
                 path = f"{inner}/{entry.name}" if inner else entry.name
-                try:
-                    path.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise RigError(f"{venv}/{path!r}: a name that is not UTF-8; rename it") from None
+                if _path_problem(path):  # what read_manifest refuses is never packed: the archive would not unpack
+                    raise RigError(f"{venv}/{path!r}: a name that is not UTF-8, holds a control character or is "
+                                   "too long; rename it")
                 seen = entry.stat(follow_symlinks=False)
                 if stat.S_ISLNK(seen.st_mode):
+                    if _link_problem(os.readlink(entry.path)):
+                        raise RigError(f"{venv}/{path} is a link to {os.readlink(entry.path)!r}: link text that is "
+                                       "not UTF-8, holds a control character or is too long; replace the link")
                     links.append(("link", path, seen))
                 elif stat.S_ISDIR(seen.st_mode):
                     found.append(("dir", path, seen))
@@ -314,7 +340,8 @@ def pack(venv: str | Path, out_dir: str | Path, check: bool = False) -> dict:
     venv, out = _absolute(venv), _absolute(out_dir)
     if venv.is_symlink() or not venv.is_dir():
         raise RigError(f"{venv} is not a venv directory; give --venv the venv itself")
-    if out == venv or venv in out.parents:
+    real_venv, real_out = (Path(os.path.realpath(path)) for path in (venv, out))  # --out a link into the venv too
+    if out == venv or venv in out.parents or real_out == real_venv or real_venv in real_out.parents:
         raise RigError(f"--out {out} is inside the venv {venv}: the archive would pack itself; give a directory "
                        "outside it")
     marker = read_marker(venv)
@@ -446,6 +473,8 @@ def pull(source: str, dest_dir: str | Path, expected: dict | None = None, timeou
     url = urllib.parse.urljoin(source, urllib.parse.quote(f"{name}.tar.zst"))
     dest = Path(dest_dir)
     final, part = dest / f"{name}.tar.zst", dest / f"{name}.tar.zst.part"
+    if dest.is_symlink() or (os.path.lexists(dest) and not dest.is_dir()):
+        raise RigError(f"{dest} is a link or not a directory; rig pulls only into a directory of its own: remove it")
     dest.mkdir(parents=True, exist_ok=True)
     with held(dest / f".{name}.pull.lock"):  # two pulls into one directory take turns; the second finds it whole
         if final.is_file() and not final.is_symlink() and final.stat().st_size == size:
@@ -453,27 +482,18 @@ def pull(source: str, dest_dir: str | Path, expected: dict | None = None, timeou
                 if _digest_of(handle) == (want, size):
                     atomic_write(dest / f"{name}.manifest.json", taken.getvalue())
                     return final
-        with os.fdopen(open_plain(part, os.O_RDWR | os.O_CREAT, "the archive's partial download",
-                                  follow=False), "r+b") as handle:
-            digest, have = hashlib.sha256(), 0
-            if os.fstat(handle.fileno()).st_size <= size:  # the bytes already there, hashed first
-                while block := handle.read(1 << 20):
-                    digest.update(block)
-                    have += len(block)
-            if have < size:
-                if have:
-                    progress(f"resuming {url} at byte {have} of {size}")
-                with http.answer(url, "the venv archive", size, timeout, offset=have) as (start, chunks):
-                    if start != have:  # the server sent the whole file: start over
-                        handle.seek(0)
-                        digest, have = hashlib.sha256(), 0
-                    handle.truncate(have)
-                    for chunk in chunks:
-                        digest.update(chunk)
-                        handle.write(chunk)
-                        have += len(chunk)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            made = open_plain(part, os.O_RDWR | os.O_CREAT, "the archive's partial download", follow=False)
+        except RigError as exc:
+            raise RigError(f"{exc}: rig's partial download is a plain file; remove it and pull again") from None
+        with os.fdopen(made, "r+b") as handle:
+            digest, have, resumed = _download(handle, url, size, timeout, part)
+        if have < size:  # the answer ended short of the archive, as it said it would (no length, or a file)
+            if have > resumed:
+                raise RigError(f"{url} ended after {have} of the archive's {size} bytes: run again to resume")
+            part.unlink(missing_ok=True)
+            raise RigError(f"{url} has no bytes past {have} of the archive's {size}: the partial download is "
+                           "removed; pull again, or pack the archive again where it is served")
         if (digest.hexdigest(), have) != (want, size):
             part.unlink(missing_ok=True)
             raise RigError(f"{url} is not the archive its manifest describes (sha256 or size differs); the partial "
@@ -483,15 +503,74 @@ def pull(source: str, dest_dir: str | Path, expected: dict | None = None, timeou
     return final
 
 
+def _download(handle, url: str, size: int, timeout: float, part: Path) -> tuple[Any, int, int]:
+    """URL into HANDLE, the open partial download PART, from where it stops: (its digest, its bytes, the bytes it
+    held before). A download that fails leaves its bytes to resume from, but an empty part, and a part the server
+    has no more bytes for (416: it is longer than the server's file), which no run could finish."""
+    digest, have = hashlib.sha256(), 0
+    try:
+        if os.fstat(handle.fileno()).st_size <= size:  # the bytes already there, hashed first
+            while block := handle.read(1 << 20):
+                digest.update(block)
+                have += len(block)
+        resumed = have
+        if have < size:
+            if have:
+                progress(f"resuming {url} at byte {have} of {size}")
+            with http.answer(url, "the venv archive", size, timeout, offset=have) as (start, chunks):
+                if start != have:  # the server sent the whole file: start over
+                    handle.seek(0)
+                    digest, have, resumed = hashlib.sha256(), 0, 0
+                handle.truncate(have)
+                for chunk in chunks:
+                    digest.update(chunk)
+                    handle.write(chunk)
+                    have += len(chunk)
+        handle.flush()
+        os.fsync(handle.fileno())
+    except BaseException as exc:
+        shorter = isinstance(exc.__cause__, urllib.error.HTTPError) and exc.__cause__.code == 416
+        try:
+            handle.flush()  # what came before the failure is kept
+        except OSError:
+            pass
+        kept = os.fstat(handle.fileno()).st_size
+        if shorter or not kept:
+            part.unlink(missing_ok=True)
+        if shorter:
+            raise RigError(f"{exc}: the archive there ends before byte {have}, where the partial download stopped; "
+                           "the partial download is removed: pull again") from None
+        if kept and isinstance(exc, RigError):
+            raise RigError(f"{exc}; the {kept} bytes pulled are kept: run again to resume") from exc
+        raise
+    return digest, have, resumed
+
+
 def _settled(manifest: dict, venv: Path, lock_hash: str | None, check: bool) -> dict | None:
     """Every refusal that needs no archive, then the answer where nothing is to be written (the venv already
     holds the lock, or check mode); None where the archive is to be unpacked."""
     name = manifest["archive"]["name"]
     if why := fits(manifest, lock_hash, venv):
         raise RigError(f"archive {name} does not fit {venv}: {why}")
-    if venv.is_symlink() or (os.path.lexists(venv) and not venv.is_dir()):
+    if venv.parent == venv:
+        raise RigError(f"{venv} is the root directory, no venv's path; give the venv's own directory")
+    try:
+        seen = os.lstat(venv)
+    except (FileNotFoundError, NotADirectoryError):  # a file above it: said below
+        seen = None
+    except OSError as exc:
+        raise RigError(f"cannot look at the venv {venv}: {exc.strerror or exc}") from None
+    if seen is not None and not stat.S_ISDIR(seen.st_mode):
         raise RigError(f"{venv} is a link or not a directory; rig replaces only a venv directory: remove it")
-    marker = read_marker(venv) if venv.is_dir() else None
+    if seen is None:  # the venv is made in its parent, which must be a directory (a link to one) or not yet there
+        above = next(path for path in venv.parents if os.path.lexists(path))
+        if not above.is_dir():
+            raise RigError(f"{above} is not a directory (a file, or a link to nothing), so {venv} cannot be made "
+                           "under it: remove it or give another --venv")
+    marker = read_marker(venv) if seen else None
+    if seen and marker is None and not os.path.lexists(venv / "pyvenv.cfg") and any(venv.iterdir()):
+        raise RigError(f"{venv} holds files but is no venv (no {MARKER}, no pyvenv.cfg); rig replaces only a venv: "
+                       "move what is there, or give another --venv")
     if marker and marker["lock_hash"] == manifest["lock_hash"]:
         return {"changed": False, "venv": str(venv), "msg": f"{venv} already has lock {manifest['lock_hash'][:12]}"}
     if check:
@@ -517,16 +596,59 @@ def unpack(archive: str | Path, manifest: dict, venv: str | Path, lock_hash: str
                            "copy it again")
         handle.seek(0)  # zstd reads the very file just hashed, not whatever the path names by now
         venv.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=venv.parent, prefix=f".{venv.name}.rig-unpack-"))  # same filesystem
+        try:
+            staging = Path(tempfile.mkdtemp(dir=venv.parent, prefix=f".{venv.name}.rig-unpack-"))  # same filesystem
+        except OSError as exc:
+            raise RigError(f"cannot make the staging directory beside {venv}: {exc.strerror or exc}") from None
         try:
             progress(f"unpacking {name} ({len(manifest['entries'])} entries) into {venv}")
             _decompress(zstd, handle, manifest, staging, str(archive))
+            _marked(staging, manifest, str(archive))
             _swap(staging, venv)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
     return {"changed": True, "venv": str(venv), "lock_hash": manifest["lock_hash"], "entries": len(manifest["entries"]),
             "msg": f"unpacked {name} into {venv}"}
+
+
+class _Member(tarfile.TarInfo):
+    """tarfile's member, its headers bounded: tarfile reads an extended header (PAX, a GNU long name) whole into
+    memory and follows a chain of them by recursion, so a few kB of zstd could claim a header of gigabytes or a
+    chain thousands deep. A sparse member, which rig never packs, is refused before its map is read."""
+
+    def _proc_member(self, tar):
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise tarfile.ReadError(f"{self.name[:200]!r} is a sparse member")
+        if self.type not in (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
+                             tarfile.GNUTYPE_LONGLINK):
+            return super()._proc_member(tar)
+        nested = getattr(tar, "rig_nested", 0)
+        if self.size > HEADER_LIMIT or nested >= HEADERS_NESTED:
+            raise tarfile.ReadError(f"an extended header of {self.size} bytes, {nested + 1} deep (rig packs one of a "
+                                    "few kB before a member)")
+        tar.rig_nested = nested + 1
+        try:
+            return super()._proc_member(tar)
+        finally:
+            tar.rig_nested = nested
+
+    def _proc_gnusparse_10(self, *_):  # a PAX sparse member: its map is read from the stream, unbounded
+        raise tarfile.ReadError("a sparse member")
+
+
+def _marked(staging: Path, manifest: dict, source: str) -> None:
+    """The unpacked venv's marker, which says which lock a venv holds (a later unpack, verify, install read it),
+    must name the manifest's lock: a manifest that claims a lock its archive does not hold is refused."""
+    try:
+        marker = read_marker(staging)
+    except RigError as exc:
+        raise RigError(f"{source}: its venv's marker {MARKER} is not one rig wrote ({exc}); the archive is not one "
+                       "rig packs: pack the venv again") from None
+    if marker is None or marker["lock_hash"] != manifest["lock_hash"]:
+        said = f"names lock {marker['lock_hash'][:16]}" if marker else "is missing"
+        raise RigError(f"{source}: its venv's marker {MARKER} {said}, its manifest lock {manifest['lock_hash'][:16]}; "
+                       "the archive and its manifest do not belong together: pack the venv again")
 
 
 def _decompress(zstd: str, handle, manifest: dict, staging: Path, source: str) -> None:
@@ -538,12 +660,18 @@ def _decompress(zstd: str, handle, manifest: dict, staging: Path, source: str) -
         try:
             try:
                 # reads of 1 MiB: tarfile's default 10 KiB record made a third of the unpack's time
-                with tarfile.open(fileobj=child.stdout, mode="r|", bufsize=1 << 20) as tar:
+                with tarfile.open(fileobj=child.stdout, mode="r|", bufsize=1 << 20, tarinfo=_Member) as tar:
                     _extract(tar, manifest["entries"], staging, source)
-                while child.stdout.read(1 << 20):  # the tar's end padding: zstd ends once it is read
-                    pass
-            except (tarfile.TarError, EOFError) as exc:
-                code = child.wait()
+                # the tar's end padding: zstd ends once it is read; more is no tar rig packs, and is not drained (a
+                # few kB of zstd decompress to terabytes)
+                if len(child.stdout.read(TRAILER_LIMIT + 1)) > TRAILER_LIMIT:
+                    raise RigError(f"{source}: holds more than {TRAILER_LIMIT >> 20} MiB after the tar's end; not an "
+                                   "archive rig packs: pack it again")
+            except (tarfile.TarError, EOFError, ValueError) as exc:  # ValueError: tarfile's of a malformed header
+                try:  # zstd that failed has ended; zstd still writing what nobody reads would wait for good
+                    code = child.wait(ZSTD_EXIT)
+                except subprocess.TimeoutExpired:
+                    code = 0  # it decompresses: the tar is what is wrong (finally kills it)
                 errors.seek(0)
                 said = errors.read(2000).decode(errors="replace").strip()
                 raise RigError(f"{source}: " + (f"zstd could not decompress it (exit {code}): {said}" if code else
@@ -568,13 +696,15 @@ def _kind(member: tarfile.TarInfo) -> str:
 def _extract(tar: tarfile.TarFile, entries: list, staging: Path, source: str) -> None:
     """Each member of TAR, which must be the next of ENTRIES (kind, path, mode, size, bytes, link text), into
     STAGING: files created new and never through a link, links only after every file, every time FIXED_MTIME."""
-    expected, dirs, linked = iter(entries), [], False
+    expected, dirs, linked, links = iter(entries), [], False, set()
     for member in tar:
         entry = next(expected, None)
         kind = _kind(member)
         if entry is None or [kind, member.name, member.mode] != entry[:3] or \
                 (kind == "file" and member.size != entry[3]) or (kind == "link" and member.linkname != entry[4]):
             listed = f"the manifest's next entry is {entry[1]!r} ({entry[0]})" if entry else "the manifest lists no more"
+            if entry and [kind, member.name] == entry[:2]:
+                listed = f"its {'mode' if member.mode != entry[2] else 'size' if kind == 'file' else 'link text'} differs"
             raise RigError(f"{source}: member {member.name[:200]!r} ({kind}) is not its manifest's: {listed}; the "
                            "archive and its manifest do not belong together")
         if kind != "link" and linked:
@@ -593,6 +723,11 @@ def _extract(tar: tarfile.TarFile, entries: list, staging: Path, source: str) ->
                 _write(tar, member, target, entry[4], source)
             else:
                 linked = True
+                parts = member.name.split("/")  # a link under a link made here would be made through it, outside
+                if any("/".join(parts[:end]) in links for end in range(1, len(parts))):
+                    raise RigError(f"{source}: {member.name[:200]!r} lies under a link of the archive; the links of "
+                                   "a venv lie in its directories")
+                links.add(member.name)
                 os.symlink(member.linkname, target)
                 os.utime(target, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
         except OSError as exc:
@@ -628,7 +763,12 @@ def _swap(staging: Path, venv: Path) -> None:
     old = None
     if os.path.lexists(venv):
         old = Path(tempfile.mkdtemp(dir=venv.parent, prefix=f".{venv.name}.rig-old-"))
-        os.rename(venv, old / venv.name)
+        try:
+            os.rename(venv, old / venv.name)
+        except OSError as exc:  # a venv directory its owner made read-only cannot move to another directory
+            old.rmdir()
+            raise RigError(f"cannot move the old venv {venv} aside: {exc.strerror or exc}; make it writable or "
+                           "remove it") from None
     try:
         os.rename(staging, venv)
     except OSError:
@@ -636,7 +776,24 @@ def _swap(staging: Path, venv: Path) -> None:
             os.rename(old / venv.name, venv)
         raise
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
+
+
+def _remove(path: Path) -> None:
+    """PATH's tree removed, even where its owner made a directory read-only (a tree rig moved aside: nothing in
+    it is followed through a link)."""
+    shutil.rmtree(path, ignore_errors=True)
+    if not os.path.lexists(path):
+        return
+    for root, dirs, _ in os.walk(path):  # top down: each directory made writable before it is listed
+        for name in dirs:
+            inner = os.path.join(root, name)
+            if not os.path.islink(inner):
+                try:
+                    os.chmod(inner, 0o700)
+                except OSError:
+                    pass
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def restore(manifest_from: str, venv: str | Path, archive: str | Path | None = None, lock_hash: str | None = None,
@@ -656,9 +813,28 @@ def restore(manifest_from: str, venv: str | Path, archive: str | Path | None = N
         return unpack(Path(manifest_from).with_name(f"{manifest['archive']['name']}.tar.zst"), manifest, venv,
                       lock_hash)
     pulled = venv.parent / f".{venv.name}.rig-pull"
-    result = unpack(pull(manifest_from, pulled, manifest, timeout), manifest, venv, lock_hash)
-    shutil.rmtree(pulled, ignore_errors=True)  # unpacked and checked: the download has served
+    try:
+        got = pull(manifest_from, pulled, manifest, timeout)
+    except BaseException:
+        _drop(pulled, keep_part=True)  # a pull cut short leaves its .part to resume from, and nothing else
+        raise
+    try:
+        result = unpack(got, manifest, venv, lock_hash)
+    except RigError:
+        _drop(pulled)  # an archive that does not unpack would not unpack next time either
+        raise
+    _drop(pulled)  # unpacked and checked: the download has served
     return result
+
+
+def _drop(pulled: Path, keep_part: bool = False) -> None:
+    """The pull directory PULLED removed (but where it holds a partial download to resume, with KEEP_PART); never
+    anything a link there leads to."""
+    if pulled.is_symlink() or not pulled.is_dir():
+        return
+    if keep_part and any(path.name.endswith(".part") for path in pulled.iterdir()):
+        return
+    shutil.rmtree(pulled, ignore_errors=True)
 
 
 def verify_against(venv: str | Path, manifest: dict) -> dict:

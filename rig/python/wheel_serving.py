@@ -101,8 +101,12 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     def _rest_of(self, target: Path, start: int):
         """The file from byte START on (206), so that a download cut short resumes instead of starting over; 416
         where START is at or past its end."""
-        source = open(target, "rb")  # copyfile reads it, then the base class closes it
-        try:
+        try:  # never a FIFO swapped in since send_head looked: it would hold this thread for good
+            source = os.fdopen(open_plain(target, os.O_RDONLY, "the served file"), "rb")
+        except RigError:
+            self.send_error(404)
+            return None
+        try:  # copyfile reads it, then the base class closes it
             size = os.fstat(source.fileno()).st_size
             if start >= size:
                 source.close()

@@ -27,6 +27,7 @@ import pytest
 from conftest import rig
 
 from rig.core import RigError
+from rig.core import http as rig_http
 from rig.python.venv import MARKER
 from rig.python.venv_archive import (
     FIXED_MTIME,
@@ -354,3 +355,285 @@ def test_the_commands_pack_unpack_and_verify_against_the_manifest(tmp_path):
     # the marker's "a==1" is not installed (a test venv), so verify judges it failed; the files are as packed
     checked = rig("venv", "verify", "--venv", str(venv), "--manifest", manifest, "--json")
     assert checked.returncode == 1 and json.loads(checked.stdout)["archive"]["ok"] is True
+
+
+# ------------------------------------------------------------------ a hostile user's inputs, each once a defect
+
+def marker_of(lock: str = LOCK) -> bytes:
+    return json.dumps({"lock_hash": lock, "packages": ["a==1"]}).encode()
+
+
+def zstd_of(raw: bytes) -> bytes:
+    return subprocess.run(["zstd", "-q", "-c"], input=raw, capture_output=True, check=True).stdout
+
+
+def crafted(tmp_path: Path, manifest: dict, archive_bytes: bytes, entries: list) -> tuple[Path, dict]:
+    """ARCHIVE_BYTES as the archive of MANIFEST listing ENTRIES, its sha256 and size right."""
+    archive = tmp_path / "crafted.tar.zst"
+    archive.write_bytes(archive_bytes)
+    return archive, {**manifest, "entries": entries, "archive": {**manifest["archive"], "size": len(archive_bytes),
+                                                                  "sha256": hashlib.sha256(archive_bytes).hexdigest()}}
+
+
+def header(name: str, kind: bytes, size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, size
+    return info.tobuf(tarfile.USTAR_FORMAT)
+
+
+def tar_of(*files: tuple[str, bytes]) -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in files:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return raw.getvalue()
+
+
+def file_entry(name: str, data: bytes) -> list:
+    return ["file", name, 0o644, len(data), hashlib.sha256(data).hexdigest()]
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda m: m["entries"][0].__setitem__(2, 420.0), "mode 420.0 is not one rig packs"),  # then oct() crashed verify
+    (lambda m: m.update(glibc="9" * 5000 + ".1"), "is not a glibc version"),  # then int() of 5000 digits crashed fits
+    (lambda m: m["entries"][0].__setitem__(1, "\udcff"), "is not a relative path inside the venv"),  # not UTF-8
+    (lambda m: m["entries"][0].__setitem__(1, "bin\x1b]0;owned\x07"), "is not a relative path inside the venv"),
+    (lambda m: m["entries"].append(["link", "zz", 0o777, None, "\udcff"]), "its link text, one line of UTF-8"),
+])
+def test_a_manifest_field_rig_never_writes_is_one_error(packed, change, said):
+    _, _, manifest = packed
+    change(manifest)
+    with pytest.raises(RigError, match=said):
+        read_manifest(json.dumps(manifest).encode())
+
+
+def test_a_source_that_is_no_url_is_one_error_not_a_crash(tmp_path):
+    with pytest.raises(RigError, match="neither a file nor a URL"):
+        read_manifest("http://[::1/venv.manifest.json")
+    with pytest.raises(RigError, match="not a URL"):
+        rig_http.download("http://[::1/x", io.BytesIO(), "x", 10, 5)
+
+
+@pytest.mark.parametrize("make", [lambda venv: (venv / "a\nb").write_text("x"),
+                                  lambda venv: (venv / "lib" / "l").symlink_to("one\ntwo")])
+def test_pack_refuses_a_name_or_link_its_manifest_could_not_hold_and_writes_nothing(tmp_path, make):
+    venv = make_venv(tmp_path / "venv")
+    make(venv)
+    with pytest.raises(RigError, match="holds a control character"):
+        pack(venv, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_pack_refuses_an_out_dir_that_links_into_the_venv(tmp_path):
+    venv = make_venv(tmp_path / "venv")
+    (tmp_path / "out").symlink_to(venv / "lib")
+    with pytest.raises(RigError, match="is inside the venv"):
+        pack(venv, tmp_path / "out")
+    assert sorted(p.name for p in (venv / "lib").iterdir()) == [f"python{sys.version_info[0]}.{sys.version_info[1]}"]
+
+
+def unpacks_to_nothing(archive: Path, manifest: dict, venv: Path, said: str) -> None:
+    """unpack refuses, in a thread that must end (a defect here once waited for good), leaving nothing."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            unpack(archive, manifest, venv)
+        except BaseException as exc:  # noqa: BLE001 - judged below
+            failed.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "unpack hung"
+    assert len(failed) == 1 and isinstance(failed[0], RigError) and said in str(failed[0]), failed
+    assert not venv.exists() and leftovers(venv) == []
+
+
+def test_tar_headers_that_crashed_or_hung_tarfile_are_refused(packed, tmp_path):
+    venv, _, manifest = packed
+    marker = marker_of()
+    entries = [file_entry(".rig-stack.json", marker)]
+    member = tar_of((".rig-stack.json", marker))
+    pax = b"20 comment=xxxxxxxx\n"
+    chained = (header("pax", tarfile.XHDTYPE, len(pax)) + pax + b"\0" * (512 - len(pax))) * 2000 + member
+    huge = header("pax", tarfile.XHDTYPE, 8 << 20) + b"\0" * (8 << 20) + member  # read whole into memory
+    sparse = io.BytesIO()
+    with tarfile.open(fileobj=sparse, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo(".rig-stack.json")
+        info.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0"}  # its map: garbage (ValueError)
+        tar.addfile(info, io.BytesIO(b""))
+    garbage = b"\xff" * 512 + random.Random(2).randbytes(1 << 20)  # zstd still writing as tarfile gives up
+    for raw, said in [(chained, "not a tar as rig packs it"), (huge, "not a tar as rig packs it"),
+                      (sparse.getvalue(), "not a tar as rig packs it"), (garbage, "not a tar as rig packs it"),
+                      (member + b"\0" * (64 << 20), "after the tar's end")]:  # 64 MiB of zstd's zeros: a bomb
+        archive, evil = crafted(tmp_path, manifest, zstd_of(raw), entries)
+        unpacks_to_nothing(archive, evil, venv, said)
+
+
+def test_a_link_under_a_link_is_refused_even_when_the_manifest_was_not_checked(packed, tmp_path):
+    venv, _, manifest = packed
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    archive, evil = hostile(tmp_path, venv, manifest, [("link", "lnk", str(outside)), ("link", "lnk/owned", "x")])
+    with pytest.raises(RigError, match="not listed before it"):
+        read_manifest(json.dumps(evil).encode())
+    with pytest.raises(RigError, match="lies under a link of the archive"):
+        unpack(archive, evil, venv)
+    assert list(outside.iterdir()) == [] and not venv.exists() and leftovers(venv) == []
+
+
+@pytest.mark.parametrize("members, said", [([], "is missing"), ([("file", MARKER, marker_of("b" * 64))],
+                                                                 f"names lock {'b' * 16}")])
+def test_an_archive_whose_marker_is_not_its_manifests_lock_is_refused(packed, tmp_path, members, said):
+    venv, _, manifest = packed
+    archive, evil = hostile(tmp_path, venv, manifest, [("file", "x.txt", b"x"), *members])
+    old_venv(venv)
+    with pytest.raises(RigError, match=said):
+        unpack(archive, read_manifest(json.dumps(evil).encode()), venv)
+    assert sorted(p.name for p in venv.iterdir()) == [MARKER, "keep.txt"] and leftovers(venv) == []
+
+
+def test_unpack_refuses_a_directory_that_is_no_venv_and_a_parent_that_is_no_directory(packed, tmp_path):
+    venv, result, manifest = packed
+    venv.mkdir()
+    (venv / "thesis.tex").write_text("years of work")
+    with pytest.raises(RigError, match="holds files but is no venv"):
+        unpack(result["archive"], manifest, venv, check=True)
+    with pytest.raises(RigError, match="holds files but is no venv"):
+        unpack(result["archive"], manifest, venv)
+    assert (venv / "thesis.tex").read_text() == "years of work"
+    for above in (tmp_path / "file", tmp_path / "dangling"):
+        if above.name == "file":
+            above.write_text("x")
+        else:
+            above.symlink_to(tmp_path / "nowhere")
+        inner = above / "venv"
+        with pytest.raises(RigError, match=f"{above} is not a directory"):
+            unpack(result["archive"], {**manifest, "venv": str(inner)}, inner)
+    assert not (tmp_path / "nowhere").exists()
+    with pytest.raises(RigError, match="is the root directory"):
+        unpack(result["archive"], {**manifest, "venv": "/"}, "/")
+
+
+def test_an_old_venv_that_cannot_move_aside_leaves_nothing_behind(packed, monkeypatch):
+    venv, result, manifest = packed
+    old_venv(venv)
+    real = os.rename
+
+    def refused(src, dst):
+        if Path(src) == venv:
+            raise PermissionError(13, "Permission denied")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "rename", refused)
+    with pytest.raises(RigError, match="cannot move the old venv"):
+        unpack(result["archive"], manifest, venv)
+    assert (venv / "keep.txt").read_text() == "old" and leftovers(venv) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root removes a read-only directory's files anyway")
+def test_an_old_venv_with_a_read_only_directory_is_removed_whole(packed):
+    venv, result, manifest = packed
+    old_venv(venv)
+    (venv / "ro" / "deep").mkdir(parents=True)
+    (venv / "ro" / "deep" / "f").write_text("x")
+    os.chmod(venv / "ro" / "deep", 0)
+    os.chmod(venv / "ro", 0o555)
+    unpack(result["archive"], manifest, venv)
+    assert leftovers(venv) == []
+
+
+class Scripted(http.server.BaseHTTPRequestHandler):
+    """The manifest as served, then the archive as the test's SCRIPT answers (status, headers, body)."""
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, *_):
+        pass
+
+    def do_GET(self):
+        if self.path.endswith(".manifest.json"):
+            status, headers, body = 200, {}, self.server.manifest
+        else:
+            status, headers, body = self.server.script(self.headers.get("Range"))
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def scripted(manifest: bytes, script) -> tuple[http.server.ThreadingHTTPServer, str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+    server.manifest, server.script = manifest, script  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+def test_a_download_cut_short_keeps_its_part_a_part_no_server_can_finish_goes(packed, tmp_path):
+    _, result, manifest = packed
+    name, data = manifest["archive"]["name"], Path(result["archive"]).read_bytes()
+    served = Path(result["manifest"]).read_bytes()
+    dest = tmp_path / "dest"
+    part = dest / f"{name}.tar.zst.part"
+    cut, server_url = scripted(served, lambda _: (200, {}, data[:1000]))  # no length, closed after 1000 bytes
+    try:
+        with pytest.raises(RigError, match="ended after 1000 of the archive's"):
+            pull(f"{server_url}{name}.manifest.json", dest)
+    finally:
+        cut.shutdown()
+    assert part.read_bytes() == data[:1000]  # it was removed as "not the archive" before
+    shorter, server_url = scripted(served, lambda _: (416, {"Content-Range": "bytes */500"}, b""))
+    try:
+        with pytest.raises(RigError, match="the partial download is removed"):
+            pull(f"{server_url}{name}.manifest.json", dest)
+    finally:
+        shorter.shutdown()
+    assert not part.exists()  # it stayed, so that every later run got 416 again
+
+
+def test_a_failed_pull_leaves_no_pull_dir_and_a_redirect_is_named(packed):
+    venv, result, manifest = packed
+    name = manifest["archive"]["name"]
+    served = Path(result["manifest"]).read_bytes()
+    moved, server_url = scripted(served, lambda _: (302, {"Location": "http://elsewhere.example/a"}, b""))
+    try:
+        with pytest.raises(RigError, match="rig does not follow redirects"):
+            restore(f"{server_url}{name}.manifest.json", venv)
+    finally:
+        moved.shutdown()
+    assert not venv.exists() and leftovers(venv) == []  # an empty .part and the pull dir were left
+
+
+def test_an_archive_pulled_whole_that_does_not_unpack_leaves_no_pull_dir(packed, tmp_path):
+    venv, result, manifest = packed
+    evil = zstd_of(tar_of((MARKER, marker_of())))  # the manifest's hash, not its entries
+    _, lying = crafted(tmp_path, manifest, evil, manifest["entries"])
+    server, server_url = scripted(json.dumps(lying).encode(), lambda _: (200, {}, evil))
+    try:
+        with pytest.raises(RigError, match="ends before 'bin', which its manifest lists"):
+            restore(f"{server_url}{manifest['archive']['name']}.manifest.json", venv)
+    finally:
+        server.shutdown()
+    assert not venv.exists() and leftovers(venv) == []
+
+
+def test_a_pull_dir_that_is_a_link_is_refused_and_nothing_is_written_through_it(packed, tmp_path):
+    venv, result, manifest = packed
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (venv.parent / f".{venv.name}.rig-pull").symlink_to(elsewhere)
+    with WheelServer(Path(result["archive"]).parent, "127.0.0.1") as server, \
+            pytest.raises(RigError, match="is a link or not a directory; rig pulls only into a directory of its own"):
+        restore(f"{server.url}{manifest['archive']['name']}.manifest.json", venv)
+    assert list(elsewhere.iterdir()) == [] and not venv.exists()
+
+
+def test_the_wheel_server_never_waits_on_a_fifo_asked_for_by_range(tmp_path, monkeypatch):
+    os.mkfifo(tmp_path / "p.bin")
+    monkeypatch.setattr(Path, "is_file", lambda self: True)  # a file when send_head looked, a FIFO when opened
+    with WheelServer(tmp_path, "127.0.0.1") as server, pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urllib.request.Request(server.url + "p.bin", headers={"Range": "bytes=1-"}), timeout=10)
+    assert refused.value.code == 404
