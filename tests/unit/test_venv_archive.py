@@ -4,6 +4,7 @@ every mismatch or hostile input refused before anything lands at the venv path."
 from __future__ import annotations
 
 import compileall
+import contextlib
 import hashlib
 import http.server
 import importlib.util
@@ -20,6 +21,7 @@ import tarfile
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -565,11 +567,16 @@ class Scripted(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def scripted(manifest: bytes, script) -> tuple[http.server.ThreadingHTTPServer, str]:
+@contextlib.contextmanager
+def scripted(manifest: bytes, script) -> Iterator[str]:
+    """A server that answers MANIFEST, and SCRIPT(request) for anything else, while the block runs: its URL."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
     server.manifest, server.script = manifest, script  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
 
 
 def test_a_download_cut_short_keeps_its_part_a_part_no_server_can_finish_goes(packed, tmp_path):
@@ -578,19 +585,13 @@ def test_a_download_cut_short_keeps_its_part_a_part_no_server_can_finish_goes(pa
     served = Path(result["manifest"]).read_bytes()
     dest = tmp_path / "dest"
     part = dest / f"{name}.tar.zst.part"
-    cut, server_url = scripted(served, lambda _: (200, {}, data[:1000]))  # no length, closed after 1000 bytes
-    try:
+    with scripted(served, lambda _: (200, {}, data[:1000])) as server_url:  # no length, closed after 1000 bytes
         with pytest.raises(RigError, match="ended after 1000 of the archive's"):
             pull(f"{server_url}{name}.manifest.json", dest)
-    finally:
-        cut.shutdown()
     assert part.read_bytes() == data[:1000]  # it was removed as "not the archive" before
-    shorter, server_url = scripted(served, lambda _: (416, {"Content-Range": "bytes */500"}, b""))
-    try:
+    with scripted(served, lambda _: (416, {"Content-Range": "bytes */500"}, b"")) as server_url:
         with pytest.raises(RigError, match="the partial download is removed"):
             pull(f"{server_url}{name}.manifest.json", dest)
-    finally:
-        shorter.shutdown()
     assert not part.exists()  # it stayed, so that every later run got 416 again
 
 
@@ -598,12 +599,9 @@ def test_a_failed_pull_leaves_no_pull_dir_and_a_redirect_is_named(packed):
     venv, result, manifest = packed
     name = manifest["archive"]["name"]
     served = Path(result["manifest"]).read_bytes()
-    moved, server_url = scripted(served, lambda _: (302, {"Location": "http://elsewhere.example/a"}, b""))
-    try:
+    with scripted(served, lambda _: (302, {"Location": "http://elsewhere.example/a"}, b"")) as server_url:
         with pytest.raises(RigError, match="rig does not follow redirects"):
             restore(f"{server_url}{name}.manifest.json", venv)
-    finally:
-        moved.shutdown()
     assert not venv.exists() and leftovers(venv) == []  # an empty .part and the pull dir were left
 
 
@@ -611,12 +609,9 @@ def test_an_archive_pulled_whole_that_does_not_unpack_leaves_no_pull_dir(packed,
     venv, result, manifest = packed
     evil = zstd_of(tar_of((MARKER, marker_of())))  # the manifest's hash, not its entries
     _, lying = crafted(tmp_path, manifest, evil, manifest["entries"])
-    server, server_url = scripted(json.dumps(lying).encode(), lambda _: (200, {}, evil))
-    try:
+    with scripted(json.dumps(lying).encode(), lambda _: (200, {}, evil)) as server_url:
         with pytest.raises(RigError, match="ends before 'bin', which its manifest lists"):
             restore(f"{server_url}{manifest['archive']['name']}.manifest.json", venv)
-    finally:
-        server.shutdown()
     assert not venv.exists() and leftovers(venv) == []
 
 
