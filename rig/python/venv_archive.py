@@ -16,7 +16,6 @@ import re
 import shutil
 import stat
 import struct
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -29,7 +28,7 @@ from typing import Any
 from rig.core import RigError, http, progress
 from rig.core.documents import dump_json, parse_json
 from rig.core.fs import atomic_file, atomic_write, held, open_plain, read_bytes
-from rig.core.proc import PIPE, spawn
+from rig.core.proc import PIPE, TimeoutExpired, spawn
 from rig.core.schema import Field, sha256
 from rig.python.venv import MARKER, read_marker
 
@@ -670,7 +669,7 @@ def _decompress(zstd: str, handle, manifest: dict, staging: Path, source: str) -
             except (tarfile.TarError, EOFError, ValueError) as exc:  # ValueError: tarfile's of a malformed header
                 try:  # zstd that failed has ended; zstd still writing what nobody reads would wait for good
                     code = child.wait(ZSTD_EXIT)
-                except subprocess.TimeoutExpired:
+                except TimeoutExpired:
                     code = 0  # it decompresses: the tar is what is wrong (finally kills it)
                 errors.seek(0)
                 said = errors.read(2000).decode(errors="replace").strip()
