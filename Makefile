@@ -50,7 +50,7 @@ provision: venv docker  ## Provision a throwaway local box with STACK, then run 
 # that wait on a server), their output after the tests' own; any of the three failing stops the run
 # before the boxes. Each pytest run leaves a JUnit file under build/ and lists its slowest tests. WORKERS pytest-xdist
 # workers share each run: quick tests spread one by one, box tests by the state they share (a module's
-# boxes, the lab, the image store: one worker each, tests/conftest.py).
+# boxes, the lab, the image store: one worker each, tests/harness/worker_groups.py).
 WORKERS ?= 4
 PYTEST := pytest -ra --durations=25 -n $(WORKERS)
 # --maxschedchunk 1: one test at a time to whichever worker is free; by default each worker starts with a

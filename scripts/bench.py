@@ -398,7 +398,7 @@ def bench_client(rounds: int) -> None:
     import urllib.request
 
     sys.path.insert(0, str(REPO))
-    from rig.serving.measure import load
+    from rig.serving.measure import client
     from rig.serving.measure.plan import plan_from
     from rig.serving.measure.stats import summarize
     from rig.serving.sglang_api import generate_body
@@ -429,7 +429,7 @@ def bench_client(rounds: int) -> None:
         urllib.request.urlopen(urllib.request.Request(url + "/rig_test/stats", data=b"", method="POST"))
         bodies = [generate_body(builtin(i), tokens, True) for i in range(requests)]
         cpu = time.process_time()
-        results = asyncio.run(load.run_requests(url, plan, "SGLANG_API_KEY", bodies.__getitem__, requests,
+        results = asyncio.run(client.run_requests(url, plan, "SGLANG_API_KEY", bodies.__getitem__, requests,
                                                 concurrency))
         cpu = time.process_time() - cpu
         level = summarize(results, concurrency)
@@ -444,9 +444,9 @@ def bench_client(rounds: int) -> None:
         level, _ = sweep(url)
         stats = json.loads(urllib.request.urlopen(url + "/rig_test/stats").read())
         generated = stats["tokens"] / (stats["last_emit"] - stats["first_emit"])
-        seen.append(level["throughput"])
+        seen.append(level["output_throughput"])
         made.append(generated)
-        ratios.append(level["throughput"] / generated)
+        ratios.append(level["output_throughput"] / generated)
         proc.kill()
         # unpaced: the stand-in sends as fast as its core allows; tokens per second of client CPU
         proc, url = serve("--rate", "1000000")

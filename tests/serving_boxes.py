@@ -9,7 +9,9 @@ import re
 import threading
 
 import yaml
-from conftest import REPO, box_exec, run
+from harness.boxes import box_exec
+from harness.commands import run
+from harness.paths import REPO
 from sglang_api_server import RATE as STANDIN_RATE
 
 UNIT = "/etc/systemd/system/sglang-server.service"
@@ -182,12 +184,13 @@ def driver_fleet(systemd_image, standin_site, tmp_path, count: int):
     """COUNT boxes serving the stand-in on driver OLD, its module loaded, a CDI spec of OLD's libraries: the
     signed stand-in NVIDIA repository in both versions (tests/nvidia_repo.py), bare-metal.yml and server.yml
     run; (boxes, the upgrade settings with the stack and the numerics models)."""
-    from conftest import _remove, _start, play
+    from harness.boxes import new_box, remove_boxes
+    from harness.plays import play
 
     started: list = []
 
     def start(systemd: bool):
-        started.append(_start(systemd_image, systemd=systemd))
+        started.append(new_box(systemd_image, systemd=systemd))
         return started[-1]
 
     try:
@@ -206,4 +209,4 @@ def driver_fleet(systemd_image, standin_site, tmp_path, count: int):
             assert "libcuda.so.580.159.04" in box.sh(f"cat {CDI}").stdout
         yield boxes, settings
     finally:
-        _remove(started)
+        remove_boxes(started)

@@ -31,7 +31,7 @@ from rig.core import RigError, check, defaults, numbers, outdir
 from rig.core.documents import dump_json
 from rig.core.escape import terminal
 from rig.core.fs import atomic_write
-from rig.stack.spec import load
+from rig.stack.spec import KEY_ENV, load
 
 STACKS_DEFAULT = Path("stacks") / "default.yml"
 DEFAULT_CACHE = defaults.cache_dir()
@@ -250,6 +250,8 @@ def output_option(what: str = "Write here instead of stdout.", **settings):
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+api_key_env_option = click.option("--api-key-env", default=KEY_ENV, show_default=True,
+                                  help="Environment variable holding the server's API key (sent, never printed).")
 prompts_option = click.option("--prompts", "prompts_path", type=FILE, metavar="FILE",
                               help="A JSONL ({\"prompt\", \"max_tokens\"} per line) or ShareGPT JSON prompt file "
                                    "(default: rig's).")

@@ -9,20 +9,18 @@ from rig.cli.common import (
     Choice,
     Number,
     OutDir,
+    api_key_env_option,
     check_option,
     emit,
     json_option,
     judged,
     junit_option,
-    need_stack,
     out_option,
-    refuse_unused,
     stack_option,
     venv_of,
     venv_option,
     write_junit,
 )
-from rig.cli.smoke import api_key_env_option
 from rig.core import outdir
 from rig.core.check import Check
 from rig.serving import prove as proving
@@ -30,8 +28,7 @@ from rig.stack.spec import load
 
 
 @click.command()
-# not required: --summary reads a fleet's reports wherever they were fetched, with no stack
-@stack_option(required=False, help="The stack: its CUDA and archs for the doctor, its server line for the servers.")
+@stack_option(help="The stack: its CUDA and archs for the doctor, its server line for the servers.")
 @venv_option(help="The venv whose sglang serves.")
 @click.option("--tp", type=Number(int, 1, 64), help="The TP size to prove beside 1 (default: the stack's server.tp).")
 @out_option("prove-results", "prove.json, report.md, prove.png, logs/ and (without --models) models/.",
@@ -44,15 +41,11 @@ from rig.stack.spec import load
 @click.option("--port", type=Number(int, 1, 65535),
               help="Serve on this port instead of the stack's: a host being upgraded proves where its balancer, "
                    "which checks the stack's port, sends no traffic.")
-@click.option("--summary", "summary_dir", type=OutDir(("summary.md",)), metavar="DIR",
-              help="Instead: tabulate DIR/HOST/prove.json of a fleet (playbooks/prove.yml fetches them) into "
-                   "DIR/summary.md; exit 1 unless every host passed.")
 @api_key_env_option
 @junit_option
 @check_option
 @json_option
-def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, port, summary_dir, api_key_env, junit, check,
-          as_json) -> None:
+def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, port, api_key_env, junit, check, as_json) -> None:
     """Prove this box: doctor, all-reduce probe, numerics test model, then the baseline and EAGLE-3 servers.
 
     Each server comes from the stack's own line with the numerics test model
@@ -67,16 +60,11 @@ def prove(stack_path, venv_path, tp, out_dir, models_dir, skip, port, summary_di
     it stops every server it started and writes what it has. --junit writes
     the steps as JUnit test cases for CI (a skipped step is skipped there too).
     """
-    if summary_dir:
-        refuse_unused("--summary", "summary_dir")
-        table = proving.summary(summary_dir)
-        emit(table, as_json)
-        judged(table["ok"])
     if junit and check:
         raise click.UsageError("--junit has no effect with --check (nothing is proved): leave one out")
     if junit:  # written after the record: never over it
         outdir.apart(junit, "--junit", out_dir, proving.OUTPUTS)
-    stack = load(need_stack(stack_path))
+    stack = load(stack_path)
     if port:
         stack["server"]["port"] = port
     result = proving.run(stack, stack_path, venv_of(venv_path, stack_path), out_dir, tp, tuple(skip), models_dir,

@@ -28,8 +28,8 @@ def server() -> None:
 @click.option("--gate-python", default="/usr/bin/python3", show_default=True, help="The Python that runs it.")
 @click.option("--log", default="/var/log/rig/sglang-server.log", show_default=True, type=FILE, metavar="FILE",
               help="The server's log.")
-@click.option("--start-timeout", type=Number(int, 61, 7 * 86400 + 30), default=1200, show_default=True,
-              help="Seconds systemd waits for the health gate.")
+@click.option("--start-timeout", type=Number(int, 61, 7 * 86400), metavar="SECONDS",
+              help="Seconds systemd waits for the health gate (default: the stack's server.start_timeout).")
 @json_option
 def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engine, gate_python, log, start_timeout,
                 as_json) -> None:
@@ -51,6 +51,6 @@ def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engin
         api_key = bool(os.environ.get(stack["server"]["api_key_env"]))
     result = render(stack, venv_path or stack["venv"], baseline, api_key)
     if gate_engine:
-        result.update(health_gate(stack, gate_engine, gate_python, log, start_timeout))
+        result.update(health_gate(stack, gate_engine, gate_python, log, start_timeout or stack["server"]["start_timeout"]))
     click.echo(dump_json(result, "the server's command line", indent=2) if as_json
                else shell_line(result["argv"], result["api_key_env"]))

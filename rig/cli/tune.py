@@ -6,6 +6,7 @@ import click
 from rig.cli.common import (
     Number,
     PathArg,
+    api_key_env_option,
     check_option,
     emit,
     json_option,
@@ -17,7 +18,6 @@ from rig.cli.common import (
     venv_of,
     venv_option,
 )
-from rig.cli.smoke import api_key_env_option
 from rig.core.schema import validate
 from rig.serving import load_profile as loads
 from rig.serving import tune as tuning

@@ -8,6 +8,7 @@ destination has one function here; every writer of that destination goes through
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 
 from rig.core import RigError
 
@@ -32,6 +33,15 @@ def cell(value: object) -> str:
     no row."""
     lines = ("-" if value is None else str(value)).splitlines() or [""]
     return "<br>".join(MARKDOWN_SPECIAL.sub(r"\\\1", _visible(line)) for line in lines)
+
+
+def table(header: Sequence[object], rows: Iterable[Sequence[object]]) -> list[str]:
+    """A markdown table's lines: HEADER, its rule and one line per row, every value one cell() (the one rule for
+    every table rig writes: a value's own newline or `|` never starts a row or a cell)."""
+    def line(values: Sequence[object]) -> str:
+        return "| " + " | ".join(cell(v) for v in values) + " |"
+
+    return [line(header), "|" + "---|" * len(header), *(line(row) for row in rows)]
 
 
 # ------------------------------------------------------------------ systemd units

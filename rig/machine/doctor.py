@@ -178,6 +178,8 @@ def _venv(venv: str, lock: dict | None = None) -> Check:
 
 
 ENV_FIX = "run `rig env install --venv VENV --stack STACK` (the python_stack role does)"
+VENV_FIX = ("install the venv at the stack's `venv` key (`rig venv install`, or the python_stack role), or give --venv "
+            "where it is")
 
 
 def _environment(venv: str, seen: dict, cuda_version: str, archs: list[str], prefix: str) -> list[Check]:
@@ -210,7 +212,7 @@ def _agreement(venv: str, seen: dict) -> Check:
     try:
         packages = installed(venv)
     except RigError as exc:
-        return Check("python", "cuda-agreement", "fail", str(exc), "install the stack's venv (python_stack role)")
+        return Check("python", "cuda-agreement", "fail", str(exc), VENV_FIX)
     home = seen["environ"].get("CUDA_HOME")
     parts = toolkit_parts(Path(home)) if home else {}
     toolkit = parts.get("nvcc") or parts.get("headers")
@@ -244,7 +246,7 @@ def _kernels(venv: str, cuda_version: str, archs: list[str]) -> list[Check]:
     try:
         torch, dirs, installed = venv_context(Path(venv), list(KERNEL_PACKAGES))
     except RigError as exc:
-        return [Check("python", "kernels", "fail", str(exc), "install the stack's venv (python_stack role)")]
+        return [Check("python", "kernels", "fail", str(exc), VENV_FIX)]
     # the archs are read by rig itself from each object's fat binaries: no cuobjdump, here or anywhere
     common = {"cuda_major": major(cuda_version), "archs": archs, "torch": torch, "extra_dirs": dirs, "resolve": True}
     checks = []

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rig.core import RigError, numbers, outdir, progress
 from rig.core.documents import dump_json
-from rig.core.escape import cell
+from rig.core.escape import cell, table
 from rig.core.proc import PIPE, TimeoutExpired, interpreter, last_json, script, spawn
 
 SIZES = [8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20, 256 << 20]
@@ -183,19 +183,19 @@ def report_markdown(result: dict) -> str:
              f"{result['peak_busbw_gbps']:.1f} GB/s, small-message latency "
              f"{(result['small_message_latency_us'] or 0):.1f} us (median, 8-512 KB)", "",
              "busbw = algbw x 2(n-1)/n, algbw = bytes / time (the slowest rank's), as nccl-tests reports them.", "",
-             "| size | time (us) | algbw (GB/s) | busbw (GB/s) | correct |", "|---|---|---|---|---|"]
-    for r in result["rows"]:
-        size = f"{r['bytes'] >> 20} MB" if r["bytes"] >= 1 << 20 else f"{r['bytes'] >> 10} KB"
-        lines.append(f"| {size} | {r['latency_us']:.1f} | {r['algbw_gbps']:.2f} | {r['busbw_gbps']:.2f} | "
-                     f"{'yes' if r['correct'] else 'NO'} |")
+             *table(("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "correct"),
+                    ((f"{r['bytes'] >> 20} MB" if r["bytes"] >= 1 << 20 else f"{r['bytes'] >> 10} KB",
+                      f"{r['latency_us']:.1f}", f"{r['algbw_gbps']:.2f}", f"{r['busbw_gbps']:.2f}",
+                      "yes" if r["correct"] else "NO") for r in result["rows"]))]
     peers = result.get("peers")
     if peers:
-        rows = [f"| {cell(p['a'])}<->{cell(p['b'])} | {cell(p['offered'])} | "
-                + (", ".join(f"{cell(d['from'])}->{cell(d['to'])} {d['gbps']:.1f}{'' if d['correct'] else ' WRONG'}"
-                             for d in p.get("directions", [])) or "-")
-                + f" | {'ok' if p['ok'] else 'FAILED: ' + cell(p['error'])} |" for p in peers["pairs"]]
-        table = ["| pair | offered | each way (GB/s) | verdict |", "|---|---|---|---|", *rows, ""] if rows else []
-        lines += ["", "## Peer-to-peer", "", *table, *(f"- {a}" for a in peers["advice"])]
+        pairs = table(("pair", "offered", "each way (GB/s)", "verdict"),
+                      ((f"{p['a']}<->{p['b']}", p["offered"],
+                        ", ".join(f"{d['from']}->{d['to']} {d['gbps']:.1f}{'' if d['correct'] else ' WRONG'}"
+                                  for d in p.get("directions", [])) or None,
+                        "ok" if p["ok"] else f"FAILED: {p['error']}") for p in peers["pairs"]))
+        lines += ["", "## Peer-to-peer", "", *(pairs + [""] if peers["pairs"] else []),
+                  *(f"- {a}" for a in peers["advice"])]
     lines += ["", "## Advice for the stack", ""] + [f"- {a}" for a in result["advice"]]
     return "\n".join(lines) + "\n"
 

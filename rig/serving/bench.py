@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from rig.core import RigError, outdir, progress
-from rig.core.escape import cell
+from rig.core.escape import cell, table
 from rig.core.schema import Field, between
 from rig.serving.measure.plan import Plan, check_fits
 from rig.serving.measure.record import recorded
-from rig.serving.measure.stats import PERCENTILES, shown
+from rig.serving.measure.stats import shown
 from rig.serving.measure.sweep import Level, Server, measure
 from rig.serving.measure.verdict import crossover, nothing_measured
 from rig.serving.sglang_api import KEY_ENV, call
@@ -48,19 +48,13 @@ def report_markdown(result: dict) -> str:
         if serial and serial["median"]:
             lines += [f"Serial, {serial['runs']} runs: median {serial['median']:.1f} tok/s "
                       f"(range {shown(serial['min'], 1)}-{shown(serial['max'], 1)})", ""]
-        lines += ["| C | requests | failed | output tok/s | per-request tok/s p50 | TTFT p50/p90/p99 (s) "
-                  "| TPOT p50 (ms) | e2e p50/p90/p99 (s) | accept length |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for lv in run["levels"]:
-            t, e, tpot = (lv.get(k) or {} for k in ("ttft_s", "e2e_s", "tpot_s"))
-            lines.append(" | ".join(["", str(lv["concurrency"]), str(lv["requests"]), str(lv["failed"]),
-                                     shown(lv.get("throughput"), 1),
-                                     shown((lv.get("per_request_speed") or {}).get("p50"), 1),
-                                     "/".join(shown(t.get(f"p{q}"), 3) for q in PERCENTILES),
-                                     shown(tpot.get("p50") and tpot["p50"] * 1000, 1),
-                                     "/".join(shown(e.get(f"p{q}"), 2) for q in PERCENTILES),
-                                     f"{shown(lv.get('accept_length'), 2)} / {shown(lv.get('server_accept_length'), 2)}",
-                                     ""]).strip())
+        lines += table(("C", "requests", "failed", "output tok/s", "per-request tok/s p50",
+                        "TTFT median/p90/p99 (ms)", "TPOT median (ms)", "e2e median/p90/p99 (ms)", "accept length"),
+                       ((lv["concurrency"], lv["requests"], lv["failed"], shown(lv.get("output_throughput"), 1),
+                         shown((lv.get("per_request_speed") or {}).get("p50"), 1), _spread(lv, "ttft"),
+                         shown(lv.get("median_tpot_ms"), 1), _spread(lv, "e2e_latency"),
+                         f"{shown(lv.get('accept_length'), 2)} / {shown(lv.get('server_accept_length'), 2)}")
+                        for lv in run["levels"]))
         if run["stopped"]:
             lines += ["", f"**Stopped early:** {cell(run['stopped'])}"]
         lines.append("")
@@ -68,12 +62,19 @@ def report_markdown(result: dict) -> str:
         x = result["crossover"]
         lines += ["## Crossover", "", "Median over rounds; the ratio's range is over the rounds, each measured "
                   "with the two servers interleaved. A level is won or lost only when the whole range is on one side of 1.",
-                  "", "| C | EAGLE-3 tok/s | baseline tok/s | ratio (range) | verdict |", "|---|---|---|---|---|"]
-        lines += [f"| {r['concurrency']} | {shown(r['eagle3'], 1)} | {shown(r['baseline'], 1)} | {r['ratio']:.2f} "
-                  f"({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['verdict']} |" for r in x["levels"]]
+                  ""]
+        lines += table(("C", "EAGLE-3 tok/s", "baseline tok/s", "ratio (range)", "verdict"),
+                       ((r["concurrency"], shown(r["eagle3"], 1), shown(r["baseline"], 1),
+                         f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})", r["verdict"])
+                        for r in x["levels"]))
         lines += ["", f"Highest concurrency where EAGLE-3 still wins: {x['highest_winning_concurrency']}",
                   "", f"**Recommendation:** {x['recommendation']}", ""]
     return "\n".join(lines) + "\n"
+
+
+def _spread(level: dict, name: str) -> str:
+    """NAME's median/p90/p99 in ms, as sglang.bench_serving names them in the level."""
+    return "/".join(shown(level.get(f"{q}_{name}_ms"), 1) for q in ("median", "p90", "p99"))
 
 
 def figures(result: dict) -> dict:
@@ -81,11 +82,11 @@ def figures(result: dict) -> dict:
     from matplotlib.figure import Figure
 
     drawn: dict = {}
-    measured = sorted({lv["concurrency"] for run in result["runs"] for lv in run["levels"] if lv.get("throughput")})
+    measured = sorted({lv["concurrency"] for run in result["runs"] for lv in run["levels"] if lv.get("output_throughput")})
     if not measured:  # nothing to draw: no empty plot stands for a measurement
         return drawn
     for name, title, value in (
-            ("throughput.png", "Total output tokens/s", lambda lv: lv.get("throughput")),
+            ("throughput.png", "Total output tokens/s", lambda lv: lv.get("output_throughput")),
             ("per_request.png", "Per-request tokens/s (p50)", lambda lv: (lv.get("per_request_speed") or {}).get("p50"))):
         fig = Figure(figsize=(7, 4.5))
         ax = fig.subplots()
@@ -117,10 +118,11 @@ RESULTS_SPEC = Field(dict, open=True, fields={"runs": Field(list, required=True,
         "median": _NUMBER, "min": _NUMBER, "max": _NUMBER}),
     "stopped": Field((str, type(None))), "url": Field(required=True), "speculative_algorithm": Field((str, type(None))),
     "levels": Field(list, required=True, item=Field(dict, open=True, fields={
-        "concurrency": Field(int, required=True, check=between(1, 100_000)), "throughput": _NUMBER,
-        "round_throughput": Field(list, default=[], item=Field((int, float))), "requests": Field(int, default=0),
-        "failed": Field(int, default=0), "accept_length": _NUMBER, "ttft_s": _STATS, "e2e_s": _STATS,
-        "tpot_s": _STATS, "per_request_speed": _STATS}))}))})
+        "concurrency": Field(int, required=True, check=between(1, 100_000)), "output_throughput": _NUMBER,
+        "round_output_throughput": Field(list, default=[], item=Field((int, float))), "requests": Field(int, default=0),
+        "failed": Field(int, default=0), "accept_length": _NUMBER, "per_request_speed": _STATS,
+        **{f"{q}_{name}_ms": _NUMBER for q in ("median", "p90", "p99") for name in ("ttft", "e2e_latency")},
+        "median_tpot_ms": _NUMBER}))}))})
 
 
 def _earlier(path: str) -> dict:

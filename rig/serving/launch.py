@@ -104,6 +104,17 @@ def make_logs(out: Path) -> Path:
     return out / "logs"
 
 
+def sized_for(stack: dict, levels: list[int]) -> dict:
+    """STACK with its decode CUDA graph given explicitly for measuring at LEVELS (concurrencies): its own
+    server.cuda_graph_max_bs, or the largest level where it gives none; below that level batches would run without
+    CUDA graphs and measure something else."""
+    given, largest = stack["server"]["cuda_graph_max_bs"], max(levels)
+    if given and given < largest:
+        raise RigError(f"server.cuda_graph_max_bs {given} is below the largest concurrency measured, {largest}: "
+                       "batches above it would run without CUDA graphs; raise it, leave it 0, or measure lower")
+    return with_server(stack, cuda_graph_max_bs=given or largest)
+
+
 def with_server(stack: dict, **server: Any) -> dict:
     """A copy of STACK whose server section has SERVER's keys instead: a variant rig starts itself."""
     derived = copy.deepcopy(stack)

@@ -24,10 +24,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rig.core import RigError, numbers
+from rig.core import RigError
 from rig.core.check import Check, Runner
-from rig.core.escape import cell
-from rig.core.fs import atomic_write
+from rig.core.escape import cell, table
 from rig.python.introspect import held
 from rig.serving import numerics, testmodel
 from rig.serving.launch import Servers, make_logs, results_dir, with_server
@@ -327,7 +326,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
         elif built.status == "fail":
             report.skip("servers", "no numerics test model to serve")
         else:
-            with Servers(stack["tune"]["start_timeout"], api_key_env) as servers:
+            with Servers(stack["server"]["start_timeout"], api_key_env) as servers:
                 for size in tps:
                     _serve_size(servers, report, lines, health_url(stack), size, gpus, out, api_key_env,
                                 stack["bench"])
@@ -374,7 +373,7 @@ def _acceptance(stack: dict, python: Path, lines: dict[str, list[str]], out: Pat
         report.skip(f"{AGREE}: acceptance", "no agreeing test model to serve")
         return
     url, one = health_url(stack), [Level(1)]
-    with Servers(stack["tune"]["start_timeout"], api_key_env) as servers:
+    with Servers(stack["server"]["start_timeout"], api_key_env) as servers:
         base = _serve(servers, report, f"{BASELINE} {AGREE}", lines[f"{BASELINE} {AGREE}"], url, True, out,
                       api_key_env, None, stack["bench"], numerics_check=False, levels=one)
         spec = _serve(servers, report, f"{EAGLE} {AGREE}", lines[f"{EAGLE} {AGREE}"], url, False, out, api_key_env,
@@ -432,13 +431,11 @@ def report_markdown(result: dict) -> str:
              f"passed, {sum(s['status'] == 'fail' for s in result['steps'])} failed, "
              f"{sum(s['status'] == 'skip' for s in result['steps'])} skipped; TP sizes {result['tp_sizes']}, "
              f"{result['gpus']} GPU(s) visible.", "",
-             "| versions | |", "|---|---|",
-             *(f"| {k} | {cell(v.get(k) if v.get(k) is not None else '-')} |"
-               for k in ("torch", "torch_cuda", "nccl", "sglang", "kernel", "flashinfer", "transformers")),
-             f"| driver | {cell(result.get('driver') or '-')} |",
-             "", "| step | verdict | s | detail |", "|---|---|---|---|"]
-    for s in result["steps"]:
-        lines.append(f"| {cell(s['name'])} | {s['status']} | {s['seconds']:g} | {cell(s['detail'][:400])} |")
+             *table(("versions", ""), [*((k, v.get(k)) for k in ("torch", "torch_cuda", "nccl", "sglang", "kernel",
+                                                                  "flashinfer", "transformers")),
+                                       ("driver", result.get("driver") or None)]),
+             "", *table(("step", "verdict", "s", "detail"),
+                        ((s["name"], s["status"], f"{s['seconds']:g}", s["detail"][:400]) for s in result["steps"]))]
     if result.get("stopped"):
         lines += ["", f"Stopped early: {cell(result['stopped'])}"]
     return "\n".join(lines) + "\n"
@@ -463,49 +460,3 @@ def figures(result: dict) -> dict:
     ax.set_ylabel("output tok/s (numerics model)")
     ax.legend(fontsize=8)
     return {"prove.png": fig}
-
-
-# ------------------------------------------------------------------ a fleet's reports
-
-
-def _host_row(host: str, report: object) -> dict:
-    """One host's line of the fleet table, from its prove.json (input: any field may be missing or odd)."""
-    if not isinstance(report, dict) or not isinstance(report.get("steps"), list):
-        return {"host": host, "ok": False, "failed": ["prove.json holds no steps"], "margin": None, "sglang": None}
-    steps = [s for s in report["steps"] if isinstance(s, dict)]
-    failed = [str(s.get("name"))[:80] for s in steps if s.get("status") == "fail"]
-    margins = [s.get("data", {}).get("min_margin") for s in steps
-               if str(s.get("name", "")).endswith(": numerics") and isinstance(s.get("data"), dict)]
-    known = [m for m in map(numbers.answer, margins) if m is not None]
-    versions = report.get("versions")
-    stopped = report.get("stopped")
-    return {"host": host, "ok": report.get("ok") is True and not failed and not stopped,
-            "failed": failed + ([f"stopped: {str(stopped)[:80]}"] if stopped else []),
-            "margin": min(known) if known else None,
-            "sglang": versions.get("sglang") if isinstance(versions, dict) else None}
-
-
-def summary(reports: str | Path) -> dict:
-    """REPORTS/HOST/prove.json of every host as one table (summary.md beside them); ok when every host is."""
-    from rig.core.documents import load_json
-
-    root = Path(reports)
-    if not root.is_dir() or root.is_symlink():
-        raise RigError(f"--summary {root}: give the directory the hosts' reports were fetched into (HOST/prove.json)")
-    rows = []
-    for host in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
-        try:
-            rows.append(_host_row(host.name, load_json(host / "prove.json", "prove report")))
-        except RigError as exc:
-            rows.append({"host": host.name, "ok": False, "failed": [str(exc)[:200]], "margin": None, "sglang": None})
-    if not rows:
-        raise RigError(f"--summary {root}: no HOST/ directory with a prove.json in it")
-    lines = ["| host | verdict | smallest numerics margin | sglang | failed steps |", "|---|---|---|---|---|"]
-    lines += [f"| {cell(r['host'])} | {'pass' if r['ok'] else 'FAIL'} | {shown(r['margin'], 2)} | "
-              f"{cell(r['sglang'] or '-')} | {cell('; '.join(r['failed']) or '-')} |" for r in rows]
-    table = "\n".join(lines) + "\n"
-    path = atomic_write(root / "summary.md", f"# rig prove across {len(rows)} host(s)\n\n" + table)
-    ok = all(r["ok"] for r in rows)
-    return {"ok": ok, "hosts": rows, "files": [str(path)],
-            "msg": table + (f"every host passed ({len(rows)})" if ok else
-                            f"FAILED on {', '.join(r['host'] for r in rows if not r['ok'])}")}

@@ -77,13 +77,8 @@ def models(server: dict) -> tuple[str, str]:
 
 def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
     """(what, value) pairs in argv order; a None value is a bare switch."""
-    server, bench = stack["server"], stack["bench"]
+    server = stack["server"]
     target, draft = models(server)
-    largest = max(bench["concurrency"])
-    graph_bs = graph_size(stack)
-    if graph_bs < largest:
-        raise RigError(f"server.cuda_graph_max_bs {graph_bs} is below the largest bench concurrency {largest}: "
-                       "batches above it would run without CUDA graphs; raise it or leave it 0")
     pairs: list[tuple[str, str | None]] = [("--model-path", target)]
     if not baseline:
         if not draft:
@@ -99,7 +94,9 @@ def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
                            "set server.speculative_eagle_topk to 1 and drop that flag, or serve fixed speculation")
         pairs += [("--speculative-adaptive", None),
                   ("--speculative-adaptive-config", server["speculative_adaptive_config"])]
-    pairs += [("tp", str(server["tp"])), ("cuda_graph_max_bs", str(graph_bs))]
+    pairs.append(("tp", str(server["tp"])))
+    if server["cuda_graph_max_bs"]:
+        pairs.append(("cuda_graph_max_bs", str(server["cuda_graph_max_bs"])))
     if server["max_running_requests"]:
         pairs.append(("--max-running-requests", str(server["max_running_requests"])))
     if server["attention_backends"]:
@@ -112,11 +109,6 @@ def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
         pairs.append(("--enable-torch-symm-mem", None))
     pairs += [("--host", server["host"]), ("--port", str(server["port"]))]
     return pairs
-
-
-def graph_size(stack: dict) -> int:
-    """The largest decode CUDA graph the server is asked for: server.cuda_graph_max_bs, else the largest level."""
-    return stack["server"]["cuda_graph_max_bs"] or max(stack["bench"]["concurrency"])
 
 
 def render(stack: dict, venv: str | Path, baseline: bool = False, api_key: bool = False) -> dict:

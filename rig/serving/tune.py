@@ -37,7 +37,7 @@ from typing import Any
 from rig.core import RigError, progress
 from rig.core.fs import atomic_write
 from rig.serving import adaptive, testmodel
-from rig.serving.launch import Servers, make_logs, results_dir, with_server
+from rig.serving.launch import Servers, make_logs, results_dir, sized_for, with_server
 from rig.serving.measure.plan import Plan, check_fits
 from rig.serving.measure.record import recorded
 from rig.serving.measure.sweep import Level, Server
@@ -148,6 +148,7 @@ def _check(stack: dict, found: list[Variant], wanted: list[Level], lines: dict, 
 
 def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, workload: Workload,
         api_key_env: str, check: bool = False, profile: tuple[str, dict[int, float]] | None = None) -> dict:
+    stack = sized_for(stack, plan.concurrency)  # every server's graph given, and proposed with the policy
     out = results_dir(out, OUTPUTS)
     step0_config = str(out / "step0.json")
     # every line rendered from a scratch copy of the step-0 config first: nothing is written before all is checked
@@ -173,7 +174,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
                               "recommendation": "not finished", "testmodel": model}
     extra: list[str] = []  # the policy's files, when it has them
     with recorded(out, result, "tune.json", report_markdown, figures) as written, \
-            Servers(stack["tune"]["start_timeout"], api_key_env) as servers:
+            Servers(stack["server"]["start_timeout"], api_key_env) as servers:
         profiling = {"levels": stack["tune"]["profile_levels"], "steps": stack["tune"]["profile_steps"]}
         queue = list(found)
         while queue:
@@ -222,7 +223,8 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
                                              f"{mine['expected'][mine['chosen']]:.0f} {plan.metric.replace('_', ' ')},"
                                              f" {mine['of_per_level_best']:.2f} of the per-level best's)")
         try:  # what was measured stands however the stack file is laid out
-            proposal = proposed_stack(stack_path, kind, config_path, chosen.get("server"))
+            proposal = proposed_stack(stack_path, kind, config_path, chosen.get("server"),
+                                      stack["server"]["cuda_graph_max_bs"])
         except RigError as exc:
             proposal, result["stack_diff"] = None, f"no proposed stack: {exc}"
             progress(result["stack_diff"])

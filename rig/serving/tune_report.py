@@ -5,15 +5,15 @@ import difflib
 from typing import Any
 
 from rig.core.documents import dump_json
-from rig.core.escape import cell
+from rig.core.escape import cell, table
 from rig.serving.measure.stats import shown
 
 
 def proposed_stack(stack_path: str, kind: dict, config_path: str | None,
-                   family: dict | None = None) -> tuple[str, str] | None:
+                   family: dict | None = None, graph: int = 0) -> tuple[str, str] | None:
     """The user's stack file with the policy in its server section, edited in place (rig.core.yaml_edit: every
     comment and other line kept), and the diff from the file on disk; the server keys of the family it came from
-    (its attention backend, its running-request cap) go with it."""
+    (its attention backend, its running-request cap) go with it, and GRAPH, the decode graph it was measured with."""
     from rig.core.documents import read_text
     from rig.core.yaml_edit import with_keys
 
@@ -21,6 +21,8 @@ def proposed_stack(stack_path: str, kind: dict, config_path: str | None,
         return None
     values: dict[str, Any] = {"speculative_num_steps": kind["steps"], "speculative_eagle_topk": 1,
                               "speculative_num_draft_tokens": kind["steps"] + 1}
+    if graph:
+        values["cuda_graph_max_bs"] = graph
     if kind["kind"] == "adaptive":
         values["speculative_adaptive_config"] = config_path
     values.update({key: family[key] for key in ("attention_backends", "max_running_requests")
@@ -32,26 +34,27 @@ def proposed_stack(stack_path: str, kind: dict, config_path: str | None,
     return after, diff
 
 
+def _measured(level: dict | None) -> str | None:
+    """A variant's cell at a level: its value, the range over rounds, the server's accept length and cap."""
+    if not level or not level.get("value"):
+        return None
+    values = [v for v in level.get("round_values", []) if v]
+    accept = level.get("server_accept_length")
+    return (f"{level['value']:.1f} ({min(values):.1f}-{max(values):.1f})" + (f" acc {accept:.2f}" if accept else "")
+            + (f" cap {level['capped_at']}" if level.get("capped_at") else ""))
+
+
 def report_markdown(result: dict) -> str:
     names = list(result["variants"])
     plan = result["plan"]
     lines = ["# rig tune", "", f"Stack `{cell(result['stack'])}`; {plan['rounds']} round(s) per level at temperature "
              f"{plan.get('temperature', 0)}, top_p {plan.get('top_p', 1)}; metric: {result['metric']} (median over "
              "rounds, the range over rounds in brackets; the server's own accept length under each, where it "
-             "speculates).", "",
-             "| level | " + " | ".join(cell(n) for n in names) + " | chosen |", "|---" * (len(names) + 2) + "|"]
+             "speculates).", ""]
     chosen = {r["level"]: r["chosen"] for r in result["choices"]}
-    for level in result["levels"]:
-        cells = []
-        for name in names:
-            lv = result["variants"][name].get("levels", {}).get(level)
-            values = [v for v in (lv or {}).get("round_values", []) if v]
-            accept = (lv or {}).get("server_accept_length")
-            cells.append("-" if not lv or not lv.get("value") else
-                         f"{lv['value']:.1f} ({min(values):.1f}-{max(values):.1f})" +
-                         (f" acc {accept:.2f}" if accept else "") + (f" cap {lv['capped_at']}" if lv.get("capped_at")
-                                                                     else ""))
-        lines.append(f"| {level} | " + " | ".join(cells) + f" | {cell(chosen.get(level, '-'))} |")
+    lines += table(("level", *names, "chosen"),
+                   ((level, *(_measured(result["variants"][n].get("levels", {}).get(level)) for n in names),
+                     chosen.get(level)) for level in result["levels"]))
     stopped = [f"- {cell(n)}: {cell(v['stopped'])}" for n, v in result["variants"].items() if v.get("stopped")]
     if stopped:
         lines += ["", "Variants that stopped:", *stopped]
@@ -65,19 +68,18 @@ def report_markdown(result: dict) -> str:
         lines += ["", "Families (one server line: backend and cap), their choices' geometric mean to the per-level "
                   "best: " + ", ".join(f"`{cell(k)}` {shown(v, 3)}" for k, v in result["family_scores"].items())]
     if result.get("confirmation"):
-        lines += ["", "## Confirmation", "", "| level | policy | per-level best | ratio to best (range) | verdict | "
-                  "ratio to baseline |", "|---|---|---|---|---|---|"]
-        for t in result["confirmation"]["levels"]:
-            rng = t["ratio_best_range"]
-            lines.append(f"| {t['level']} | {shown(t['policy'], 1)} | {cell(t['best'])} {shown(t['best_value'], 1)} | "
-                         f"{shown(t['ratio_best'], 2)} ({shown(rng and rng[0], 2)}-{shown(rng and rng[1], 2)}) | "
-                         f"{t['verdict']} | {shown(t['ratio_baseline'], 2)} |")
+        lines += ["", "## Confirmation", ""]
+        lines += table(("level", "policy", "per-level best", "ratio to best (range)", "verdict", "ratio to baseline"),
+                       ((t["level"], shown(t["policy"], 1), f"{t['best']} {shown(t['best_value'], 1)}",
+                         f"{shown(t['ratio_best'], 2)} ({shown(rng and rng[0], 2)}-{shown(rng and rng[1], 2)})",
+                         t["verdict"], shown(t["ratio_baseline"], 2))
+                        for t in result["confirmation"]["levels"] for rng in [t["ratio_best_range"]]))
     if (mine := result.get("load_profile")) and mine.get("chosen"):
         lines += ["", f"## For the load in `{cell(mine['file'])}`", "", "Share of busy time at each measured level "
                   "(each running-request count at the level nearest it): " + ", ".join(
                       f"{level} {share:.2f}" for level, share in mine["weights"].items()), "",
-                  "| server | expected |", "|---|---|",
-                  *[f"| {cell(n)} | {v:.1f} |" for n, v in sorted(mine["expected"].items(), key=lambda x: -x[1])],
+                  *table(("server", "expected"), ((n, f"{v:.1f}") for n, v in sorted(mine["expected"].items(),
+                                                                                       key=lambda x: -x[1]))),
                   "", f"Chosen: {cell(mine['chosen'])}, {shown(mine['of_per_level_best'], 2)} of the per-level best's "
                   "expectation; its ratio to the best per level: " + ", ".join(
                       f"{level} {ratio:.2f}" for level, ratio in mine["ratios"].items())]
@@ -85,11 +87,11 @@ def report_markdown(result: dict) -> str:
                 for level, lv in (v.get("levels") or {}).items() if (lv.get("profile") or {}).get("kernels")]
     if profiled:
         lines += ["", "## Where a decode step's time goes", "", "SGLang's torch profiler over the full batch's "
-                  "steps (CUDA kernels, ms per step and rank; the largest three):", "",
-                  "| server | level | kernel ms/step | largest kernels |", "|---|---|---|---|"]
-        lines += [f"| {cell(n)} | {level} | {shown(p['kernel_ms_per_step'], 3)} | " + "; ".join(
-                      f"{cell(k['name'][:60])} {shown(k['ms_per_step'], 3)}" for k in p["kernels"][:3]) + " |"
-                  for n, level, p in profiled]
+                  "steps (CUDA kernels, ms per step and rank; the largest three):", ""]
+        lines += table(("server", "level", "kernel ms/step", "largest kernels"),
+                       ((n, level, shown(p["kernel_ms_per_step"], 3),
+                         "; ".join(f"{k['name'][:60]} {shown(k['ms_per_step'], 3)}" for k in p["kernels"][:3]))
+                        for n, level, p in profiled))
     if result.get("stack_diff"):
         lines += ["", "## Proposed stack change", "", "```diff", result["stack_diff"].replace("```", "'''").rstrip(),
                   "```"]

@@ -9,7 +9,6 @@ from pathlib import Path
 from rig.core import RigError
 from rig.serving.launch import with_server
 from rig.serving.measure.sweep import Level
-from rig.serving.server import graph_size
 from rig.stack.spec import unmeasured_profiles
 
 BASELINE = "baseline"
@@ -147,7 +146,7 @@ def uncapped(variant: Variant, record: dict) -> Variant | None:
     (SGLang under speculation sets 48 where max_running_requests is not given); the graph is the server's own
     (/server_info), else the one rig asked for."""
     cap, graphs = record.get("max_running_requests"), record.get("cuda_graph_bs")
-    top = max(graphs) if graphs else graph_size(variant.stack)
+    top = max(graphs) if graphs else variant.stack["server"]["cuda_graph_max_bs"]
     if variant.kind == "baseline" or not cap or cap >= top or variant.name.endswith("-uncapped"):
         return None
     return Variant(f"{variant.name}-uncapped", variant.steps, with_server(variant.stack, max_running_requests=top),

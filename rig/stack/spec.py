@@ -185,7 +185,8 @@ SCHEMA = {
         "speculative_num_draft_tokens": Field(int, default=8, check=between(1, 1024)),
         "tp": Field(int, default=1, check=between(1, 64)),
         "mem_fraction_static": Field((int, float), default=0, check=_fraction),  # 0: sglang's default
-        "cuda_graph_max_bs": Field(int, default=0, check=between(0, 4096)),  # 0: the largest bench concurrency
+        # 0: SGLang's own; rig tune measures with the largest level it measures at (and proposes that)
+        "cuda_graph_max_bs": Field(int, default=0, check=between(0, 4096)),
         # 0 leaves SGLang's own: under speculation it sets 48 when unset, below a large decode graph
         "max_running_requests": Field(int, default=0, check=between(0, 1 << 20)),
         # the first is served (none: SGLang's default); rig tune measures each (triton, fa3, flashinfer, ...)
@@ -200,6 +201,9 @@ SCHEMA = {
         # "" serves fixed speculation
         "speculative_adaptive_config": Field(default="", check=lambda v: v and _absolute(v)),
         "extra_args": Field(list, default=[], item=Field()),
+        # seconds a started server has to answer its health: systemd's gate on a host, rig tune's and rig prove's
+        # wait for each server they start (a big model loads in about 10 minutes)
+        "start_timeout": Field(int, default=1200, check=between(61, 7 * 86400)),
     }),
     # what `rig bench`, `rig tune` and `rig prove` measure: the one place for the plan's defaults and limits
     # (rig.serving.measure.plan checks the options against these same fields)
@@ -241,7 +245,6 @@ SCHEMA = {
         "profile_levels": Field(list, default=[], check=once, item=Field(int, check=between(1, 100_000))),
         "profile_steps": Field(int, default=20, check=between(1, 1000)),
         "request_rates": Field(list, default=[], check=once, item=Field((int, float), check=between(0.001, 100_000))),
-        "start_timeout": Field(int, default=900, check=between(30, 7200)),
     }),
 }
 # Sections that shape processes (and the patches over the installed packages), not which packages: editing them

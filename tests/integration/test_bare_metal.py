@@ -7,9 +7,11 @@ import json
 import os
 
 import pytest
-from conftest import REPO, Box, ok, rig
+from harness.boxes import Box
+from harness.commands import ok, rig
+from harness.paths import REPO
 
-pytestmark = [pytest.mark.box, pytest.mark.ansible_payload_cache]  # see tests/conftest.py PAYLOAD_CACHE
+pytestmark = pytest.mark.box
 
 TWO_PYTHONS = REPO / "tests" / "data" / "stacks" / "two-pythons.yml"
 DRIVER = {"nvidia_driver_repo_url": "file:///srv/nvidia/repo", "nvidia_driver_keyring_url": "file:///srv/nvidia/key.gpg",

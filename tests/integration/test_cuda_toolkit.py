@@ -6,11 +6,13 @@ import subprocess
 import time
 
 import pytest
-from conftest import CUDA_STACK, REPO, ansible_env, playbook_cmd, rig
+from harness.commands import rig
+from harness.paths import CUDA_STACK, REPO
+from harness.plays import ansible_env, playbook_cmd
 
 from rig.core.elf import read_shared_object
 
-pytestmark = [pytest.mark.box, pytest.mark.ansible_payload_cache]  # see tests/conftest.py PAYLOAD_CACHE
+pytestmark = pytest.mark.box
 
 KERNEL = "__global__ void axpy(float a, const float *x, float *y) { y[threadIdx.x] += a * x[threadIdx.x]; }"
 

@@ -6,7 +6,9 @@ import os
 import shutil
 
 import pytest
-from conftest import DEFAULT_LOCK, REPO, in_image, prune, rig, run
+from harness.commands import rig, run
+from harness.images import in_image, prune
+from harness.paths import DEFAULT_LOCK, REPO
 from packaging.utils import canonicalize_name
 
 from rig.python.lock import read

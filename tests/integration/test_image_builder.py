@@ -13,7 +13,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import CACHE, REPO, in_image, ok, prune, rig, run
+from harness.commands import ok, rig, run
+from harness.images import in_image, prune
+from harness.paths import CACHE, REPO
 
 from rig.python.lock import read
 

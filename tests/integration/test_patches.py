@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DEFAULT_LOCK, REPO, ok, overlay, rig
+from harness.commands import ok, rig
+from harness.lab import overlay
+from harness.paths import DEFAULT_LOCK, REPO
 
 pytestmark = pytest.mark.venv
 

@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, REPO, rig, standin_case
+from harness.commands import rig
+from harness.paths import BIN, REPO
+from harness.standin import standin_case
 from test_tune import _free_port, _listening, _servers_running
 
 pytestmark = pytest.mark.venv
@@ -50,8 +52,7 @@ def prove_case(tmp_path, prove_venv, models):
     stack = {"name": "prove-test", "cuda": {"version": "13.0.2"}, "venv": str(prove_venv),
              "server": {"model": "/models/target", "draft_model": "/models/eagle3", "port": port,
                         "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
-                        "tp": 8},
-             "tune": {"start_timeout": 60}}
+                        "tp": 8, "start_timeout": 90}}
     case = standin_case(tmp_path, stack)
     case.port, case.dir, case.models = port, tmp_path, models
     yield case

@@ -9,14 +9,14 @@ import textwrap
 
 import pytest
 import yaml
-from conftest import BIN, REPO, Play, play, rig, run
+from harness.commands import rig, run
+from harness.paths import BIN, REPO
+from harness.plays import Play, play
 
 from rig.python.lock import read
 from rig.python.wheelhouse import cached_path, wanted
 
 pytestmark = pytest.mark.box
-# the small stacks' tests share payloads (tests/conftest.py PAYLOAD_CACHE); the site test runs stock ansible-core
-PAYLOADS = pytest.mark.ansible_payload_cache
 
 DEFAULT_LOCK = REPO / "stacks" / "sm120-sglang-0.5.23.lock"
 INTERNAL = "rig-test-internal"  # a Docker network with no route out: boxes reach this machine only
@@ -43,7 +43,6 @@ def fetch_report(output: str) -> dict:
     return yaml.safe_load(textwrap.dedent(match.group(1)))
 
 
-@PAYLOADS
 def test_three_boxes_download_every_wheel_once(start_box, tiny, monkeypatch):
     monkeypatch.setenv("RIG_CACHE", str(tiny["cache"]))
     boxes = [start_box() for _ in range(3)]
@@ -72,7 +71,6 @@ UNPACK = "Unpack the archive into the venv, pulled and checked while it streams"
 WHEELS = "Install the lock into the venv, pulling its wheels"
 
 
-@PAYLOADS
 def test_the_first_host_packs_the_venv_and_later_ones_unpack_it_checked(start_box, tiny, tmp_path, monkeypatch):
     """The venv archive (python_stack_archive): the first host installs the lock from its wheels and packs its
     venv, the controller keeps it; three fresh hosts at once then each pull it, check it and rename it into
@@ -122,7 +120,6 @@ def mirror_url(box, directory):
         server.wait()
 
 
-@PAYLOADS
 def test_hosts_pull_from_a_site_mirror_and_the_controller_downloads_nothing(start_box, tiny, tmp_path, monkeypatch):
     assert rig("wheelhouse", "fetch", str(tiny["lock"]), "--cache", str(tiny["cache"])).returncode == 0
     assert rig("wheelhouse", "export", str(tiny["lock"]), str(tmp_path / "mirror"), "--cache", str(tiny["cache"])
@@ -144,7 +141,6 @@ def test_hosts_pull_from_a_site_mirror_and_the_controller_downloads_nothing(star
     assert not refused.ok and "sha256 differs" in refused.output and not other.exists("/opt/rig/venv")
 
 
-@PAYLOADS
 def test_a_wheel_altered_in_the_cache_is_never_installed(box, tiny, monkeypatch):
     monkeypatch.setenv("RIG_CACHE", str(tiny["cache"]))
     assert rig("wheelhouse", "fetch", str(tiny["lock"]), "--cache", str(tiny["cache"])).returncode == 0
@@ -157,7 +153,6 @@ def test_a_wheel_altered_in_the_cache_is_never_installed(box, tiny, monkeypatch)
     assert code == 0 and json.loads(out)["ok"] and json.loads(out)["packages"] == 3
 
 
-@PAYLOADS
 def test_an_altered_wheel_in_the_copied_wheelhouse_is_refused_at_install(box, tiny, tmp_path):
     rig("wheelhouse", "fetch", str(tiny["lock"]), "--cache", str(tiny["cache"]))
     house = tmp_path / "house"
@@ -172,7 +167,6 @@ def test_an_altered_wheel_in_the_copied_wheelhouse_is_refused_at_install(box, ti
     assert not box.exists("/opt/rig/venv/.rig-stack.json")
 
 
-@PAYLOADS
 def test_a_lock_for_another_python_stops_naming_both(box, tmp_path):
     stack = tmp_path / "py312.yml"
     stack.write_text(yaml.safe_dump({"name": "py312", "python": "3.12", "cuda": {"version": "13.0.2"},
@@ -279,7 +273,7 @@ def test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet(start
 def check_server_role(box, tmp_path) -> None:
     """sglang_server on a converged box: no GPU stops it; install-only writes the unit, idempotently."""
     stack = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
-    stack["server"].update(model="/models/target", draft_model="/models/eagle3")
+    stack["server"].update(model="/models/target", draft_model="/models/eagle3", cuda_graph_max_bs=250)
     served = tmp_path / "served.yml"
     served.write_text(yaml.safe_dump(stack))
     refused = box.play("server.yml", rig_stack=str(served))

@@ -2,9 +2,10 @@
 import subprocess
 
 import pytest
-from conftest import BIN, REPO, ansible_env
+from harness.paths import BIN, REPO
+from harness.plays import ansible_env
 
-pytestmark = [pytest.mark.box, pytest.mark.ansible_payload_cache]  # see tests/conftest.py PAYLOAD_CACHE
+pytestmark = pytest.mark.box
 
 ROLES = sorted(p.parents[2].name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
 

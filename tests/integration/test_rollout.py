@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import play, run
+from harness.commands import run
+from harness.plays import play
 from serving_boxes import HEALTH, UNIT, main_pid, numerics_models, serving_box, stack_file
 
 pytestmark = pytest.mark.box

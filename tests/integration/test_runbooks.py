@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from harness.paths import REPO
 from test_tune import MODEL, _free_port, _servers_running
 
 pytestmark = pytest.mark.venv
@@ -82,7 +82,7 @@ def rehearsal_stack(source: Path, into: Path, venv: Path, models: Path, port: in
 def free_off_targets() -> dict[str, bytes]:
     """The files rig's free-off patches change, from the locked sglang 0.5.17 wheel of the H200's stack (fetched
     into rig's cache and checked against the lock's hash)."""
-    from conftest import CACHE
+    from harness.paths import CACHE
 
     from rig.patches import load
     from rig.python.lock import read

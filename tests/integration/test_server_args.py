@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CACHE, REPO, rig
+from harness.commands import rig
+from harness.paths import CACHE, REPO
 
 from rig.core import RigError
 
@@ -58,14 +59,16 @@ def parsed(venv: Path, *argvs: list[str]) -> list[dict]:
 @pytest.mark.parametrize("version, graph_flag", [("v9", "--cuda-graph-max-bs"), ("v23", "--cuda-graph-max-bs-decode")])
 def test_the_stack_is_spelled_for_each_version_and_means_the_same(lab, tmp_path, version, graph_flag):
     venv = lab[version]
-    done = args(venv, stack_file(tmp_path), "--json")
+    unset = json.loads(args(venv, stack_file(tmp_path), "--json").stdout)["argv"]
+    assert graph_flag not in unset  # no graph in the stack: SGLang's own, whatever a bench measures
+    done = args(venv, stack_file(tmp_path, cuda_graph_max_bs=250), "--json")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     argv = out["argv"]
     assert out["sglang"] == ("0.5.9" if version == "v9" else "0.5.23")
     assert argv[:3] == [str(venv / "bin" / "python"), "-m", "sglang.launch_server"]
-    assert argv[argv.index(graph_flag) + 1] == "250"  # the largest bench concurrency
-    baseline = json.loads(args(venv, stack_file(tmp_path), "--json", "--baseline").stdout)["argv"]
+    assert argv[argv.index(graph_flag) + 1] == "250"
+    baseline = json.loads(args(venv, stack_file(tmp_path, cuda_graph_max_bs=250), "--json", "--baseline").stdout)["argv"]
     seen, seen_baseline = parsed(venv, argv, baseline)
     assert seen["cuda_graph_max_bs" if version == "v9" else "cuda_graph_max_bs_decode"] == 250
     assert {k: seen[k] for k in ("model_path", "speculative_algorithm", "speculative_draft_model_path",

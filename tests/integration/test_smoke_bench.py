@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, STAND_IN, free_port, rig
+from harness.commands import rig
+from harness.paths import BIN
+from harness.standin import STAND_IN, free_port
 
 PNG = b"\x89PNG\r\n\x1a\n"
 # Seeds' shape, four times as fast: EAGLE-3 serves one stream at 560 tok/s against 400,
@@ -141,12 +143,14 @@ def test_bench_finds_the_crossover_where_it_is(serve, tmp_path):
     mine, theirs = data["runs"]
     assert [lv["concurrency"] for lv in mine["levels"]] == [1, 2, 3, 5, 10]
     assert [lv["requests"] for lv in mine["levels"]] == [90] * 5  # 3 rounds of 30
-    assert all(len(lv["round_throughput"]) == 3 for lv in mine["levels"] + theirs["levels"])
+    assert all(len(lv["round_output_throughput"]) == 3 for lv in mine["levels"] + theirs["levels"])
     assert [r["verdict"] for r in summary["crossover"]["levels"]] == ["won", "won", "won", "lost", "lost"]
     for level in mine["levels"] + theirs["levels"]:
         assert level["failed"] == 0 and level["output_tokens"] == level["requests"] * CROSSOVER_TOKENS
-        for metric in ("ttft_s", "tpot_s", "e2e_s", "per_request_speed"):
-            assert level[metric]["p50"] <= level[metric]["p90"] <= level[metric]["p99"]
+        for metric in ("ttft", "tpot", "itl", "e2e_latency"):  # sglang.bench_serving's names, each number once
+            assert level[f"median_{metric}_ms"] <= level[f"p90_{metric}_ms"] <= level[f"p99_{metric}_ms"]
+        assert level["per_request_speed"]["p50"] <= level["per_request_speed"]["p90"]
+        assert not {"throughput", "ttft_s", "tpot_s", "e2e_s"} & set(level)
     assert all(lv["accept_length"] == pytest.approx(2.5, abs=0.15) for lv in mine["levels"])
     assert all(lv["accept_length"] is None for lv in theirs["levels"])
     # per-request speed falls under load only where the capacity is shared out
@@ -186,7 +190,7 @@ def test_bench_stops_when_the_server_dies_and_keeps_what_it_measured(serve, tmp_
     assert done.returncode == 1
     run = results(tmp_path)["runs"][0]
     assert "stopped answering" in run["stopped"]
-    assert run["levels"][0]["failed"] == 0 and run["levels"][0]["throughput"] > 0
+    assert run["levels"][0]["failed"] == 0 and run["levels"][0]["output_throughput"] > 0
     assert len(run["levels"]) == 2 and run["levels"][1]["failed"] > 0
     assert (tmp_path / "report.md").read_text().count("Stopped early") == 1
 
@@ -202,7 +206,7 @@ def test_bench_goes_on_when_the_server_refuses_by_context_length(serve, tmp_path
     assert run["stopped"] is None and run["serial"]["ok"] == 0
     assert run["serial"]["errors"][0].startswith("refused (HTTP 200): Requested token count exceeds the model's "
                                                  "maximum context length of 200 tokens")
-    assert [lv["failed"] for lv in run["levels"]] == [0, 0] and run["levels"][1]["throughput"] > 0
+    assert [lv["failed"] for lv in run["levels"]] == [0, 0] and run["levels"][1]["output_throughput"] > 0
     assert "gives no context length" in results(tmp_path)["notes"][0]
 
 

@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, ok, rig
+from harness.commands import ok, rig
+from harness.paths import REPO
 
 pytestmark = pytest.mark.venv
 

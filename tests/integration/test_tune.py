@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, rig, standin_case
+from harness.commands import rig
+from harness.paths import REPO
+from harness.standin import standin_case
 
 # Costs in ms: a step's fixed part, each verified token of each running request, each draft step.
 # With 80% acceptance per position, 3 steps make 2.95 tokens a step: EAGLE-3 (3 steps) serves one
@@ -76,9 +78,9 @@ def tune_case(tmp_path, standin_venv):
     stack = {"name": "tune-test", "cuda": {"version": "13.0.2"}, "venv": str(standin_venv),
              "server": {"model": str(tmp_path / "target"), "draft_model": str(tmp_path / "draft"), "port": port,
                         "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
-                        "cuda_graph_max_bs": 64},
+                        "cuda_graph_max_bs": 64, "start_timeout": 90},
              "bench": {"concurrency": [1, 64], "max_tokens": 16, "rounds": 2},
-             "tune": {"steps": [1, 3], "start_timeout": 60, "uncapped": False}}
+             "tune": {"steps": [1, 3], "uncapped": False}}
     case = standin_case(tmp_path, stack)
     case.port, case.venv, case.dir = port, standin_venv, tmp_path
     yield case

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import play
+from harness.plays import play
 from serving_boxes import CDI, DRIVER, FABRIC, HEALTH, NEW, OLD, Load, drains, driver_fleet, versions
 
 pytestmark = pytest.mark.box

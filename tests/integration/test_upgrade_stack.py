@@ -6,7 +6,8 @@ import json
 
 import pytest
 import yaml
-from conftest import ok, play, rig
+from harness.commands import ok, rig
+from harness.plays import play
 from serving_boxes import HEALTH, UNIT, Load, drains, driver_fleet
 
 pytestmark = pytest.mark.box

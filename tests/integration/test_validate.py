@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CACHE, DEFAULT_LOCK, REPO, rig
+from harness.commands import rig
+from harness.paths import CACHE, DEFAULT_LOCK, REPO
 
 from rig.core.fs import sha256_file
 from rig.python.lock import lock_hash, stack_digest

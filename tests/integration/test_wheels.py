@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CACHE, DEFAULT_LOCK, REPO, ok, rig
+from harness.commands import ok, rig
+from harness.paths import CACHE, DEFAULT_LOCK, REPO
 
 from rig.python.lock import read
 from rig.python.pip import download, target_args

@@ -4,7 +4,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from harness.paths import REPO
 
 from rig.core import RigError
 from rig.core.elf import cubin_arch

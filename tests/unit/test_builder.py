@@ -3,7 +3,7 @@ import shlex
 import subprocess
 
 import pytest
-from conftest import CACHE, REPO
+from harness.paths import CACHE, REPO
 
 from rig.core import RigError
 from rig.kernels.builder import stage
@@ -94,7 +94,8 @@ def test_wheels_stage_check_keys_the_source_and_stages_nothing(tmp_path):
     """--check reads and keys the source as staging would (a link out of it still refused), copies nothing."""
     import json
 
-    from conftest import REPO, rig
+    from harness.commands import rig
+    from harness.paths import REPO
 
     source = tmp_path / "ext"
     source.mkdir()

@@ -1,5 +1,6 @@
 """The CLI's surface: every subcommand explains itself; errors are one clear line."""
-from conftest import REPO, rig
+from harness.commands import rig
+from harness.paths import REPO
 
 MOVED = {"ldconfig-conf": "cuda ldconfig-conf", "probe": "machine probe", "sbom": "image sbom",
          "tool": "plumbing tool", "bundle": "plumbing bundle"}

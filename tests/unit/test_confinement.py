@@ -3,7 +3,8 @@ import json
 import zipfile
 
 import pytest
-from conftest import REPO, rig
+from harness.commands import rig
+from harness.paths import REPO
 
 from rig.core import RigError
 from rig.core.fs import confined

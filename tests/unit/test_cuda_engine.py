@@ -213,7 +213,7 @@ def test_a_sparse_member_or_sizes_beyond_the_archive_are_refused(tmp_path):
 def test_the_apt_method_is_refused_naming_the_role_that_installs_it(tmp_path, command):
     """A stack's cuda.method apt is NVIDIA's packages through apt, which the cuda_toolkit role installs (its
     tasks/apt.yml, the one place); rig cuda fetch and install say so in one line and change nothing."""
-    from conftest import rig
+    from harness.commands import rig
 
     done = rig("cuda", *command, "--version", "13.0.2", "--method", "apt",
                *(["--prefix", str(tmp_path / "prefix")] if command[0] == "install" else
@@ -227,7 +227,7 @@ def test_the_apt_method_is_refused_naming_the_role_that_installs_it(tmp_path, co
 
 def test_fetch_under_check_says_what_it_would_download_and_downloads_nothing(tmp_path):
     """No network here: --check answers from the cache alone, and writes nothing into it."""
-    from conftest import rig
+    from harness.commands import rig
 
     cache = tmp_path / "cache"
     done = rig("cuda", "fetch", "--version", "13.0.2", "--check", "--json", "--cache", str(cache))

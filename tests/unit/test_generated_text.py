@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import yaml
-from conftest import rig
+from harness.commands import rig
 
 from rig.core import RigError
 from rig.core.check import Check, junit

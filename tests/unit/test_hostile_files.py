@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import CACHE, REPO
+from harness.paths import CACHE, REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from harness.paths import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -298,9 +298,9 @@ RESULTS = {"plan": {}, "runs": [{"label": "baseline", "url": "http://127.0.0.1:3
                                   "serial": {"runs": 3, "tok_s": [48.0, 50.0, 51.5], "median": 50.0, "min": 48.0,
                                              "max": 51.5},
                                   "stopped": None, "levels": [
-    {"concurrency": 1, "throughput": 50.0, "round_throughput": [49.0, 50.0, 51.0], "requests": 30, "failed": 0,
-     "accept_length": None, "ttft_s": {"p50": 0.1, "p90": 0.2, "p99": 0.3}, "e2e_s": {"p50": 1.0},
-     "tpot_s": {"p50": 0.02}, "per_request_speed": {"p50": 50.0}}]}]}
+    {"concurrency": 1, "output_throughput": 50.0, "round_output_throughput": [49.0, 50.0, 51.0], "requests": 30,
+     "failed": 0, "accept_length": None, "median_ttft_ms": 100.0, "p90_ttft_ms": 200.0, "p99_ttft_ms": 300.0,
+     "median_e2e_latency_ms": 1000.0, "median_tpot_ms": 20.0, "per_request_speed": {"p50": 50.0}}]}]}
 
 
 @FUZZ

@@ -93,7 +93,7 @@ def test_a_redirect_is_answered_as_it_is_and_the_key_never_leaves_the_origin(ser
 def test_the_bench_client_does_not_follow_a_redirect_either(servers, monkeypatch):
     import asyncio
 
-    from rig.serving.measure.load import Redirected, session, stream
+    from rig.serving.measure.client import Redirected, session, stream
     from rig.serving.measure.plan import plan_from
 
     monkeypatch.setenv("SGLANG_API_KEY", "secret")
@@ -119,7 +119,7 @@ def test_a_redirect_whose_body_never_comes_is_answered_at_once_by_every_client(s
 
     from rig.core import RigError
     from rig.serving import smoke
-    from rig.serving.measure.load import Redirected, flush, run_requests, session, stream
+    from rig.serving.measure.client import Redirected, flush, run_requests, session, stream
     from rig.serving.measure.plan import plan_from
 
     monkeypatch.setenv("SGLANG_API_KEY", "secret")
@@ -169,7 +169,7 @@ def test_numbers_no_float_can_hold_are_no_numbers():
 
 
 def test_an_error_body_nested_past_the_parser_is_a_reason_not_a_crash():
-    from rig.serving.measure.load import refused as _refused
+    from rig.serving.measure.client import refused as _refused
 
     refused = _refused(500, b"[" * 100_000)
     assert refused["ok"] is False and refused["error"].startswith("server error (HTTP 500): [[[")

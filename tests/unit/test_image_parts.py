@@ -6,7 +6,7 @@ import os
 import stat
 
 import pytest
-from conftest import DEFAULT_LOCK, REPO
+from harness.paths import DEFAULT_LOCK, REPO
 
 from rig.core import RigError
 from rig.engine import buildkit

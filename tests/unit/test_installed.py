@@ -5,7 +5,8 @@ import subprocess
 import sys
 import zipfile
 
-from conftest import REPO, rig, run
+from harness.commands import rig, run
+from harness.paths import REPO
 
 PATCH_SET = sorted(p.stem for p in (REPO / "rig" / "patches" / "set").glob("*.yml"))
 

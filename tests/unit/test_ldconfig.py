@@ -4,7 +4,8 @@ import os
 import sys
 from pathlib import Path
 
-from conftest import REPO, rig, run
+from harness.commands import rig, run
+from harness.paths import REPO
 
 from rig.cuda import ldconfig
 from rig.cuda.ldconfig import SBIN, conf_for

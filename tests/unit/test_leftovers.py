@@ -10,7 +10,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import BIN, REPO, rig
+from harness.commands import rig
+from harness.paths import BIN, REPO
 
 from rig.python.lock import lock_hash
 

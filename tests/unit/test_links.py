@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, rig
+from harness.commands import rig
+from harness.paths import REPO
 
 PATCH = {"id": "fakepkg-fix", "summary": "a test patch", "package": "fakepkg", "needed": ">=1.0,<2",
          "file": "fakepkg/mod.py", "why": "test", "hunks": [{"find": "X = 1\n", "replace": "X = 2\n"}],

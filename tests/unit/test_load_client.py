@@ -7,7 +7,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import free_port
+from harness.standin import free_port
 from serving_boxes import ONE_REQUEST
 
 
@@ -54,7 +54,7 @@ def test_a_held_request_stays_in_flight_until_the_drain_then_finishes_whole(tmp_
     import signal
     import time
 
-    from conftest import STAND_IN
+    from harness.standin import STAND_IN
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -7,7 +7,8 @@ import json
 
 import pytest
 import yaml
-from conftest import REPO, rig
+from harness.commands import rig
+from harness.paths import REPO
 
 from rig.core import RigError
 from rig.python.lock import build_lock, read, torch_cuda_major

@@ -4,7 +4,7 @@ import re
 import time
 
 import pytest
-from conftest import rig
+from harness.commands import rig
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

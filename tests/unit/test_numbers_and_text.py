@@ -6,13 +6,14 @@ import math
 import re
 
 import pytest
-from conftest import REPO, rig
+from harness.commands import rig
+from harness.paths import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rig.core import RigError, numbers
 from rig.core.documents import dump_json, parse_json, parse_yaml
-from rig.core.escape import cell, terminal, unit_exec, unit_text
+from rig.core.escape import table, terminal, unit_exec, unit_text
 from rig.serving.server import _render, wants
 from rig.stack.spec import load
 
@@ -100,7 +101,8 @@ def test_the_json_writer_writes_json_or_names_the_non_finite_value(value):
 @FUZZ
 @given(cells=st.lists(st.text(max_size=20), min_size=1, max_size=5))
 def test_a_markdown_row_of_any_cells_stays_one_row_of_as_many_cells(cells):
-    row = "| " + " | ".join(cell(c) for c in cells) + " |"
+    head, rule, row = table([f"h{i}" for i in range(len(cells))], [cells])  # the one renderer of every table
+    assert rule == "|" + "---|" * len(cells) and head.count("|") == len(cells) + 1
     assert len(row.splitlines()) == 1 and row.isprintable()
     unescaped = re.sub(r"\\.", "", row)  # every backslash escape dropped: what markdown reads as markup is left
     # a cell's own line breaks are its one piece of HTML, <br>, one per break; the input's < stays escaped

@@ -8,7 +8,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import BIN, REPO, rig
+from harness.commands import rig
+from harness.paths import BIN, REPO
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -202,7 +203,9 @@ def test_an_output_directory_where_a_fifo_stands_is_called_a_fifo(tmp_path):
 def test_the_fleet_summary_runs_where_the_reports_are_with_no_stack(tmp_path):
     (tmp_path / "host1").mkdir()
     (tmp_path / "host1" / "prove.json").write_text('{"ok": true, "steps": []}')
-    done = rig_in(tmp_path, "prove", "--summary", ".")
+    done = rig_in(tmp_path, "fleet", "summary", ".")
     assert done.returncode == 0, done.stderr
     assert "every host passed (1)" in done.stdout and (tmp_path / "summary.md").is_file()
-    refused(rig_in(tmp_path, "prove", "--summary", ".", "--stack", STACK), "--stack has no effect with --summary")
+    (tmp_path / "summary.md").unlink()
+    (tmp_path / "summary.md").mkdir()  # where the table goes, a directory stands: refused before anything is read
+    refused(rig_in(tmp_path, "fleet", "summary", "."), "summary.md")

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, rig
+from harness.commands import rig
+from harness.paths import REPO
 
 from rig.core import RigError
 from rig.patches import Env, _patched, apply, asked, load, status
@@ -86,7 +87,7 @@ def test_status_of_a_file_missing_from_the_package_is_drift(tmp_path):
 def test_the_cli_needs_an_environment_and_says_how(tmp_path):
     import subprocess
 
-    from conftest import BIN
+    from harness.paths import BIN
 
     # outside a checkout no stack is found, so no venv either (the one CLI grammar: --venv, else the stack's)
     done = subprocess.run([str(BIN / "rig"), "patch", "status"], cwd=tmp_path, capture_output=True, text=True,

@@ -78,7 +78,7 @@ def test_every_pair_is_copied_both_ways_and_a_wrong_copy_fails_its_pair_with_the
     assert "failed between GPUs 1<->2" in bad["advice"][0] and "NCCL_P2P_DISABLE" in bad["advice"][0]
     assert "no peer access between GPUs 0<->2" in bad["advice"][1]
     report = probe.report_markdown({**probe.analyse(raw(3, (256 << 20) / 25e9)), "peers": bad})
-    assert "| 1<->2 | False | 1->2 25.0, 2->1 25.0 WRONG | FAILED: the copy 2->1 arrived with wrong values |" in report
+    assert r"| 1\<->2 | False | 1->2 25.0, 2->1 25.0 WRONG | FAILED: the copy 2->1 arrived with wrong values |" in report
 
 
 def test_a_pair_that_never_completes_fails_within_its_deadline_and_the_others_are_measured():

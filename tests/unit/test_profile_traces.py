@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rig.core import RigError
-from rig.serving.measure.profile import summarize, traces
+from rig.serving.measure.torch_profile import summarize, traces
 
 
 def _trace(path, events):
@@ -59,7 +59,7 @@ def test_a_real_trace_header_with_nanosecond_epochs_is_read(tmp_path):
 
 
 def test_a_trace_that_cannot_be_read_is_a_note_not_the_end_of_the_run(tmp_path):
-    from rig.serving.measure.profile import read
+    from rig.serving.measure.torch_profile import read
 
     path = tmp_path / "p-TP-0.trace.json.gz"
     path.write_bytes(b"not gzip")

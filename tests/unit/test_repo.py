@@ -6,7 +6,9 @@ import sys
 
 import pytest
 import yaml
-from conftest import BIN, REPO, ansible_env, run
+from harness.commands import run
+from harness.paths import BIN, REPO
+from harness.plays import ansible_env
 
 PLAYBOOKS = sorted(p.name for p in (REPO / "playbooks").glob("*.yml"))
 
@@ -88,7 +90,7 @@ def test_the_roles_and_the_dockerfile_spell_the_paths_rig_core_defaults_names():
 
 def test_the_suites_results_callback_counts_what_ansibles_recap_counts(tmp_path):
     """Play.recap and Play.changed_tasks read the JSON of tests/callback_plugins/rig_results.py, not the text."""
-    from conftest import Play
+    from harness.plays import Play
 
     book = tmp_path / "play.yml"
     book.write_text(yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": [
@@ -108,96 +110,9 @@ def test_the_suites_results_callback_counts_what_ansibles_recap_counts(tmp_path)
         failed.recap("ok", "elsewhere")
 
 
-PATCHED = """
-import json, os, sys
-sys.path.insert(0, sys.argv[1])
-from ansible import constants as C
-from ansible.executor import module_common
-original = module_common._CachedModule.dump
-import rig_results
-rig_results.CallbackModule()
-print(json.dumps({"patched": module_common._CachedModule.dump is not original,
-                  "linked": os.path.lexists(os.path.join(C.DEFAULT_LOCAL_TMP, "ansiballz_cache"))}))
-"""
-
-
-def test_the_results_callback_patches_ansible_only_when_a_test_asks(tmp_path):
-    """Loaded without $RIG_ANSIBALLZ_CACHE, the suite's callback leaves ansible-core's module_common as it is and
-    links no payload cache: the plays of the end-to-end tests (site, upgrade, rollout), which never ask, run the
-    Ansible users run. Asked, it does both (so this test can tell)."""
-    env = {k: v for k, v in ansible_env().items() if k != "RIG_ANSIBALLZ_CACHE"}
-    script = [sys.executable, "-c", PATCHED, str(REPO / "tests" / "callback_plugins")]
-    stock = subprocess.run(script, capture_output=True, text=True, env=env, check=False)
-    assert stock.returncode == 0, stock.stderr
-    assert json.loads(stock.stdout) == {"patched": False, "linked": False}
-    asked = subprocess.run(script, capture_output=True, text=True, check=False,
-                           env={**env, "RIG_ANSIBALLZ_CACHE": str(tmp_path / "payloads")})
-    assert asked.returncode == 0, asked.stderr
-    assert json.loads(asked.stdout) == {"patched": True, "linked": True}
-    # the opt-in is a marker; the end-to-end tests carry none
-    from conftest import PAYLOAD_CACHE
-
-    integration = REPO / "tests" / "integration"
-    assert PAYLOAD_CACHE not in (integration / "test_upgrade.py").read_text()
-    assert PAYLOAD_CACHE not in (integration / "test_rollout.py").read_text()
-    site = (integration / "test_python_stack.py").read_text()
-    before = site.split("\ndef test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet(")[0]
-    assert not before.rstrip().endswith("@PAYLOADS") and PAYLOAD_CACHE not in site.split("pytestmark")[1].split("\n")[0]
-
-
-def test_the_suites_module_payloads_carry_bytecode_that_python_reads(tmp_path, monkeypatch):
-    """The callback keeps each payload's module_utils compiled beside their sources: Python imports the bytecode
-    from the zip, and a Python of another version (another magic number) reads the source instead. The module
-    itself stays source (its frames name it as Ansible's deprecations read them)."""
-    import base64
-    import io
-    import pickle
-    import zipfile
-
-    from conftest import Play
-
-    monkeypatch.syspath_prepend(str(REPO / "tests" / "callback_plugins"))
-    from rig_results import _with_bytecode
-
-    plain = io.BytesIO()
-    with zipfile.ZipFile(plain, "w") as payload:
-        for name, text in (("__init__.py", ""), ("module_utils/__init__.py", ""), ("module_utils/mod.py", "VALUE = 42"),
-                           ("module_utils/new.py", "def f[T](): pass"),
-                           ("modules/__init__.py", ""), ("modules/task.py", "")):
-            payload.writestr(f"ansible/{name}", text)
-    zipped = tmp_path / "payload.zip"
-    zipped.write_bytes(base64.b64decode(_with_bytecode(base64.b64encode(plain.getvalue()))))
-    assert sorted(n for n in zipfile.ZipFile(zipped).namelist() if n.endswith(".pyc")) == [
-        "ansible/module_utils/__init__.pyc", "ansible/module_utils/mod.pyc"]  # 3.12 syntax and the module: source
-    show = ("import sys; sys.path.insert(0, sys.argv[1]); import ansible.module_utils.mod as m; "
-            "print(m.VALUE, m.__file__)")
-    assert run([sys.executable, "-c", show, str(zipped)]).stdout.split() == ["42",
-                                                                             f"{zipped}/ansible/module_utils/mod.pyc"]
-    other = tmp_path / "other.zip"  # the same bytes but the magic number: another Python's bytecode
-    with zipfile.ZipFile(zipped) as source, zipfile.ZipFile(other, "w") as payload:
-        for name in source.namelist():
-            data = source.read(name)
-            payload.writestr(name, b"\0\0\r\n" + data[4:] if name.endswith(".pyc") else data)
-    assert run([sys.executable, "-c", show, str(other)]).stdout.split() == ["42",
-                                                                            f"{other}/ansible/module_utils/mod.py"]
-
-    # a play's module comes from the cache with ansible.module_utils compiled
-    monkeypatch.setenv("RIG_ANSIBALLZ_CACHE", str(tmp_path / "cache"))
-    book = tmp_path / "play.yml"
-    book.write_text(yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False,
-                                     "tasks": [{"name": "Run", "ansible.builtin.command": "true"}]}]))
-    Play.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}",
-              str(book)]).expect_ok()
-    cached = [p for p in (tmp_path / "cache").glob("ansible.modules.command-*") if p.suffix != ".lock"]
-    assert len(cached) == 1
-    names = zipfile.ZipFile(io.BytesIO(base64.b64decode(pickle.loads(cached[0].read_bytes()).zip_data))).namelist()
-    assert {"ansible/module_utils/basic.py", "ansible/module_utils/basic.pyc", "ansible/modules/command.py"} <= \
-        set(names) and "ansible/modules/command.pyc" not in names
-
-
 def test_every_module_and_test_the_box_run_groups_by_name_exists():
     """A renamed module or test would leave its group silently (the scheduler groups the rest by module)."""
-    from conftest import GROUPS, LEADS, worker_group
+    from harness.worker_groups import GROUPS, LEADS, worker_group
 
     for key, group in [*GROUPS.items(), *((lead, None) for lead in LEADS)]:
         module, _, test = key.partition("::")
@@ -208,7 +123,7 @@ def test_every_module_and_test_the_box_run_groups_by_name_exists():
 
 def test_the_box_run_orders_groups_by_first_and_each_lead_first_in_its_group():
     """The order pytest_collection_modifyitems gives: FIRST's groups in turn, a group's lead before the rest."""
-    from conftest import FIRST, LEADS, worker_group
+    from harness.worker_groups import FIRST, LEADS, worker_group
 
     done = run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "box or venv", "tests/integration"],
                cwd=REPO)

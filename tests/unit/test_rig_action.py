@@ -8,7 +8,8 @@ import time
 
 import pytest
 import yaml
-from conftest import BIN, REPO, run
+from harness.commands import run
+from harness.paths import BIN, REPO
 
 from rig.python.runtime_env import MODULE
 

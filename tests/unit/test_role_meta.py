@@ -3,7 +3,7 @@ image (scripts/base-image.sh), so that suite is the one platform claimed."""
 import re
 
 import yaml
-from conftest import REPO
+from harness.paths import REPO
 
 
 def test_every_role_claims_the_base_images_debian_suite_and_molecule_runs_that_image():

@@ -2,7 +2,7 @@
 it (behind the rig action), so that the judgement is made once, in rig, and tested there."""
 import re
 
-from conftest import REPO
+from harness.paths import REPO
 
 # what a role must not do itself, and what answers it instead: the loader cache read and matched in Jinja; a
 # lock read as plain JSON (which skips the check of its hash)
@@ -24,7 +24,7 @@ def test_no_role_reads_a_document_the_loader_cache_or_the_device_nodes_itself():
 def test_doctors_libraries_layer_alone_is_the_roles_verdict_and_says_it_in_one_line(tmp_path):
     import json
 
-    from conftest import rig
+    from harness.commands import rig
 
     done = rig("doctor", "--cuda", "13.0.2", "--prefix", str(tmp_path), "--layer", "libraries", "--json")
     report = json.loads(done.stdout)
@@ -42,7 +42,7 @@ def test_the_device_nodes_a_process_can_open_are_counted_by_rig(tmp_path):
     import os
     import stat
 
-    from conftest import rig
+    from harness.commands import rig
 
     for name in ("nvidiactl", "nvidia-uvm", "nvidia7"):
         (tmp_path / name).write_text("")
@@ -67,7 +67,7 @@ def test_the_libraries_layer_knows_cuda_11s_sonames_with_a_minor(monkeypatch):
 def test_dockers_runtimes_are_read_by_rig_and_a_file_of_another_shape_is_named(tmp_path):
     import json
 
-    from conftest import rig
+    from harness.commands import rig
 
     config = tmp_path / "daemon.json"
     facts = ["machine", "facts", "--pci-root", str(tmp_path / "none"), "--json", "--docker-config", str(config)]

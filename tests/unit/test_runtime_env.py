@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, rig
+from harness.commands import rig
+from harness.paths import REPO
 
 from rig.machine import doctor
 from rig.python import runtime_env

@@ -5,10 +5,12 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import REPO, rig
+from harness.commands import rig
+from harness.paths import REPO
 
 from rig.core import RigError
 from rig.core.escape import unit_exec
+from rig.serving.launch import sized_for, with_server
 from rig.serving.server import health_gate, models, shell_line, wants
 from rig.stack.spec import load
 
@@ -23,13 +25,16 @@ def stack(**server) -> dict:
     return data
 
 
-def test_the_cuda_graph_batch_follows_the_largest_bench_concurrency():
+def test_the_cuda_graph_is_the_servers_own_and_a_measuring_run_gives_it_explicitly():
     data = stack()
     data["bench"]["concurrency"] = [1, 4, 64]
-    assert ("cuda_graph_max_bs", "64") in wants(data, baseline=False)
+    assert "cuda_graph_max_bs" not in dict(wants(data, baseline=False))  # the bench plan does not shape the line
     assert ("cuda_graph_max_bs", "128") in wants({**data, "server": {**data["server"], "cuda_graph_max_bs": 128}}, False)
-    with pytest.raises(RigError, match="cuda_graph_max_bs 32 is below the largest bench concurrency 64"):
-        wants({**data, "server": {**data["server"], "cuda_graph_max_bs": 32}}, False)
+    measured = sized_for(data, [1, 4, 64])
+    assert ("cuda_graph_max_bs", "64") in wants(measured, False) and data["server"]["cuda_graph_max_bs"] == 0
+    assert sized_for(with_server(data, cuda_graph_max_bs=128), [64])["server"]["cuda_graph_max_bs"] == 128
+    with pytest.raises(RigError, match="cuda_graph_max_bs 32 is below the largest concurrency measured, 64"):
+        sized_for(with_server(data, cuda_graph_max_bs=32), [1, 64])
 
 
 def test_missing_models_are_named():

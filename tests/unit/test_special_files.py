@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import rig
+from harness.commands import rig
 
 from rig.core import RigError
 from rig.core.documents import read_text

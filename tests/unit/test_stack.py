@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, rig
+from harness.commands import rig
+from harness.paths import REPO
 
 from rig.core import RigError
 from rig.python.stack_vars import ansible_vars

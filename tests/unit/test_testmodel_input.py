@@ -3,7 +3,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import rig
+from harness.commands import rig
 
 
 @pytest.mark.parametrize("args, says", [

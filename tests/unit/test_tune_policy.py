@@ -231,7 +231,7 @@ def test_a_round_that_measured_zero_is_a_measurement_and_a_missing_one_is_not():
 def test_a_speculative_server_capped_below_its_graph_gets_an_uncapped_twin_once():
     from rig.serving.tune_variants import uncapped
 
-    stack = {"server": {"cuda_graph_max_bs": 0}, "bench": {"concurrency": [1, 64, 256]}}
+    stack = {"server": {"cuda_graph_max_bs": 256}, "bench": {"concurrency": [1, 64, 256]}}  # as rig tune sizes it
     eagle = Variant("eagle3-3", 3, stack, "eagle", "triton")
     twin = uncapped(eagle, {"max_running_requests": 48, "cuda_graph_bs": [1, 64, 256]})
     assert twin and twin.name == "eagle3-3-uncapped" and twin.family == "triton/uncapped"

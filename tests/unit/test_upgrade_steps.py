@@ -4,7 +4,7 @@ import json
 import os
 
 import pytest
-from conftest import rig
+from harness.commands import rig
 
 from rig.core import RigError
 from rig.machine import driver, upgrade

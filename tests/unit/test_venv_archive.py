@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import rig
+from harness.commands import rig
 
 from rig.core import RigError
 from rig.core import http as rig_http

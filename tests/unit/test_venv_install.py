@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pip
 import pytest
-from conftest import rig
+from harness.commands import rig
 
 
 def _record_line(name: str, data: bytes) -> str:

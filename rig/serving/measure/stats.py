@@ -57,15 +57,12 @@ def summarize(results: list[dict], concurrency: int, plan: Plan | None = None) -
     per_second = (lambda x: x / span) if span > 0 else (lambda x: None)
     level.update({
         "output_tokens": tokens, "duration_s": span,
-        "throughput": per_second(tokens), "output_throughput": per_second(tokens),
+        "output_throughput": per_second(tokens),
         "total_throughput": per_second(tokens + sum(r.get("prompt_tokens", 0) for r in good)),
         "request_throughput": per_second(len(good)),
         # mean requests in flight (Little's law): the running batch the server saw at this level
         "in_flight": per_second(sum(r["e2e"] for r in good)),
         "per_request_speed": spread([r["speed"] for r in good if r["speed"]]),
-        "ttft_s": spread([r["ttft"] for r in good]),
-        "tpot_s": spread(tpots),
-        "e2e_s": spread([r["e2e"] for r in good]),
         **_ms("ttft", [r["ttft"] for r in good]), **_ms("tpot", tpots),
         **_ms("itl", [gap for r in good for gap in r.get("itl", [])]), **_ms("e2e_latency", [r["e2e"] for r in good]),
         "accept_length": mean([r["accept_length"] for r in good if r["accept_length"]]),
@@ -82,8 +79,8 @@ def aggregate(rounds: list[list[dict]], c: int, plan: Plan, server_accept: list[
     their medians; the server's own accept length per round (its counters are flushed before each)."""
     level = summarize([r for results in rounds for r in results], c, plan)
     per_round = [summarize(results, c, plan) for results in rounds]
-    level["round_throughput"] = [r.get("throughput") for r in per_round]
-    level["throughput"] = level["output_throughput"] = median(level["round_throughput"])
+    level["round_output_throughput"] = [r.get("output_throughput") for r in per_round]
+    level["output_throughput"] = median(level["round_output_throughput"])
     level["round_values"] = [r.get(plan.metric) for r in per_round]
     level["value"] = median(level["round_values"])
     level["server_accept_length"] = mean([a for a in server_accept if a])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rig.core import progress
-from rig.serving.measure import load, profile
+from rig.serving.measure import client, torch_profile
 from rig.serving.measure.plan import Plan
 from rig.serving.measure.stats import aggregate
 from rig.serving.sglang_api import context_length, generate_body, server_accept_length, server_info
@@ -41,7 +41,7 @@ class Server:
     def __init__(self, url: str, label: str, plan: Plan, api_key_env: str, workload: Workload | None = None,
                  profile: dict | None = None):
         """PROFILE: {"levels": concurrencies, "steps": N, "dir": Path}: at those closed-loop levels, the first
-        round's full batch is profiled by the server for N steps (rig.serving.measure.profile)."""
+        round's full batch is profiled by the server for N steps (rig.serving.measure.torch_profile)."""
         self.url, self.plan, self.key, self.profile = url.rstrip("/"), plan, api_key_env, profile
         self.workload = workload or Workload(None, plan.max_tokens, plan.seed)
         self.info = server_info(self.url, api_key_env)
@@ -57,7 +57,7 @@ class Server:
     def _send(self, body_for, n: int, concurrency: int, rate: float | None = None, min_seconds=None,
               when_full=None) -> list[dict]:
         cap = self.run["max_running_requests"]  # a capped server never runs more at once
-        return asyncio.run(load.run_requests(self.url, self.plan, self.key, body_for, n, concurrency, rate,
+        return asyncio.run(client.run_requests(self.url, self.plan, self.key, body_for, n, concurrency, rate,
                                              min_seconds, when_full, min(concurrency, cap) if cap else None))
 
     def body(self, text: str, tokens: int) -> dict:
@@ -66,7 +66,7 @@ class Server:
     def warmup(self) -> None:
         progress(f"{self.label}: warm-up ({self.plan.warmup} requests)")
         self._send(lambda i: self.body(builtin(-i), 16), self.plan.warmup, 1, min_seconds=0.0)
-        load.flush(self.url, self.key)
+        client.flush(self.url, self.key)
 
     def serial(self) -> None:
         plan = self.plan
@@ -77,12 +77,12 @@ class Server:
                               "median": statistics.median(speeds) if speeds else None,
                               "min": min(speeds, default=None), "max": max(speeds, default=None),
                               "errors": sorted({r["error"] for r in runs if not r["ok"]})[:5]}
-        load.down_if_lost(runs)
+        client.down_if_lost(runs)
 
     def round(self, level: Level, round_no: int) -> tuple[list[dict], float | None]:
         """One round of one level: C requests in flight (closed loop), or Poisson arrivals at RATE with at
         most C in flight; its results and the server's own accept length over it."""
-        load.flush(self.url, self.key)
+        client.flush(self.url, self.key)
         c, n = level.concurrency, self.plan.requests_at(level.concurrency)
         what = f"concurrency {c}" if level.rate is None else f"request rate {level.rate:g}/s (at most {c} in flight)"
         progress(f"{self.label}: {what}, round {round_no + 1}/{self.plan.rounds}, {n} requests"
@@ -99,13 +99,13 @@ class Server:
         async def full(client) -> None:
             assert wanted  # only handed over when profiling
             asked.append(name)
-            await profile.start(client, self.url, wanted["dir"], wanted["steps"], name)
+            await torch_profile.start(client, self.url, wanted["dir"], wanted["steps"], name)
 
         results = self._send(body, n, c, level.rate, when_full=full if wanted else None)
-        load.down_if_lost(results)
+        client.down_if_lost(results)
         if wanted:
-            found = profile.traces(wanted["dir"], name) if asked else []
-            self.run.setdefault("profiles", {})[level.name] = profile.read(found, wanted["steps"]) if found \
+            found = torch_profile.traces(wanted["dir"], name) if asked else []
+            self.run.setdefault("profiles", {})[level.name] = torch_profile.read(found, wanted["steps"]) if found \
                 else {"error": "the server wrote no trace" if asked else "the batch never filled: nothing profiled"}
         accepted = server_accept_length(server_info(self.url, self.key)) if self.run["speculative_algorithm"] else None
         return results, accepted
@@ -123,7 +123,7 @@ def measure(servers: list[Server], levels: list[Level], serial: bool = False) ->
             server.warmup()
             if serial:
                 server.serial()
-        except load.ServerDown as exc:
+        except client.ServerDown as exc:
             server.stop(exc)
     plan = servers[0].plan
     for level in levels:
@@ -134,7 +134,7 @@ def measure(servers: list[Server], levels: list[Level], serial: bool = False) ->
                     continue
                 try:
                     rounds[server.label].append(server.round(level, round_no))
-                except load.ServerDown as exc:
+                except client.ServerDown as exc:
                     server.stop(exc)
         for server in servers:
             if measured := rounds[server.label]:

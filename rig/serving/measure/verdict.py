@@ -40,7 +40,7 @@ def closeness(values: dict[str, float | None], best: dict[str, float]) -> float:
 
 def nothing_measured(label: str, levels: list[dict]) -> str | None:
     """Why a server's run measured nothing (every request of every level failed), or None."""
-    if any(lv.get("value") or lv.get("throughput") for lv in levels):
+    if any(lv.get("value") or lv.get("output_throughput") for lv in levels):
         return None
     errors = sorted({e for lv in levels for e in lv.get("errors", [])})[:3]
     return f"{label}: nothing was measured (every request failed" + (f": {'; '.join(errors)}" if errors else "") + ")"
@@ -78,8 +78,8 @@ def crossover(eagle: dict, baseline: dict) -> dict:
     rows = []
     for lv in eagle["levels"]:
         other = base.get(lv["concurrency"])
-        mine = lv.get("round_throughput") or [lv.get("throughput")]
-        theirs = (other or {}).get("round_throughput") or [(other or {}).get("throughput")]
+        mine = lv.get("round_output_throughput") or [lv.get("output_throughput")]
+        theirs = (other or {}).get("round_output_throughput") or [(other or {}).get("output_throughput")]
         if len(theirs) == 1:  # an earlier run of one value: hold every round against it
             theirs = theirs * len(mine)
         elif len(mine) == 1:
@@ -87,7 +87,8 @@ def crossover(eagle: dict, baseline: dict) -> dict:
         found = ratios(mine, theirs)
         if not found or other is None:  # no baseline level: theirs is [None], so no ratio either
             continue
-        rows.append({"concurrency": lv["concurrency"], "eagle3": lv["throughput"], "baseline": other["throughput"],
+        rows.append({"concurrency": lv["concurrency"], "eagle3": lv["output_throughput"],
+                     "baseline": other["output_throughput"],
                      "ratio": statistics.median(found), "ratio_min": min(found), "ratio_max": max(found),
                      "rounds": len(found), "verdict": within_range(found)})
     first_other = next((i for i, r in enumerate(rows) if r["verdict"] != "won"), len(rows))

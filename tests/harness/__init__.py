@@ -1,0 +1,12 @@
+"""The suite's harness, what the tests import (tests/conftest.py holds only fixtures and hooks):
+
+- paths: where things are (the repository, this venv's commands, rig's cache, the stacks and locks the tests use);
+- commands: a command on this machine, rig's own CLI, and the check that one succeeded;
+- images: rig's images in the Docker store (a script in one, pruning a lock's old builds);
+- boxes: a box, a container standing for a GPU machine (started, run in, removed);
+- plays: ansible-playbook against boxes, its results as the suite's callback writes them;
+- play_log: where the box tests' time goes ($RIG_PLAY_LOG);
+- lab: real venvs built once per run and shared by the pytest-xdist workers;
+- standin: the SGLang stand-in server (tests/sglang_api_server.py) and its cases;
+- worker_groups: which box tests share a pytest-xdist worker, and in what order the workers take them.
+"""

@@ -1,0 +1,26 @@
+"""rig's images in the Docker store: a script run in one, and a lock's old builds pruned."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.commands import ok, run
+
+
+def in_image(tag: str, script: str) -> str:
+    """SCRIPT's output in a throwaway container of TAG, as the image's own user."""
+    return ok(run(["docker", "run", "--rm", "--entrypoint", "bash", tag, "-c", script])).stdout
+
+
+BUILD_CACHE_KEEP = "16GB"
+
+
+def prune(lock: Path) -> None:
+    """Remove LOCK's untagged images (an earlier build of a tag that has moved on): only those, so that
+    other locks' images stay."""
+    from rig.image import LABEL
+    from rig.python.lock import read
+
+    run(["docker", "image", "prune", "-f", "--filter", f"label={LABEL}.lock-hash={read(lock)['lock_hash']}"])
+    # BuildKit keeps every build's steps (an 11 GB venv per engine and lock) until told: the most recently
+    # used stay, for the next run to start warm, and the disk of a 2-core CI machine is not filled
+    run(["docker", "builder", "prune", "-f", "--keep-storage", BUILD_CACHE_KEEP])
