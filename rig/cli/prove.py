@@ -27,6 +27,11 @@ from rig.serving import prove as proving
 from rig.stack.spec import load
 
 
+def _moved(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:  # the old spelling, for one release: where it went
+        raise click.UsageError("`rig prove --summary DIR` is now `rig fleet summary DIR`", ctx)
+
+
 @click.command()
 @stack_option(help="The stack: its CUDA and archs for the doctor, its server line for the servers.")
 @venv_option(help="The venv whose sglang serves.")
@@ -41,6 +46,8 @@ from rig.stack.spec import load
 @click.option("--port", type=Number(int, 1, 65535),
               help="Serve on this port instead of the stack's: a host being upgraded proves where its balancer, "
                    "which checks the stack's port, sends no traffic.")
+@click.option("--summary", hidden=True, expose_value=False, callback=_moved,
+              help="Moved: rig fleet summary DIR.")
 @api_key_env_option
 @junit_option
 @check_option

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from rig.core import RigError, outdir, proc, progress
 from rig.serving import smoke
 from rig.serving.sglang_api import KEY_ENV
+from rig.stack.spec import GRAPH_MAX
 
 # what moves where a Python imports from: rig asks a venv with -I, which ignores them, and a unit never sets them
 IMPORT_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE")
@@ -109,6 +110,9 @@ def sized_for(stack: dict, levels: list[int]) -> dict:
     server.cuda_graph_max_bs, or the largest level where it gives none; below that level batches would run without
     CUDA graphs and measure something else."""
     given, largest = stack["server"]["cuda_graph_max_bs"], max(levels)
+    if largest > GRAPH_MAX:
+        raise RigError(f"concurrency {largest} is above the largest decode CUDA graph a stack may ask for "
+                       f"({GRAPH_MAX}): batches above it would run without CUDA graphs; measure at {GRAPH_MAX} or less")
     if given and given < largest:
         raise RigError(f"server.cuda_graph_max_bs {given} is below the largest concurrency measured, {largest}: "
                        "batches above it would run without CUDA graphs; raise it, leave it 0, or measure lower")

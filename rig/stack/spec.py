@@ -11,6 +11,7 @@ from rig.core.cuda_releases import COMPONENTS, RELEASES
 from rig.core.schema import Field, between, distribution, feature, once, sha256, version
 from rig.core.schema import validate as validate_document
 
+GRAPH_MAX = 4096  # the largest decode CUDA graph a stack may ask for (server.cuda_graph_max_bs)
 KEY_ENV = "SGLANG_API_KEY"  # where a server's API key is read from unless the stack names another
 METHODS = ("wheels", "apt", "runfile")
 ARCHS = ("12.0a", "12.0", "10.0a", "10.0", "9.0a", "9.0")
@@ -186,7 +187,7 @@ SCHEMA = {
         "tp": Field(int, default=1, check=between(1, 64)),
         "mem_fraction_static": Field((int, float), default=0, check=_fraction),  # 0: sglang's default
         # 0: SGLang's own; rig tune measures with the largest level it measures at (and proposes that)
-        "cuda_graph_max_bs": Field(int, default=0, check=between(0, 4096)),
+        "cuda_graph_max_bs": Field(int, default=0, check=between(0, GRAPH_MAX)),
         # 0 leaves SGLang's own: under speculation it sets 48 when unset, below a large decode graph
         "max_running_requests": Field(int, default=0, check=between(0, 1 << 20)),
         # the first is served (none: SGLang's default); rig tune measures each (triton, fa3, flashinfer, ...)

@@ -209,3 +209,4 @@ def test_the_fleet_summary_runs_where_the_reports_are_with_no_stack(tmp_path):
     (tmp_path / "summary.md").unlink()
     (tmp_path / "summary.md").mkdir()  # where the table goes, a directory stands: refused before anything is read
     refused(rig_in(tmp_path, "fleet", "summary", "."), "summary.md")
+    refused(rig_in(tmp_path, "prove", "--summary", "."), "is now `rig fleet summary DIR`")  # the old spelling

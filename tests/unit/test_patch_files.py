@@ -23,6 +23,21 @@ def test_every_patch_in_the_repo_loads_with_provenance():
         assert p.package in ("sglang", "flashinfer-python") and p.file.endswith(".py")
 
 
+def test_the_free_off_patches_are_what_their_generator_writes(tmp_path):
+    """rig/patches/set's free-off files are generated (docs/validation/free-off/make_patches.py): a change made to
+    the files alone would be lost at the next generation."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(REPO / "docs" / "validation" / "free-off" / "make_patches.py"),
+                           str(tmp_path)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    written = sorted(tmp_path.glob("*.yml"))
+    assert [p.name for p in written] == ["sglang-free-off-graphs.yml", "sglang-free-off-worker-0517.yml",
+                                         "sglang-free-off-worker-0523.yml"]
+    for path in written:
+        assert path.read_text() == (REPO / "rig" / "patches" / "set" / path.name).read_text(), path.name
+
+
 def _write(tmp_path: Path, **changes) -> Path:
     data = yaml.safe_load(FLASHINFER.read_text())
     for key, value in changes.items():

@@ -35,6 +35,8 @@ def test_the_cuda_graph_is_the_servers_own_and_a_measuring_run_gives_it_explicit
     assert sized_for(with_server(data, cuda_graph_max_bs=128), [64])["server"]["cuda_graph_max_bs"] == 128
     with pytest.raises(RigError, match="cuda_graph_max_bs 32 is below the largest concurrency measured, 64"):
         sized_for(with_server(data, cuda_graph_max_bs=32), [1, 64])
+    with pytest.raises(RigError, match="measure at 4096 or less"):  # no graph a stack could be proposed
+        sized_for(data, [1, 5000])
 
 
 def test_missing_models_are_named():

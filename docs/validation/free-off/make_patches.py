@@ -119,6 +119,27 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
             return "the draft seeds DSA indices from its extend"
 @@INGEST_EXTRA@@        return None
 
+    def _rig_step0_sizes(self):
+        """The decode graph sizes whose adaptive slot lists step 0, as SGLang's
+        policy routes them. SGLang hands the policy its decode graph sizes at
+        init_states; where it handed None with graphs on (a build that keeps
+        the sizes in cuda_graph_config only: every state then captures them
+        all), the sizes the target's runner captured are asked of the policy
+        the same way, and the policy is left as SGLang set it."""
+        params = self.adaptive_controller.params
+        sizes = params.cuda_graph_bs_for_step(0)
+        if sizes is not None:
+            return sizes
+        runner = getattr(self._target_worker.model_runner, "decode_cuda_graph_runner", None)
+        captured = sorted(getattr(runner, "capture_bs", None) or [])
+        if not captured:
+            return None
+        params.set_cuda_graph_bs(captured)
+        try:
+            return params.cuda_graph_bs_for_step(0)
+        finally:
+            params.set_cuda_graph_bs(None)
+
     def _rig_build_decode_graphs(self):
         """Capture plain DECODE graphs on the target for the batch sizes whose
         adaptive slot lists step 0, on an attention backend of their own (a
@@ -136,7 +157,7 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
                 f"rig free-off: off ({reason}); step 0 keeps SGLang's verify path",
             )
             return
-        bs_list = self.adaptive_controller.params.cuda_graph_bs_for_step(0)
+        bs_list = self._rig_step0_sizes()
         if bs_list:
             tic = time.perf_counter()
             before_mem = get_available_gpu_memory(self.device, self.gpu_id)
@@ -570,7 +591,7 @@ classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
 functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
 assert "_RigPlainDecodeGraphRunner" in classes, "the DECODE graph runner is missing"
 methods = {f.name: f for f in classes["EAGLEWorkerV2"].body if isinstance(f, ast.FunctionDef)}
-wanted = {"_rig_draft_ctx", "_rig_static_refusal", "_rig_ingest_refusal", "_rig_build_decode_graphs",
+wanted = {"_rig_draft_ctx", "_rig_static_refusal", "_rig_ingest_refusal", "_rig_step0_sizes", "_rig_build_decode_graphs",
           "_rig_batch_refusal", "_rig_free_off_ready", "_rig_free_off_step", "_rig_ingest",
           "_rig_repair_after_ingest"}
 assert wanted <= set(methods), sorted(wanted - set(methods))
@@ -622,6 +643,27 @@ assert ready(worker, batch()) is True
 for _ in range(5):
     assert ready(worker, batch(has_grammar=True)) is False
 assert len(logged) == 3 and "(grammar); 4 batch(es)" in logged[-1], logged
+
+# the step-0 graph sizes: the policy's own, else the captured sizes asked of it, the policy left as it was
+class Policy:
+    def __init__(self, given):
+        self.given, self.calls = given, []
+    def set_cuda_graph_bs(self, sizes):
+        self.calls.append(sizes)
+        self.given = sizes
+    def cuda_graph_bs_for_step(self, step):
+        return None if self.given is None else [v for v in self.given if v >= 2]  # slot "2" lists step 0
+sizes = load([methods["_rig_step0_sizes"]], {})["_rig_step0_sizes"]
+def worker(policy, captured):
+    runner = types.SimpleNamespace(capture_bs=captured)
+    return types.SimpleNamespace(adaptive_controller=types.SimpleNamespace(params=policy),
+                                 _target_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(
+                                     decode_cuda_graph_runner=runner)))
+told = Policy([1, 2, 4])
+assert sizes(worker(told, [1, 2, 4, 8])) == [2, 4] and told.calls == []
+untold = Policy(None)
+assert sizes(worker(untold, [8, 1, 2, 4])) == [2, 4, 8] and untold.calls == [[1, 2, 4, 8], None]
+assert sizes(worker(Policy(None), None)) is None  # graphs off: nothing captured, eager
 '''
 
 RUNNER_CHECK = '''import ast

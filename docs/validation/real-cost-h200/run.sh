@@ -5,7 +5,8 @@
 #               $RES; then wait. Phases: prove (`rig prove` on stack-greedy.yml), tune-t1 and tune-greedy (`rig tune`
 #               on stack-t1.yml, stack-greedy.yml), free-off and free-off-greedy (issue 55: rig's free-off patches
 #               applied to the venv's sglang, then `rig tune` on stack-free-off-t1.yml or stack-free-off-greedy.yml).
-#               Default: the first three; e.g. PHASES="free-off free-off-greedy" for the free-off runs alone
+#               Default: the first three; e.g. PHASES="free-off free-off-greedy" for the free-off runs alone;
+#               TUNE_ARGS (e.g. "--concurrency 16,256") go to every rig tune, as PROVE_ARGS to rig prove
 #   wait        wait for it again (a device call lasts at most 10 minutes; the whole run takes longer)
 # setup: a venv over the machine's own Python (its torch 2.11.0+cu130) through a .pth file, the staged wheels it
 # lacks installed into it, and rig's environment module (`rig env install`), so doctor holds it as rig would.
@@ -17,7 +18,7 @@
 set -euo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 VENV=${VENV:-/root/venv}; RES=${RES:-/root/results}; SRC=${SRC:-/root/rig-src}; STAGE=${STAGE:-/root/stage}
-OUT=${OUT:-/tmp/out}; STACKS=${STACKS:-docs/validation/real-cost-h200}; PROVE_ARGS=${PROVE_ARGS:-}
+OUT=${OUT:-/tmp/out}; STACKS=${STACKS:-docs/validation/real-cost-h200}; PROVE_ARGS=${PROVE_ARGS:-}; TUNE_ARGS=${TUNE_ARGS:-}
 WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}; PHASES=${PHASES:-prove tune-t1 tune-greedy}
 mkdir -p "$RES" "$OUT"
 VENV=$(realpath -m "$VENV"); RES=$(realpath -m "$RES"); SRC=$(realpath -m "$SRC"); STAGE=$(realpath -m "$STAGE")
@@ -58,7 +59,7 @@ print("\n".join(p for p in sys.path if p and not p.startswith(std) and not p.end
 phase() {
   case $1 in
   prove) rig_in prove prove --stack "$STACKS/stack-greedy.yml" --out "$RES/prove" $PROVE_ARGS --json ;;
-  tune-t1|tune-greedy) rig_in "$1" tune --stack "$STACKS/stack-${1#tune-}.yml" --out "$RES/$1" --json ;;
+  tune-t1|tune-greedy) rig_in "$1" tune --stack "$STACKS/stack-${1#tune-}.yml" --out "$RES/$1" $TUNE_ARGS --json ;;
   free-off|free-off-greedy)
     # the free-off patches alone (the stack opts in): the SM120 ones change nothing a TP-1 SM90 run measures;
     # a second apply (free-off-greedy after free-off) is a no-op
@@ -66,7 +67,7 @@ phase() {
     mkdir -p "$SRC/free-off-patches" && cp "$SRC"/rig/patches/set/sglang-free-off-*.yml "$SRC/free-off-patches/"
     rig_in "patch-$1" patch apply --stack "$STACKS/stack-free-off-$kind.yml" --patches "$SRC/free-off-patches" --json
     rig_in "tune-free-off-$kind" tune --stack "$STACKS/stack-free-off-$kind.yml" --out "$RES/tune-free-off-$kind" \
-      --json ;;
+      $TUNE_ARGS --json ;;
   *) echo "unknown phase $1 (prove, tune-t1, tune-greedy, free-off, free-off-greedy)" >&2; return 2 ;;
   esac
 }
@@ -102,7 +103,7 @@ all)
   for name in $PHASES; do  # refused before anything starts
     case $name in prove|tune-t1|tune-greedy|free-off|free-off-greedy) ;; *) echo "unknown phase $name in PHASES" >&2; exit 2 ;; esac
   done
-  setsid bash -c "$(declare -f rig_in setup phase pipeline); $(declare -p VENV RES SRC STAGE STACKS PROVE_ARGS PHASES)
+  setsid bash -c "$(declare -f rig_in setup phase pipeline); $(declare -p VENV RES SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES)
     (set -euo pipefail; pipeline) > \"\$RES/all.log\" 2>&1; echo \$? > \"\$RES/all.rc\"" < /dev/null \
     > /dev/null 2>&1 &
   echo $! > "$RES/all.pid"

@@ -96,10 +96,10 @@ class Server:
             c in self.profile["levels"] else None
         name, asked = f"{self.label}-C{c}", []
 
-        async def full(client) -> None:
+        async def full(http) -> None:
             assert wanted  # only handed over when profiling
             asked.append(name)
-            await torch_profile.start(client, self.url, wanted["dir"], wanted["steps"], name)
+            await torch_profile.start(http, self.url, wanted["dir"], wanted["steps"], name)
 
         results = self._send(body, n, c, level.rate, when_full=full if wanted else None)
         client.down_if_lost(results)
