@@ -388,6 +388,15 @@ def moved(command: click.Command, now: str) -> click.Command:
                          help=f"Deprecated: {line}.\n\n{command.help or ''}", short_help=f"Deprecated: use rig {now}.")
 
 
+def moved_option(old: str, now: str):
+    """OLD, an option that became the command NOW, kept hidden for one release: given, it says where it went."""
+    def refuse(ctx: click.Context, param: click.Parameter, value: object) -> None:
+        if value is not None:
+            raise click.UsageError(f"`{ctx.command_path} {old} DIR` is now `rig {now} DIR`", ctx)
+
+    return click.option(old, hidden=True, expose_value=False, callback=refuse, help=f"Moved: rig {now}.")
+
+
 # The plan's options: (stack key under bench, type, what it sets); --KEY spelled with dashes. Their ranges are
 # the stack schema's (rig.serving.measure.plan), so Number reads only the digits.
 PLAN_OPTIONS = (

@@ -15,6 +15,7 @@ from rig.cli.common import (
     json_option,
     judged,
     junit_option,
+    moved_option,
     out_option,
     stack_option,
     venv_of,
@@ -25,11 +26,6 @@ from rig.core import outdir
 from rig.core.check import Check
 from rig.serving import prove as proving
 from rig.stack.spec import load
-
-
-def _moved(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    if value is not None:  # the old spelling, for one release: where it went
-        raise click.UsageError("`rig prove --summary DIR` is now `rig fleet summary DIR`", ctx)
 
 
 @click.command()
@@ -46,8 +42,7 @@ def _moved(ctx: click.Context, param: click.Parameter, value: str | None) -> Non
 @click.option("--port", type=Number(int, 1, 65535),
               help="Serve on this port instead of the stack's: a host being upgraded proves where its balancer, "
                    "which checks the stack's port, sends no traffic.")
-@click.option("--summary", hidden=True, expose_value=False, callback=_moved,
-              help="Moved: rig fleet summary DIR.")
+@moved_option("--summary", "fleet summary")
 @api_key_env_option
 @junit_option
 @check_option

@@ -26,7 +26,7 @@ from rig.core.escape import cell, table
 from rig.core.schema import Field, between
 from rig.serving.measure.plan import Plan, check_fits
 from rig.serving.measure.record import recorded
-from rig.serving.measure.stats import shown
+from rig.serving.measure.stats import ms_key, shown
 from rig.serving.measure.sweep import Level, Server, measure
 from rig.serving.measure.verdict import crossover, nothing_measured
 from rig.serving.sglang_api import KEY_ENV, call
@@ -52,7 +52,7 @@ def report_markdown(result: dict) -> str:
                         "TTFT median/p90/p99 (ms)", "TPOT median (ms)", "e2e median/p90/p99 (ms)", "accept length"),
                        ((lv["concurrency"], lv["requests"], lv["failed"], shown(lv.get("output_throughput"), 1),
                          shown((lv.get("per_request_speed") or {}).get("p50"), 1), _spread(lv, "ttft"),
-                         shown(lv.get("median_tpot_ms"), 1), _spread(lv, "e2e_latency"),
+                         shown(lv.get(ms_key("median", "tpot")), 1), _spread(lv, "e2e_latency"),
                          f"{shown(lv.get('accept_length'), 2)} / {shown(lv.get('server_accept_length'), 2)}")
                         for lv in run["levels"]))
         if run["stopped"]:
@@ -74,7 +74,7 @@ def report_markdown(result: dict) -> str:
 
 def _spread(level: dict, name: str) -> str:
     """NAME's median/p90/p99 in ms, as sglang.bench_serving names them in the level."""
-    return "/".join(shown(level.get(f"{q}_{name}_ms"), 1) for q in ("median", "p90", "p99"))
+    return "/".join(shown(level.get(ms_key(q, name)), 1) for q in ("median", "p90", "p99"))
 
 
 def figures(result: dict) -> dict:
@@ -121,8 +121,8 @@ RESULTS_SPEC = Field(dict, open=True, fields={"runs": Field(list, required=True,
         "concurrency": Field(int, required=True, check=between(1, 100_000)), "output_throughput": _NUMBER,
         "round_output_throughput": Field(list, default=[], item=Field((int, float))), "requests": Field(int, default=0),
         "failed": Field(int, default=0), "accept_length": _NUMBER, "per_request_speed": _STATS,
-        **{f"{q}_{name}_ms": _NUMBER for q in ("median", "p90", "p99") for name in ("ttft", "e2e_latency")},
-        "median_tpot_ms": _NUMBER}))}))})
+        **{ms_key(q, name): _NUMBER for q in ("median", "p90", "p99") for name in ("ttft", "e2e_latency")},
+        ms_key("median", "tpot"): _NUMBER}))}))})
 
 
 def _earlier(path: str) -> dict:

@@ -36,12 +36,16 @@ def median(values: list) -> float | None:
     return statistics.median(known) if known else None
 
 
+def ms_key(stat: str, name: str) -> str:
+    """sglang.bench_serving's spelling of a latency in ms: STAT (mean, median, p90, p99) of NAME (ttft, ...)."""
+    return f"{stat}_{name}_ms"
+
+
 def _ms(name: str, values: list[float]) -> dict:
-    """sglang.bench_serving's spelling: mean_/median_/p90_/p99_NAME_ms."""
     if not values:
         return {}
-    return {f"mean_{name}_ms": statistics.fmean(values) * 1000, f"median_{name}_ms": statistics.median(values) * 1000,
-            **{f"p{q}_{name}_ms": (percentile(values, q) or 0) * 1000 for q in (90, 99)}}
+    return {ms_key("mean", name): statistics.fmean(values) * 1000, ms_key("median", name): statistics.median(values) * 1000,
+            **{ms_key(f"p{q}", name): (percentile(values, q) or 0) * 1000 for q in (90, 99)}}
 
 
 def summarize(results: list[dict], concurrency: int, plan: Plan | None = None) -> dict:
