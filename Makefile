@@ -64,6 +64,8 @@ test: venv  ## Run the whole suite: quick tests and the lint gates, then role sc
 	  gated=0; wait $$gates || gated=$$?; cat build/gates.log; \
 	  if [ $$gated -ne 0 ]; then echo "make test: the lint gates or the Docker engine failed (above)" >&2; fi; \
 	  [ $$quick -eq 0 ] && [ $$gated -eq 0 ]
+	@# the box run's disk: where its temporary files and its boxes go, and how much room each has left
+	df -h /tmp "$$(docker info -f '{{.DockerRootDir}}')"
 	export RIG_BASE_IMAGE=$$(bash scripts/base-image.sh) && \
 	  $(BOXES) --junitxml=build/junit-boxes.xml tests
 

@@ -11,7 +11,7 @@ def in_image(tag: str, script: str) -> str:
     return ok(run(["docker", "run", "--rm", "--entrypoint", "bash", tag, "-c", script])).stdout
 
 
-BUILD_CACHE_KEEP = "16GB"
+BUILD_CACHE_KEEP = "2GB"
 
 
 def prune(lock: Path) -> None:
@@ -21,6 +21,6 @@ def prune(lock: Path) -> None:
     from rig.python.lock import read
 
     run(["docker", "image", "prune", "-f", "--filter", f"label={LABEL}.lock-hash={read(lock)['lock_hash']}"])
-    # BuildKit keeps every build's steps (an 11 GB venv per engine and lock) until told: the most recently
-    # used stay, for the next run to start warm, and the disk of a 2-core CI machine is not filled
+    # BuildKit keeps every build's steps (an 11 GB venv per engine and lock, the 4 GB wheelhouse context) until
+    # told. Kept, they sat beside the next whole-stack test on a CI machine's disk; the small steps stay warm
     run(["docker", "builder", "prune", "-f", "--keep-storage", BUILD_CACHE_KEEP])
