@@ -246,7 +246,7 @@ SCHEMA = {
         "profile_levels": Field(list, default=[], check=once, item=Field(int, check=between(1, 100_000))),
         "profile_steps": Field(int, default=20, check=between(1, 1000)),
         "request_rates": Field(list, default=[], check=once, item=Field((int, float), check=between(0.001, 100_000))),
-    }),
+    }, moved={"start_timeout": "server.start_timeout"}),  # one start timeout for every server rig starts
 }
 # Sections that shape processes (and the patches over the installed packages), not which packages: editing them
 # leaves the lock current.
