@@ -25,12 +25,13 @@ JSON_EXPONENT = re.compile(r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?[eE][-+]?[0-9]+$")
 MAX_DEPTH = 32      # stack and patch files nest 4 levels; anything deeper is an attack or an accident
 
 
-def read_text(path, what: str) -> str:
+def read_text(path, what: str, follow: bool = True) -> str:
+    """PATH's UTF-8 text (a regular file: rig.core.fs.open_plain; follow=False refuses a link at PATH)."""
     if not isinstance(path, (str, os.PathLike)):  # a file inside the engine bundle (importlib.resources)
         return path.read_text()
     path = Path(path)
     try:
-        return read_bytes(path, what).decode("utf-8")
+        return read_bytes(path, what, follow=follow).decode("utf-8")
     except RigError:  # read_bytes' own answers, MissingFile (also an OSError) among them
         raise
     except OSError as exc:
@@ -145,8 +146,8 @@ def parse_json(text: str, source: str, spec: Field | None = None) -> Any:
     return validate(value, spec, source) if spec else value
 
 
-def load_json(path: str | Path, what: str, spec: Field | None = None) -> Any:
-    return parse_json(read_text(path, what), str(path), spec)
+def load_json(path: str | Path, what: str, spec: Field | None = None, follow: bool = True) -> Any:
+    return parse_json(read_text(path, what, follow), str(path), spec)
 
 
 def dump_json(value: Any, what: str, indent: int | None = None, sort_keys: bool = False,

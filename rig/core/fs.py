@@ -142,14 +142,14 @@ def open_plain(path: str | Path, flags: int, what: str, follow: bool = True) -> 
     return fd
 
 
-def open_regular(path: str | Path, what: str):
+def open_regular(path: str | Path, what: str, follow: bool = True):
     """PATH opened for reading (open_plain), as a binary file object."""
-    return os.fdopen(open_plain(path, os.O_RDONLY, what), "rb")
+    return os.fdopen(open_plain(path, os.O_RDONLY, what, follow), "rb")
 
 
-def read_bytes(path: str | Path, what: str, limit: int = MAX_READ) -> bytes:
+def read_bytes(path: str | Path, what: str, limit: int = MAX_READ, follow: bool = True) -> bytes:
     """A regular file's bytes, at most LIMIT of them (more is a RigError naming the file)."""
-    with open_regular(path, what) as handle:
+    with open_regular(path, what, follow) as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
         raise RigError(f"{what} {path} is larger than {limit >> 20} MiB; it is not a {what}")

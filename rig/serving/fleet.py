@@ -39,7 +39,8 @@ def summary(reports: str | Path) -> dict:
     rows = []
     for host in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
         try:
-            rows.append(_host_row(host.name, load_json(host / "prove.json", "prove report")))
+            # a link is never followed: it could read any file on the controller into the table
+            rows.append(_host_row(host.name, load_json(host / "prove.json", "prove report", follow=False)))
         except RigError as exc:
             rows.append({"host": host.name, "ok": False, "failed": [str(exc)[:200]], "margin": None, "sglang": None})
     if not rows:

@@ -210,3 +210,15 @@ def test_the_fleet_summary_runs_where_the_reports_are_with_no_stack(tmp_path):
     (tmp_path / "summary.md").mkdir()  # where the table goes, a directory stands: refused before anything is read
     refused(rig_in(tmp_path, "fleet", "summary", "."), "summary.md")
     refused(rig_in(tmp_path, "prove", "--summary", "."), "is now `rig fleet summary DIR`")  # the old spelling
+
+
+def test_the_fleet_summary_never_follows_a_hosts_report_that_is_a_link(tmp_path):
+    """A host's prove.json that links elsewhere (a passing report outside REPORTS) fails that host, unread."""
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"ok": true, "steps": []}')
+    reports = tmp_path / "reports"
+    (reports / "host1").mkdir(parents=True)
+    (reports / "host1" / "prove.json").symlink_to(elsewhere)
+    done = rig_in(reports, "fleet", "summary", ".")
+    assert done.returncode != 0 and "FAILED on host1" in done.stdout, done.stdout + done.stderr
+    assert "a link there is never followed" in (reports / "summary.md").read_text()
