@@ -10,9 +10,10 @@ from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 setup(
     name="rig-scale-ext",
     version="0.1.0",
+    packages=["rig_scale_ext"],
     # the host half without optimisation or debug info (the interpreter's own flags carry -O3 -g): torch's
     # headers make it the build's one slow step, and the tests read symbols, archs and libraries, not speed
-    ext_modules=[CUDAExtension("rig_scale_ext", ["scale.cpp", "scale_kernel.cu"],
+    ext_modules=[CUDAExtension("rig_scale_ext._C", ["scale.cpp", "scale_kernel.cu"],
                                extra_compile_args={"cxx": ["-O0", "-g0"], "nvcc": []})],
     cmdclass={"build_ext": BuildExtension},
     install_requires=[f"torch=={torch.__version__.split('+')[0]}"],
