@@ -9,7 +9,10 @@ systemd expands, so its value is never in the argv rig prints or logs.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import shlex
+import tempfile
 from pathlib import Path
 
 from rig.core import RigError, progress
@@ -25,37 +28,63 @@ SPELLINGS = {
     "cuda_graph_max_bs": ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"),
 }
 
-# Runs in the venv's Python, one JSON request per line: "options" lists the parser's
-# flags, "parse" parses an argv. One process serves both, so sglang is imported once.
-
 
 class _Parser:
-    """The venv's sglang argument parser, in a child process of the venv's Python."""
+    """The venv's sglang argument parser, in a child process of the venv's Python. Its stderr goes to an unnamed
+    file: a process that lives through many renders would fill a pipe no one reads and stop."""
 
     def __init__(self, python: Path):
         if not python.exists():
             raise RigError(f"{python} does not exist: give --venv a virtualenv with sglang, or set the stack's venv "
                            "key to one (rig env install, or the python_stack role, creates it)")
         self.python = python
+        self.errors = tempfile.TemporaryFile("w+")
         self.proc = spawn([str(python), "-c", script("sglang_parser")], "sglang's argument parser", stdin=PIPE,
-                          stdout=PIPE, stderr=PIPE, text=True)
-        assert self.proc.stdin and self.proc.stdout and self.proc.stderr  # all three are pipes
-        self.stdin, self.stdout, self.stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
+                          stdout=PIPE, stderr=self.errors, text=True)
+        assert self.proc.stdin and self.proc.stdout  # both are pipes
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
 
     def ask(self, request: dict) -> dict:
-        self.stdin.write(dump_json(request, "a request to sglang's argument parser") + "\n")
-        self.stdin.flush()
-        line = self.stdout.readline()
+        try:
+            self.stdin.write(dump_json(request, "a request to sglang's argument parser") + "\n")
+            self.stdin.flush()
+            line = self.stdout.readline()
+        except OSError:  # it ended before it read the request
+            line = ""
         if not line:
             self.proc.kill()
-            err = self.stderr.read().strip().splitlines()
+            self.proc.wait()
+            self.errors.seek(0)
+            err = self.errors.read().strip().splitlines()
             raise RigError(f"sglang's argument parser did not load in {self.python}: "
                            f"{err[-1] if err else 'it printed nothing'}")
         return parse_json(line, "sglang's argument parser's answer")
 
     def close(self) -> None:
-        self.stdin.close()
+        with contextlib.suppress(OSError):  # one that died has its pipe broken
+            self.stdin.close()
         self.proc.wait()
+        self.errors.close()
+
+
+# Each venv's parser, started at a process's first render there and kept until it exits: sglang, torch with it,
+# loads once (12.5 CPU-seconds for 0.5.23, docs/BENCHMARKS.md) however many lines tune and prove render. One
+# that ended (it died, or refused to load) is started afresh at the next render.
+_PARSERS: dict[Path, _Parser] = {}
+
+
+def _parser(python: Path) -> _Parser:
+    parser = _PARSERS.get(python)
+    if parser is None or parser.proc.poll() is not None:
+        parser = _PARSERS[python] = _Parser(python)
+    return parser
+
+
+@atexit.register
+def close_parsers() -> None:
+    """Stop every parser this process started (at its exit; a long-lived caller may free them sooner)."""
+    while _PARSERS:
+        _PARSERS.popitem()[1].close()
 
 
 TESTMODEL = "testmodel"
@@ -115,11 +144,7 @@ def render(stack: dict, venv: str | Path, baseline: bool = False, api_key: bool 
     """The argv for `python -m sglang.launch_server`, spelled and checked for the venv's sglang."""
     pairs = wants(stack, baseline)  # the stack's own mistakes first, before sglang loads
     python = Path(venv) / "bin" / "python"
-    parser = _Parser(python)
-    try:
-        return _render(stack, pairs, parser, python, baseline, api_key)
-    finally:
-        parser.close()
+    return _render(stack, pairs, _parser(python), python, baseline, api_key)
 
 
 def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: bool, api_key: bool) -> dict:

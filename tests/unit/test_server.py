@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 
 import pytest
 from harness.commands import rig
@@ -11,7 +12,7 @@ from harness.paths import REPO
 from rig.core import RigError
 from rig.core.escape import unit_exec
 from rig.serving.launch import sized_for, with_server
-from rig.serving.server import health_gate, models, shell_line, wants
+from rig.serving.server import health_gate, models, render, shell_line, wants
 from rig.stack.spec import load
 
 
@@ -119,3 +120,35 @@ def test_a_gate_python_may_be_a_program_systemd_finds():
     """python_stack points the engine at python3.12 on hosts that got the stack's Python from a repository."""
     gate = health_gate(stack(), "/opt/rig/rig.pyz", "python3.12", "/var/log/rig/s.log", 1200)
     assert gate["exec_start_post"].startswith("python3.12 /opt/rig/rig.pyz smoke --health-only")
+
+
+def standin_venv(venv, sglang: bool = True):
+    """A venv whose sglang is the stand-in's (tests/data/sglang_standin), or none."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    ours = [p for p in sys.path if p.endswith("site-packages")]
+    (site / "standin.pth").write_text("\n".join([str(REPO / "tests" / "data" / "sglang_standin")] * sglang + ours))
+    return venv
+
+
+def test_one_parser_process_renders_every_line_and_one_that_ended_is_started_again(tmp_path):
+    """sglang loads once a process (12.5 CPU-seconds for 0.5.23), however many lines tune and prove render."""
+    from rig.serving import server
+
+    venv = standin_venv(tmp_path / "venv")
+    python = venv / "bin" / "python"
+    eagle = server.render(stack(), venv)
+    first = server._PARSERS[python].proc
+    baseline = server.render(stack(), venv, baseline=True)
+    assert server._PARSERS[python].proc is first and first.poll() is None
+    assert "--speculative-algorithm" in eagle["argv"] and "--speculative-algorithm" not in baseline["argv"]
+    first.kill()
+    first.wait()
+    assert server.render(stack(), venv) == eagle and server._PARSERS[python].proc is not first
+
+
+def test_a_parser_that_cannot_load_says_why(tmp_path):
+    venv = standin_venv(tmp_path / "venv", sglang=False)
+    with pytest.raises(RigError, match=r"sglang's argument parser did not load in .*: ModuleNotFoundError: No "
+                                       r"module named 'sglang'"):
+        render(stack(), venv)
