@@ -173,10 +173,13 @@ UPGRADE_SETTINGS = {
 
 
 def versions(box) -> dict:
-    """Each driver package's installed version and dpkg selection."""
-    out = box.sh(f"dpkg-query -W -f='${{Package}} ${{Version}} ${{db:Status-Want}}\\n' {DRIVER} {FABRIC} "
-                 "nvidia-container-toolkit", check=False).stdout
-    return {name: (version, want) for name, version, want in (line.split() for line in out.splitlines())}
+    """Each driver package's installed version and dpkg selection. Every package dpkg knows is listed (a query
+    by name exits 1 for one it does not, as a box that could not run the command does): a box that did not
+    answer fails here, with its reason."""
+    out = box.sh("dpkg-query -W -f='${Package} ${Version} ${db:Status-Want}\\n'").stdout
+    wanted = (DRIVER, FABRIC, "nvidia-container-toolkit")
+    rows = (line.split() for line in out.splitlines())
+    return {row[0]: tuple(row[1:]) for row in rows if row and row[0] in wanted}
 
 
 @contextlib.contextmanager

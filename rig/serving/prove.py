@@ -35,7 +35,7 @@ from rig.serving.measure.record import recorded
 from rig.serving.measure.stats import shown
 from rig.serving.measure.sweep import Level, Server
 from rig.serving.measure.verdict import margin_problem
-from rig.serving.server import health_url, render
+from rig.serving.server import close_parsers, health_url, render
 from rig.serving.session import measured, serving
 from rig.serving.sglang_api import call, expect_json
 
@@ -142,15 +142,19 @@ def agreeing(stack: dict, out: Path) -> dict:
 
 
 def plan(stack: dict, venv: str, models: Path, tps: list[int], out: Path) -> dict[str, list[str]]:
-    """Every server line prove would start, rendered and parsed by the venv's sglang."""
+    """Every server line prove would start, rendered and parsed by the venv's sglang (one parser, stopped once
+    they are: it holds sglang and torch in memory)."""
     lines = {}
-    for tp in tps:
-        served = _with_model(stack, models, tp)
-        lines[f"{BASELINE} tp{tp}"] = render(served, venv, baseline=True)["argv"]
-        lines[f"{EAGLE} tp{tp}"] = render(served, venv)["argv"]
-    agree = agreeing(stack, out)
-    lines[f"{BASELINE} {AGREE}"] = render(agree, venv, baseline=True)["argv"]
-    lines[f"{EAGLE} {AGREE}"] = render(agree, venv)["argv"]
+    try:
+        for tp in tps:
+            served = _with_model(stack, models, tp)
+            lines[f"{BASELINE} tp{tp}"] = render(served, venv, baseline=True)["argv"]
+            lines[f"{EAGLE} tp{tp}"] = render(served, venv)["argv"]
+        agree = agreeing(stack, out)
+        lines[f"{BASELINE} {AGREE}"] = render(agree, venv, baseline=True)["argv"]
+        lines[f"{EAGLE} {AGREE}"] = render(agree, venv)["argv"]
+    finally:
+        close_parsers()
     return lines
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import shlex
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -43,28 +44,49 @@ class _Parser:
                           stdout=PIPE, stderr=self.errors, text=True)
         assert self.proc.stdin and self.proc.stdout  # both are pipes
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        self.answered = False
 
     def ask(self, request: dict) -> dict:
+        """One request's answer. An exchange that went wrong in any way (the parser ended, an answer that is not
+        JSON, an interrupt between the question and the answer) ends the parser: the next render starts a new
+        one, never reading this request's answer for its own."""
         try:
             self.stdin.write(dump_json(request, "a request to sglang's argument parser") + "\n")
             self.stdin.flush()
             line = self.stdout.readline()
+            if line:
+                answer = parse_json(line, "sglang's argument parser's answer")
+                self.answered = True
+                return answer
         except OSError:  # it ended before it read the request
-            line = ""
-        if not line:
+            pass
+        except BaseException:
+            self.close(kill=True)
+            raise
+        last = self.close(kill=True)
+        raise RigError(f"sglang's argument parser {'stopped' if self.answered else 'did not load'} in {self.python}: "
+                       f"{last or 'it printed nothing'}")
+
+    def close(self, kill: bool = False) -> str:
+        """Its input closed (it exits at the end of it), or KILL; its output closed too: one blocked writing an
+        answer no one reads is killed after 10 s instead of holding this process's exit. The last line it wrote
+        to stderr."""
+        if self.errors.closed:  # closed already
+            return ""
+        if kill:
+            self.proc.kill()
+        for pipe in (self.stdin, self.stdout):
+            with contextlib.suppress(OSError):  # one that died has its pipe broken
+                pipe.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            self.errors.seek(0)
-            err = self.errors.read().strip().splitlines()
-            raise RigError(f"sglang's argument parser did not load in {self.python}: "
-                           f"{err[-1] if err else 'it printed nothing'}")
-        return parse_json(line, "sglang's argument parser's answer")
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):  # one that died has its pipe broken
-            self.stdin.close()
-        self.proc.wait()
+        self.errors.seek(0)
+        lines = self.errors.read().strip().splitlines()
         self.errors.close()
+        return lines[-1] if lines else ""
 
 
 # Each venv's parser, started at a process's first render there and kept until it exits: sglang, torch with it,
@@ -75,7 +97,11 @@ _PARSERS: dict[Path, _Parser] = {}
 
 def _parser(python: Path) -> _Parser:
     parser = _PARSERS.get(python)
-    if parser is None or parser.proc.poll() is not None:
+    if parser is not None and parser.proc.poll() is not None:
+        del _PARSERS[python]
+        parser.close()
+        parser = None
+    if parser is None:
         parser = _PARSERS[python] = _Parser(python)
     return parser
 

@@ -131,7 +131,16 @@ def standin_venv(venv, sglang: bool = True):
     return venv
 
 
-def test_one_parser_process_renders_every_line_and_one_that_ended_is_started_again(tmp_path):
+@pytest.fixture
+def parsers():
+    """The render's parser processes, stopped after the test (their venvs go with its tmp_path)."""
+    from rig.serving import server
+
+    yield server._PARSERS
+    server.close_parsers()
+
+
+def test_one_parser_process_renders_every_line_and_one_that_ended_is_started_again(tmp_path, parsers):
     """sglang loads once a process (12.5 CPU-seconds for 0.5.23), however many lines tune and prove render."""
     from rig.serving import server
 
@@ -147,7 +156,17 @@ def test_one_parser_process_renders_every_line_and_one_that_ended_is_started_aga
     assert server.render(stack(), venv) == eagle and server._PARSERS[python].proc is not first
 
 
-def test_a_parser_that_cannot_load_says_why(tmp_path):
+def test_an_answer_out_of_step_ends_the_parser_and_the_next_line_gets_its_own(tmp_path, parsers):
+    """-h has argparse print its help before the answer: that render fails, and the next one is not answered
+    with what was left of it."""
+    venv = standin_venv(tmp_path / "venv")
+    with pytest.raises(RigError, match="sglang's argument parser's answer"):
+        render(stack(extra_args=["-h"]), venv)
+    argv = render(stack(), venv)["argv"]
+    assert "--speculative-algorithm" in argv and "-h" not in argv
+
+
+def test_a_parser_that_cannot_load_says_why(tmp_path, parsers):
     venv = standin_venv(tmp_path / "venv", sglang=False)
     with pytest.raises(RigError, match=r"sglang's argument parser did not load in .*: ModuleNotFoundError: No "
                                        r"module named 'sglang'"):

@@ -2,9 +2,9 @@
 // compiler alone: it needs torch's symbols (what an audit against another torch finds missing). Only the ATen
 // and dispatcher headers it uses: torch/extension.h (all of torch's C++ API and pybind11) made this file 16
 // CPU-seconds of a build, these 5.
+#include <Python.h>  // first, as Python's documentation asks
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_like.h>
-#include <Python.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
