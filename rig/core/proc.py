@@ -110,6 +110,16 @@ def spawn(argv: list[str], what: str, **kwargs) -> subprocess.Popen:
         raise RigError(f"{what}: cannot run {argv[0]}: {exc.strerror or exc}") from exc
 
 
+def reap(child: subprocess.Popen, grace: float = 10.0) -> int:
+    """A spawn()ed child that was told to end (its input closed): waited for GRACE seconds, then killed; its exit
+    status."""
+    try:
+        return child.wait(grace)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        return child.wait()
+
+
 def start(argv: list[str], log: str | Path, what: str, env: dict | None = None) -> subprocess.Popen:
     """A long-running child (a server) in a session of its own, stdout and stderr to LOG, which is created
     new or truncated and never followed through a link. stop() ends the whole session: SGLang's scheduler

@@ -12,14 +12,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import shlex
-import subprocess
 import tempfile
 from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.documents import dump_json, parse_json, read_text
 from rig.core.escape import unit_exec, unit_path, unit_text
-from rig.core.proc import PIPE, script, spawn
+from rig.core.proc import PIPE, reap, script, spawn
 from rig.serving import adaptive
 
 # What the stack asks for -> the spellings sglang releases use, preferred first.
@@ -78,11 +77,7 @@ class _Parser:
         for pipe in (self.stdin, self.stdout):
             with contextlib.suppress(OSError):  # one that died has its pipe broken
                 pipe.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        reap(self.proc)
         self.errors.seek(0)
         lines = self.errors.read().strip().splitlines()
         self.errors.close()
