@@ -122,12 +122,12 @@ def test_a_gate_python_may_be_a_program_systemd_finds():
     assert gate["exec_start_post"].startswith("python3.12 /opt/rig/rig.pyz smoke --health-only")
 
 
-def standin_venv(venv, sglang: bool = True):
-    """A venv whose sglang is the stand-in's (tests/data/sglang_standin), or none."""
+def standin_venv(venv, sglang: bool = True, tree=REPO / "tests" / "data" / "sglang_standin"):
+    """A venv whose sglang is the stand-in's (tests/data/sglang_standin, or a copy at TREE), or none."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next((venv / "lib").glob("python3*/site-packages"))
     ours = [p for p in sys.path if p.endswith("site-packages")]
-    (site / "standin.pth").write_text("\n".join([str(REPO / "tests" / "data" / "sglang_standin")] * sglang + ours))
+    (site / "standin.pth").write_text("\n".join([str(tree)] * sglang + ours))
     return venv
 
 
@@ -164,6 +164,16 @@ def test_an_answer_out_of_step_ends_the_parser_and_the_next_line_gets_its_own(tm
         render(stack(extra_args=["-h"]), venv)
     argv = render(stack(), venv)["argv"]
     assert "--speculative-algorithm" in argv and "-h" not in argv
+
+
+def test_the_parser_never_runs_sglangs_package_init(tmp_path, parsers):
+    """sglang's __init__ is its frontend's API and transformers' patches (8 of the 11 CPU-seconds 0.5.23's
+    server_args takes to import): the parser reads server_args without it."""
+    tree = tmp_path / "standin"
+    shutil.copytree(REPO / "tests" / "data" / "sglang_standin", tree, ignore=shutil.ignore_patterns("__pycache__"))
+    (tree / "sglang" / "__init__.py").write_text("raise RuntimeError('the package init ran')\n")
+    argv = render(stack(), standin_venv(tmp_path / "venv", tree=tree))["argv"]
+    assert "--speculative-algorithm" in argv
 
 
 def test_a_parser_that_cannot_load_says_why(tmp_path, parsers):
