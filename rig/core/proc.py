@@ -83,10 +83,11 @@ def last_json(out: str, what: str, kind: type = dict):
     return value
 
 
-def script(name: str) -> str:
-    """The source of rig/foreign/NAME.py, a script another interpreter runs (never imported by rig): read from
-    the package, so that it travels in the engine bundle too."""
-    return resources.files("rig").joinpath("foreign", f"{name}.py").read_text(encoding="utf-8")
+def script(*names: str) -> str:
+    """The sources of rig/foreign/NAME.py, one after the other: a script another interpreter runs (never
+    imported by rig), read from the package, so that it travels in the engine bundle too."""
+    return "\n".join(resources.files("rig").joinpath("foreign", f"{name}.py").read_text(encoding="utf-8")
+                     for name in names)
 
 
 def ask(python: str | Path, name: str, args: list[str], what: str, kind: type = dict, **kwargs):

@@ -5,22 +5,10 @@ start-up check of the line against it (`_init_adaptive_speculative_params`: the 
 must be one of the config's candidate steps). One process serves them all, so sglang is imported once."""
 import argparse
 import importlib.metadata
-import importlib.util
 import json
 import sys
 
-
-def without_package_init() -> None:
-    """Register sglang's package without running its __init__, which is the frontend language's API and
-    transformers' patches: 8 of the 11 CPU-seconds its import takes. server_args and what it imports run as in a
-    server; an sglang that is not there fails at their import, as before."""
-    spec = importlib.util.find_spec("sglang")
-    if spec is not None and spec.submodule_search_locations is not None:
-        sys.modules["sglang"] = importlib.util.module_from_spec(spec)
-
-
-without_package_init()
-from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]  # noqa: E402
+from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]  # after sglang_bare.py
 
 
 def error(message: str):

@@ -39,8 +39,8 @@ class _Parser:
                            "key to one (rig env install, or the python_stack role, creates it)")
         self.python = python
         self.errors = tempfile.TemporaryFile("w+")
-        self.proc = spawn([str(python), "-c", script("sglang_parser")], "sglang's argument parser", stdin=PIPE,
-                          stdout=PIPE, stderr=self.errors, text=True)
+        self.proc = spawn([str(python), "-c", script("sglang_bare", "sglang_parser")], "sglang's argument parser",
+                          stdin=PIPE, stdout=PIPE, stderr=self.errors, text=True)
         assert self.proc.stdin and self.proc.stdout  # both are pipes
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self.answered = False
