@@ -62,7 +62,10 @@ def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> s
                 and _indent(lines[i]) == 0), len(lines))
     body = [i for i in range(start, end) if not _BLANK.fullmatch(lines[i].rstrip("\r\n"))]
     indent = _indent(lines[body[0]]) if body else 2
+    current = data.get(section) or {}
     for key, value in values.items():
+        if key in current and current[key] == value:
+            continue  # already so: its line stays as the user spelt it
         shown = f"{' ' * indent}{key}: {dump_json(value, f'{section}.{key}')}"
         at = [i for i in body if _indent(lines[i]) == indent and re.match(rf"\s*{re.escape(key)}\s*:", lines[i])]
         if len(at) > 1:

@@ -35,6 +35,13 @@ def test_keys_are_set_in_place_and_every_comment_stays():
          and "fa3" not in line and "triton" not in line and "server" not in line]
 
 
+def test_a_key_already_at_its_value_keeps_its_spelling():
+    """tune proposes the stack's own attention_backends where it changes nothing: no diff of the user's file."""
+    edited = with_keys(STACK, "server", {"attention_backends": ["fa3", "triton"], "speculative_num_steps": 3},
+                       "stack.yml")
+    assert edited == STACK.replace("speculative_num_steps: 2", "speculative_num_steps: 3")
+
+
 def test_a_stack_without_the_section_gets_it_at_the_end():
     edited = with_keys("name: mine\n# the end\n", "server", {"speculative_num_steps": 3}, "stack.yml")
     assert edited == 'name: mine\n# the end\nserver:\n  speculative_num_steps: 3\n'
