@@ -85,7 +85,8 @@ def last_json(out: str, what: str, kind: type = dict):
 
 def script(*names: str) -> str:
     """The sources of rig/foreign/NAME.py, one after the other: a script another interpreter runs (never
-    imported by rig), read from the package, so that it travels in the engine bundle too."""
+    imported by rig), read from the package, so that it travels in the engine bundle too. A file put after
+    another can have no `from __future__` import, and its tracebacks' line numbers count from the first."""
     return "\n".join(resources.files("rig").joinpath("foreign", f"{name}.py").read_text(encoding="utf-8")
                      for name in names)
 

@@ -40,6 +40,17 @@ def _item(line: str, indent: int) -> bool:
     return _indent(line) == indent and line.lstrip(" ").startswith(("- ", "-\n"))
 
 
+def _same(a: Any, b: Any) -> bool:
+    """A and B equal, their types too: YAML's 1, 1.0 and true are three values here, as they are to a schema."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
 def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> str:
     """TEXT with SECTION's keys set to VALUES (added at the block's end where absent; the block added at the end
     where the document has none). A RigError when the edit would not give exactly that document."""
@@ -64,7 +75,7 @@ def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> s
     indent = _indent(lines[body[0]]) if body else 2
     current = data.get(section) or {}
     for key, value in values.items():
-        if key in current and current[key] == value:
+        if key in current and _same(current[key], value):
             continue  # already so: its line stays as the user spelt it
         shown = f"{' ' * indent}{key}: {dump_json(value, f'{section}.{key}')}"
         at = [i for i in body if _indent(lines[i]) == indent and re.match(rf"\s*{re.escape(key)}\s*:", lines[i])]

@@ -176,6 +176,16 @@ def test_the_parser_never_runs_sglangs_package_init(tmp_path, parsers):
     assert "--speculative-algorithm" in argv
 
 
+def test_an_sglang_imported_at_start_up_is_kept_whole(tmp_path):
+    from rig.core.proc import script
+
+    venv = standin_venv(tmp_path / "venv")
+    (next((venv / "lib").glob("python3*/site-packages")) / "zz-import.pth").write_text("import sglang\n")
+    probe = script("sglang_bare") + "\nprint(_sys.modules['sglang'].__doc__ is not None)\n"  # the bare one has none
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True"
+
+
 def test_a_parser_that_cannot_load_says_why(tmp_path, parsers):
     venv = standin_venv(tmp_path / "venv", sglang=False)
     with pytest.raises(RigError, match=r"sglang's argument parser did not load in .*: ModuleNotFoundError: No "

@@ -40,6 +40,8 @@ def test_a_key_already_at_its_value_keeps_its_spelling():
     edited = with_keys(STACK, "server", {"attention_backends": ["fa3", "triton"], "speculative_num_steps": 3},
                        "stack.yml")
     assert edited == STACK.replace("speculative_num_steps: 2", "speculative_num_steps: 3")
+    # equal in Python, not the same value: true where 1 was written is an edit
+    assert with_keys("server:\n  x: 1\n", "server", {"x": True}, "stack.yml") == "server:\n  x: true\n"
 
 
 def test_a_stack_without_the_section_gets_it_at_the_end():
