@@ -97,7 +97,7 @@ def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> s
     edited = "".join(lines)
     wanted = copy.deepcopy(data)
     wanted[section] = {**(wanted.get(section) or {}), **values}
-    if parse_yaml(edited, f"{source} (edited)") != wanted:  # a text that does not parse is a RigError there
+    if not _same(parse_yaml(edited, f"{source} (edited)"), wanted):  # a text that does not parse is a RigError there
         raise RigError(f"{source}: setting {section}'s {', '.join(values)} in place would change more than those "
                        "keys (an unusual layout); edit it by hand")
     return edited

@@ -181,7 +181,8 @@ def test_an_sglang_imported_at_start_up_is_kept_whole(tmp_path):
 
     venv = standin_venv(tmp_path / "venv")
     (next((venv / "lib").glob("python3*/site-packages")) / "zz-import.pth").write_text("import sglang\n")
-    probe = script("sglang_bare") + "\nprint(_sys.modules['sglang'].__doc__ is not None)\n"  # the bare one has none
+    # the bare module sglang_bare makes has no docstring; the one imported whole has
+    probe = script("sglang_bare") + "\nimport sys\nprint(sys.modules['sglang'].__doc__ is not None)\n"
     done = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "True"
 
