@@ -130,6 +130,7 @@ def _check(stack: dict, found: list[Variant], wanted: list[Level], lines: dict, 
     may_lift = [v.name for v in found if v.kind != "baseline"] if stack["tune"]["uncapped"] else []
     least = len(found) + 1  # and the policy's server, when the choice changes with load
     most = least + len(may_lift)
+    envs = {v.name: v.env for v in found}  # what each server's environment adds, said before its line
     return {"ok": True, "changed": False, "variants": lines, "levels": [lv.name for lv in wanted],
             "estimate_s": [estimate_s(plan, least, wanted), estimate_s(plan, most, wanted)],
             "msg": "\n".join([
@@ -137,7 +138,8 @@ def _check(stack: dict, found: list[Variant], wanted: list[Level], lines: dict, 
                 f"{', '.join(lv.name for lv in wanted)} in {plan.rounds} round(s) at temperature {plan.temperature:g} "
                 f"(at least {sum(plan.requests_at(lv.concurrency) for lv in wanted)} requests a round"
                 + (f", {plan.min_seconds:g} s a level" if plan.min_seconds else "") + "):",
-                *(f"  {name}: {' '.join(argv)}" for name, argv in lines.items()),
+                *(f"  {name}: {' '.join([*(f'{k}={v}' for k, v in envs.get(name, {}).items()), *argv])}"
+                  for name, argv in lines.items()),
                 *([f"  and each of {', '.join(may_lift)} again with --max-running-requests at its decode graph size, "
                    "where its server caps running requests below it"] if may_lift else []),
                 "  then the policy derived from them, against the baseline and the per-level best",

@@ -17,6 +17,9 @@ SKIP_EXTEND = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
 # rig's free-off patch (the stack's patches.opt_in: [free-off]): step 0 as a plain decode where applied, SGLang's own
 # where a server's environment sets it to 0
 FREE_OFF = "RIG_FREE_OFF"
+# how the patch keeps the draft in step at a step-0 batch: SGLang's one-token draft extend (its default) or the
+# draft layer's KV alone
+FREE_OFF_DRAFT = "RIG_FREE_OFF_DRAFT"
 # SGLang's step 0 as a server of its own: a server launches at one of its config's candidate steps (sglang refuses
 # --speculative-num-steps outside them), so one request alone drafts 1 step and every batch of two or more runs at
 # step 0; the step-0 servers are measured at those levels only
@@ -126,18 +129,25 @@ def variants(stack: dict, venv: str | Path, step0_config: str, imports: dict[str
 
 def step0_envs(stack: dict, venv: str | Path, imports: dict[str, list[Path]]) -> dict[str, dict]:
     """tune.step0's servers, each with what its environment adds: SGLang's own step 0 (with rig's free-off turned
-    off where the venv has it), its draft extend skipped, and free-off's plain decode (where it is applied)."""
+    off where the venv has it), its draft extend skipped, and free-off's plain decode (where it is applied) with
+    the draft kept in step by its one-token extend or by its KV alone."""
     asked = stack["tune"]["step0"]
     patched = sglang_reads(imports, FREE_OFF)
     if "step0-skip-extend" in asked and not sglang_reads(imports, SKIP_EXTEND):
         raise RigError(f"tune.step0 lists step0-skip-extend, but the sglang in {venv} does not read "
                        f"{SKIP_EXTEND}: drop it from tune.step0 (or install an sglang that has it)")
-    if "step0-plain" in asked and not patched:
-        raise RigError(f"tune.step0 lists step0-plain, but the sglang in {venv} does not have rig's free-off patch: "
-                       "add free-off to the stack's patches.opt_in and run `rig patch apply --stack STACK` (sglang "
-                       "0.5.17 or 0.5.23), or drop step0-plain from tune.step0")
+    for which in ("step0-plain", "step0-plain-ingest"):
+        if which in asked and not patched:
+            raise RigError(f"tune.step0 lists {which}, but the sglang in {venv} does not have rig's free-off patch: "
+                           "add free-off to the stack's patches.opt_in and run `rig patch apply --stack STACK` "
+                           f"(sglang 0.5.17 or 0.5.23), or drop {which} from tune.step0")
+    if "step0-plain-ingest" in asked and not sglang_reads(imports, FREE_OFF_DRAFT):
+        raise RigError(f"tune.step0 lists step0-plain-ingest, but the free-off patch in {venv} does not read "
+                       f"{FREE_OFF_DRAFT} (an older one): revert and apply it again (`rig patch revert` and "
+                       "`rig patch apply --stack STACK`), or drop step0-plain-ingest from tune.step0")
     sglangs = {FREE_OFF: "0"} if patched else {}
-    return {which: {"step0": sglangs, "step0-skip-extend": {**sglangs, SKIP_EXTEND: "1"}, "step0-plain": {}}[which]
+    return {which: {"step0": sglangs, "step0-skip-extend": {**sglangs, SKIP_EXTEND: "1"}, "step0-plain": {},
+                    "step0-plain-ingest": {FREE_OFF_DRAFT: "ingest"}}[which]
             for which in asked}
 
 

@@ -236,9 +236,10 @@ SCHEMA = {
         "steps": Field(list, default=[1, 2, 3], check=once, item=Field(int, check=between(1, 32))),
         # SGLang's adaptive step 0 measured as servers of their own: "step0" as SGLang ships it, "step0-skip-extend"
         # with SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 (where the installed sglang reads it), "step0-plain" as rig's
-        # free-off patch makes it (a plain decode; the stack's patches.opt_in lists free-off)
+        # free-off patch makes it (a plain decode; the stack's patches.opt_in lists free-off), "step0-plain-ingest"
+        # the same with the draft kept in step by its KV alone (RIG_FREE_OFF_DRAFT=ingest)
         "step0": Field(list, default=[], check=once, item=Field(choices=("step0", "step0-skip-extend",
-                                                                          "step0-plain"))),
+                                                                          "step0-plain", "step0-plain-ingest"))),
         # when a speculative server caps its running requests below its decode graph, measure it uncapped too
         "uncapped": Field(bool, default=True),
         # the levels (concurrencies) at which each server's full batch is profiled by SGLang's own torch profiler,

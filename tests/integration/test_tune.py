@@ -357,6 +357,7 @@ def test_sampling_lowers_acceptance_and_a_capped_server_is_measured_uncapped_and
 @pytest.mark.parametrize("which, said", [
     ("step0-skip-extend", "does not read SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"),
     ("step0-plain", "does not have rig's free-off patch: add free-off to the stack's patches.opt_in"),
+    ("step0-plain-ingest", "does not have rig's free-off patch: add free-off to the stack's patches.opt_in"),
 ])
 def test_a_step_0_server_the_installed_sglang_cannot_run_is_refused(tune_case, which, said):
     stack, env = tune_case(*MODEL)
@@ -365,6 +366,34 @@ def test_a_step_0_server_the_installed_sglang_cannot_run_is_refused(tune_case, w
     stack.write_text(yaml.safe_dump(data))
     done = tune(stack, tune_case.dir / "out", env, "--check")
     assert done.returncode == 2 and said in done.stderr
+
+
+def test_the_ingest_step_0_server_needs_a_patch_that_reads_its_switch_and_is_started_with_it(tune_case):
+    """step0-plain-ingest is free-off's step 0 with the draft kept in step by its KV alone: refused, naming the fix,
+    where the applied patch predates RIG_FREE_OFF_DRAFT; where it reads it, the plan starts that server with
+    RIG_FREE_OFF_DRAFT=ingest and step0-plain with nothing added."""
+    import shutil
+
+    worker = 'import os as _rig_os\n\n_RIG_FREE_OFF = _rig_os.environ.get("RIG_FREE_OFF", "1") != "0"\n'
+    stack, env = tune_case(*MODEL)
+    data = yaml.safe_load(stack.read_text())
+    data["tune"].update(steps=[3], step0=["step0-plain", "step0-plain-ingest"])
+    for name, text in (("older", worker), ("patched", worker + '_D = _rig_os.environ.get("RIG_FREE_OFF_DRAFT")\n')):
+        package = tune_case.dir / name
+        shutil.copytree(STANDIN, package, ignore=shutil.ignore_patterns("__pycache__"))
+        (package / "sglang" / "srt" / "speculative" / "eagle_worker_v2.py").write_text(text)
+        data["venv"] = str(make_standin_venv(tune_case.dir / f"venv-{name}", package))
+        stack.write_text(yaml.safe_dump(data))
+        done = tune(stack, tune_case.dir / f"out-{name}", env, "--check")
+        if name == "older":
+            assert done.returncode == 2 and "does not read RIG_FREE_OFF_DRAFT" in done.stderr, done.stderr
+            assert "rig patch revert" in done.stderr
+        else:
+            assert done.returncode == 0, done.stderr
+            plan = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].split()
+                    for line in json.loads(done.stdout)["msg"].splitlines() if line.startswith("  step0-plain")}
+            assert plan["step0-plain-ingest"][0] == "RIG_FREE_OFF_DRAFT=ingest"
+            assert "=" not in plan["step0-plain"][0] and plan["step0-plain"] == plan["step0-plain-ingest"][1:]
 
 
 def test_free_offs_plain_step_0_is_measured_beside_sglangs_and_the_policy_runs_on_it(tune_case):
