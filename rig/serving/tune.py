@@ -30,6 +30,7 @@ a failure with its reason, never a measurement the policy builds on.
 """
 from __future__ import annotations
 
+import shlex
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,8 @@ def _check(stack: dict, found: list[Variant], wanted: list[Level], lines: dict, 
     least = len(found) + 1  # and the policy's server, when the choice changes with load
     most = least + len(may_lift)
     envs = {v.name: v.env for v in found}  # what each server's environment adds, said before its line
+    shown = {name: " ".join([*(f"{k}={shlex.quote(v)}" for k, v in envs.get(name, {}).items()), *argv])
+             for name, argv in lines.items()}
     return {"ok": True, "changed": False, "variants": lines, "levels": [lv.name for lv in wanted],
             "estimate_s": [estimate_s(plan, least, wanted), estimate_s(plan, most, wanted)],
             "msg": "\n".join([
@@ -138,8 +141,7 @@ def _check(stack: dict, found: list[Variant], wanted: list[Level], lines: dict, 
                 f"{', '.join(lv.name for lv in wanted)} in {plan.rounds} round(s) at temperature {plan.temperature:g} "
                 f"(at least {sum(plan.requests_at(lv.concurrency) for lv in wanted)} requests a round"
                 + (f", {plan.min_seconds:g} s a level" if plan.min_seconds else "") + "):",
-                *(f"  {name}: {' '.join([*(f'{k}={v}' for k, v in envs.get(name, {}).items()), *argv])}"
-                  for name, argv in lines.items()),
+                *(f"  {name}: {line}" for name, line in shown.items()),
                 *([f"  and each of {', '.join(may_lift)} again with --max-running-requests at its decode graph size, "
                    "where its server caps running requests below it"] if may_lift else []),
                 "  then the policy derived from them, against the baseline and the per-level best",
@@ -213,8 +215,10 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
         if rows:  # a single server is held to the per-level best by its own rounds; the policy by its own run
             result["confirmation"] = confirm({n: v.get("levels") or {} for n, v in result["variants"].items()}, rows,
                                              judged_by, chosen.get("baseline") or BASELINE)
+        # the environment the policy server was confirmed with (its step-0 server's), proposed with it
+        step0_env = (chosen.get("env") or {}) if kind["kind"] == "adaptive" else {}
         result["recommendation"] = recommend(kind, rows, result["confirmation"], config_path, measured,
-                                             chosen.get("plain") or rows)
+                                             chosen.get("plain") or rows, step0_env)
         if profile:  # the one server that pays best for the user's own load
             measured = {n: v["levels"] for n, v in result["variants"].items()
                         if v.get("levels") and not v.get("stopped")}
@@ -226,7 +230,8 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
                                              f" {mine['of_per_level_best']:.2f} of the per-level best's)")
         try:  # what was measured stands however the stack file is laid out
             proposal = proposed_stack(stack_path, kind, config_path, chosen.get("server"),
-                                      stack["server"]["cuda_graph_max_bs"])
+                                      stack["server"]["cuda_graph_max_bs"],
+                                      {**stack["environment"]["vars"], **step0_env} if step0_env else None)
         except RigError as exc:
             proposal, result["stack_diff"] = None, f"no proposed stack: {exc}"
             progress(result["stack_diff"])

@@ -118,10 +118,10 @@ def _values(levels_of: dict) -> dict[str, float | None]:
 
 
 def recommend(kind: dict, rows: list[dict], confirmation: dict | None, config_path: str | None,
-              measured: dict[str, dict], plain: list[dict]) -> str:
+              measured: dict[str, dict], plain: list[dict], env: dict | None = None) -> str:
     """What to serve, said from the confirmation: a single server (baseline, fixed) is held to the per-level best
-    by its own rounds, an adaptive policy by its own server's. PLAIN: the choices with the baseline for step 0,
-    what the fallback reads when nothing single holds."""
+    by its own rounds, an adaptive policy by its own server's (ENV: what its environment added). PLAIN: the
+    choices with the baseline for step 0, what the fallback reads when nothing single holds."""
     if kind["kind"] == "none":
         return "nothing was measured: no recommendation"
     lost = [t for t in (confirmation or {}).get("levels", []) if t["verdict"] == "lost"]
@@ -139,8 +139,9 @@ def recommend(kind: dict, rows: list[dict], confirmation: dict | None, config_pa
                 f"instead: {fallback(plain, measured)}")
     plan_text = ", ".join(f"{r['chosen']} at {r['level']}" for r in rows)
     if holds:
-        return (f"serve with the adaptive policy (server.speculative_adaptive_config: {config_path}): confirmed within "
-                f"noise of the per-level best at every level ({plan_text})")
+        with_env = f" and {', '.join(f'{k}={v}' for k, v in env.items())} in environment.vars" if env else ""
+        return (f"serve with the adaptive policy (server.speculative_adaptive_config: {config_path}{with_env}): "
+                f"confirmed within noise of the per-level best at every level ({plan_text})")
     step0 = [t for t in lost if t["steps"] == 0 and t["vs_baseline"] == "lost"]
     if step0:
         ratios_ = ", ".join(f"{t['ratio_baseline']:.2f}" for t in step0)

@@ -9,11 +9,12 @@ from rig.core.escape import cell, table
 from rig.serving.measure.stats import shown
 
 
-def proposed_stack(stack_path: str, kind: dict, config_path: str | None,
-                   family: dict | None = None, graph: int = 0) -> tuple[str, str] | None:
+def proposed_stack(stack_path: str, kind: dict, config_path: str | None, family: dict | None = None, graph: int = 0,
+                   env_vars: dict | None = None) -> tuple[str, str] | None:
     """The user's stack file with the policy in its server section, edited in place (rig.core.yaml_edit: every
     comment and other line kept), and the diff from the file on disk; the server keys of the family it came from
-    (its attention backend, its running-request cap) go with it, and GRAPH, the decode graph it was measured with."""
+    (its attention backend, its running-request cap) go with it, GRAPH, the decode graph it was measured with,
+    and ENV_VARS as environment.vars where given (what the policy's server ran with)."""
     from rig.core.documents import read_text
     from rig.core.yaml_edit import with_keys
 
@@ -29,6 +30,8 @@ def proposed_stack(stack_path: str, kind: dict, config_path: str | None,
                    if family and family.get(key)})
     before = read_text(stack_path, "stack file")
     after = with_keys(before, "server", values, stack_path)
+    if env_vars:
+        after = with_keys(after, "environment", {"vars": env_vars}, stack_path)
     diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), stack_path,
                                         f"{stack_path} (proposed)"))
     return after, diff

@@ -3,6 +3,7 @@ count, the stack's own line, SGLang's step 0 as servers of their own, each specu
 the venv can run, asked of its own interpreter."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,7 +92,8 @@ def sglang_reads(imports: dict[str, list[Path]], name: str) -> bool:
         for path in [root / "environ.py", *sorted((root / "speculative").glob("*.py"))]:
             if path.is_file() and not path.is_symlink():
                 try:
-                    if name in read_text(path, "sglang source"):
+                    # the whole name: RIG_FREE_OFF_DRAFT is not RIG_FREE_OFF
+                    if re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", read_text(path, "sglang source")):
                         return True
                 except RigError:
                     continue
@@ -142,12 +144,14 @@ def step0_envs(stack: dict, venv: str | Path, imports: dict[str, list[Path]]) ->
                            "add free-off to the stack's patches.opt_in and run `rig patch apply --stack STACK` "
                            f"(sglang 0.5.17 or 0.5.23), or drop {which} from tune.step0")
     if "step0-plain-ingest" in asked and not sglang_reads(imports, FREE_OFF_DRAFT):
-        raise RigError(f"tune.step0 lists step0-plain-ingest, but the free-off patch in {venv} does not read "
-                       f"{FREE_OFF_DRAFT} (an older one): revert and apply it again (`rig patch revert` and "
+        raise RigError(f"tune.step0 lists step0-plain-ingest, but the patched sglang in {venv} does not read "
+                       f"{FREE_OFF_DRAFT}: apply rig's free-off patch again (`rig patch revert --stack STACK`, then "
                        "`rig patch apply --stack STACK`), or drop step0-plain-ingest from tune.step0")
     sglangs = {FREE_OFF: "0"} if patched else {}
-    return {which: {"step0": sglangs, "step0-skip-extend": {**sglangs, SKIP_EXTEND: "1"}, "step0-plain": {},
-                    "step0-plain-ingest": {FREE_OFF_DRAFT: "ingest"}}[which]
+    # each free-off server says its switches itself: one exported in rig's own environment would reach both
+    plain = {FREE_OFF: "1", FREE_OFF_DRAFT: "extend"}
+    return {which: {"step0": sglangs, "step0-skip-extend": {**sglangs, SKIP_EXTEND: "1"}, "step0-plain": plain,
+                    "step0-plain-ingest": {**plain, FREE_OFF_DRAFT: "ingest"}}[which]
             for which in asked}
 
 

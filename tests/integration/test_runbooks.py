@@ -149,8 +149,9 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
         "sglang-free-off-graphs": "applied", "sglang-free-off-worker-0517": "applied",
         "sglang-free-off-worker-0523": "not-applicable"}, (res / "patch-free-off.err").read_text()[-3000:]
     free = json.loads((res / "tune-free-off-t1" / "tune.json").read_text())["variants"]
-    assert "step0" not in free and free["step0-plain"]["env"] == {}  # SGLang's own: the table has it
-    assert free["step0-plain-ingest"]["env"] == {"RIG_FREE_OFF_DRAFT": "ingest"}  # the real patched file reads it
+    assert "step0" not in free  # SGLang's own: the table has it
+    assert free["step0-plain"]["env"] == {"RIG_FREE_OFF": "1", "RIG_FREE_OFF_DRAFT": "extend"}
+    assert free["step0-plain-ingest"]["env"] == {"RIG_FREE_OFF": "1", "RIG_FREE_OFF_DRAFT": "ingest"}  # read: applied
     assert free["step0-plain"]["levels"]["C=64"]["output_throughput"] > 0  # measured, not profiled (no time for traces)
     prove = json.loads((res / "prove" / "prove.json").read_text())
     assert prove["ok"] and {s["name"]: s["status"] for s in prove["steps"]}["agree: acceptance"] == "pass"

@@ -340,10 +340,11 @@ def test_sampling_lowers_acceptance_and_a_capped_server_is_measured_uncapped_and
     kernels = {v: {k["name"]: k["ms_per_step"] for k in variants[v]["levels"]["C=64"]["profile"]["kernels"]}
                for v in ("baseline", "eagle3-3", "eagle3-3-uncapped", "step0")}
     assert "draft_extend" not in kernels["baseline"] and kernels["step0"]["draft_extend"] > 0
-    assert kernels["eagle3-3"]["target_forward"] == pytest.approx(0.5 * 48 * 4)  # capped: 48 at once
-    # at most 64 running, 4 tokens a step: how full the batch stays while the profile runs is the client's pace of
-    # refills (no queue behind an uncapped server), which a loaded machine slows; the lifted cap itself is asserted
-    # above, from the server's own answer
+    # at most 48 running (capped) and 64 (lifted), 4 tokens a step: how full the batch stays while the profile runs
+    # is the client's pace of refills, which a loaded machine slows (requests of one length end together, and a
+    # queue of 16 behind the cap did not always cover them: 44.9 running on average once, beside stress-ng); the
+    # caps themselves are asserted above, from the servers' own answers
+    assert 0 < kernels["eagle3-3"]["target_forward"] <= 0.5 * 48 * 4
     assert 0 < kernels["eagle3-3-uncapped"]["target_forward"] <= 0.5 * 64 * 4
     assert "Where a decode step's time goes" in (out / "report.md").read_text()
     assert "acc " in (out / "report.md").read_text()
@@ -387,13 +388,15 @@ def test_the_ingest_step_0_server_needs_a_patch_that_reads_its_switch_and_is_sta
         done = tune(stack, tune_case.dir / f"out-{name}", env, "--check")
         if name == "older":
             assert done.returncode == 2 and "does not read RIG_FREE_OFF_DRAFT" in done.stderr, done.stderr
-            assert "rig patch revert" in done.stderr
+            assert "rig patch revert --stack STACK" in done.stderr
         else:
             assert done.returncode == 0, done.stderr
             plan = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].split()
                     for line in json.loads(done.stdout)["msg"].splitlines() if line.startswith("  step0-plain")}
-            assert plan["step0-plain-ingest"][0] == "RIG_FREE_OFF_DRAFT=ingest"
-            assert "=" not in plan["step0-plain"][0] and plan["step0-plain"] == plan["step0-plain-ingest"][1:]
+            # each says both switches itself, so that one exported where rig runs reaches neither
+            assert plan["step0-plain"][:2] == ["RIG_FREE_OFF=1", "RIG_FREE_OFF_DRAFT=extend"]
+            assert plan["step0-plain-ingest"][:2] == ["RIG_FREE_OFF=1", "RIG_FREE_OFF_DRAFT=ingest"]
+            assert plan["step0-plain"][2:] == plan["step0-plain-ingest"][2:] and "=" not in plan["step0-plain"][2]
 
 
 def test_free_offs_plain_step_0_is_measured_beside_sglangs_and_the_policy_runs_on_it(tune_case):
@@ -422,7 +425,8 @@ def test_free_offs_plain_step_0_is_measured_beside_sglangs_and_the_policy_runs_o
     result = json.loads((out / "tune.json").read_text())
     variants = result["variants"]
     assert [n for n in variants if n != "policy"] == ["baseline", "eagle3-3", "step0", "step0-plain"]
-    assert variants["step0"]["env"] == {"RIG_FREE_OFF": "0"} and variants["step0-plain"]["env"] == {}
+    plain = {"RIG_FREE_OFF": "1", "RIG_FREE_OFF_DRAFT": "extend"}
+    assert variants["step0"]["env"] == {"RIG_FREE_OFF": "0"} and variants["step0-plain"]["env"] == plain
     value = {name: variants[name]["levels"]["C=64"]["value"] for name in ("baseline", "step0", "step0-plain")}
     assert value["step0"] < 0.8 * value["step0-plain"], value  # the same level, the same load: half against all
     assert result["step0_stand_in"] in (None, "step0-plain")  # priced where the choice switches with load
@@ -433,4 +437,8 @@ def test_free_offs_plain_step_0_is_measured_beside_sglangs_and_the_policy_runs_o
         return
     assert result["step0_stand_in"] == "step0-plain"
     assert result["policy"]["slots"]["1"] == 3 and 0 in result["policy"]["slots"].values()
-    assert variants["policy"]["env"] == {} and variants["policy"]["levels"]["C=64"]["value"] > 0.7 * value["baseline"]
+    assert variants["policy"]["env"] == plain and variants["policy"]["levels"]["C=64"]["value"] > 0.7 * value["baseline"]
+    # what the policy's server ran with is proposed with it, and said
+    assert yaml.safe_load((out / "proposed-stack.yml").read_text())["environment"]["vars"] == plain
+    if result["confirmation"]["confirmed"]:
+        assert "RIG_FREE_OFF_DRAFT=extend in environment.vars" in result["recommendation"]

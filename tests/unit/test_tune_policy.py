@@ -326,3 +326,28 @@ def test_a_launch_step_outside_the_candidates_is_refused_in_sglangs_words():
     assert adaptive.launch_problem({1: [1], 2: [0]}, 1) is None
     said = adaptive.launch_problem({1: [0]}, 1)
     assert said and said.startswith("--speculative-num-steps=1 is not in the adaptive config candidate_steps [0]")
+
+
+def test_the_policy_is_proposed_with_the_environment_its_server_was_confirmed_with(tmp_path):
+    """An adaptive policy whose step-0 slots ran on a server with switches in its environment (free-off's draft
+    sync): the proposed stack carries them in environment.vars beside the user's own, every comment kept, and the
+    recommendation says them."""
+    import yaml
+
+    from rig.serving.tune_policy import recommend
+    from rig.serving.tune_report import proposed_stack
+
+    stack = tmp_path / "stack.yml"
+    stack.write_text("name: s  # mine\nenvironment:\n  vars: {HF_HOME: /data/hf}  # the cache\nserver:\n"
+                     "  model: m\n")
+    kind = {"kind": "adaptive", "steps": 3, "slots": {"1": 3, "256": 0}}
+    env = {"RIG_FREE_OFF": "1", "RIG_FREE_OFF_DRAFT": "ingest"}
+    text, diff = proposed_stack(str(stack), kind, "/srv/adaptive.json", None, 0, {"HF_HOME": "/data/hf", **env})
+    proposed = yaml.safe_load(text)
+    assert proposed["environment"]["vars"] == {"HF_HOME": "/data/hf", **env}
+    assert proposed["server"]["speculative_adaptive_config"] == "/srv/adaptive.json"
+    assert "# mine" in text and "# the cache" in text and "+  vars:" in diff
+    assert yaml.safe_load(proposed_stack(str(stack), kind, "/srv/adaptive.json")[0])["environment"]["vars"] == {
+        "HF_HOME": "/data/hf"}  # nothing to add: the user's line stays
+    said = recommend(kind, [], {"confirmed": True, "levels": []}, "/srv/adaptive.json", {}, [], env)
+    assert "RIG_FREE_OFF=1, RIG_FREE_OFF_DRAFT=ingest in environment.vars" in said
