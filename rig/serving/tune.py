@@ -30,7 +30,6 @@ a failure with its reason, never a measurement the policy builds on.
 """
 from __future__ import annotations
 
-import shlex
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -57,6 +56,7 @@ from rig.serving.tune_variants import (
     STEP0_SLOTS,
     Variant,
     _imports,
+    assignments,
     eagle,
     levels,
     uncapped,
@@ -132,8 +132,7 @@ def _check(stack: dict, found: list[Variant], wanted: list[Level], lines: dict, 
     least = len(found) + 1  # and the policy's server, when the choice changes with load
     most = least + len(may_lift)
     envs = {v.name: v.env for v in found}  # what each server's environment adds, said before its line
-    shown = {name: " ".join([*(f"{k}={shlex.quote(v)}" for k, v in envs.get(name, {}).items()), *argv])
-             for name, argv in lines.items()}
+    shown = {name: " ".join([*assignments(envs.get(name, {})), *argv]) for name, argv in lines.items()}
     return {"ok": True, "changed": False, "variants": lines, "levels": [lv.name for lv in wanted],
             "estimate_s": [estimate_s(plan, least, wanted), estimate_s(plan, most, wanted)],
             "msg": "\n".join([

@@ -8,7 +8,7 @@ from rig.serving.measure.verdict import (
     choose,
     closeness,
 )
-from rig.serving.tune_variants import POLICY, Variant
+from rig.serving.tune_variants import POLICY, Variant, assignments
 
 
 def graph_sizes(info: dict) -> list[int] | None:
@@ -139,7 +139,7 @@ def recommend(kind: dict, rows: list[dict], confirmation: dict | None, config_pa
                 f"instead: {fallback(plain, measured)}")
     plan_text = ", ".join(f"{r['chosen']} at {r['level']}" for r in rows)
     if holds:
-        with_env = f" and {', '.join(f'{k}={v}' for k, v in env.items())} in environment.vars" if env else ""
+        with_env = f" and {', '.join(assignments(env))} in environment.vars" if env else ""
         return (f"serve with the adaptive policy (server.speculative_adaptive_config: {config_path}{with_env}): "
                 f"confirmed within noise of the per-level best at every level ({plan_text})")
     step0 = [t for t in lost if t["steps"] == 0 and t["vs_baseline"] == "lost"]

@@ -4,6 +4,7 @@ the venv can run, asked of its own interpreter."""
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,6 +128,11 @@ def variants(stack: dict, venv: str | Path, step0_config: str, imports: dict[str
               for backend, tag, on in tagged  # a family's step-0 slots are priced by its own backend's step 0
               for which, env in envs.items()]
     return found
+
+
+def assignments(env: dict) -> list[str]:
+    """ENV as the words a shell reads before a command: NAME=value, each value quoted where it needs it."""
+    return [f"{k}={shlex.quote(v)}" for k, v in env.items()]
 
 
 def step0_envs(stack: dict, venv: str | Path, imports: dict[str, list[Path]]) -> dict[str, dict]:

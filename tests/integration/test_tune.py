@@ -371,8 +371,8 @@ def test_a_step_0_server_the_installed_sglang_cannot_run_is_refused(tune_case, w
 
 def test_the_ingest_step_0_server_needs_a_patch_that_reads_its_switch_and_is_started_with_it(tune_case):
     """step0-plain-ingest is free-off's step 0 with the draft kept in step by its KV alone: refused, naming the fix,
-    where the applied patch predates RIG_FREE_OFF_DRAFT; where it reads it, the plan starts that server with
-    RIG_FREE_OFF_DRAFT=ingest and step0-plain with nothing added."""
+    where the applied patch does not read RIG_FREE_OFF_DRAFT; where it does, the plan starts that server with
+    RIG_FREE_OFF_DRAFT=ingest and step0-plain with =extend, both with RIG_FREE_OFF=1."""
     import shutil
 
     worker = 'import os as _rig_os\n\n_RIG_FREE_OFF = _rig_os.environ.get("RIG_FREE_OFF", "1") != "0"\n'
