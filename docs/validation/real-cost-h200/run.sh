@@ -4,7 +4,8 @@
 #   all         detached: setup, then the phases of $PHASES in order, each one's exit status and wall time in
 #               $RES; then wait. Phases: prove (`rig prove` on stack-greedy.yml), tune-t1 and tune-greedy (`rig tune`
 #               on stack-t1.yml, stack-greedy.yml), free-off and free-off-greedy (issue 55: rig's free-off patches
-#               applied to the venv's sglang, then `rig tune` on stack-free-off-t1.yml or stack-free-off-greedy.yml).
+#               applied to the venv's sglang, then `rig tune` on stack-free-off-t1.yml or stack-free-off-greedy.yml),
+#               free-off-policy (the same on stack-free-off-policy.yml: the policy beside its one step-0 server, rounds).
 #               Default: the first three; e.g. PHASES="free-off free-off-greedy" for the free-off runs alone;
 #               TUNE_ARGS (e.g. "--concurrency 16,256") go to every rig tune, as PROVE_ARGS to rig prove
 #   wait        wait for it again (a device call lasts at most 10 minutes; the whole run takes longer)
@@ -60,15 +61,15 @@ phase() {
   case $1 in
   prove) rig_in prove prove --stack "$STACKS/stack-greedy.yml" --out "$RES/prove" $PROVE_ARGS --json ;;
   tune-t1|tune-greedy) rig_in "$1" tune --stack "$STACKS/stack-${1#tune-}.yml" --out "$RES/$1" $TUNE_ARGS --json ;;
-  free-off|free-off-greedy)
+  free-off|free-off-greedy|free-off-policy)
     # the free-off patches alone (the stack opts in): the SM120 ones change nothing a TP-1 SM90 run measures;
     # a second apply (free-off-greedy after free-off) is a no-op
-    local kind=t1; [ "$1" = free-off ] || kind=greedy
+    local kind=t1; [ "$1" = free-off ] || kind=${1#free-off-}
     mkdir -p "$SRC/free-off-patches" && cp "$SRC"/rig/patches/set/sglang-free-off-*.yml "$SRC/free-off-patches/"
     rig_in "patch-$1" patch apply --stack "$STACKS/stack-free-off-$kind.yml" --patches "$SRC/free-off-patches" --json
     rig_in "tune-free-off-$kind" tune --stack "$STACKS/stack-free-off-$kind.yml" --out "$RES/tune-free-off-$kind" \
       $TUNE_ARGS --json ;;
-  *) echo "unknown phase $1 (prove, tune-t1, tune-greedy, free-off, free-off-greedy)" >&2; return 2 ;;
+  *) echo "unknown phase $1 (prove, tune-t1, tune-greedy, free-off, free-off-greedy, free-off-policy)" >&2; return 2 ;;
   esac
 }
 
@@ -101,7 +102,7 @@ all)
   rm -f "$RES/all.rc" "$RES/phases.txt"
   # the pipeline in a subshell of its own: set -e holds there (a function called in a || list runs without it)
   for name in $PHASES; do  # refused before anything starts
-    case $name in prove|tune-t1|tune-greedy|free-off|free-off-greedy) ;; *) echo "unknown phase $name in PHASES" >&2; exit 2 ;; esac
+    case $name in prove|tune-t1|tune-greedy|free-off|free-off-greedy|free-off-policy) ;; *) echo "unknown phase $name in PHASES" >&2; exit 2 ;; esac
   done
   setsid bash -c "$(declare -f rig_in setup phase pipeline); $(declare -p VENV RES SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES)
     (set -euo pipefail; pipeline) > \"\$RES/all.log\" 2>&1; echo \$? > \"\$RES/all.rc\"" < /dev/null \
