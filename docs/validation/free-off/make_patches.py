@@ -470,10 +470,18 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
 
 '''
 
+# the GPU runs of 0.5.17's patched files (docs/validation/real-cost-h200/README.md)
+RUN_0517 = "2026-12-06: 0.5.17 served on an H200 and an H100 with these patches applied (real-cost runs 3-8)"
+
 VERSIONS = {
     "0517": {
         "version": "0.5.17",
         "needed": ">=0.5.17,<0.5.18",
+        "gpu_runs": ("Run with sglang 0.5.17 on an H200 and an H100 (TP 1, decode CUDA graphs; "
+                     "docs/validation/real-cost-h200, runs 3-8): step 0 kept 0.98 of a plain server with "
+                     "ingest at temperature 1, 0.70-0.86 with extend. The default stays extend until ingest's "
+                     "draft KV is compared with extend's (DESIGN.md section 10, item 3)."),
+        "gpu_checked": RUN_0517,
         "DRAFT_TP_CONTEXT": "self.draft_worker.draft_tp_context(self.draft_worker.draft_runner.tp_group)",
         "READ_DONE_EVENT": "war_fastpath_read_done_event",
         "STATIC_EXTRA": "        if target_model_runner.server_args.enable_lora:\n"
@@ -507,6 +515,8 @@ VERSIONS = {
     "0523": {
         "version": "0.5.23",
         "needed": ">=0.5.23,<0.5.24",
+        "gpu_runs": "Not yet run on a GPU with sglang 0.5.23 (0.5.17's file was: see that version's patch).",
+        "gpu_checked": "not yet run on a GPU",
         "DRAFT_TP_CONTEXT": "draft_tp_context(self.draft_worker.parallel_layout)",
         "READ_DONE_EVENT": "shared_read_done_event",
         "STATIC_EXTRA": "        if target_model_runner.lora_manager is not None:\n"
@@ -737,15 +747,14 @@ for key, v in VERSIONS.items():
                 "only, then one repair when drafting resumes). The result has the shape of the 1-node verify, "
                 "so the scheduler, the relay, the counters and the adaptive controller are unchanged. Grammar, "
                 "logprobs, penalties, custom logit processors and requested hidden states take SGLang's path "
-                "and are logged. Needs the free-off graphs patch. A draft: not yet run on a GPU "
-                "(docs/validation/free-off/DESIGN.md)."),
+                "and are logged. Needs the free-off graphs patch (docs/validation/free-off/DESIGN.md). " + v["gpu_runs"]),
         "hunks": hunks,
         "check": WORKER_CHECK,
         "provenance": {
             "mirrors": PROVENANCE_NOTE,
             "fixed_in": "none",
             "checked": f"2026-12-05: anchors and apply/revert on the {v['version']} wheel's file by "
-                       "docs/validation/free-off/check_anchors.py; not yet run on a GPU",
+                       "docs/validation/free-off/check_anchors.py; " + v["gpu_checked"],
             "drop_when": "upstream runs adaptive step 0 as a plain decode",
         },
     })
@@ -770,7 +779,7 @@ write({
         "mirrors": PROVENANCE_NOTE,
         "fixed_in": "none",
         "checked": "2026-12-05: anchors and apply/revert on the 0.5.17 and 0.5.23 wheels' file by "
-                   "docs/validation/free-off/check_anchors.py; not yet run on a GPU",
+                   "docs/validation/free-off/check_anchors.py; " + RUN_0517,
         "drop_when": "upstream runs adaptive step 0 as a plain decode",
     },
 })
