@@ -170,3 +170,12 @@ def test_a_stack_whose_profile_level_is_not_measured_is_refused_on_load(tmp_path
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(RigError, match="tune.profile_levels lists 3, a concurrency no level measures"):
         load(path)
+
+
+RUNBOOK_STACKS = sorted((REPO / "docs" / "validation").rglob("stack*.yml"))
+
+
+@pytest.mark.parametrize("path", RUNBOOK_STACKS, ids=lambda path: path.relative_to(REPO / "docs" / "validation").as_posix())
+def test_the_stacks_the_gpu_runbooks_serve_load(path):
+    """A stack a device call runs is checked here first: a loan is too short to find a bad key on the GPU."""
+    assert load(path)["name"] == yaml.safe_load(path.read_text())["name"]
