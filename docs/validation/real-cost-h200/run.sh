@@ -21,6 +21,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 VENV=${VENV:-/root/venv}; RES=${RES:-/root/results}; SRC=${SRC:-/root/rig-src}; STAGE=${STAGE:-/root/stage}
 OUT=${OUT:-/tmp/out}; STACKS=${STACKS:-docs/validation/real-cost-h200}; PROVE_ARGS=${PROVE_ARGS:-}; TUNE_ARGS=${TUNE_ARGS:-}
 WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}; PHASES=${PHASES:-prove tune-t1 tune-greedy}
+KNOWN="prove tune-t1 tune-greedy free-off free-off-greedy free-off-policy"  # the phases phase() runs
 mkdir -p "$RES" "$OUT"
 VENV=$(realpath -m "$VENV"); RES=$(realpath -m "$RES"); SRC=$(realpath -m "$SRC"); STAGE=$(realpath -m "$STAGE")
 
@@ -69,7 +70,7 @@ phase() {
     rig_in "patch-$1" patch apply --stack "$STACKS/stack-free-off-$kind.yml" --patches "$SRC/free-off-patches" --json
     rig_in "tune-free-off-$kind" tune --stack "$STACKS/stack-free-off-$kind.yml" --out "$RES/tune-free-off-$kind" \
       $TUNE_ARGS --json ;;
-  *) echo "unknown phase $1 (prove, tune-t1, tune-greedy, free-off, free-off-greedy, free-off-policy)" >&2; return 2 ;;
+  *) echo "unknown phase $1 (known: $KNOWN)" >&2; return 2 ;;
   esac
 }
 
@@ -102,9 +103,9 @@ all)
   rm -f "$RES/all.rc" "$RES/phases.txt"
   # the pipeline in a subshell of its own: set -e holds there (a function called in a || list runs without it)
   for name in $PHASES; do  # refused before anything starts
-    case $name in prove|tune-t1|tune-greedy|free-off|free-off-greedy|free-off-policy) ;; *) echo "unknown phase $name in PHASES" >&2; exit 2 ;; esac
+    case " $KNOWN " in *" $name "*) ;; *) echo "unknown phase $name in PHASES (known: $KNOWN)" >&2; exit 2 ;; esac
   done
-  setsid bash -c "$(declare -f rig_in setup phase pipeline); $(declare -p VENV RES SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES)
+  setsid bash -c "$(declare -f rig_in setup phase pipeline); $(declare -p VENV RES SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES KNOWN)
     (set -euo pipefail; pipeline) > \"\$RES/all.log\" 2>&1; echo \$? > \"\$RES/all.rc\"" < /dev/null \
     > /dev/null 2>&1 &
   echo $! > "$RES/all.pid"
