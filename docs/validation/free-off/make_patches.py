@@ -21,16 +21,23 @@ MODULE_BLOCK = '''
 # An adaptive step-0 batch (no drafting) runs the target as a plain DECODE on
 # decode CUDA graphs captured at start for the batch sizes whose adaptive slot
 # lists step 0, samples with the target's own sampler, and keeps the draft in
-# step: RIG_FREE_OFF_DRAFT=extend (default) runs SGLang's one-token draft
-# extend; =ingest writes only the draft layer's KV (fc, norms, qkv, rope, KV
-# store) and repairs the draft's proposal once when drafting resumes. Batches
+# step: RIG_FREE_OFF_DRAFT=ingest (default) writes only the draft layer's KV
+# (fc, norms, qkv, rope, KV store) and repairs the draft's proposal once when
+# drafting resumes; =extend runs SGLang's one-token draft extend (the two
+# write the same bits, real-cost run 9). Batches
 # the plain path does not cover (grammar, logprobs, penalties, ...) take
 # SGLang's step-0 verify path; _rig_note_fallback logs them.
 import os as _rig_os
 from types import SimpleNamespace as _RigNS
 
 _RIG_FREE_OFF = _rig_os.environ.get("RIG_FREE_OFF", "1") != "0"
-_RIG_FREE_OFF_DRAFT = _rig_os.environ.get("RIG_FREE_OFF_DRAFT", "extend")
+_RIG_FREE_OFF_DRAFT = _rig_os.environ.get("RIG_FREE_OFF_DRAFT", "ingest")
+# RIG_FREE_OFF_CHECK=1 (a numerics check, not for serving): each ingest step
+# also runs the draft extend and the repair, and compares what they wrote
+_RIG_FREE_OFF_CHECK = _rig_os.environ.get("RIG_FREE_OFF_CHECK", "0") == "1"
+_rig_checked = {"steps": 0, "slots": 0, "missed": 0, "topk_same": 0}
+_rig_checked.update({f"{name}{end}": 0.0 for name in ("ingest_k", "ingest_v", "repair_k", "repair_v", "hidden")
+                     for end in ("", "_max")})
 _rig_fallbacks = {}
 
 
@@ -196,7 +203,8 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
         self._rig_draft_mode = "ingest" if draft == "ingest" else "extend"
         log_info_on_rank0(
             logger,
-            f"rig free-off: on; step 0 decodes plainly on {graphs}; draft sync: {draft}",
+            f"rig free-off: on; step 0 decodes plainly on {graphs}; draft sync: {draft}"
+            + ("; checked against extend" if _RIG_FREE_OFF_CHECK and draft == "ingest" else ""),
         )
 
     def _rig_batch_refusal(self, batch):
@@ -329,6 +337,8 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
         with self._rig_draft_ctx("draft_extend"):
             if self._rig_draft_mode == "ingest":
                 self._rig_ingest(out_cache_loc, forward_batch.positions, batch_output)
+                if _RIG_FREE_OFF_CHECK:
+                    self._rig_check_ingest(batch, batch_output, out_cache_loc)
             else:
                 self.draft_worker._draft_extend_for_decode(batch, batch_output)
         return batch_output
@@ -381,6 +391,83 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
         # No draft-extend graph published a read-done event this step: the
         # scheduler takes its whole-forward WAR fence.
         draft_runner.@@READ_DONE_EVENT@@ = None
+
+    def _rig_check_ingest(self, batch, batch_output, out_cache_loc):
+        """RIG_FREE_OFF_CHECK=1: compare what ingest writes with SGLang's
+        draft extend at this step's positions. Read the draft KV the ingest
+        wrote; run the one-token draft extend (it writes the same slots; its
+        proposal is what the relay then carries, as in extend mode); then the
+        repair the next drafting step would run on ingest's state (the slots
+        again, the proposal and the draft hidden). Each write lands on slots
+        zeroed first: a slot left at zero was not written. Logs the largest
+        differences so far on the 1st, 2nd, 4th, ... and every 256th checked
+        step. Host syncs every step: a check, not for serving."""
+        draft_runner = self._draft_worker.draft_runner
+        layer_id = draft_runner.model.model.layers[0].self_attn.attn.layer_id
+        pool = draft_runner.token_to_kv_pool
+        kv = (pool.get_key_buffer(layer_id), pool.get_value_buffer(layer_id))
+        bs = out_cache_loc.shape[0]
+
+        def written():
+            found = tuple(buf[out_cache_loc].float() for buf in kv)
+            for buf in kv:
+                buf[out_cache_loc] = 0
+            return found
+
+        ingest_kv = written()
+        ingest_hidden = batch_output.next_draft_input.hidden_states
+        self._rig_ingest_pending = False
+        batch_output.next_draft_input = EagleDraftInput(
+            bonus_tokens=batch_output.next_token_ids.to(torch.int32)
+        )
+        self.draft_worker._draft_extend_for_decode(batch, batch_output)
+        extend_kv = written()
+        extend = batch_output.next_draft_input
+        extend_index, extend_hidden = extend.topk_index.clone(), extend.hidden_states.clone()
+
+        repair = EagleDraftInput(bonus_tokens=extend.bonus_tokens)
+        repair.topk_p = torch.zeros((bs, self.topk), dtype=torch.float32, device=self.device)
+        repair.topk_index = torch.zeros((bs, self.topk), dtype=torch.int64, device=self.device)
+        repair.hidden_states = ingest_hidden
+        saved = (batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info)
+        # as the next step sees the batch: one token longer
+        batch.seq_lens = saved[0] + 1
+        batch.seq_lens_cpu = None if saved[1] is None else saved[1] + 1
+        batch.seq_lens_sum = None if saved[2] is None else saved[2] + bs
+        batch.spec_info = repair
+        try:
+            self._rig_repair_after_ingest(batch)
+        finally:
+            batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.spec_info = saved
+        repair_kv = written()
+        for buf, extended in zip(kv, extend_kv):  # the extend's KV stays, as in extend mode
+            buf[out_cache_loc] = extended.to(buf.dtype)
+
+        seen = _rig_checked
+        seen["steps"] += 1
+        seen["slots"] += bs
+        seen["missed"] += sum(
+            int((kv[0].flatten(1).abs().amax(dim=1) == 0).sum().item()) for kv in (extend_kv, repair_kv)
+        )
+        seen["topk_same"] += int((repair.topk_index == extend_index).all(dim=1).sum().item())
+        for name, a, b in (
+            ("ingest_k", ingest_kv[0], extend_kv[0]), ("ingest_v", ingest_kv[1], extend_kv[1]),
+            ("repair_k", repair_kv[0], extend_kv[0]), ("repair_v", repair_kv[1], extend_kv[1]),
+            ("hidden", repair.hidden_states.float(), extend_hidden.float()),
+        ):
+            seen[name] = max(seen[name], (a - b).abs().max().item())
+            seen[name + "_max"] = max(seen[name + "_max"], b.abs().max().item())
+        if seen["steps"] & (seen["steps"] - 1) == 0 or seen["steps"] % 256 == 0:
+            diffs = ", ".join(
+                f"{name} {seen[name]:.4g} (of {seen[name + '_max']:.4g})"
+                for name in ("ingest_k", "ingest_v", "repair_k", "repair_v", "hidden")
+            )
+            log_info_on_rank0(
+                logger,
+                f"rig free-off check: {seen['steps']} ingest step(s), {seen['slots']} slot(s), "
+                f"{seen['missed']} write(s) missed, repaired proposal = extend's for "
+                f"{seen['topk_same']}; max|x - extend| {diffs}",
+            )
 
     def _rig_repair_after_ingest(self, batch):
         """First drafting step after ingest steps: the draft's proposal (topk)
@@ -471,16 +558,17 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
 '''
 
 # the GPU runs of 0.5.17's patched files (docs/validation/real-cost-h200/README.md)
-RUN_0517 = "2026-12-06: 0.5.17 served on an H200 and an H100 with these patches applied (real-cost runs 3-8)"
+RUN_0517 = "2026-12-06: 0.5.17 served on an H200 and an H100 with these patches applied (real-cost runs 3-9)"
 
 VERSIONS = {
     "0517": {
         "version": "0.5.17",
         "needed": ">=0.5.17,<0.5.18",
         "gpu_runs": ("Run with sglang 0.5.17 on an H200 and an H100 (TP 1, decode CUDA graphs; "
-                     "docs/validation/real-cost-h200, runs 3-8): step 0 kept 0.98 of a plain server with "
-                     "ingest at temperature 1, 0.70-0.86 with extend. The default stays extend until ingest's "
-                     "draft KV is compared with extend's (DESIGN.md section 10, item 3)."),
+                     "docs/validation/real-cost-h200, runs 3-9): step 0 kept 0.98 of a plain server with "
+                     "ingest at temperature 1, 0.70-0.86 with extend. Ingest is the default since run 9 "
+                     "(RIG_FREE_OFF_CHECK=1, 512 steps, 20,477 slots at 16 and 64 running): its draft KV, "
+                     "and the repair's KV, proposal and hidden state, equal the extend's bit for bit."),
         "gpu_checked": RUN_0517,
         "DRAFT_TP_CONTEXT": "self.draft_worker.draft_tp_context(self.draft_worker.draft_runner.tp_group)",
         "READ_DONE_EVENT": "war_fastpath_read_done_event",
@@ -603,7 +691,7 @@ assert "_RigPlainDecodeGraphRunner" in classes, "the DECODE graph runner is miss
 methods = {f.name: f for f in classes["EAGLEWorkerV2"].body if isinstance(f, ast.FunctionDef)}
 wanted = {"_rig_draft_ctx", "_rig_static_refusal", "_rig_ingest_refusal", "_rig_step0_sizes", "_rig_build_decode_graphs",
           "_rig_batch_refusal", "_rig_free_off_ready", "_rig_free_off_step", "_rig_ingest",
-          "_rig_repair_after_ingest"}
+          "_rig_check_ingest", "_rig_repair_after_ingest"}
 assert wanted <= set(methods), sorted(wanted - set(methods))
 # the runner half of free-off is applied too (the graphs it captures are DECODE graphs)
 runner = path.parents[1] / "model_executor" / "runner" / "decode_cuda_graph_runner.py"
@@ -743,8 +831,8 @@ for key, v in VERSIONS.items():
                 "docs/validation/tune-h200). Applied (RIG_FREE_OFF=0 in a server's environment turns it off there), "
                 "the step-0 batch runs the target in DECODE mode on decode graphs captured at start for the "
                 "step-0 batch sizes, samples with the target's sampler and keeps the draft in step "
-                "(RIG_FREE_OFF_DRAFT=extend: SGLang's one-token draft extend; =ingest: the draft layer's KV "
-                "only, then one repair when drafting resumes). The result has the shape of the 1-node verify, "
+                "(RIG_FREE_OFF_DRAFT=ingest, the default: the draft layer's KV only, then one repair when "
+                "drafting resumes; =extend: SGLang's one-token draft extend). The result has the shape of the 1-node verify, "
                 "so the scheduler, the relay, the counters and the adaptive controller are unchanged. Grammar, "
                 "logprobs, penalties, custom logit processors and requested hidden states take SGLang's path "
                 "and are logged. Needs the free-off graphs patch (docs/validation/free-off/DESIGN.md). " + v["gpu_runs"]),

@@ -5,7 +5,8 @@
 #               $RES; then wait. Phases: prove (`rig prove` on stack-greedy.yml), tune-t1 and tune-greedy (`rig tune`
 #               on stack-t1.yml, stack-greedy.yml), free-off and free-off-greedy (issue 55: rig's free-off patches
 #               applied to the venv's sglang, then `rig tune` on stack-free-off-t1.yml or stack-free-off-greedy.yml),
-#               free-off-policy (the same on stack-free-off-policy.yml: the policy beside its one step-0 server, rounds).
+#               free-off-policy (the same on stack-free-off-policy.yml: the policy beside its one step-0 server, rounds),
+#               free-off-check (free-off-policy with RIG_FREE_OFF_CHECK=1: ingest's draft KV against extend's, logged).
 #               Default: the first three; e.g. PHASES="free-off free-off-greedy" for the free-off runs alone;
 #               TUNE_ARGS (e.g. "--concurrency 16,256") go to every rig tune, as PROVE_ARGS to rig prove
 #   wait        wait for it again (a device call lasts at most 10 minutes; the whole run takes longer)
@@ -21,7 +22,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 VENV=${VENV:-/root/venv}; RES=${RES:-/root/results}; SRC=${SRC:-/root/rig-src}; STAGE=${STAGE:-/root/stage}
 OUT=${OUT:-/tmp/out}; STACKS=${STACKS:-docs/validation/real-cost-h200}; PROVE_ARGS=${PROVE_ARGS:-}; TUNE_ARGS=${TUNE_ARGS:-}
 WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}; PHASES=${PHASES:-prove tune-t1 tune-greedy}
-KNOWN="prove tune-t1 tune-greedy free-off free-off-greedy free-off-policy"  # the phases phase() runs
+KNOWN="prove tune-t1 tune-greedy free-off free-off-greedy free-off-policy free-off-check"  # the phases phase() runs
 mkdir -p "$RES" "$OUT"
 VENV=$(realpath -m "$VENV"); RES=$(realpath -m "$RES"); SRC=$(realpath -m "$SRC"); STAGE=$(realpath -m "$STAGE")
 
@@ -62,14 +63,16 @@ phase() {
   case $1 in
   prove) rig_in prove prove --stack "$STACKS/stack-greedy.yml" --out "$RES/prove" $PROVE_ARGS --json ;;
   tune-t1|tune-greedy) rig_in "$1" tune --stack "$STACKS/stack-${1#tune-}.yml" --out "$RES/$1" $TUNE_ARGS --json ;;
-  free-off|free-off-greedy|free-off-policy)
+  free-off|free-off-greedy|free-off-policy|free-off-check)
     # the free-off patches alone (the stack opts in): the SM120 ones change nothing a TP-1 SM90 run measures;
-    # a second apply (free-off-greedy after free-off) is a no-op
-    local kind=t1; [ "$1" = free-off ] || kind=${1#free-off-}
+    # a second apply (free-off-greedy after free-off) is a no-op. free-off-check: the policy stack with
+    # RIG_FREE_OFF_CHECK=1, so each ingest step also runs the draft extend and logs how far their draft KV differ
+    local kind=t1 out; [ "$1" = free-off ] || kind=${1#free-off-}
+    out=tune-free-off-$kind
+    export RIG_FREE_OFF_CHECK=0; [ "$kind" = check ] && kind=policy && RIG_FREE_OFF_CHECK=1
     mkdir -p "$SRC/free-off-patches" && cp "$SRC"/rig/patches/set/sglang-free-off-*.yml "$SRC/free-off-patches/"
     rig_in "patch-$1" patch apply --stack "$STACKS/stack-free-off-$kind.yml" --patches "$SRC/free-off-patches" --json
-    rig_in "tune-free-off-$kind" tune --stack "$STACKS/stack-free-off-$kind.yml" --out "$RES/tune-free-off-$kind" \
-      $TUNE_ARGS --json ;;
+    rig_in "$out" tune --stack "$STACKS/stack-free-off-$kind.yml" --out "$RES/$out" $TUNE_ARGS --json ;;
   *) echo "unknown phase $1 (known: $KNOWN)" >&2; return 2 ;;
   esac
 }
