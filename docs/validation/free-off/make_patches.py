@@ -35,7 +35,7 @@ _RIG_FREE_OFF_DRAFT = _rig_os.environ.get("RIG_FREE_OFF_DRAFT", "ingest")
 # RIG_FREE_OFF_CHECK=1 (a numerics check, not for serving): each ingest step
 # also runs the draft extend and the repair, and compares what they wrote
 _RIG_FREE_OFF_CHECK = _rig_os.environ.get("RIG_FREE_OFF_CHECK", "0") == "1"
-_rig_checked = {"steps": 0, "slots": 0, "missed": 0, "topk_same": 0}
+_rig_checked = {"steps": 0, "slots": 0, "missed": 0, "unequal": 0, "topk_same": 0}
 _rig_checked.update({f"{name}{end}": 0.0 for name in ("ingest_k", "ingest_v", "repair_k", "repair_v", "hidden")
                      for end in ("", "_max")})
 _rig_fallbacks = {}
@@ -201,10 +201,14 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
         elif draft != "extend":
             draft = f"extend (RIG_FREE_OFF_DRAFT={_RIG_FREE_OFF_DRAFT!r} is neither extend nor ingest)"
         self._rig_draft_mode = "ingest" if draft == "ingest" else "extend"
+        self._rig_check = False
+        if _RIG_FREE_OFF_CHECK and draft == "ingest":
+            why = self._rig_check_refusal()
+            self._rig_check = why is None
+            draft += "; checked against extend" if why is None else f"; not checked ({why})"
         log_info_on_rank0(
             logger,
-            f"rig free-off: on; step 0 decodes plainly on {graphs}; draft sync: {draft}"
-            + ("; checked against extend" if _RIG_FREE_OFF_CHECK and draft == "ingest" else ""),
+            f"rig free-off: on; step 0 decodes plainly on {graphs}; draft sync: {draft}",
         )
 
     def _rig_batch_refusal(self, batch):
@@ -335,10 +339,10 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
         if on_publish is not None:
             on_publish(new_seq_lens)
         with self._rig_draft_ctx("draft_extend"):
-            if self._rig_draft_mode == "ingest":
+            if self._rig_draft_mode == "ingest" and self._rig_check:
+                self._rig_check_ingest(batch, batch_output, out_cache_loc, forward_batch.positions)
+            elif self._rig_draft_mode == "ingest":
                 self._rig_ingest(out_cache_loc, forward_batch.positions, batch_output)
-                if _RIG_FREE_OFF_CHECK:
-                    self._rig_check_ingest(batch, batch_output, out_cache_loc)
             else:
                 self.draft_worker._draft_extend_for_decode(batch, batch_output)
         return batch_output
@@ -392,28 +396,42 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
         # scheduler takes its whole-forward WAR fence.
         draft_runner.@@READ_DONE_EVENT@@ = None
 
-    def _rig_check_ingest(self, batch, batch_output, out_cache_loc):
-        """RIG_FREE_OFF_CHECK=1: compare what ingest writes with SGLang's
-        draft extend at this step's positions. Read the draft KV the ingest
-        wrote; run the one-token draft extend (it writes the same slots; its
-        proposal is what the relay then carries, as in extend mode); then the
-        repair the next drafting step would run on ingest's state (the slots
-        again, the proposal and the draft hidden). Each write lands on slots
-        zeroed first: a slot left at zero was not written. Logs the largest
-        differences so far on the 1st, 2nd, 4th, ... and every 256th checked
-        step. Host syncs every step: a check, not for serving."""
+    def _rig_check_refusal(self):
+        """Why RIG_FREE_OFF_CHECK cannot read the draft KV slot by slot (None:
+        it can): one token a slot, stored as computed."""
+        pool = self._draft_worker.draft_runner.token_to_kv_pool
+        if self.page_size != 1:
+            return f"pages of {self.page_size} tokens"
+        if getattr(pool, "store_dtype", pool.dtype) != pool.dtype:
+            return "a quantized KV cache"
+        return None
+
+    def _rig_check_ingest(self, batch, batch_output, out_cache_loc, positions):
+        """RIG_FREE_OFF_CHECK=1, in place of the plain ingest: the ingest, then
+        SGLang's one-token draft extend over the same positions (it writes the
+        same slots; its KV and proposal stay, as in extend mode), then the
+        repair the next drafting step would run on ingest's state, each onto
+        the step's slots zeroed first (a slot left at zero was not written),
+        each read back and compared with the extend's. Logs the counts and the
+        largest differences so far on the 1st, 2nd, 4th, ... and every 256th
+        checked step. Host syncs every step: a check, not for serving."""
         draft_runner = self._draft_worker.draft_runner
         layer_id = draft_runner.model.model.layers[0].self_attn.attn.layer_id
         pool = draft_runner.token_to_kv_pool
         kv = (pool.get_key_buffer(layer_id), pool.get_value_buffer(layer_id))
         bs = out_cache_loc.shape[0]
 
-        def written():
-            found = tuple(buf[out_cache_loc].float() for buf in kv)
+        def zeroed():
             for buf in kv:
                 buf[out_cache_loc] = 0
+
+        def written():
+            found = tuple(buf[out_cache_loc].float() for buf in kv)
+            zeroed()
             return found
 
+        zeroed()
+        self._rig_ingest(out_cache_loc, positions, batch_output)
         ingest_kv = written()
         ingest_hidden = batch_output.next_draft_input.hidden_states
         self._rig_ingest_pending = False
@@ -446,15 +464,16 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
         seen = _rig_checked
         seen["steps"] += 1
         seen["slots"] += bs
-        seen["missed"] += sum(
-            int((kv[0].flatten(1).abs().amax(dim=1) == 0).sum().item()) for kv in (extend_kv, repair_kv)
-        )
+        for k, v in (ingest_kv, extend_kv, repair_kv):
+            blank = (k.flatten(1) == 0).all(dim=1) | (v.flatten(1) == 0).all(dim=1)
+            seen["missed"] += int(blank.sum().item())
         seen["topk_same"] += int((repair.topk_index == extend_index).all(dim=1).sum().item())
         for name, a, b in (
             ("ingest_k", ingest_kv[0], extend_kv[0]), ("ingest_v", ingest_kv[1], extend_kv[1]),
             ("repair_k", repair_kv[0], extend_kv[0]), ("repair_v", repair_kv[1], extend_kv[1]),
             ("hidden", repair.hidden_states.float(), extend_hidden.float()),
         ):
+            seen["unequal"] += int((a != b).sum().item())  # NaN counts: NaN != NaN
             seen[name] = max(seen[name], (a - b).abs().max().item())
             seen[name + "_max"] = max(seen[name + "_max"], b.abs().max().item())
         if seen["steps"] & (seen["steps"] - 1) == 0 or seen["steps"] % 256 == 0:
@@ -465,8 +484,8 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
             log_info_on_rank0(
                 logger,
                 f"rig free-off check: {seen['steps']} ingest step(s), {seen['slots']} slot(s), "
-                f"{seen['missed']} write(s) missed, repaired proposal = extend's for "
-                f"{seen['topk_same']}; max|x - extend| {diffs}",
+                f"{seen['missed']} write(s) missed, {seen['unequal']} element(s) unequal, "
+                f"repaired proposal = extend's for {seen['topk_same']}; max|x - extend| {diffs}",
             )
 
     def _rig_repair_after_ingest(self, batch):
@@ -691,7 +710,7 @@ assert "_RigPlainDecodeGraphRunner" in classes, "the DECODE graph runner is miss
 methods = {f.name: f for f in classes["EAGLEWorkerV2"].body if isinstance(f, ast.FunctionDef)}
 wanted = {"_rig_draft_ctx", "_rig_static_refusal", "_rig_ingest_refusal", "_rig_step0_sizes", "_rig_build_decode_graphs",
           "_rig_batch_refusal", "_rig_free_off_ready", "_rig_free_off_step", "_rig_ingest",
-          "_rig_check_ingest", "_rig_repair_after_ingest"}
+          "_rig_check_refusal", "_rig_check_ingest", "_rig_repair_after_ingest"}
 assert wanted <= set(methods), sorted(wanted - set(methods))
 # the runner half of free-off is applied too (the graphs it captures are DECODE graphs)
 runner = path.parents[1] / "model_executor" / "runner" / "decode_cuda_graph_runner.py"

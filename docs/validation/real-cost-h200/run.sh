@@ -67,12 +67,13 @@ phase() {
     # the free-off patches alone (the stack opts in): the SM120 ones change nothing a TP-1 SM90 run measures;
     # a second apply (free-off-greedy after free-off) is a no-op. free-off-check: the policy stack with
     # RIG_FREE_OFF_CHECK=1, so each ingest step also runs the draft extend and logs how far their draft KV differ
-    local kind=t1 out; [ "$1" = free-off ] || kind=${1#free-off-}
+    local kind=t1 check=0 out; [ "$1" = free-off ] || kind=${1#free-off-}
     out=tune-free-off-$kind
-    export RIG_FREE_OFF_CHECK=0; [ "$kind" = check ] && kind=policy && RIG_FREE_OFF_CHECK=1
+    if [ "$kind" = check ]; then kind=policy check=1; fi
     mkdir -p "$SRC/free-off-patches" && cp "$SRC"/rig/patches/set/sglang-free-off-*.yml "$SRC/free-off-patches/"
     rig_in "patch-$1" patch apply --stack "$STACKS/stack-free-off-$kind.yml" --patches "$SRC/free-off-patches" --json
-    rig_in "$out" tune --stack "$STACKS/stack-free-off-$kind.yml" --out "$RES/$out" $TUNE_ARGS --json ;;
+    RIG_FREE_OFF_CHECK=$check rig_in "$out" tune --stack "$STACKS/stack-free-off-$kind.yml" --out "$RES/$out" \
+      $TUNE_ARGS --json ;;
   *) echo "unknown phase $1 (known: $KNOWN)" >&2; return 2 ;;
   esac
 }
