@@ -58,7 +58,7 @@ than a decode, draft_ms x steps for the draft's steps plus extend_ms x batch
 for the draft-extend pass over every request's accepted tokens (so drafting more
 costs more, and step 0 is no free "off": SGLang's EAGLE worker runs a 1-node verify and the
 extend after it, eagle_worker_v2.py). --free-off is step 0 as rig's free-off patch makes it: a plain
-decode with no verify cost, the draft extend kept (its default draft sync). The step-0 costs measured on
+decode with no verify cost, the draft extend kept (the patch's extend sync, rig tune's step0-plain). The step-0 costs measured on
 the H200 (issue 55: SGLang's step 0 at 0.35-0.50 of the baseline, the skipped extend buying 4-8 %)
 are what verify_ms and extend_ms stand for; tests choose them. Each position of a draft is accepted at
 --accept-rate (the expected count, spread evenly over steps) when the request is greedy; SGLang's
@@ -213,7 +213,7 @@ class Simulator:
     def parts(self, batch: int, steps: int) -> dict[str, float]:
         """One step's costs in ms by part (the cost model; the profiler's kernels): under speculation the target
         runs as a verify (--verify-ms a request over a decode) and the draft extends every request, step 0 too,
-        unless --free-off runs step 0 as a plain decode (the draft extend stays: the patch's default sync)."""
+        unless --free-off runs step 0 as a plain decode (the draft extend stays: the patch's extend sync)."""
         a = self.args
         found = {"step_overhead": a.step_ms, "target_forward": a.token_ms * batch * (steps + 1)}
         if self.speculative:

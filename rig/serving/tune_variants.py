@@ -19,8 +19,8 @@ SKIP_EXTEND = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
 # rig's free-off patch (the stack's patches.opt_in: [free-off]): step 0 as a plain decode where applied, SGLang's own
 # where a server's environment sets it to 0
 FREE_OFF = "RIG_FREE_OFF"
-# how the patch keeps the draft in step at a step-0 batch: SGLang's one-token draft extend (its default) or the
-# draft layer's KV alone
+# how the patch keeps the draft in step at a step-0 batch: the draft layer's KV alone (ingest, its default) or
+# SGLang's one-token draft extend; the variants name theirs
 FREE_OFF_DRAFT = "RIG_FREE_OFF_DRAFT"
 # SGLang's step 0 as a server of its own: a server launches at one of its config's candidate steps (sglang refuses
 # --speculative-num-steps outside them), so one request alone drafts 1 step and every batch of two or more runs at

@@ -24,7 +24,7 @@ MODULE_BLOCK = '''
 # step: RIG_FREE_OFF_DRAFT=ingest (default) writes only the draft layer's KV
 # (fc, norms, qkv, rope, KV store) and repairs the draft's proposal once when
 # drafting resumes; =extend runs SGLang's one-token draft extend (the two
-# write the same bits, real-cost run 9). Batches
+# write the same bits, real-cost runs 9-10). Batches
 # the plain path does not cover (grammar, logprobs, penalties, ...) take
 # SGLang's step-0 verify path; _rig_note_fallback logs them.
 import os as _rig_os
@@ -577,17 +577,17 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
 '''
 
 # the GPU runs of 0.5.17's patched files (docs/validation/real-cost-h200/README.md)
-RUN_0517 = "2026-12-06: 0.5.17 served on an H200 and an H100 with these patches applied (real-cost runs 3-9)"
+RUN_0517 = "2026-12-06: 0.5.17 served on an H200 and an H100 with these patches applied (real-cost runs 3-10)"
 
 VERSIONS = {
     "0517": {
         "version": "0.5.17",
         "needed": ">=0.5.17,<0.5.18",
         "gpu_runs": ("Run with sglang 0.5.17 on an H200 and an H100 (TP 1, decode CUDA graphs; "
-                     "docs/validation/real-cost-h200, runs 3-9): step 0 kept 0.98 of a plain server with "
-                     "ingest at temperature 1, 0.70-0.86 with extend. Ingest is the default since run 9 "
-                     "(RIG_FREE_OFF_CHECK=1, 512 steps, 20,477 slots at 16 and 64 running): its draft KV, "
-                     "and the repair's KV, proposal and hidden state, equal the extend's bit for bit."),
+                     "docs/validation/real-cost-h200, runs 3-10): step 0 kept 0.98 of a plain server with "
+                     "ingest at temperature 1, 0.70-0.86 with extend. Ingest is the default since runs 9-10 "
+                     "(RIG_FREE_OFF_CHECK=1 at 16 and 64 running, 36,861 slots): its draft KV, and the "
+                     "repair's KV, proposal and hidden state, equal the extend's bit for bit."),
         "gpu_checked": RUN_0517,
         "DRAFT_TP_CONTEXT": "self.draft_worker.draft_tp_context(self.draft_worker.draft_runner.tp_group)",
         "READ_DONE_EVENT": "war_fastpath_read_done_event",
