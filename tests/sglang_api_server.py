@@ -51,31 +51,29 @@ tokens) and, with return_logprob and top_logprobs_num, meta_info.output_top_logp
 SGLang words it (per token a list of [logprob, token_id, text]); --numerics-fault makes
 them wrong as a broken kernel would.
 
-A batched scheduler instead, with --step-ms: one decode step at a time for every
-running request, each step costing step_ms + token_ms x batch x (steps + 1) and,
-under speculation, verify_ms x batch for running the target as a verify (TARGET_VERIFY) rather
-than a decode, draft_ms x steps for the draft's steps plus extend_ms x batch
-for the draft-extend pass over every request's accepted tokens (so drafting more
-costs more, and step 0 is no free "off": SGLang's EAGLE worker runs a 1-node verify and the
-extend after it, eagle_worker_v2.py). --free-off is step 0 as rig's free-off patch makes it: a plain
-decode with no verify cost, the draft extend kept (the patch's extend sync, rig tune's step0-plain). The step-0 costs measured on
-the H200 (issue 55: SGLang's step 0 at 0.35-0.50 of the baseline, the skipped extend buying 4-8 %)
-are what verify_ms and extend_ms stand for; tests choose them. Each position of a draft is accepted at
---accept-rate (the expected count, spread evenly over steps) when the request is greedy; SGLang's
-acceptance under sampling is the target's probability of the draft token, so a request at temperature t
-accepts each position at accept-rate x p_t, where p_t is what a target whose draft token has probability
---sampled-accept at temperature 1 beside 1000 tokens at logit 0 gives it at t (1 when greedy, falling
-with t; rig testmodel --accept builds such a target). As SGLang's scheduler does, at most
+A batched scheduler instead, with --step-ms: one decode step at a time for every running request, each
+step costing step_ms + token_ms x batch x (steps + 1) and, under speculation, verify_ms x batch for
+running the target as a verify (TARGET_VERIFY) rather than a decode, draft_ms x steps for the draft's
+steps plus extend_ms x batch for the draft-extend pass over every request's accepted tokens (so drafting
+more costs more, and step 0 is no free "off": SGLang's EAGLE worker runs a 1-node verify and the extend
+after it, eagle_worker_v2.py). --free-off is step 0 as rig's free-off patch makes it: a plain decode with
+no verify cost, the draft extend kept (the patch's extend sync, rig tune's step0-plain). The step-0 costs
+measured on the H200 (issue 55: SGLang's step 0 at 0.35-0.50 of the baseline, the skipped extend buying
+4-8 %) are what verify_ms and extend_ms stand for; tests choose them. Each position of a draft is
+accepted at --accept-rate (the expected count, spread evenly over steps) when the request is greedy;
+SGLang's acceptance under sampling is the target's probability of the draft token, so a request at
+temperature t accepts each position at accept-rate x p_t, where p_t is what a target whose draft token
+has probability --sampled-accept at temperature 1 beside 1000 tokens at logit 0 gives it at t (1 when
+greedy, falling with t; rig testmodel --accept builds such a target). As SGLang's scheduler does, at most
 max_running_requests run at once (--max-running-requests; when not given, 48 under speculation, SGLang's
-spec hook, and 2048 without: a KV-limited figure), the rest wait; /server_info reports it. The steps come from
---steps, or from SGLang's adaptive config (--adaptive-config, as
-sglang/srt/speculative/adaptive_spec_params.py reads it: integer-string keys are
-batch sizes, each {"candidate_steps"}; the running batch is padded up to the next
-CUDA-graph size (--cuda-graph-bs) and routed to the largest key at or below it, else
-the smallest; per slot an EMA of accepted drafts (ema_alpha, warmup_batches,
-update_interval, up/down_hysteresis) moves between candidates, a step-0 slot
-probing the next candidate after each interval). /rig_test/stats then also counts
-steps by their step count and the slots' step switches.
+spec hook, and 2048 without: a KV-limited figure), the rest wait; /server_info reports it. The steps come
+from --steps, or from SGLang's adaptive config (--adaptive-config, as
+sglang/srt/speculative/adaptive_spec_params.py reads it: integer-string keys are batch sizes, each
+{"candidate_steps"}; the running batch is padded up to the next CUDA-graph size (--cuda-graph-bs) and
+routed to the largest key at or below it, else the smallest; per slot an EMA of accepted drafts
+(ema_alpha, warmup_batches, update_interval, up/down_hysteresis) moves between candidates, a step-0 slot
+probing the next candidate after each interval). /rig_test/stats then also counts steps by their step
+count and the slots' step switches.
 """
 from __future__ import annotations
 

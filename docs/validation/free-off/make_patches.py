@@ -851,10 +851,11 @@ for key, v in VERSIONS.items():
                 "the step-0 batch runs the target in DECODE mode on decode graphs captured at start for the "
                 "step-0 batch sizes, samples with the target's sampler and keeps the draft in step "
                 "(RIG_FREE_OFF_DRAFT=ingest, the default: the draft layer's KV only, then one repair when "
-                "drafting resumes; =extend: SGLang's one-token draft extend). The result has the shape of the 1-node verify, "
-                "so the scheduler, the relay, the counters and the adaptive controller are unchanged. Grammar, "
-                "logprobs, penalties, custom logit processors and requested hidden states take SGLang's path "
-                "and are logged. Needs the free-off graphs patch (docs/validation/free-off/DESIGN.md). " + v["gpu_runs"]),
+                "drafting resumes; =extend: SGLang's one-token draft extend). The result has the shape of the "
+                "1-node verify, so the scheduler, the relay, the counters and the adaptive controller are "
+                "unchanged. Grammar, logprobs, penalties, custom logit processors and requested hidden states "
+                "take SGLang's path and are logged. Needs the free-off graphs patch (docs/validation/free-off/DESIGN.md). "
+                + v["gpu_runs"]),
         "hunks": hunks,
         "check": WORKER_CHECK,
         "provenance": {
