@@ -25,7 +25,11 @@ def ansible_env() -> dict:
             "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1",
             # the suite's results callback: a play's recap and changed tasks as JSON (Play.run)
             "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "tests" / "callback_plugins"),
-            "ANSIBLE_CALLBACKS_ENABLED": "rig_results"}
+            "ANSIBLE_CALLBACKS_ENABLED": "rig_results",
+            # how long community.docker's modules and connection wait on a Docker API answer (default 60 s): on a
+            # loaded machine dockerd, busy with the default image's 12 GB, kept Molecule's create waiting longer
+            # (ci34, docs/BENCHMARKS.md); a failing call still fails, only later
+            "DOCKER_TIMEOUT": "300"}
 
 
 def playbook_cmd(boxes: list[Box], playbook: str, *args: str, **extra_vars) -> list[str]:
