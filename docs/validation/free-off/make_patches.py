@@ -27,11 +27,17 @@ MODULE_BLOCK = '''
 # write the same bits, real-cost runs 9-10). Batches
 # the plain path does not cover (grammar, logprobs, penalties, ...) take
 # SGLang's step-0 verify path; _rig_note_fallback logs them.
+import collections as _rig_collections
 import os as _rig_os
 from types import SimpleNamespace as _RigNS
 
 _RIG_FREE_OFF = _rig_os.environ.get("RIG_FREE_OFF", "1") != "0"
 _RIG_FREE_OFF_DRAFT = _rig_os.environ.get("RIG_FREE_OFF_DRAFT", "ingest")
+# RIG_FREE_OFF_HOLD=N (default 64, 0: SGLang's routing): the adaptive slot is
+# chosen by the largest batch of the last N decode steps, so a batch that dips
+# below a step-0 slot for a few steps (a wave's ramp, a closed loop's gaps)
+# stays at step 0 rather than drafting out of step with the rest and back
+_RIG_FREE_OFF_HOLD = _rig_os.environ.get("RIG_FREE_OFF_HOLD", "64")
 # RIG_FREE_OFF_CHECK=1 (a numerics check, not for serving): each ingest step
 # also runs the draft extend and the repair, and compares what they wrote
 _RIG_FREE_OFF_CHECK = _rig_os.environ.get("RIG_FREE_OFF_CHECK", "0") == "1"
@@ -39,6 +45,27 @@ _rig_checked = {"steps": 0, "slots": 0, "missed": 0, "unequal": 0, "topk_same": 
 _rig_checked.update({f"{name}{end}": 0.0 for name in ("ingest_k", "ingest_v", "repair_k", "repair_v", "hidden")
                      for end in ("", "_max")})
 _rig_fallbacks = {}
+_rig_switches = {"count": 0}
+
+
+def _rig_hold_steps():
+    """RIG_FREE_OFF_HOLD as a step count, and a note when it was not one."""
+    text = _RIG_FREE_OFF_HOLD
+    if text.isascii() and text.isdigit() and len(text) <= 6:
+        return int(text), None
+    return 64, f"RIG_FREE_OFF_HOLD={text!r} ignored (a whole number of steps, 0-999999): 64"
+
+
+def _rig_note_switch(before, after, batch_size, routed):
+    """Count a switch of the adaptive state; log the 1st, 2nd, 4th, 8th, ..."""
+    _rig_switches["count"] += 1
+    count = _rig_switches["count"]
+    if count & (count - 1) == 0:
+        log_info_on_rank0(
+            logger,
+            f"rig free-off: steps {before} -> {after} at batch {batch_size} "
+            f"(routed as {routed}); {count} switch(es) so far",
+        )
 
 
 def _rig_note_fallback(reason):
@@ -155,6 +182,7 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
         self._rig_draft_mode = None
         self._rig_decode_runner = None
         self._rig_ingest_pending = False
+        self._rig_held = None
         if not _RIG_FREE_OFF:
             return
         reason = self._rig_static_refusal()
@@ -206,10 +234,29 @@ METHODS = '''    # -- rig free-off (on where applied; RIG_FREE_OFF=0 turns it of
             why = self._rig_check_refusal()
             self._rig_check = why is None
             draft += "; checked against extend" if why is None else f"; not checked ({why})"
+        hold, note = _rig_hold_steps()
+        if hold:
+            self._rig_held = _rig_collections.deque(maxlen=hold)
         log_info_on_rank0(
             logger,
-            f"rig free-off: on; step 0 decodes plainly on {graphs}; draft sync: {draft}",
+            f"rig free-off: on; step 0 decodes plainly on {graphs}; draft sync: {draft}; "
+            f"hold: {hold} step(s)" + (f" ({note})" if note else ""),
         )
+
+    def _rig_activate(self, batch_size):
+        """SGLang's routing by batch size, held: with free-off on, the slot is
+        the one of the largest batch of the last RIG_FREE_OFF_HOLD decode
+        steps. The batch sizes are the scheduler's, the same on every TP rank,
+        so every rank takes the same state at every step."""
+        held = getattr(self, "_rig_held", None)
+        routed = batch_size
+        if held is not None:
+            held.append(batch_size)
+            routed = max(held)
+        before = self.speculative_num_steps
+        self.adaptive_controller.activate_step_by_batch(routed)
+        if self.speculative_num_steps != before:
+            _rig_note_switch(before, self.speculative_num_steps, batch_size, routed)
 
     def _rig_batch_refusal(self, batch):
         """Why this step-0 batch takes SGLang's verify path (None: it decodes
@@ -678,6 +725,17 @@ INIT_REPLACE = INIT_FIND + (
     "                self._rig_build_decode_graphs()\n"
 )
 METHODS_ANCHOR = "    def _build_trivial_verify_input(self, batch: ScheduleBatch) -> EagleVerifyInput:\n"
+ACTIVATE_FIND = (
+    "    def activate_step_by_batch(self, batch_size: int) -> None:\n"
+    "        if self.adaptive_controller is not None:\n"
+    "            self.adaptive_controller.activate_step_by_batch(batch_size)\n"
+)
+ACTIVATE_REPLACE = (
+    "    def activate_step_by_batch(self, batch_size: int) -> None:\n"
+    "        if self.adaptive_controller is not None:\n"
+    "            # rig free-off: the routing held over RIG_FREE_OFF_HOLD steps\n"
+    "            self._rig_activate(batch_size)\n"
+)
 
 RUNNER_FIND = (
     "        if model_runner.spec_algorithm.is_speculative():\n"
@@ -710,7 +768,7 @@ assert "_RigPlainDecodeGraphRunner" in classes, "the DECODE graph runner is miss
 methods = {f.name: f for f in classes["EAGLEWorkerV2"].body if isinstance(f, ast.FunctionDef)}
 wanted = {"_rig_draft_ctx", "_rig_static_refusal", "_rig_ingest_refusal", "_rig_step0_sizes", "_rig_build_decode_graphs",
           "_rig_batch_refusal", "_rig_free_off_ready", "_rig_free_off_step", "_rig_ingest",
-          "_rig_check_refusal", "_rig_check_ingest", "_rig_repair_after_ingest"}
+          "_rig_check_refusal", "_rig_check_ingest", "_rig_repair_after_ingest", "_rig_activate"}
 assert wanted <= set(methods), sorted(wanted - set(methods))
 # the runner half of free-off is applied too (the graphs it captures are DECODE graphs)
 runner = path.parents[1] / "model_executor" / "runner" / "decode_cuda_graph_runner.py"
@@ -781,6 +839,40 @@ assert sizes(worker(told, [1, 2, 4, 8])) == [2, 4] and told.calls == []
 untold = Policy(None)
 assert sizes(worker(untold, [8, 1, 2, 4])) == [2, 4, 8] and untold.calls == [[1, 2, 4, 8], None]
 assert sizes(worker(Policy(None), None)) is None  # graphs off: nothing captured, eager
+
+# the hold: routed by the largest batch of the last N steps; switches counted and logged; 0 is SGLang's routing
+assert "self._rig_activate(batch_size)" in ast.get_source_segment(path.read_text(), methods["activate_step_by_batch"])
+import collections
+logged.clear()
+space = load([functions["_rig_hold_steps"], functions["_rig_note_switch"], methods["_rig_activate"]],
+             {"_rig_switches": {"count": 0}, "logger": None, "log_info_on_rank0": lambda _, m: logged.append(m)})
+for text, steps in (("64", 64), ("0", 0), ("7", 7)):
+    space["_RIG_FREE_OFF_HOLD"] = text
+    assert space["_rig_hold_steps"]() == (steps, None), text
+for text in ("", "-1", "off", "1e3", "\u0661", "1234567"):
+    space["_RIG_FREE_OFF_HOLD"] = text
+    held, note = space["_rig_hold_steps"]()
+    assert held == 64 and "ignored" in note, (text, note)
+class Controller:  # SGLang's routing: step 0 from batch 64 up, else 3 steps
+    def __init__(self, worker):
+        self.worker = worker
+    def activate_step_by_batch(self, batch_size):
+        self.worker.speculative_num_steps = 0 if batch_size >= 64 else 3
+def run(hold, sizes):
+    w = types.SimpleNamespace(speculative_num_steps=3, _rig_held=collections.deque(maxlen=hold) if hold else None)
+    w.adaptive_controller = Controller(w)
+    steps = []
+    for bs in sizes:
+        space["_rig_activate"](w, bs)
+        steps.append(w.speculative_num_steps)
+    return steps
+ramp = [256] * 3 + [0, 3, 20, 70, 256] + [40] * 8
+assert run(0, ramp) == [0] * 3 + [3, 3, 3, 0, 0] + [3] * 8  # SGLang's: drafts through the dip, then below 64
+assert space["_rig_switches"]["count"] == 4 and "steps 0 -> 3 at batch 40 (routed as 40); 4 switch(es)" in logged[-1]
+space["_rig_switches"]["count"] = 0
+# held over 8 steps: the dip stays at step 0; drafting resumes once 8 steps in a row were below 64
+assert run(8, ramp) == [0] * 3 + [0] * 5 + [0] * 7 + [3]
+assert space["_rig_switches"]["count"] == 2 and "steps 0 -> 3 at batch 40 (routed as 40); 2 switch(es)" in logged[-1]
 '''
 
 RUNNER_CHECK = '''import ast
@@ -835,6 +927,7 @@ for key, v in VERSIONS.items():
         {"find": INIT_FIND, "replace": INIT_REPLACE},
         {"find": v["step0_find"], "replace": v["step0_replace"]},
         {"find": METHODS_ANCHOR, "replace": methods + METHODS_ANCHOR},
+        {"find": ACTIVATE_FIND, "replace": ACTIVATE_REPLACE},
     ]
     write({
         "id": f"sglang-free-off-worker-{key}",
