@@ -44,6 +44,9 @@ WORD = struct.Struct("<I")
 MAX_NEEDED = 1024  # DT_NEEDED and run path entries in one object
 PT_LOAD, PT_DYNAMIC = 1, 2
 SHT_NOTE, SHT_NOBITS = 7, 8
+# A SHT_NOBITS section (.bss) has no bytes in the file, only memory: it is held to the largest address space a
+# process has (48 bits on x86-64 and aarch64) instead of to the file.
+ADDRESS_SPACE = 1 << 48
 DT_NULL, DT_NEEDED, DT_HASH, DT_STRTAB, DT_SYMTAB, DT_STRSZ, DT_RPATH, DT_RUNPATH = 0, 1, 4, 5, 6, 10, 15, 29
 DT_GNU_HASH = 0x6FFFFEF5
 EM_CUDA = 190
@@ -86,6 +89,9 @@ def _sections(data, header: tuple, bad: Bad) -> tuple[list[tuple], bytes]:
         raise bad("its section table lies outside the file")
     sections = [SECTION.unpack_from(data, shoff + i * SECTION.size) for i in range(shnum)]
     for i, (_, kind, _, _, offset, size, link, *_) in enumerate(sections):
+        if kind == SHT_NOBITS and size > ADDRESS_SPACE:
+            raise bad(f"a section is larger than any address space (section {i}: {size} bytes of memory, "
+                      f"more than 2**48)")
         if kind != SHT_NOBITS and offset + size > len(data):
             raise bad(f"a section lies outside the file (section {i}: {size} bytes at offset {offset}, "
                       f"in a file of {len(data)})")
