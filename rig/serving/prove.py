@@ -359,6 +359,8 @@ def _serve_size(servers: Servers, report: Runner, lines: dict[str, list[str]], u
     base = _serve(servers, report, base_label, lines[base_label], url, True, out, api_key_env, None, bench)
     if base is None:
         report.skip(f"{EAGLE} tp{size}", "the baseline did not serve, so there is no reference")
+    elif "matched" not in base:  # its numerics check failed before it had tokens (HTML, float ids)
+        report.skip(f"{EAGLE} tp{size}", "the baseline's numerics gave no answer, so there is no reference")
     elif base["matched"] != base["prompts"]:
         report.skip(f"{EAGLE} tp{size}", "the baseline does not follow the rule, so it is no reference")
     else:

@@ -94,3 +94,36 @@ def test_the_first_difference_is_named_with_the_prompt_and_the_position(server):
     result = check_numerics(f"http://127.0.0.1:{server.server_port}", "RIG_TEST_NO_KEY", [want[0]] * 8)
     assert result["matched"] == 0 and result["first_difference"]["position"] == 5
     assert result["first_difference"]["got"][0] == numerics.DECOYS[0] and result["min_margin"] is None
+
+
+@pytest.mark.parametrize("body", [b"<html>", b'{"output_ids": [512.0, 513.0]}'])
+def test_a_baseline_whose_numerics_gave_no_answer_is_no_reference_and_never_a_crash(server, monkeypatch, tmp_path,
+                                                                                      body):
+    """HTML or float token ids fail the baseline's numerics step; its bench step still runs, and the serving-size
+    step read the failed check's empty answer (KeyError: 'matched', exit 70). EAGLE-3 is skipped, with why."""
+    import contextlib
+
+    from rig.core.check import Runner
+    from rig.serving import prove
+
+    class Measured:  # what the brief bench measured: one level that served
+        def __init__(self, *_):
+            self.run = {"levels": [{"level": "c1", "output_throughput": 10.0, "median_ttft_ms": 1.0,
+                                    "median_itl_ms": 1.0, "server_accept_length": None, "failed": 0}]}
+
+    @contextlib.contextmanager
+    def serving(_servers, _label, _argv, _url, _log, data, _eagle):
+        data["smoke"] = "answered"
+        yield
+
+    monkeypatch.setattr(prove, "serving", serving)
+    monkeypatch.setattr(prove, "Server", Measured)
+    monkeypatch.setattr(prove, "measured", lambda *_: None)
+    Answers.body = body
+    report = Runner("prove")
+    lines = {"baseline tp1": ["base"], "eagle3 tp1": ["eagle"]}
+    prove._serve_size(None, report, lines, f"http://127.0.0.1:{server.server_port}", 1, 1, tmp_path,
+                      "RIG_TEST_NO_KEY", {})
+    steps = {c.name: (c.status, c.detail) for c in report.checks}
+    assert steps["baseline tp1: numerics"][0] == "fail" and steps["baseline tp1: bench"][0] == "pass"
+    assert steps["eagle3 tp1"] == ("skip", "the baseline's numerics gave no answer, so there is no reference")
