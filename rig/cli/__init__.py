@@ -13,6 +13,7 @@ engine bundle runs on targets with python3 and the bundled libraries alone).
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import os
@@ -144,7 +145,8 @@ def _explain(exc: BaseException) -> str | None:
         return f"an input is not UTF-8 text: {exc}"
     if isinstance(exc, OSError):
         where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
-        return f"{where or 'system'}: {exc.strerror or exc}"
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        return f"{where or 'system'}: {exc.strerror or exc}" + ("; free space there and run again" if full else "")
     if isinstance(exc, json.JSONDecodeError):
         return f"not valid JSON: {exc}"
     if isinstance(exc, (zipfile.BadZipFile, tarfile.TarError)):
@@ -173,10 +175,11 @@ def _said(text: str) -> str:
     return terminal(text).replace("\n", "\n  ")
 
 
-def _fail(line: str, code: int, as_json: bool) -> None:
-    """The one way a run fails: `rig: error: LINE` on stderr, under --json also {"error", "exit"} on stdout (a
-    machine reading stdout gets one JSON object either way), then exit CODE."""
-    click.echo(f"rig: error: {_said(line)}", err=True)
+def _fail(line: str, code: int, as_json: bool, kind: str = "error: ") -> None:
+    """The one way a run fails: `rig: error: LINE` on stderr (an interrupt, no error of input: `rig: LINE`),
+    under --json also {"error", "exit"} on stdout (a machine reading stdout gets one JSON object either way),
+    then exit CODE."""
+    click.echo(f"rig: {kind}{_said(line)}", err=True)
     if as_json:
         from rig.core.documents import dump_json
 
@@ -196,11 +199,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli(args=[a for a in argv if a != "--debug"], prog_name="rig", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("rig: interrupted", err=True)
-        sys.exit(INTERRUPTED)
+        _fail("interrupted", INTERRUPTED, as_json, kind="")
     except Terminated as exc:
-        click.echo("rig: terminated", err=True)
-        sys.exit(SIGNALLED + exc.args[0])
+        _fail("terminated", SIGNALLED + exc.args[0], as_json, kind="")
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help())
         sys.exit(OK)

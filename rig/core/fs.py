@@ -75,8 +75,10 @@ def atomic_file(path: str | Path, mode: int | None = None) -> Iterator:
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # a write or fsync names no file: ENOSPC would read
+            exc.filename = str(path)                           # "system: No space left on device"
         raise
 
 

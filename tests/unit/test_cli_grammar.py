@@ -285,3 +285,23 @@ def test_one_name_per_timeout():
 def test_a_required_out_with_no_default_is_asked_for():
     done = rig("testmodel", "--python", sys.executable)
     assert done.returncode == 2 and "Missing option '--out'" in done.stderr
+
+
+@pytest.mark.parametrize("stop, said, code", [("terminated", "rig: terminated", 128 + 15),
+                                              ("interrupted", "rig: interrupted", 130)])
+def test_under_json_a_stopped_run_still_answers_one_json_object(monkeypatch, capsys, stop, said, code):
+    """SIGTERM under --json left stdout empty: a machine reading it got nothing to parse."""
+    import signal
+
+    import rig.cli as boundary
+
+    def stopped(**_):
+        raise boundary.Terminated(signal.SIGTERM) if stop == "terminated" else KeyboardInterrupt
+
+    monkeypatch.setattr(signal, "signal", lambda *_: None)  # this test process keeps its own handlers
+    monkeypatch.setattr(boundary, "cli", stopped)
+    with pytest.raises(SystemExit) as done:
+        boundary.main(["stack", "show", "--json"])
+    out, err = capsys.readouterr()
+    assert done.value.code == code and err.strip() == said
+    assert json.loads(out) == {"error": stop, "exit": code}

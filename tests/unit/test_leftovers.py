@@ -93,6 +93,7 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
     """A full disk mid-write (ENOSPC at fsync) must not leave a 0-byte state file behind."""
     import errno
 
+    from rig.cli import _explain
     from rig.core.fs import atomic_write
 
     state = atomic_write(tmp_path / "state.json", '{"previous": "cuda-12.9"}\n')
@@ -105,6 +106,8 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
         atomic_write(state, '{"previous": "cuda-13.0"}\n')
     except OSError as exc:
         assert exc.errno == errno.ENOSPC
+        # the boundary's one line names the file and the fix, never "system: No space left on device"
+        assert _explain(exc) == f"{state}: No space left on device; free space there and run again"
     else:
         raise AssertionError("the failed write was not reported")
     assert state.read_text() == '{"previous": "cuda-12.9"}\n'
