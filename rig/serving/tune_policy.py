@@ -124,8 +124,9 @@ def recommend(kind: dict, rows: list[dict], confirmation: dict | None, config_pa
     choices with the baseline for step 0, what the fallback reads when nothing single holds."""
     if kind["kind"] == "none":
         return "nothing was measured: no recommendation"
-    lost = [t for t in (confirmation or {}).get("levels", []) if t["verdict"] == "lost"]
-    said = [f"at {t['level']} it ran {t['ratio_best']:.2f} of {t['best']}" for t in lost]
+    lost = [t for t in (confirmation or {}).get("levels", []) if not t.get("confirmed", t["verdict"] != "lost")]
+    said = [f"at {t['level']} it ran {t['ratio_best']:.2f} of {t['best']} ({t.get('rule', t['verdict'])})"
+            if t["ratio_best"] is not None else f"at {t['level']} it was not measured" for t in lost]
     holds = bool(confirmation and confirmation["confirmed"])
     if kind["kind"] == "baseline" and holds:
         return ("speculation paid at no measured load on this box (the baseline was best or within noise of the best "

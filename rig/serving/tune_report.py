@@ -72,10 +72,12 @@ def report_markdown(result: dict) -> str:
                   "best: " + ", ".join(f"`{cell(k)}` {shown(v, 3)}" for k, v in result["family_scores"].items())]
     if result.get("confirmation"):
         lines += ["", "## Confirmation", ""]
-        lines += table(("level", "policy", "per-level best", "ratio to best (range)", "verdict", "ratio to baseline"),
+        lines += table(("level", "policy", "per-level best", "ratio to best, median (range)", "verdict", "confirmed",
+                        "rule", "ratio to baseline"),
                        ((t["level"], shown(t["policy"], 1), f"{t['best']} {shown(t['best_value'], 1)}",
                          f"{shown(t['ratio_best'], 2)} ({shown(rng and rng[0], 2)}-{shown(rng and rng[1], 2)})",
-                         t["verdict"], shown(t["ratio_baseline"], 2))
+                         t["verdict"], "yes" if t.get("confirmed") else "no", t.get("rule", "-"),
+                         shown(t["ratio_baseline"], 2))
                         for t in result["confirmation"]["levels"] for rng in [t["ratio_best_range"]]))
     if (mine := result.get("load_profile")) and mine.get("chosen"):
         lines += ["", f"## For the load in `{cell(mine['file'])}`", "", "Share of busy time at each measured level "

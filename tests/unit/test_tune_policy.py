@@ -351,3 +351,37 @@ def test_the_policy_is_proposed_with_the_environment_its_server_was_confirmed_wi
         "HF_HOME": "/data/hf"}  # nothing to add: the user's line stays
     said = recommend(kind, [], {"confirmed": True, "levels": []}, "/srv/adaptive.json", {}, [], env)
     assert "RIG_FREE_OFF=1, RIG_FREE_OFF_DRAFT=ingest in environment.vars" in said
+
+
+@pytest.mark.parametrize("rounds, confirmed, verdict, rule", [
+    # issue 71's C=256: one round at 0.98 made 0.89 "within noise", and the policy "confirmed"
+    ([870, 890, 980], False, "median below", "median 0.89 below 0.95 of the best"),
+    ([940, 930, 920], False, "lost", "every round below 0.95 of the best"),
+    ([950, 900, 990], True, "within noise", "median 0.95 at least 0.95"),
+    ([1100, 1080, 1200], True, "won", "median 1.10 at least 0.95"),
+])
+def test_one_lucky_round_cannot_confirm_a_level_its_median_lost(rounds, confirmed, verdict, rule):
+    from rig.serving.measure.verdict import confirm
+    from rig.serving.tune_policy import recommend
+
+    measured = _rounds({"baseline": {"C=256": [1000, 1000, 1000]}, "policy": {"C=256": rounds}})
+    rows = [{"level": "C=256", "best": "baseline", "best_value": 1000, "steps": 0, "chosen": "baseline", "batch": 256}]
+    result = confirm(measured, rows, "policy", "baseline")
+    level = result["levels"][0]
+    assert (result["confirmed"], level["confirmed"], level["verdict"]) == (confirmed, confirmed, verdict)
+    assert level["rule"].startswith(rule)
+    said = recommend({"kind": "adaptive", "slots": {"1": 3}}, rows, result, "adaptive.json", measured, rows)
+    assert said.startswith("serve with the adaptive policy") == confirmed
+    if not confirmed:
+        assert f"at C=256 it ran {level['ratio_best']:.2f} of baseline ({level['rule']})" in said
+
+
+def test_a_confirmation_written_before_the_median_rule_still_reads():
+    """tune.json files from before issue 71 have no `confirmed` per level: their verdict decides, as it did."""
+    from rig.serving.tune_policy import recommend
+
+    old = {"confirmed": False, "levels": [{"level": "C=64", "verdict": "lost", "ratio_best": 0.7, "best": "baseline",
+                                           "steps": 0, "vs_baseline": "lost", "ratio_baseline": 0.7}]}
+    rows = [{"level": "C=64", "chosen": "step0", "steps": 0, "batch": 64, "kind": "step0"}]
+    said = recommend({"kind": "adaptive", "slots": {"1": 3, "64": 0}}, rows, old, "a.json", {}, rows)
+    assert "at C=64 it ran 0.70 of baseline (lost)" in said
