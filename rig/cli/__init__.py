@@ -39,7 +39,7 @@ from rig.cli.common import (
     moved,
 )
 from rig.core import RigError
-from rig.core.escape import terminal
+from rig.core.escape import rig_line
 
 __all__ = ["COMMANDS", "DEFAULT_BUNDLE", "DEFAULT_CACHE", "cli", "main"]
 
@@ -169,17 +169,11 @@ def _deleted_cwd() -> str | None:
             return os.environ.get("PWD") or "(unknown)"
 
 
-def _said(text: str) -> str:
-    """An error as the terminal should show it, whatever an input put in it: control characters written
-    escaped, and lines after the first indented, so that only the first one starts with `rig: error:`."""
-    return terminal(text).replace("\n", "\n  ")
-
-
 def _fail(line: str, code: int, as_json: bool, kind: str = "error: ") -> None:
     """The one way a run fails: `rig: error: LINE` on stderr (an interrupt, no error of input: `rig: LINE`),
     under --json also {"error", "exit"} on stdout (a machine reading stdout gets one JSON object either way),
     then exit CODE."""
-    click.echo(f"rig: {kind}{_said(line)}", err=True)
+    click.echo(rig_line(kind + line), err=True)
     if as_json:
         from rig.core.documents import dump_json
 

@@ -7,6 +7,7 @@ from rig.cli.common import DIR, Choice, Url, cache_option, check_option, emit, g
 from rig.cli.ldconfig import ldconfig_conf
 from rig.core import defaults
 from rig.core.documents import dump_json
+from rig.core.escape import terminal
 from rig.cuda import toolkit as engine
 
 
@@ -89,4 +90,4 @@ def cuda_list(prefix, as_json) -> None:
     if as_json:
         click.echo(dump_json(found, "the toolkits found", indent=2))
     for t in [] if as_json else found:
-        click.echo(f"{t['tree']}  nvcc {t['nvcc'] or '-'}  {'rig' if t['installed_by_rig'] else 'other'}")
+        click.echo(terminal(f"{t['tree']}  nvcc {t['nvcc'] or '-'}  {'rig' if t['installed_by_rig'] else 'other'}"))

@@ -5,7 +5,9 @@ import sys
 
 def progress(message: str) -> None:
     """Progress of long work goes to stderr, so --json output on stdout stays parseable."""
-    print(f"rig: {message}", file=sys.stderr, flush=True)
+    from rig.core.escape import rig_line  # escape imports this module's RigError
+
+    print(rig_line(message), file=sys.stderr, flush=True)
 
 
 class RigError(Exception):

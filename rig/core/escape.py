@@ -24,6 +24,13 @@ def terminal(text: str) -> str:
     return _visible(text, keep="\n")
 
 
+def rig_line(text: str) -> str:
+    """`rig: TEXT`, a line rig writes to a person (progress, an error): control characters visible, and lines
+    after the first indented, so that a path or name holding a newline can start no line of its own (no forged
+    `rig: error:`)."""
+    return "rig: " + terminal(text).replace("\n", "\n  ")
+
+
 MARKDOWN_SPECIAL = re.compile(r"([\\|`<\[\]])")  # what would end a cell, open code, HTML or a link
 
 

@@ -222,3 +222,20 @@ def test_the_fleet_summary_never_follows_a_hosts_report_that_is_a_link(tmp_path)
     done = rig_in(reports, "fleet", "summary", ".")
     assert done.returncode != 0 and "FAILED on host1" in done.stdout, done.stdout + done.stderr
     assert "a link there is never followed" in (reports / "summary.md").read_text()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from("\n\r\x1b\x07\x9b")))
+def test_a_progress_line_is_one_rig_line_whatever_a_name_in_it_holds(name):
+    """A venv path with a newline and an escape sequence printed a fake `rig: error:` line and cleared the
+    terminal: every line rig writes to a person goes through one writer, which makes them visible."""
+    import io
+
+    from rig.core import progress
+
+    with contextlib.redirect_stderr(io.StringIO()) as said:
+        progress(f"unpacking into {name}")
+    err = said.getvalue()
+    lines = err.removesuffix("\n").split("\n")
+    assert lines[0].startswith("rig: unpacking into ") and all(line.startswith("  ") for line in lines[1:])
+    assert all(ch == "\n" or ch.isprintable() for ch in err)
