@@ -1,0 +1,121 @@
+"""Where a level's time goes, read from SGLang's own log: ramp, steady decode, tail, prefill and the policy's switches.
+
+    python docs/validation/real-cost-h200/timeline.py LOG... [--levels 1,16,64,256]
+
+The servers log every decode step (`--decode-log-interval 1`) with milliseconds (`SGLANG_LOG_MS=1`), as
+stack-free-off-policy.yml and run.sh start them. tune runs the levels in ascending order, so a level's lines start
+at the last prefill into an empty server before the first batch larger than the level below's (twice it); gaps of IDLE_S or
+more (the client between rounds) are left out of the wall. Each line's time is the gap since the line before it:
+the scheduler logs a batch once its result is processed, so the gap is that batch's share of the wall. Per server and level:
+- prefill: the prefill batches and their time;
+- at C: decode steps at the level's running count (steady decode), their time and rate;
+- below C: the ramp and tail's decode steps, and how many of those drafted (accept length above 1.00: a drafting
+  step whose every draft was rejected reads as step 0, which one request at C=1 often does);
+- switches: consecutive decode lines of which one drafted and the other did not (the adaptive policy's switches);
+- tok/s: every decode line's tokens over the wall.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import re
+from datetime import datetime
+from pathlib import Path
+
+IDLE_S = 0.3  # a gap this long is the client between rounds: left out of the wall
+LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})[^\]]*\] (Prefill|Decode) batch[.,] (.*)$")
+RUNNING = re.compile(r"#running-req: (\d+)")
+NEW_SEQ = re.compile(r"#new-seq: (\d+)")
+ACCEPT = re.compile(r"accept len: ([0-9.]+)")
+
+
+def lines(path: Path) -> list[tuple]:
+    """(seconds, kind, running after the batch, accept length or None, whether it is a prefill into an empty
+    server) per scheduler line with a ms timestamp."""
+    rows = []
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    for text in raw.decode(errors="replace").splitlines():
+        m = LINE.match(text)
+        if not m:
+            continue
+        at = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+        before = running = int(r[1]) if (r := RUNNING.search(m[3])) else 0
+        if m[2] == "Prefill":  # a prefill line counts the running batch before its new sequences join
+            running += int(n[1]) if (n := NEW_SEQ.search(m[3])) else 0
+        rows.append((at, m[2], running, float(a[1]) if (a := ACCEPT.search(m[3])) else None,
+                     m[2] == "Prefill" and before == 0))
+    return rows
+
+
+def windows(rows: list[tuple], levels: list[int]) -> dict[int, list[tuple]]:
+    """Each level's lines: tune runs the levels in ascending order, so a level starts at the last prefill into an
+    empty server before the first batch larger than the level below's (its ramp included)."""
+    starts = {}
+    for below, level in zip(levels, levels[1:], strict=False):
+        # well past the level below (a batch can read one over its level while a finished request leaves)
+        first = next((i for i, r in enumerate(rows) if r[2] > max(2 * below, below + 2)), None)
+        if first is None:
+            break
+        while first > 0 and not rows[first][4]:
+            first -= 1
+        starts[level] = first
+    bounds = [(levels[0], 0), *sorted(starts.items(), key=lambda kv: kv[1])]
+    return {level: rows[at:nxt] for (level, at), (_, nxt) in zip(bounds, [*bounds[1:], (None, len(rows))], strict=True)}
+
+
+def summary(rows: list[tuple], level: int) -> dict:
+    """The level's wall (idle gaps left out) and where it went; "full" is a decode step at exactly LEVEL running."""
+    s = {"wall": 0.0, "prefills": 0, "prefill_s": 0.0, "full": 0, "full_s": 0.0, "below": 0, "below_s": 0.0,
+         "below_drafting": 0, "switches": 0, "tokens": 0.0}
+    drafting_before = None
+    for before, row in zip(rows, rows[1:], strict=False):
+        gap = row[0] - before[0]
+        if gap >= IDLE_S:
+            continue
+        s["wall"] += gap
+        if row[1] == "Prefill":
+            s["prefills"] += 1
+            s["prefill_s"] += gap
+            continue
+        drafting = row[3] is not None and abs(row[3] - 1.0) > 1e-9
+        s["tokens"] += row[2] * (row[3] or 1.0)
+        if row[2] >= level:
+            s["full"] += 1
+            s["full_s"] += gap
+        else:
+            s["below"] += 1
+            s["below_s"] += gap
+            s["below_drafting"] += drafting
+        if drafting_before is not None and drafting != drafting_before:
+            s["switches"] += 1
+        drafting_before = drafting
+    return s
+
+
+def table(paths: list[Path], levels: list[int]) -> str:
+    head = ("| server | level | wall s | prefill batches (s) | at C: steps (s), steps/s | "
+            "below C: steps (s), of them drafting | switches | decode tok/s over the wall |")
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    for path in paths:
+        for level, rows in windows(lines(path), levels).items():
+            s = summary(rows, level)
+            if not s["wall"]:
+                continue
+            rate = s["full"] / s["full_s"] if s["full_s"] else float("nan")
+            server = path.name.split(".")[0]
+            out.append(f"| {server} | C={level} | {s['wall']:.2f} | {s['prefills']} ({s['prefill_s']:.2f}) | "
+                       f"{s['full']} ({s['full_s']:.2f}), {rate:.1f} | {s['below']} ({s['below_s']:.2f}), "
+                       f"{s['below_drafting']} | {s['switches']} | {s['tokens'] / s['wall']:.0f} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("logs", nargs="+", type=Path)
+    parser.add_argument("--levels", default="1,16,64,256")
+    args = parser.parse_args()
+    print(table(args.logs, [int(c) for c in args.levels.split(",")]))
+
+
+if __name__ == "__main__":
+    main()
