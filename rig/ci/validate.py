@@ -3,7 +3,8 @@
 Each check answers one question about the stack and reports every problem it
 finds, not the first: the schema; its locks current and complete; every pin
 conflict; each locked kernel wheel audited against the locked torch, the CUDA
-major and the stack's archs; torch's CUDA against the toolkit and flashinfer's
+major and the stack's archs, and the kernels of its attention backends held to
+its archs (rig.kernels.backends); torch's CUDA against the toolkit and flashinfer's
 packages at one version (rig.cuda.agreement); the patch plan for the locked sglang and flashinfer,
 read from their wheels; the server command line (parsed by the sglang of a venv,
 when one is given); the environment module rendered. A check that cannot run
@@ -89,7 +90,8 @@ def run(stack_path: str, cache: str | Path, venv: str | None = None, patch_dir: 
     checks = [("schema", "Is the stack file valid?", schema),
               ("lock", "Are its locks current and complete?", locks),
               ("conflicts", "Do its pins agree with each package's own requirements?", conflicts),
-              ("kernels", "Do the locked kernel wheels fit the locked torch, the CUDA major and the archs?", kernels),
+              ("kernels", "Do the locked kernel wheels fit the locked torch, the CUDA major, the archs and the attention "
+               "backends?", kernels),
               ("toolchain", "Do torch's CUDA and the toolkit agree, and flashinfer's packages with each other?",
                toolchain),
               ("patches", "Does every patch know the locked sglang and flashinfer, and still anchor?", patches),
@@ -129,6 +131,8 @@ def _wheels(lock: dict, cache: Path, names: set[str]) -> dict[str, tuple[dict, P
 def _kernels(stack: dict, lock: dict, cache: Path) -> tuple[list[str], str]:
     from rig.core.cuda_releases import major
     from rig.kernels import audit
+    from rig.kernels.backends import gaps as backends_gaps
+    from rig.kernels.backends import said as backends_said
 
     found = _wheels(lock, cache, {*KERNELS, "torch"})
     if "torch" not in found:
@@ -141,8 +145,11 @@ def _kernels(stack: dict, lock: dict, cache: Path) -> tuple[list[str], str]:
     if not reports:
         raise Skip("the lock has no kernel wheel (sglang-kernel, sgl-kernel or flashinfer-cubin)")
     problems = [f"{r['artifact']}: {error}" for r in reports for error in r["errors"]]
-    return problems, "; ".join(f"{r['artifact']}: torch {torch.version}, CUDA {r['cuda_major']}, archs "
-                               f"{', '.join(f'{a} ({how})' for a, how in r['archs'].items())}" for r in reports)
+    backends = stack["server"]["attention_backends"]
+    problems += backends_gaps(backends, stack["archs"], reports)
+    return problems, "; ".join([*(f"{r['artifact']}: torch {torch.version}, CUDA {r['cuda_major']}, archs "
+                                  f"{', '.join(f'{a} ({how})' for a, how in r['archs'].items())}" for r in reports),
+                                backends_said(backends, stack["archs"])])
 
 
 def _toolchain(stack: dict, lock: dict) -> tuple[list[str], str]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import click
 from click.core import ParameterSource
@@ -35,6 +36,9 @@ from rig.stack.spec import load, pins_packages
               "to, where --cuda, --arch and --venv do not say.")
 @click.option("--cuda", "cuda_version", help="CUDA release to expect (default: the stack's).")
 @click.option("--arch", "archs", multiple=True, help="Target arch, e.g. 12.0a; repeat (default: the stack's).")
+@click.option("--attention-backend", "backends", multiple=True, metavar="NAME",
+              help="An attention backend the server uses, e.g. fa3, whose kernels must run on every arch; repeat "
+                   "(default: the stack's server.attention_backends).")
 @venv_option(help="Check this venv against the stack's lock (where the stack pins no packages, only a venv "
                  "given is checked).")
 @prefix_option
@@ -47,8 +51,8 @@ from rig.stack.spec import load, pins_packages
               help="Only this layer's checks (the cuda_ldconfig role asks `libraries`: do the sonames resolve?).")
 @junit_option
 @json_option
-def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect_gpus, log_path, layer, junit,
-           as_json) -> None:
+def doctor(stack_path, cuda_version, archs, backends, venv_path, prefix, container, expect_gpus, log_path, layer,
+           junit, as_json) -> None:
     """Check the machine, driver, GPUs, toolkits, ldconfig, an NVRTC compile and the venv, layer by layer.
 
     The machine layer: the loaded kernel module against the userspace driver
@@ -71,18 +75,24 @@ def doctor(stack_path, cuda_version, archs, venv_path, prefix, container, expect
         data = load(need_stack(stack_path))
         cuda_version = cuda_version or data["cuda"]["version"]
         archs = archs or data["archs"]
+        backends = backends or data["server"]["attention_backends"]
         venv_path = venv_path or (data["venv"] if pins_packages(data) else None)
         default_gpus, pcie_only = data["server"]["tp"], data["environment"]["nccl_pcie_only"]
     if container:
         result = checks.run_in_container(container, DEFAULT_BUNDLE, cuda_version, archs, prefix, venv_path,
-                                         expect_gpus, layer)
+                                         expect_gpus, layer, list(backends))
     elif layer:
         result = checks.ALONE[layer](cuda_version, list(archs), prefix)
     else:
         # what a venv rig did not install is held to: the stack's lock, where there is one
         lock_file = lock_path(stack_path) if venv_path and stack_path else None
         result = checks.run(cuda_version, list(archs), prefix, venv_path, expect_gpus, default_gpus, pcie_only,
-                            lock=read(lock_file) if lock_file and lock_file.is_file() else None)
+                            lock=read(lock_file) if lock_file and lock_file.is_file() else None,
+                            backends=list(backends))
     write_junit(junit, result, f"rig doctor {container or socket.gethostname()}")
-    click.echo(dump_json(report.as_json(result), "the checks", indent=2) if as_json else checks.render(result))
+    # a controller checked before anything was provisioned on it: the stack's venv is not here
+    unprovisioned = venv_path if not container and not layer and not Path(venv_path or ".", "bin", "python").exists() \
+        else None
+    click.echo(dump_json(report.as_json(result), "the checks", indent=2) if as_json else
+               checks.render(result, unprovisioned))
     judged(not report.failed(result))

@@ -17,6 +17,7 @@ from pathlib import Path
 from rig.core import RigError, check, proc
 from rig.core.check import Check, failed
 from rig.core.cuda_releases import major, series
+from rig.core.hints import CREATE_VENV
 from rig.cuda.ldconfig import cache
 from rig.cuda.nvrtc import sm_name
 from rig.cuda.toolkit import tool_release, toolkits
@@ -152,8 +153,7 @@ def _venv(venv: str, lock: dict | None = None) -> Check:
     from rig.python.venv import MARKER, differences, read_marker, verify
 
     if not (Path(venv) / "bin" / "python").exists():
-        return Check("python", "venv", "fail", f"{venv} holds no venv (no bin/python)",
-                     "run the python_stack role (installs the stack's lock offline)")
+        return Check("python", "venv", "fail", f"{venv} holds no venv (no bin/python)", VENV_FIX)
     try:
         if read_marker(venv) is None and lock is None:
             return Check("python", "venv", "warn", f"{venv} was not installed by rig (no {MARKER}) and no lock was "
@@ -178,8 +178,7 @@ def _venv(venv: str, lock: dict | None = None) -> Check:
 
 
 ENV_FIX = "run `rig env install --venv VENV --stack STACK` (the python_stack role does)"
-VENV_FIX = ("install the venv at the stack's `venv` key (`rig venv install`, or the python_stack role), or give --venv "
-            "where it is")
+VENV_FIX = f"give --venv where the stack's venv is, or {CREATE_VENV}"
 
 
 def _environment(venv: str, seen: dict, cuda_version: str, archs: list[str], prefix: str) -> list[Check]:
@@ -238,9 +237,11 @@ def _agreement(venv: str, seen: dict) -> Check:
 KERNEL_PACKAGES = ("sglang-kernel", "sgl-kernel", "flashinfer-jit-cache", "flashinfer-cubin")
 
 
-def _kernels(venv: str, cuda_version: str, archs: list[str]) -> list[Check]:
-    """rig audit of the venv's compiled kernel packages, from their files."""
+def _kernels(venv: str, cuda_version: str, archs: list[str], backends: list[str]) -> list[Check]:
+    """rig audit of the venv's compiled kernel packages, from their files, and the attention BACKENDS the stack
+    serves with held to its archs."""
     from rig.core import RigError
+    from rig.kernels import backends as held_to_archs
     from rig.kernels.audit import as_check, audit_path, venv_context
 
     try:
@@ -249,10 +250,11 @@ def _kernels(venv: str, cuda_version: str, archs: list[str]) -> list[Check]:
         return [Check("python", "kernels", "fail", str(exc), VENV_FIX)]
     # the archs are read by rig itself from each object's fat binaries: no cuobjdump, here or anywhere
     common = {"cuda_major": major(cuda_version), "archs": archs, "torch": torch, "extra_dirs": dirs, "resolve": True}
-    checks = []
+    checks, reports = [], []
     for name in sorted(installed):
         try:
             report = audit_path(name, installed, common)
+            reports.append(report)
         except RigError as exc:  # an object rig cannot read is a finding, not a doctor that crashes
             checks.append(Check("python", f"audit-{name}", "fail", str(exc),
                                 f"reinstall {name} (the python_stack role): one of its files is not what a wheel "
@@ -262,6 +264,12 @@ def _kernels(venv: str, cuda_version: str, archs: list[str]) -> list[Check]:
                f"rebuild {name} against this venv's torch {report['torch']} for CUDA {major(cuda_version)} and "
                f"{', '.join(archs)} (rig wheels build), or pin a wheel built so")
         checks.append(as_check(report, "python", f"audit-{name}", fix))
+    gaps = held_to_archs.gaps(backends, archs, reports)
+    checks.append(Check("python", "attention-backends", "fail" if gaps else "pass",
+                        "; ".join(gaps) or held_to_archs.said(backends, archs),
+                        "see the detail: each problem names the backends that run there" if gaps else "",
+                        question="do the kernels of the stack's attention backends run on its archs?",
+                        problems=gaps))
     return checks
 
 
@@ -285,8 +293,9 @@ ALONE = {"toolkit": lambda version, archs, prefix: _toolkit(series(version), pre
 
 def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: str | None = None,
         expect_gpus: int | None = None, default_gpus: int | None = None,
-        pcie_only_env: bool | None = None, lock: dict | None = None) -> list[Check]:
-    """Every layer's checks; LOCK (the stack's) is what a venv rig did not install is held to."""
+        pcie_only_env: bool | None = None, lock: dict | None = None, backends: list[str] | None = None) -> list[Check]:
+    """Every layer's checks; LOCK (the stack's) is what a venv rig did not install is held to, BACKENDS (its
+    server.attention_backends) what the venv's kernels must run on ARCHS."""
     gpus, smi = visible_gpus()
     checks = _machine(expect_gpus, default_gpus, pcie_only_env) + [smi]
     if gpus:
@@ -307,21 +316,31 @@ def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: s
             else:
                 checks += _environment(venv, seen, cuda_version, archs, prefix)
                 checks.append(_agreement(venv, seen))
-            checks += _kernels(venv, cuda_version, archs)
+            checks += _kernels(venv, cuda_version, archs, backends or [])
     return checks
 
 
 def run_in_container(container: str, bundle: str | Path, cuda_version: str, archs: list[str], prefix: str,
-                     venv: str | None = None, expect_gpus: int | None = None, layer: str | None = None) -> list[Check]:
+                     venv: str | None = None, expect_gpus: int | None = None, layer: str | None = None,
+                     backends: list[str] | None = None) -> list[Check]:
     """The same checks inside a running container, by the engine BUNDLE copied in (`rig doctor --container`)."""
     from rig.engine.container import report, run_engine
 
     args = ["doctor", "--json", "--cuda", cuda_version, "--prefix", prefix, *(["--layer", layer] if layer else [])]
     args += [f"--arch={a}" for a in archs] + (["--venv", venv] if venv else [])
+    args += [f"--attention-backend={b}" for b in backends or []]
     args += ["--expect-gpus", str(expect_gpus)] if expect_gpus else []
     found = report(run_engine(container, args, bundle), f"doctor in {container}")
     return [Check(**c) for c in found["checks"]]
 
 
-def render(checks: list[Check]) -> str:
-    return check.render(checks, "doctor: " + ("FAILED" if failed(checks) else "all required checks passed"))
+BOX = "rig-box"  # the container `make provision` provisions (the Makefile's BOX)
+
+
+def render(checks: list[Check], missing_venv: str | None = None) -> str:
+    """The report; MISSING_VENV, the stack's venv where it is not, says where a failed doctor should have run."""
+    verdict = "FAILED" if failed(checks) else "all required checks passed"
+    if failed(checks) and missing_venv:
+        verdict += (f": this machine is not provisioned (no venv at {missing_venv}); the box `make provision` "
+                    f"provisioned is: `rig doctor --container {BOX}`")
+    return check.render(checks, "doctor: " + verdict)

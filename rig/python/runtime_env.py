@@ -18,6 +18,7 @@ from rig.core import RigError
 from rig.core.cuda_releases import series
 from rig.core.documents import converge_file
 from rig.core.fs import confined
+from rig.core.hints import CREATE_VENV
 from rig.core.proc import ask
 
 MODULE = "rig_sitecustomize"
@@ -104,9 +105,8 @@ def _refuse_unwritable(pinned: dict, defaults: dict, home: dict) -> None:
 def site_packages(venv: str | Path) -> Path:
     found = sorted(Path(venv).glob("lib/python3*/site-packages"))
     if len(found) != 1:
-        raise RigError(f"{venv} is not a virtualenv (no single lib/python3.X/site-packages); "
-                       "give --venv the stack's venv, or install it first (`rig venv install --venv DIR`, "
-                       "or the python_stack role)")
+        raise RigError(f"{venv} is not a virtualenv (no single lib/python3.X/site-packages): give --venv the "
+                       f"stack's venv, or {CREATE_VENV}")
     return confined(venv, str(found[0].relative_to(venv)), "the venv's site-packages")  # never a link out
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from rig.core import RigError, progress
 from rig.core.documents import dump_json, parse_json, read_text
 from rig.core.escape import unit_exec, unit_path, unit_text
-from rig.core.proc import PIPE, reap, script, spawn
+from rig.core.proc import PIPE, reap, script, spawn, venv_python
 from rig.serving import adaptive
 
 # What the stack asks for -> the spellings sglang releases use, preferred first.
@@ -34,9 +34,6 @@ class _Parser:
     file: a process that lives through many renders would fill a pipe no one reads and stop."""
 
     def __init__(self, python: Path):
-        if not python.exists():
-            raise RigError(f"{python} does not exist: give --venv a virtualenv with sglang, or set the stack's venv "
-                           "key to one (rig env install, or the python_stack role, creates it)")
         self.python = python
         self.errors = tempfile.TemporaryFile("w+")
         self.proc = spawn([str(python), "-c", script("sglang_bare", "sglang_parser")], "sglang's argument parser",
@@ -164,7 +161,7 @@ def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
 def render(stack: dict, venv: str | Path, baseline: bool = False, api_key: bool = False) -> dict:
     """The argv for `python -m sglang.launch_server`, spelled and checked for the venv's sglang."""
     pairs = wants(stack, baseline)  # the stack's own mistakes first, before sglang loads
-    python = Path(venv) / "bin" / "python"
+    python = venv_python(venv)  # the one check that VENV is one, and the one hint to make it
     return _render(stack, pairs, _parser(python), python, baseline, api_key)
 
 

@@ -52,3 +52,17 @@ def test_doctor_writes_its_checks_as_junit_one_case_per_check_each_failure_with_
 
 def _named(checks, name):
     return next(c for c in checks if c.name == name)
+
+
+def test_a_failed_doctor_where_the_stacks_venv_is_not_names_the_box_that_is_provisioned():
+    failing = [report.Check("python", "venv", "fail", "/opt/rig/venv holds no venv (no bin/python)")]
+    said = doctor.render(failing, missing_venv="/opt/rig/venv").splitlines()[-1]
+    assert said == ("doctor: FAILED: this machine is not provisioned (no venv at /opt/rig/venv); the box "
+                    f"`make provision` provisioned is: `rig doctor --container {doctor.BOX}`")
+    assert doctor.render(failing).splitlines()[-1] == "doctor: FAILED"
+
+
+def test_the_box_doctor_names_is_the_one_make_provision_provisions():
+    from harness.paths import REPO
+
+    assert f"BOX ?= {doctor.BOX}\n" in (REPO / "Makefile").read_text()
