@@ -16,6 +16,7 @@ from typing import TypeAlias
 from rig.core import RigError
 from rig.core.documents import parse_json
 from rig.core.fs import open_plain
+from rig.core.hints import CREATE_VENV
 
 
 def run(argv: list[str], what: str, timeout: float | None = None, ok: tuple[int, ...] | None = (0,),
@@ -47,14 +48,13 @@ def interpreter(python: str | Path) -> Path:
     if "/" not in text:
         found = shutil.which(text)
         if not found:
-            raise RigError(f"{text} is not on PATH; give the interpreter's path (./{text} for one in this "
-                           "directory) or install the stack's venv first (the stack's venv key, "
-                           "made by `rig venv install` or the python_stack role)")
+            raise RigError(f"{text} is not on PATH: give the interpreter's path (./{text} for one in this "
+                           f"directory), or the stack's venv's python; {CREATE_VENV}")
         text = found
     path = Path(text).absolute()
     if not path.exists():
-        raise RigError(f"{path} does not exist; install the stack's venv there first (`rig venv install`, or the "
-                       "python_stack role) or give --python")
+        raise RigError(f"{path} does not exist: give --python an interpreter, or install the stack's venv there "
+                       f"({CREATE_VENV})")
     if path.is_dir() or not os.access(path, os.X_OK):
         raise RigError(f"{path} is not an executable file; give --python the interpreter itself")
     return path
@@ -65,7 +65,7 @@ def venv_python(venv: str | Path) -> Path:
     python = Path(venv) / "bin" / "python"
     if not python.exists():
         raise RigError(f"{venv} is not a virtualenv (no bin/python): give --venv one, or set the stack's venv key "
-                       "to one, or create it first (rig env install, or the python_stack role)")
+                       f"to one, or {CREATE_VENV}")
     return python
 
 
