@@ -19,11 +19,12 @@ from rig.core.fs import open_plain
 from rig.core.hints import CREATE_VENV
 
 
-def run(argv: list[str], what: str, timeout: float | None = None, ok: tuple[int, ...] | None = (0,),
+def run(argv: list[str], what: str, *, timeout: float, ok: tuple[int, ...] | None = (0,),
         **kwargs) -> subprocess.CompletedProcess:
     """Run ARGV to completion; a missing program, a timeout or an exit status outside OK is a RigError naming
     WHAT. ok=None: any status comes back to the caller, who reads it. Output is captured as text unless the
-    caller says otherwise (capture_output=False, stdout=...)."""
+    caller says otherwise (capture_output=False, stdout=...). TIMEOUT is required: a child that hangs (an
+    import that never returns) must end rig's wait with an error, never hold it forever."""
     if "stdout" not in kwargs and "stderr" not in kwargs:
         kwargs.setdefault("capture_output", True)
     kwargs.setdefault("text", True)
@@ -32,7 +33,8 @@ def run(argv: list[str], what: str, timeout: float | None = None, ok: tuple[int,
     except OSError as exc:
         raise RigError(f"{what}: cannot run {argv[0]}: {exc.strerror or exc}") from exc
     except subprocess.TimeoutExpired as exc:
-        raise RigError(f"{what}: {argv[0]} did not finish within {timeout:.0f} s") from exc
+        raise RigError(f"{what}: {argv[0]} did not finish within {timeout:.0f} s; find what it waits on (a "
+                       "lock, the network, an import that hangs), then run rig again") from exc
     if ok is not None and done.returncode not in ok:
         err = (done.stderr or "").strip().splitlines()[-8:] if kwargs.get("text") else []
         raise RigError(f"{what}: {argv[0]} exited {done.returncode}" + (": " + " | ".join(err) if err else ""))
@@ -91,10 +93,11 @@ def script(*names: str) -> str:
                      for name in names)
 
 
-def ask(python: str | Path, name: str, args: list[str], what: str, kind: type = dict, **kwargs):
+def ask(python: str | Path, name: str, args: list[str], what: str, kind: type = dict, *, timeout: float, **kwargs):
     """What an environment's own Python says about itself: the script NAME (rig/foreign) run there, isolated
     from the caller's PYTHONPATH and user site, its last line read as JSON."""
-    done = run([str(python), "-I", "-c", script(name), *args], f"{python} could not {what}", **kwargs)
+    done = run([str(python), "-I", "-c", script(name), *args], f"{python} could not {what}", timeout=timeout,
+               **kwargs)
     return last_json(done.stdout, f"{python} asked to {what}", kind)
 
 

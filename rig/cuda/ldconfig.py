@@ -80,7 +80,7 @@ def ldconfig() -> str:
 
 def cache() -> dict[str, str]:
     """soname -> path for the x86-64/aarch64 entries of `ldconfig -p`."""
-    done = run([ldconfig(), "-p"], "read the dynamic linker cache")
+    done = run([ldconfig(), "-p"], "read the dynamic linker cache", timeout=60)
     found: dict[str, str] = {}
     for line in done.stdout.splitlines()[1:]:
         name, _, path = line.strip().partition(" => ")

@@ -393,7 +393,7 @@ def _run_runfile(runfile: Path, staging: Path, link: Path) -> None:
     progress(f"running {runfile.name} into {staging}")
     cmd = ["sh", str(runfile), "--silent", "--toolkit", f"--toolkitpath={staging}",
            "--no-man-page", "--override"]
-    done = run(cmd, f"running {runfile.name}", ok=None)
+    done = run(cmd, f"running {runfile.name}", ok=None, timeout=1800)  # it unpacks a few GB
     # The installer may repoint the default link; only make_default may do that.
     if before is not None and os.readlink(link) != before:
         _atomic_symlink(before, link)

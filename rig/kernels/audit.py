@@ -124,7 +124,7 @@ def demangle(names: list[str]) -> list[str]:
     tool = shutil.which("c++filt")
     if not tool or not names:
         return names
-    done = run([tool], "demangling symbols", input="\n".join(names), ok=None)
+    done = run([tool], "demangling symbols", input="\n".join(names), ok=None, timeout=120)
     return done.stdout.splitlines() if done.returncode == 0 else names
 
 

@@ -192,7 +192,8 @@ def build(source: str, venv: Path, archs: list[str], cuda_major: int, cuda_home:
         if "PYTORCH_NVCC" in env:  # paths relative to the fresh copy, so ccache hits across builds
             env.update(CCACHE_BASEDIR=out, CCACHE_NOHASHDIR="true")
         done = run([str(venv / "bin" / "python"), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
-                    "--no-index", "-w", out, spec], f"building {source}", env=env, stdout=sys.stderr, ok=None)
+                    "--no-index", "-w", out, spec], f"building {source}", env=env, stdout=sys.stderr, ok=None,
+                   timeout=4 * 3600)  # a CUDA extension compiles for hours on few cores
         if done.returncode != 0:
             hint = "; an air-gapped builder gives a local checkout or sdist instead" if spec.startswith("git+") else ""
             raise RigError(f"building {source} failed (pip exit {done.returncode}); its output is above{hint}")

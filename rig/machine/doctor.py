@@ -131,7 +131,8 @@ def _nvrtc(cuda_version: str, archs: list[str]) -> list[Check]:
     # A clean environment: the loader must find NVRTC through ldconfig alone.
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # a dir, or the rig.pyz
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": root}
-    done = proc.run([sys.executable, "-m", "rig.cuda.nvrtc", soname, *archs], "compiling with NVRTC", env=env, ok=None)
+    done = proc.run([sys.executable, "-m", "rig.cuda.nvrtc", soname, *archs], "compiling with NVRTC", env=env, ok=None,
+                    timeout=300)
     try:
         report = proc.last_json(done.stdout, "NVRTC's compile check")
     except RigError:

@@ -279,7 +279,8 @@ def refuse_unknown_versions(env: Env, patches: list[Patch], opted: frozenset[str
 
 def _verify(env: Env, sources: dict[str, str], checks: list[dict]) -> dict:
     done = run([env.python, "-I", "-c", script("sglang_bare", "patch_checks")], "checking the patched modules",
-               cwd="/", ok=None, input=dump_json({"sources": sources, "checks": checks}, "the patch checks"))
+               cwd="/", ok=None, input=dump_json({"sources": sources, "checks": checks}, "the patch checks"),
+               timeout=600)  # it imports sglang's patched modules (torch with them)
     if done.returncode != 0 or not done.stdout.strip():
         return {"checks": done.stderr.strip()[-2000:] or f"exit {done.returncode}"}
     try:

@@ -46,7 +46,8 @@ def index_args(index_url: str = "", extra_index_urls: tuple[str, ...] = ()) -> l
 
 
 def run_pip(args: list[str], what: str) -> Completed:
-    done = run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], f"pip could not {what}", ok=None)
+    done = run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], f"pip could not {what}", ok=None,
+               timeout=3600)  # an index that stops answering mid-download
     if done.returncode != 0:
         raise PipError(what, done.stderr)
     return done

@@ -150,4 +150,5 @@ def seen_by(python: str | Path) -> dict:
 
     Run with an empty environment, so only what startup sets can show up.
     """
-    return ask(python, "startup_env", [MODULE], "start and report its environment", env={})
+    return ask(python, "startup_env", [MODULE], "start and report its environment", env={},
+               timeout=120)

@@ -93,12 +93,13 @@ def _install(venv: Path, lock_hash: str, wheelhouse: str | None, find_links: str
         if not (venv / "bin" / "python").exists():
             progress(f"creating {venv}")
             # the interpreter running the engine is the one whose version was checked above
-            run([sys.executable, "-m", "venv", "--without-pip", str(venv)], f"could not create the venv {venv}")
+            run([sys.executable, "-m", "venv", "--without-pip", str(venv)], f"could not create the venv {venv}",
+                timeout=300)
         pinned_text = read_text(requirements, "wheelhouse requirements")
         progress(f"installing {len(pinned_text.splitlines())} wheels into {venv} with {installer} "
                  "(offline, hash-checked)")
         for step in _installer_steps(installer, venv, house, scratch, find_links, byte_compile):
-            run(step, f"could not install the wheels into {venv}")
+            run(step, f"could not install the wheels into {venv}", timeout=3600)  # torch alone is GBs
         pins = [f"{name}=={version}" for name, version, _ in read_pinned(pinned_text)]
     atomic_write(venv / MARKER, dump_json({"lock_hash": lock_hash, "packages": pins}, "the venv's marker", indent=1) + "\n")
     return result
@@ -244,6 +245,6 @@ def add(venv: str | Path, wheelhouse: str | Path | None, requirements_sha256: st
     run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index", "--require-hashes", "--no-deps",
           "--force-reinstall", "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--find-links",
           find_links or str(wheelhouse), "-r", str(requirements), *_trusted(find_links)],
-        f"could not install the built wheels into {venv}")
+        f"could not install the built wheels into {venv}", timeout=3600)
     atomic_write(venv / BUILT_MARKER, read_bytes(requirements, "built requirements"))
     return result

@@ -10,15 +10,15 @@ systemd expands, so its value is never in the argv rig prints or logs.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import shlex
-import tempfile
 from pathlib import Path
 
 from rig.core import RigError, progress
-from rig.core.documents import dump_json, parse_json, read_text
+from rig.core.dialogue import Dialogue
+from rig.core.documents import read_text
 from rig.core.escape import unit_exec, unit_path, unit_text
-from rig.core.proc import PIPE, reap, script, spawn, venv_python
+from rig.core.proc import script
+from rig.core.schema import Field
 from rig.serving import adaptive
 
 # What the stack asks for -> the spellings sglang releases use, preferred first.
@@ -29,56 +29,27 @@ SPELLINGS = {
 }
 
 
-class _Parser:
-    """The venv's sglang argument parser, in a child process of the venv's Python. Its stderr goes to an unnamed
-    file: a process that lives through many renders would fill a pipe no one reads and stop."""
+_TEXT = Field((str, type(None)), multiline=True)  # a note or an error: sglang's own words, as they come
+_SAID = {"version": Field(str, required=True), "error": _TEXT, "note": _TEXT}
+# the shape of each kind of answer: anything else (`{}`, a banner, another script's JSON) is a wrong answer
+ANSWERS = {"options": Field(dict, fields={**_SAID, "options": Field(list, required=True, item=Field(str))}),
+           "parse": Field(dict, fields=_SAID), "adaptive": Field(dict, fields=_SAID)}
+# seconds for one answer; the first includes importing sglang and torch (12.5 CPU-seconds for 0.5.23)
+PARSER_DEADLINE = 300.0
+
+
+class _Parser(Dialogue):
+    """The venv's sglang argument parser, in a child process of the venv's Python."""
 
     def __init__(self, python: Path):
         self.python = python
-        self.errors = tempfile.TemporaryFile("w+")
-        self.proc = spawn([str(python), "-c", script("sglang_bare", "sglang_parser")], "sglang's argument parser",
-                          stdin=PIPE, stdout=PIPE, stderr=self.errors, text=True)
-        assert self.proc.stdin and self.proc.stdout  # both are pipes
-        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
-        self.answered = False
+        super().__init__([str(python), "-c", script("sglang_bare", "sglang_parser")], "sglang's argument parser",
+                         str(python), f"see whether `{python} -c 'import sglang.srt.server_args'` finishes, or "
+                         "install the venv again (rig venv install)",
+                         PARSER_DEADLINE)
 
-    def ask(self, request: dict) -> dict:
-        """One request's answer. An exchange that went wrong in any way (the parser ended, an answer that is not
-        JSON, an interrupt between the question and the answer) ends the parser: the next render starts a new
-        one, never reading this request's answer for its own."""
-        try:
-            self.stdin.write(dump_json(request, "a request to sglang's argument parser") + "\n")
-            self.stdin.flush()
-            line = self.stdout.readline()
-            if line:
-                answer = parse_json(line, "sglang's argument parser's answer")
-                self.answered = True
-                return answer
-        except OSError:  # it ended before it read the request
-            pass
-        except BaseException:
-            self.close(kill=True)
-            raise
-        last = self.close(kill=True)
-        raise RigError(f"sglang's argument parser {'stopped' if self.answered else 'did not load'} in {self.python}: "
-                       f"{last or 'it printed nothing'}")
-
-    def close(self, kill: bool = False) -> str:
-        """Its input closed (it exits at the end of it), or KILL; its output closed too: one blocked writing an
-        answer no one reads is killed after 10 s instead of holding this process's exit. The last line it wrote
-        to stderr."""
-        if self.errors.closed:  # closed already
-            return ""
-        if kill:
-            self.proc.kill()
-        for pipe in (self.stdin, self.stdout):
-            with contextlib.suppress(OSError):  # one that died has its pipe broken
-                pipe.close()
-        reap(self.proc)
-        self.errors.seek(0)
-        lines = self.errors.read().strip().splitlines()
-        self.errors.close()
-        return lines[-1] if lines else ""
+    def ask(self, request: dict, spec: Field | None = None) -> dict:
+        return super().ask(request, spec or ANSWERS[request["mode"]])
 
 
 # Each venv's parser, started at a process's first render there and kept until it exits: sglang, torch with it,
@@ -161,7 +132,7 @@ def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
 def render(stack: dict, venv: str | Path, baseline: bool = False, api_key: bool = False) -> dict:
     """The argv for `python -m sglang.launch_server`, spelled and checked for the venv's sglang."""
     pairs = wants(stack, baseline)  # the stack's own mistakes first, before sglang loads
-    python = venv_python(venv)  # the one check that VENV is one, and the one hint to make it
+    python = Path(venv) / "bin" / "python"
     return _render(stack, pairs, _parser(python), python, baseline, api_key)
 
 

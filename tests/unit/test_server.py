@@ -4,6 +4,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from harness.commands import rig
@@ -156,11 +157,11 @@ def test_one_parser_process_renders_every_line_and_one_that_ended_is_started_aga
     assert server.render(stack(), venv) == eagle and server._PARSERS[python].proc is not first
 
 
-def test_an_answer_out_of_step_ends_the_parser_and_the_next_line_gets_its_own(tmp_path, parsers):
-    """-h has argparse print its help before the answer: that render fails, and the next one is not answered
-    with what was left of it."""
+def test_what_the_parser_prints_is_never_taken_for_its_answer(tmp_path, parsers):
+    """-h has argparse print its help where the answer was read: the help is not the answer (it is refused as
+    a line sglang rejects), and the next render is answered with its own."""
     venv = standin_venv(tmp_path / "venv")
-    with pytest.raises(RigError, match="sglang's argument parser's answer"):
+    with pytest.raises(RigError, match="rejects the server command line"):
         render(stack(extra_args=["-h"]), venv)
     argv = render(stack(), venv)["argv"]
     assert "--speculative-algorithm" in argv and "-h" not in argv
@@ -191,4 +192,49 @@ def test_a_parser_that_cannot_load_says_why(tmp_path, parsers):
     venv = standin_venv(tmp_path / "venv", sglang=False)
     with pytest.raises(RigError, match=r"sglang's argument parser did not load in .*: ModuleNotFoundError: No "
                                        r"module named 'sglang'"):
+        render(stack(), venv)
+
+
+def standin_with(tmp_path, server_args: str):
+    """A stand-in venv whose server_args module runs SERVER_ARGS first (a banner, a hang)."""
+    tree = tmp_path / "standin"
+    shutil.copytree(REPO / "tests" / "data" / "sglang_standin", tree, ignore=shutil.ignore_patterns("__pycache__"))
+    module = tree / "sglang" / "srt" / "server_args.py"
+    head, future, rest = module.read_text().partition("from __future__ import annotations\n")
+    module.write_text(head + future + server_args + "\n" + rest)
+    return standin_venv(tmp_path / "venv", tree=tree)
+
+
+def test_a_banner_printed_on_import_is_not_the_answer(tmp_path, parsers):
+    """Packages print banners on import: the answer is read from a pipe of its own, never stdout."""
+    venv = standin_with(tmp_path, "print('Welcome to sglang!', flush=True)")
+    assert "--speculative-algorithm" in render(stack(), venv)["argv"]
+
+
+def test_a_parser_whose_import_hangs_is_one_error_within_its_deadline(tmp_path, parsers, monkeypatch):
+    """readline() had no timeout: `rig server args` waited forever on a venv whose server_args never loads."""
+    from rig.serving import server
+
+    monkeypatch.setattr(server, "PARSER_DEADLINE", 2.0)
+    venv = standin_with(tmp_path, "import sys, time\nprint('loading', file=sys.stderr, flush=True)\ntime.sleep(600)")
+    began = time.monotonic()
+    with pytest.raises(RigError, match=r"sglang's argument parser gave no answer within 2 s in .*python \(loading\); "
+                                       r"see whether .* finishes"):
+        render(stack(), venv)
+    assert time.monotonic() - began < 30 and not server._PARSERS[venv / "bin" / "python"].proc.poll() is None
+
+
+@pytest.mark.parametrize("answer, why", [
+    ("{}", "version: is required"), ('{"version": "0.5.23"}', "options: is required"),
+    ('{"version": "0.5.23", "options": [1]}', r"options\[0\]: expected str"), ("[1]", "expected dict"),
+    ("<html>", "not valid JSON")])
+def test_an_answer_of_the_wrong_shape_is_one_error_naming_the_parser(tmp_path, parsers, answer, why):
+    """`{}` was exit 70 (KeyError: 'version'): every answer is held to its mode's schema."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "python"  # answers every request with ANSWER on the pipe it is given
+    fake.write_text(f"#!{sys.executable}\nimport os, sys\nfor _ in sys.stdin:\n"
+                    f"    os.write(int(sys.argv[-1]), {answer!r}.encode() + b'\\n')\n")
+    fake.chmod(0o755)
+    with pytest.raises(RigError, match=rf"sglang's argument parser's answer: .*{why}.*; see whether"):
         render(stack(), venv)
