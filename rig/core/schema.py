@@ -28,6 +28,8 @@ class Field:
     open: bool = False                     # a mapping may hold keys beyond `fields` (kept as they are)
     moved: dict = field(default_factory=dict)  # keys that moved out of this mapping: old name -> where it is now
     multiline: bool = False                # text may span lines (patch hunks)
+    nonempty: bool = False                 # given, it holds something: null or "" is refused, never the default's
+    #                                        meaning ("every environment", "this directory")
     check: Callable[[Any], str | None] | None = None  # returns an error or None
 
 
@@ -70,6 +72,8 @@ def validate(value: Any, spec: Field, source: str, where: str = "") -> Any:
                 if gone := [k for k in unknown if k in spec.moved]:
                     raise fail(f"{gone[0]!r} has moved to {spec.moved[gone[0]]}; set it there instead")
                 raise fail(f"unknown key {unknown[0]!r}; allowed: {', '.join(spec.fields)}")
+            if empty := [k for k, f in spec.fields.items() if f.nonempty and k in value and value[k] in (None, "")]:
+                raise fail(f"{empty[0]!r} is empty: give it a value, or leave the key out")
             known = {k: validate(value.get(k), f, source, f"{where}.{k}" if where else k)
                      for k, f in spec.fields.items()}
             return {**value, **known} if spec.open else known

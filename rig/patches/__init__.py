@@ -84,7 +84,7 @@ def _schema():
 
     return {
         "id": Field(required=True, check=distribution), "summary": text, "package": Field(required=True, check=distribution),
-        "opt_in": Field(default="", check=lambda v: v and feature(v)),
+        "opt_in": Field(default="", nonempty=True, check=lambda v: v and feature(v)),
         "needed": Field(required=True, check=spec),
         "upstream": Field(default="", check=lambda v: v and spec(v)),
         "file": Field(required=True), "why": text, "check": text,

@@ -81,6 +81,20 @@ def _requirement(value: str) -> str | None:
     return f"{value!r} names a URL; packages come from the stack's indexes" if req.url else None
 
 
+# the free-off patch's switches, as its documentation spells them: any other value would be read as something
+# the user did not mean (a switch read as on, a mode the patch does not have)
+SWITCHES = {"RIG_FREE_OFF": ("0", "1"), "RIG_FREE_OFF_DRAFT": ("ingest", "extend")}
+WHOLE = {"RIG_FREE_OFF_HOLD": 999_999}  # decode steps
+
+
+def _switch(name: str, val: str) -> str | None:
+    if name in SWITCHES and val not in SWITCHES[name]:
+        return f"{name}: {val[:40]!r} is not one of its values; give one of: {', '.join(SWITCHES[name])}"
+    if name in WHOLE and not (re.fullmatch(r"[0-9]{1,6}", val) and int(val) <= WHOLE[name]):
+        return f"{name}: {val[:40]!r} is not a whole number of 0 to {WHOLE[name]}"
+    return None
+
+
 def _env_vars(value: dict) -> str | None:
     for name, val in value.items():
         if not isinstance(name, str):  # YAML reads null, true, 1 or .inf as such, not as names
@@ -95,6 +109,8 @@ def _env_vars(value: dict) -> str | None:
             return f"{name}: {wrong}"
         if any(ord(c) < 32 for c in str(val)):
             return f"{name}: {str(val)[:40]!r} must be one line (no newline, tab or NUL): every start of the venv reads it"
+        if msg := _switch(name, str(val)):
+            return msg
     return None
 
 
@@ -120,7 +136,7 @@ SCHEMA = {
     # by the host's python3 (rig lock writes STACK.pyXY.lock)
     "pythons": Field(list, default=[], item=Field(check=_python)),
     "glibc": Field(default="2.35", check=lambda v: None if re.fullmatch(r"2\.\d+", v) else "like 2.35"),
-    "venv": Field(default=defaults.VENV),
+    "venv": Field(default=defaults.VENV, nonempty=True),
     # index_url "" means the installer's configured default index (PyPI unless set);
     # ${VAR} is taken from the environment, for indexes and mirrors named per site.
     "torch": Field(dict, default={}, fields={

@@ -63,6 +63,16 @@ def test_a_malformed_patch_file_is_refused_naming_the_key(tmp_path, change, name
         load(_write(tmp_path, **change))
 
 
+@pytest.mark.parametrize("empty", ["", None])
+def test_an_empty_opt_in_is_refused_never_a_patch_for_everyone(tmp_path, empty):
+    """`opt_in: ""` (or null) read as no opt-in: a patch its author meant to be asked for applied to everyone."""
+    data = yaml.safe_load(FLASHINFER.read_text())
+    (tmp_path / "flashinfer-trtllm-comm-sm120.yml").write_text(yaml.safe_dump({**data, "opt_in": empty}))
+    with pytest.raises(RigError, match=r"flashinfer-trtllm-comm-sm120.yml: top level: 'opt_in' is empty: give it a "
+                                       r"value, or leave the key out"):
+        load(tmp_path)
+
+
 def test_an_anchor_found_twice_is_drift_not_a_guess():
     p = load()[0]
     find = p.hunks[0][0]

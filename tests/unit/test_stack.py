@@ -161,6 +161,34 @@ def test_an_environment_value_that_would_not_reach_the_variable_as_written_is_re
         load(path)
 
 
+@pytest.mark.parametrize("name, value, says", [
+    ("RIG_FREE_OFF", "off", "not one of its values; give one of: 0, 1"),
+    ("RIG_FREE_OFF", "", "not one of its values"), ("RIG_FREE_OFF", "true", "not one of its values"),
+    ("RIG_FREE_OFF_DRAFT", "Ingest", "give one of: ingest, extend"),
+    ("RIG_FREE_OFF_HOLD", "-1", "not a whole number of 0 to 999999"),
+    ("RIG_FREE_OFF_HOLD", 1_000_000, "not a whole number"), ("RIG_FREE_OFF_HOLD", "6 4", "not a whole number")])
+def test_a_free_off_switch_takes_only_its_documented_values(name, value, says):
+    """The patch read off, false, no and "" as on, and tune took Ingest: the stack refuses what it does not say."""
+    data = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    with pytest.raises(RigError, match=f"s.yml: environment.vars: {name}: .*{says}"):
+        validate({**data, "environment": {"vars": {name: value}}}, "s.yml")
+
+
+@pytest.mark.parametrize("name, value", [("RIG_FREE_OFF", "1"), ("RIG_FREE_OFF", 0), ("RIG_FREE_OFF_DRAFT", "extend"),
+                                         ("RIG_FREE_OFF_HOLD", 64), ("RIG_FREE_OFF_HOLD", "999999")])
+def test_a_free_off_switch_at_a_documented_value_is_taken(name, value):
+    data = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    assert validate({**data, "environment": {"vars": {name: value}}}, "s.yml")["environment"]["vars"] == {name: value}
+
+
+@pytest.mark.parametrize("empty", ["", None])
+def test_an_empty_venv_is_refused_never_this_directory(empty):
+    """`venv: ""` packed the current directory."""
+    data = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    with pytest.raises(RigError, match="s.yml: top level: 'venv' is empty: give it a value, or leave the key out"):
+        validate({**data, "venv": empty}, "s.yml")
+
+
 def test_a_stack_whose_profile_level_is_not_measured_is_refused_on_load(tmp_path):
     """rig validate (CI, no GPU) refuses what rig tune would: the same rule, read where the stack is read."""
     data = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
