@@ -306,11 +306,12 @@ class Number(click.ParamType):
     """Every number option's reader: ASCII digits only (Python's int and float take any script's digits, `1_0`
     and spaces: `--max-tokens ١٢` would be 12), at most numbers.MAX_CHARS of them; then LOW to HIGH where the
     option says so, else its consumer's range holds (the stack schema's for the plan's options; nan and inf
-    reach it as such). MANY: comma-separated, e.g. 1,4,16. A refusal is a RigError, so that a value gets the
-    same words whichever command reads it."""
+    reach it as such). MANY: comma-separated, e.g. 1,4,16, shown in --help as LETTER[,LETTER...]. A refusal is a
+    RigError, so that a value gets the same words whichever command reads it."""
 
-    def __init__(self, kind: type = int, low: float | None = None, high: float | None = None, many: bool = False):
-        self.kind, self.low, self.high, self.many = kind, low, high, many
+    def __init__(self, kind: type = int, low: float | None = None, high: float | None = None, many: bool = False,
+                 letter: str = "N"):
+        self.kind, self.low, self.high, self.many, self.letter = kind, low, high, many, letter
         self.name = ("integer" if kind is int else "float") + (" range" if (low, high) != (None, None) else "")
         self.noun = "whole number" if kind is int else "number"
 
@@ -321,6 +322,9 @@ class Number(click.ParamType):
                 f"at least {low}" if self.low is not None else f"at most {high}"
             raise RigError(f"{option} {value}: give a {self.noun} {span}")
         return value
+
+    def get_metavar(self, param, ctx):
+        return f"{self.letter}[,{self.letter}...]" if self.many else super().get_metavar(param, ctx)
 
     def convert(self, value, param, ctx):
         option = _named(param)
@@ -400,7 +404,7 @@ def moved_option(old: str, now: str):
 # The plan's options: (stack key under bench, type, what it sets); --KEY spelled with dashes. Their ranges are
 # the stack schema's (rig.serving.measure.plan), so Number reads only the digits.
 PLAN_OPTIONS = (
-    ("concurrency", Number(int, many=True), "Closed-loop levels, comma-separated, e.g. 1,4,16,64"),
+    ("concurrency", Number(int, many=True, letter="C"), "Closed-loop levels, comma-separated, e.g. 1,4,16,64"),
     ("max_tokens", Number(int), "Output tokens per request"),
     ("rounds", Number(int), "Rounds per level, servers interleaved"),
     ("min_requests", Number(int), "Each round sends at least max(this, 2C) requests"),

@@ -37,8 +37,7 @@ from rig.stack.spec import load
 @click.option("--models", "models_dir", type=OutDir(), metavar="DIR",
               help="Where the numerics test model is written (default: OUT/models).")
 @click.option("--skip", multiple=True, type=Choice(proving.STEPS),
-              help="Leave out a step: doctor, probe, testmodel or servers (repeat); it is "
-              "reported as skipped, never as passed.")
+              help="Leave out a step (repeat); it is reported as skipped, never as passed.")
 @click.option("--port", type=Number(int, 1, 65535),
               help="Serve on this port instead of the stack's: a host being upgraded proves where its balancer, "
                    "which checks the stack's port, sends no traffic.")

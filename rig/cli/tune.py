@@ -32,7 +32,7 @@ from rig.stack.spec import SCHEMA, load
 @out_option("tune-results", "tune.json, report.md, tune.png, adaptive.json, proposed-stack.yml and logs/.",
             tuning.OUTPUTS)
 @prompts_option
-@click.option("--request-rate", "request_rates", type=Number(float, many=True),
+@click.option("--request-rate", "request_rates", type=Number(float, many=True, letter="R"),
               help="Open-loop Poisson levels in requests/s, e.g. 2,8 (default: tune.request_rates), at most the "
                    "largest concurrency in flight.")
 @click.option("--load-profile", "load_profile", type=PathArg(dir_okay=False),

@@ -53,7 +53,7 @@ def lock_cmd(state_dir, owner, give_back, check, as_json) -> None:
 @click.option("--flavour", type=Choice(["open", "proprietary"]), required=True, help="The kernel modules.")
 @click.option("--cuda-version", help="The stack's CUDA release: the driver must be new enough for it.")
 @click.option("--arch", "archs", multiple=True, type=Choice(ARCHS),
-              help="A GPU arch the stack targets; Blackwell (10.0, 12.0) needs the open modules.")
+              help="A GPU arch the stack targets; Blackwell's (10.x and 12.x) need the open modules.")
 @click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True, type=FILE)
 @json_option
 def plan_cmd(driver_package, fabricmanager_package, driver_version, nvswitch, pci_root, branch, flavour,
