@@ -40,6 +40,21 @@ def _item(line: str, indent: int) -> bool:
     return _indent(line) == indent and line.lstrip(" ").startswith(("- ", "-\n"))
 
 
+def _key(line: str) -> Any:
+    """The key a block mapping's line writes, as YAML reads it ("a", 'a' and a are one key); None where the
+    line writes none. Compared by value, never by spelling: a quoted key is the same key."""
+    text = line.strip()
+    quote = text[:1] if text[:1] in "'\"" else ""
+    sep = text.find(":", text.find(quote, 1) + 1 if quote else 0)
+    if sep < 0:
+        return None
+    try:
+        read = parse_yaml(text[:sep] + ": 0", "a key")
+    except RigError:
+        return None
+    return next(iter(read)) if isinstance(read, dict) and len(read) == 1 else None
+
+
 def _same(a: Any, b: Any) -> bool:
     """A and B equal, their types too: YAML's 1, 1.0 and true are three values here, as they are to a schema."""
     if type(a) is not type(b):
@@ -78,7 +93,7 @@ def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> s
         if key in current and _same(current[key], value):
             continue  # already so: its line stays as the user spelt it
         shown = f"{' ' * indent}{key}: {dump_json(value, f'{section}.{key}')}"
-        at = [i for i in body if _indent(lines[i]) == indent and re.match(rf"\s*{re.escape(key)}\s*:", lines[i])]
+        at = [i for i in body if _indent(lines[i]) == indent and _key(lines[i]) == key]
         if len(at) > 1:
             raise RigError(f"{source}: {section}.{key} is written {len(at)} times; keep one and run again")
         if at:

@@ -81,3 +81,14 @@ def test_a_crlf_file_stays_crlf_and_a_long_line_is_read_in_one_pass():
     spaces = "server:\n  speculative_num_steps: 2" + " " * 200_000 + "\n"
     assert with_keys(spaces, "server", {"speculative_num_steps": 3}, "stack.yml") == \
         "server:\n  speculative_num_steps: 3\n"
+
+
+@pytest.mark.parametrize("spelt", ['"speculative_num_steps"', "'speculative_num_steps'", "speculative_num_steps",
+                                   '"speculative_num_steps" '])
+def test_a_key_is_found_by_its_value_however_it_is_quoted(spelt):
+    """A stack writing `"speculative_num_steps": 1` (quoted keys are YAML) got no proposal: the key was matched by
+    its spelling, added a second time, and the edit refused as "given twice"."""
+    text = f"name: t\nserver:\n  {spelt}: 1  # mine\n  tp: 1\n"
+    edited = with_keys(text, "server", {"speculative_num_steps": 3}, "stack.yml")
+    assert parse_yaml(edited, "edited")["server"] == {"speculative_num_steps": 3, "tp": 1}
+    assert edited.count("speculative_num_steps") == 1 and "# mine" in edited
