@@ -74,11 +74,17 @@ routed to the largest key at or below it, else the smallest; per slot an EMA of 
 (ema_alpha, warmup_batches, update_interval, up/down_hysteresis) moves between candidates, a step-0 slot
 probing the next candidate after each interval). /rig_test/stats then also counts steps by their step
 count and the slots' step switches.
+With --free-off and an adaptive config the routing is rig's free-off patch's (eagle_worker_v2.py, _rig_activate):
+the slot of the largest batch of the last --free-off-hold steps (RIG_FREE_OFF_HOLD; 0: SGLang's routing), each
+switch counted and logged at the 1st, 2nd, 4th, ... as the patch words it (`rig free-off: steps A -> B at batch N
+(routed as R); K switch(es) so far`). --numerics-fault after-switch and --stale-draft are the faults rig prove's
+free-off steps must catch: tokens that differ, or a draft that accepts less, once drafting resumed after step 0.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import itertools
 import json
 import os
@@ -167,6 +173,11 @@ class Simulator:
         self.steps_run: dict[int, int] = {}
         self.rule = json.loads(open(args.rule).read())["spec"]["rule"] if args.rule else None
         self.profiling: dict | None = None
+        # rig's free-off patch (eagle_worker_v2.py, _rig_activate): the slot of the largest batch of the last
+        # --free-off-hold steps, and each switch counted and logged at the 1st, 2nd, 4th, ... as the patch logs it
+        held = args.free_off and self.adaptive and args.free_off_hold
+        self.held: collections.deque | None = collections.deque(maxlen=args.free_off_hold) if held else None
+        self.steps_now, self.free_off_switches, self.resumed = args.steps, 0, False
 
     @staticmethod
     def speculative_flags(args: argparse.Namespace) -> bool:
@@ -193,20 +204,39 @@ class Simulator:
                 self.joined.clear()
                 await self.joined.wait()
             batch = list(self.members.values())[:self.cap]  # the rest wait, as SGLang's scheduler keeps them
-            slot = self.adaptive.slot(len(batch)) if self.adaptive else None
+            routed = len(batch)
+            if self.held is not None:
+                self.held.append(routed)
+                routed = max(self.held)
+            slot = self.adaptive.slot(routed) if self.adaptive else None
             steps = slot.steps if slot else a.steps
+            if a.free_off and self.adaptive and steps != self.steps_now:
+                self.switched(steps, len(batch), routed)
             await asyncio.sleep(sum(self.parts(len(batch), steps).values()) / 1000)
             if self.profiling:
                 self.profiled(len(batch), steps)
             self.steps_run[steps] = self.steps_run.get(steps, 0) + 1
             accepted = []
             for member in batch:
-                member["owed"] += sum(member["rate"] ** j for j in range(1, steps + 1))
+                member["owed"] += sum(self.acceptance_now(member["rate"]) ** j for j in range(1, steps + 1))
                 accepted.append(int(member["owed"]))
                 member["owed"] -= accepted[-1]
                 member["queue"].put_nowait(1 + accepted[-1])
             if slot and slot.observe(accepted):
                 self.adaptive.switches += 1
+
+    def switched(self, steps: int, batch: int, routed: int) -> None:
+        self.free_off_switches += 1
+        count, before, self.steps_now = self.free_off_switches, self.steps_now, steps
+        self.resumed = self.resumed or (before == 0 < steps)
+        if count & (count - 1) == 0:
+            print(f"rig free-off: steps {before} -> {steps} at batch {batch} (routed as {routed}); {count} switch(es) "
+                  "so far", flush=True)
+
+    def acceptance_now(self, rate: float) -> float:
+        """--stale-draft: once drafting resumed after step 0, each position is accepted half as often (a draft whose
+        KV step 0 left wrong)."""
+        return rate / 2 if self.args.stale_draft and self.resumed else rate
 
     def parts(self, batch: int, steps: int) -> dict[str, float]:
         """One step's costs in ms by part (the cost model; the profiler's kernels): under speculation the target
@@ -336,7 +366,8 @@ def rule_tokens(sim: "Simulator", prompt: list, count: int) -> tuple[list[int], 
         current = rule["next"][highest - 1][current - 1]
         token = ids[current - 1]
         fault = sim.args.numerics_fault
-        if (fault == "wrong" and i % 5 == 3) or (fault == "speculative" and sim.speculative and i >= 5):
+        if (fault == "wrong" and i % 5 == 3) or (fault == "speculative" and sim.speculative and i >= 5) or (
+                fault == "after-switch" and sim.resumed and i >= 40):
             token = ids[current % len(ids)]
         if fault == "garbage":
             tokens.append(0)
@@ -502,9 +533,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--adaptive-config", default="", help="SGLang's adaptive speculation config (JSON)")
     p.add_argument("--cuda-graph-bs", default="1,2,4,8,16,32,64,128,256", help="CUDA-graph batch sizes")
     p.add_argument("--rule", default="", help="a numerics test model's testmodel.json: input_ids get its rule's tokens")
-    p.add_argument("--numerics-fault", choices=("none", "wrong", "garbage", "speculative"), default="none",
+    p.add_argument("--numerics-fault", choices=("none", "wrong", "garbage", "speculative", "after-switch"),
+                   default="none",
                    help="wrong: every fifth token another rule token; garbage: token 0 and no logprobs (NaN "
-                        "logits); speculative: other tokens from the sixth on, under speculation only")
+                        "logits); speculative: other tokens from the sixth on, under speculation only; after-switch: "
+                        "other tokens from the 41st on once a free-off server went back from step 0 to drafting")
+    p.add_argument("--free-off-hold", type=int, default=64, help="the free-off patch's RIG_FREE_OFF_HOLD (steps)")
+    p.add_argument("--stale-draft", action="store_true",
+                   help="after a free-off server's step 0, drafting accepts half as often (a draft out of step)")
     return p.parse_args(argv)
 
 

@@ -60,3 +60,9 @@ def table() -> dict:
     """The rule as the builder and a stand-in server take it: ids by rank, and next rank by [highest][current]."""
     return {"ids": [token(r) for r in range(1, RANKS + 1)], "decoys": list(DECOYS),
             "next": [[next_rank(c, m) if c <= m else 0 for c in range(1, RANKS + 1)] for m in range(1, RANKS + 1)]}
+
+
+def first_difference(prompt: int, got: list[int], expected: list[int]) -> dict:
+    """Where PROMPT's tokens first differ from the EXPECTED ones, with the next few of each."""
+    at = next((i for i, (g, w) in enumerate(zip(got, expected, strict=False)) if g != w), min(len(got), len(expected)))
+    return {"prompt": prompt, "position": at, "got": got[at:at + 4], "expected": expected[at:at + 4]}

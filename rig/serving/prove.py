@@ -29,6 +29,7 @@ from rig.core.check import Check, Runner
 from rig.core.escape import cell, table
 from rig.python.introspect import held
 from rig.serving import numerics, testmodel
+from rig.serving import prove_free_off as free_off
 from rig.serving.launch import Servers, make_logs, results_dir, with_server
 from rig.serving.measure.plan import plan_from
 from rig.serving.measure.record import recorded
@@ -41,7 +42,7 @@ from rig.serving.sglang_api import call, expect_json
 
 SCHEMA_VERSION = 1
 OUTPUTS = ("prove.json", "report.md", "prove.png")
-STEPS = ("doctor", "probe", "testmodel", "servers", "acceptance")
+STEPS = ("doctor", "probe", "testmodel", "servers", "acceptance", "free-off")
 BASELINE, EAGLE = "baseline", "eagle3"
 BENCH_LEVELS = [Level(1), Level(8)]
 # acceptance: an agreeing draft, greedy, 3 steps: every drafted token is accepted (accept length 4); below the floor
@@ -101,9 +102,7 @@ def check_numerics(url: str, api_key_env: str, want: list[list[int]] | None = No
         got.append(answer["tokens"])
         margins += answer["margins"]
         if answer["tokens"] != expected and first is None:
-            at = next((i for i, (g, w) in enumerate(zip(answer["tokens"], expected, strict=False)) if g != w),
-                      min(len(answer["tokens"]), len(expected)))
-            first = {"prompt": n, "position": at, "got": answer["tokens"][at:at + 4], "expected": expected[at:at + 4]}
+            first = numerics.first_difference(n, answer["tokens"], expected)
     matched = sum(g == w for g, w in zip(got, want, strict=True))
     finite = [m for m in margins if math.isfinite(m)]
     return {"matched": matched, "prompts": len(asked), "tokens": got, "first_difference": first,
@@ -153,6 +152,9 @@ def plan(stack: dict, venv: str, models: Path, tps: list[int], out: Path) -> dic
         agree = agreeing(stack, out)
         lines[f"{BASELINE} {AGREE}"] = render(agree, venv, baseline=True)["argv"]
         lines[f"{EAGLE} {AGREE}"] = render(agree, venv)["argv"]
+        if free_off.opted_in(stack):  # the numerics model and the agreeing one, each on a switching server
+            lines[free_off.SWITCHES] = render(free_off.switching(_with_model(stack, models, 1), out), venv)["argv"]
+            lines[free_off.AFTER_OFF] = render(free_off.switching(agree, out), venv)["argv"]
     finally:
         close_parsers()
     return lines
@@ -338,6 +340,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
             report.skip("acceptance", "not asked for (--skip acceptance)")
         else:
             _acceptance(stack, python, lines, out, report, api_key_env)
+        _free_off(stack, python, models, lines, out, report, api_key_env, skip, built.status)
     failed = [s.name for s in report.checks if s.status == "fail"]
     return {"ok": report.ok, "files": written, "steps": [asdict(s) for s in report.checks],
             "msg": "\n".join([f"wrote {', '.join(written)}",
@@ -370,11 +373,7 @@ def _serve_size(servers: Servers, report: Runner, lines: dict[str, list[str]], u
 def _acceptance(stack: dict, python: Path, lines: dict[str, list[str]], out: Path, report: Runner,
                 api_key_env: str) -> None:
     """The agreeing draft's model, its baseline and EAGLE-3 at one stream, then the verdict on what they measured."""
-    agree = agreeing(stack, out)
-    # the stack's own test model is held to the stack's own record (its TP's heads), never rebuilt for TP 1
-    own = stack["server"]["model"] == "testmodel"
-    built = report.run(f"{AGREE} testmodel", lambda r: _agree_model(stack["server"] if own else agree["server"],
-                                                                   python, r))
+    built = report.run(f"{AGREE} testmodel", lambda r: _agree_model(stack, out, python, r))
     if built.status == "fail":
         report.skip(f"{AGREE}: acceptance", "no agreeing test model to serve")
         return
@@ -387,8 +386,26 @@ def _acceptance(stack: dict, python: Path, lines: dict[str, list[str]], out: Pat
     report.run(f"{AGREE}: acceptance", lambda r: judge_acceptance(base, spec, r))
 
 
-def _agree_model(server: dict, python: Path, record: Check) -> None:
-    made = testmodel.ensure(server, python)
+def _free_off(stack: dict, python: Path, models: Path, lines: dict[str, list[str]], out: Path, report: Runner,
+              api_key_env: str, skip: tuple[str, ...], numerics_model: str) -> None:
+    """rig.serving.prove_free_off's steps, where the stack opts into free-off and both test models are there."""
+    if "free-off" in skip:
+        report.skip("free-off", "not asked for (--skip free-off)")
+    elif not free_off.opted_in(stack):
+        report.skip("free-off", "the stack does not opt into free-off (patches.opt_in)")
+    elif numerics_model == "fail":
+        report.skip("free-off", "no numerics test model to serve")
+    elif report.run(f"{free_off.AFTER_OFF}: {AGREE} testmodel",
+                    lambda r: _agree_model(stack, out, python, r)).status != "fail":
+        free_off.run_steps(lines, health_url(stack), out, report, api_key_env, stack["bench"],
+                           stack["server"]["start_timeout"],
+                           lambda url, prompt, count: greedy_tokens(url, prompt, count, api_key_env, logprobs=False))
+
+
+def _agree_model(stack: dict, out: Path, python: Path, record: Check) -> None:
+    # the stack's own test model is held to the stack's own record (its TP's heads), never rebuilt for TP 1
+    own = stack["server"]["model"] == "testmodel"
+    made = testmodel.ensure(stack["server"] if own else agreeing(stack, out)["server"], python)
     assert made is not None  # agreeing() serves the test model
     record.data = {k: made[k] for k in ("shape", "accept", "expected_accept_length") if k in made}
     record.detail = made["msg"]

@@ -81,7 +81,8 @@ def test_a_box_that_serves_right_passes_every_step_it_can_run(prove_case):
                      "eagle3 tp1: start and smoke": "pass", "eagle3 tp1: numerics": "pass", "eagle3 tp1: bench": "pass",
                      "tp8": "skip", "agree testmodel": "pass", "baseline agree: start and smoke": "pass",
                      "baseline agree: bench": "pass", "eagle3 agree: start and smoke": "pass",
-                     "eagle3 agree: bench": "pass", "agree: acceptance": "pass"}, found
+                     "eagle3 agree: bench": "pass", "agree: acceptance": "pass", "free-off": "skip"}, found
+    assert "does not opt into free-off" in steps(out)["free-off"]["detail"]
     named = steps(out)
     assert "no GPU is visible" in named["probe"]["detail"] and "needs 8 GPUs; 0 visible" in named["tp8"]["detail"]
     assert named["testmodel"]["data"]["reference"]["bfloat16"]["matched"] == 8  # transformers, in the venv

@@ -58,11 +58,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.max_running_requests:
         speculation += ["--max-running-requests", str(args.max_running_requests)]
     if free_off():
-        speculation += ["--free-off"]
+        hold = os.environ.get("RIG_FREE_OFF_HOLD", "64")  # the patch's reading: a whole number, else its default
+        speculation += ["--free-off", "--free-off-hold", hold if hold.isascii() and hold.isdigit() else "64"]
     marker = Path(args.model_path).parent / "testmodel.json"  # rig testmodel's record of what it wrote
     made = json.loads(marker.read_text())["spec"] if marker.is_file() else {}
     if made.get("kind") == "numerics":
         speculation += ["--rule", str(marker)]
+        if args.speculative_adaptive:  # steps a batch at a time, so the adaptive slots switch with the load
+            speculation += ["--step-ms", "1"]
     elif made.get("draft") == "agree":
         # a tiny model's step is launch overhead: the batched scheduler with a step that costs little more for more
         # tokens, so drafting pays at one stream, as it does on a GPU (faults given after these replace them)

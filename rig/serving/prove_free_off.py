@@ -1,0 +1,156 @@
+"""rig prove's free-off steps: the served tokens stay lossless, and the draft stays in step, across the adaptive
+policy's switches between drafting and step 0.
+
+They run where the stack opts into free-off (patches.opt_in), each on an adaptive server whose slots switch
+within a short load, SLOTS: EAGLE-3 at 3 steps below 4 running, step 0 from 4 up, with RIG_FREE_OFF_HOLD=0 so
+the routing follows the batch at once and every switch the load makes is taken:
+
+1. switches: the numerics test model and a burst of its prompts at once, each asking for more tokens than the one
+   before, so the batch trails off from all of them to one through both states. Every prompt's greedy tokens
+   must be the rule's, and the server's own log must show a switch each way (the patch logs `rig free-off:
+   steps A -> B`), else the load proved nothing.
+2. accept after off: the agreeing test model at one stream (fresh), then at OFF_BATCH (the off window: step 0,
+   its accept length 1), then at one stream again: drafting has resumed, and its accept length, the server's own
+   counters, must be within ACCEPT_TOLERANCE of the fresh one's.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import re
+from pathlib import Path
+
+from rig.core import RigError
+from rig.core.check import Check, Runner
+from rig.serving import numerics
+from rig.serving.launch import Servers, with_server
+from rig.serving.measure.plan import plan_from
+from rig.serving.measure.stats import shown
+from rig.serving.measure.sweep import Level, Server
+from rig.serving.session import measured, serving
+
+FEATURE = "free-off"
+SLOTS = {"1": {"candidate_steps": [3]}, "4": {"candidate_steps": [0]}}
+STEPS = 3
+ENV = {"RIG_FREE_OFF": "1", "RIG_FREE_OFF_HOLD": "0"}
+OFF_BATCH = 8
+ACCEPT_TOLERANCE = 0.1
+SWITCH = re.compile(r"rig free-off: steps ([0-9]{1,3}) -> ([0-9]{1,3}) at batch")
+SWITCHES, AFTER_OFF = "free-off: switches", "free-off: accept after off"
+
+
+def opted_in(stack: dict) -> bool:
+    return FEATURE in stack["patches"]["opt_in"]
+
+
+def adaptive_file(out: Path) -> Path:
+    """SLOTS as SGLang reads an adaptive config, written under OUT (serialized, never pasted)."""
+    path = out / "free-off-slots.json"
+    path.write_text(json.dumps(SLOTS, indent=1) + "\n")
+    return path
+
+
+def switching(stack: dict, out: Path) -> dict:
+    """STACK's server adaptive over SLOTS at STEPS, topk 1, TP 1 (the caller puts its model in)."""
+    return with_server(stack, tp=1, speculative_num_steps=STEPS, speculative_eagle_topk=1,
+                       speculative_num_draft_tokens=STEPS + 1, speculative_adaptive_config=str(adaptive_file(out)))
+
+
+def switches_seen(log: Path) -> list[tuple[int, int]]:
+    """The (before, after) of each switch the server logged."""
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    return [(int(a), int(b)) for a, b in SWITCH.findall(text)]
+
+
+def both_ways(seen: list[tuple[int, int]]) -> bool:
+    return any(b == 0 < a for a, b in seen) and any(a == 0 < b for a, b in seen)
+
+
+def burst(url: str, api_key_env: str, ask) -> list[dict]:
+    """Every numerics prompt at once, prompt i asking for (i + 1) x NEW_TOKENS / 2 tokens: the batch trails off as
+    they finish. ASK(url, prompt, count) is prove's greedy request; its answers in the prompts' order."""
+    prompts = numerics.prompts()
+    counts = [(i + 1) * numerics.NEW_TOKENS // 2 for i in range(len(prompts))]
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        answers = list(pool.map(lambda pc: ask(url, pc[0], pc[1]), zip(prompts, counts, strict=True)))
+    return [{"prompt": n, "tokens": a["tokens"], "expected": numerics.continuation(p, c)}
+            for n, (p, c, a) in enumerate(zip(prompts, counts, answers, strict=True))]
+
+
+def judge_switches(answers: list[dict], seen: list[tuple[int, int]], record: Check) -> None:
+    record.data = {"prompts": len(answers), "tokens": sum(len(a["expected"]) for a in answers),
+                   "switches": [f"{a} -> {b}" for a, b in seen]}
+    wrong = [numerics.first_difference(a["prompt"], a["tokens"], a["expected"]) for a in answers
+             if a["tokens"] != a["expected"]]
+    if wrong:
+        first = wrong[0]
+        record.data["first_difference"] = first
+        raise RigError(f"{len(wrong)} of {len(answers)} prompts lost tokens across the switches: prompt "
+                       f"{first['prompt']} differs at token {first['position']}: {first['got']} where the rule has "
+                       f"{first['expected']} (switches logged: {', '.join(record.data['switches']) or 'none'})")
+    if not both_ways(seen):
+        raise RigError("the tokens are the rule's, but the server logged no switch both ways (`rig free-off: steps "
+                       f"A -> B` lines: {', '.join(record.data['switches']) or 'none'}): the load proved nothing "
+                       "about switches; is the free-off patch applied to this venv (rig patch status)?")
+    record.detail = (f"{len(answers)} prompts, {record.data['tokens']} greedy tokens = the rule's across "
+                     f"{len(seen)} logged switch(es) ({', '.join(record.data['switches'])})")
+
+
+def judge_after_off(phases: dict[str, float | None], record: Check) -> None:
+    fresh, off, again = phases["fresh"], phases["off"], phases["resumed"]
+    record.data = {**phases, "tolerance": ACCEPT_TOLERANCE}
+    said = (f"accept length fresh {shown(fresh, 2)}, in the off window at C={OFF_BATCH} {shown(off, 2)}, "
+            f"resumed {shown(again, 2)}")
+    if fresh is None or off is None or again is None:
+        raise RigError(f"the server's accept length was not read in every phase: {said}")
+    if off > 1 + ACCEPT_TOLERANCE:
+        raise RigError(f"the off window drafted: {said} (step 0 accepts exactly one token a step); the slots "
+                       f"{json.dumps(SLOTS)} did not reach step 0 at {OFF_BATCH} running")
+    if abs(again - fresh) > ACCEPT_TOLERANCE:
+        raise RigError(f"the draft came back out of step: {said}, {abs(again - fresh):.2f} apart (at most "
+                       f"{ACCEPT_TOLERANCE:g}): what step 0 kept of the draft's KV is not what drafting reads")
+    record.detail = said
+
+
+def accept_phases(url: str, bench: dict | None, api_key_env: str, log: Path) -> dict[str, float | None]:
+    """The server's own accept length at one stream (fresh), at OFF_BATCH (the off window) and at one stream again,
+    greedy, each phase a round of its own after SGLang's /flush_cache resets the counters."""
+    phases = {}
+    for name, level in (("fresh", Level(1)), ("off", Level(OFF_BATCH)), ("resumed", Level(1))):
+        plan = plan_from(bench, concurrency=[level.concurrency], max_tokens=64, rounds=1, min_requests=8,
+                         min_seconds=0, warmup=2, temperature=0.0)
+        label, record = f"{AFTER_OFF} ({name})", {}
+        measured(Server(url, label, plan, api_key_env), [level], label, log, record)
+        phases[name] = (record["levels"].get(level.name) or {}).get("server_accept_length")
+    return phases
+
+
+def run_steps(lines: dict[str, list[str]], url: str, out: Path, report: Runner, api_key_env: str, bench: dict,
+              start_timeout: float, ask) -> None:
+    """The two steps, each on its own server from LINES (rendered by prove's plan); ASK is prove's greedy request."""
+    logs = out / "logs"
+
+    def switches(log: Path, record: Check) -> None:
+        judge_switches(burst(url, api_key_env, ask), switches_seen(log), record)
+
+    def after_off(log: Path, record: Check) -> None:
+        judge_after_off(accept_phases(url, bench, api_key_env, log), record)
+
+    with Servers(start_timeout, api_key_env) as servers:
+        for label, step, name in ((SWITCHES, switches, "free-off-switches"), (AFTER_OFF, after_off, "free-off-after")):
+            _on_its_server(servers, report, label, lines[label], url, logs / f"{name}.log", step)
+
+
+def _on_its_server(servers: Servers, report: Runner, label: str, argv: list[str], url: str, log: Path, step) -> None:
+    """LABEL's server started and smoke-tested with ENV, STEP(log, record) run on it, the server stopped after."""
+    held = contextlib.ExitStack()
+
+    def start(record: Check) -> None:
+        record.data = {}
+        held.enter_context(serving(servers, label, argv, url, log, record.data, True, ENV))
+        record.detail = record.data["smoke"]
+
+    with held:
+        if report.run(f"{label}: start and smoke", start).status == "pass":
+            report.run(label, lambda record: step(log, record))
