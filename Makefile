@@ -44,6 +44,7 @@ provision: venv docker  ## Provision a throwaway local box with STACK, then run 
 	    -e rig_box_image=$$image -e rig_box_name=$(BOX) -e rig_box_fresh=$(FRESH)
 	ansible-playbook -i inventory/local playbooks/site.yml -e rig_stack=$(STACK) -e rig_box_name=$(BOX)
 	rig doctor --container $(BOX) --stack $(STACK)
+	@echo "make provision: rig is $(VENV)/bin/rig; put it on the PATH with: . $(VENV)/bin/activate"
 
 # The quick tests answer first (no Docker engine, no venv install), then the boxes; the lint gates, the
 # Docker engine and the base image come up beside the quick tests, in the CPU their waits leave (tests

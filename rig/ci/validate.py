@@ -25,11 +25,11 @@ KERNELS = ("sglang-kernel", "sgl-kernel", "flashinfer-cubin")  # compiled kernel
 
 
 def run(stack_path: str, cache: str | Path, venv: str | None = None, patch_dir: str | None = None) -> dict:
+    from rig.core.documents import read_text
     from rig.python import lock as locking
     from rig.stack.spec import load
 
-    if not Path(stack_path).is_file():
-        raise RigError(f"{stack_path}: no such stack file")
+    read_text(stack_path, "stack file")  # one wording for a stack file that is not there, whichever command reads it
     state: dict = {}
 
     def schema():
@@ -196,5 +196,13 @@ def _patches(stack: dict, lock: dict, cache: Path, patch_dir: str | None) -> tup
         rows = patching.status(env, plan, opted)
     problems += [f"{r['id']}: drifted in {r['package']} {r['version']}: {r['detail']}" for r in rows
                  if r["status"] == "drifted"]
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("needed", "applied", "upstream", "not-applicable")}
-    return problems, ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    return problems, tally(rows)
+
+
+def tally(rows: list[dict]) -> str:
+    """The patch plan's rows by status, every patch of the set counted (an opt-in one not asked for too), so the
+    total is the set's: the number the README's layer table counts."""
+    order = ("needed", "applied", "upstream", "not-applicable", "opt-in", "drifted")
+    statuses = [*order, *sorted({r["status"] for r in rows} - set(order))]
+    counts = {s: sum(r["status"] == s for r in rows) for s in statuses}
+    return f"{len(rows)} patches: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)

@@ -112,8 +112,14 @@ def parse_yaml(text: str, source: str) -> Any:
     Strict.add_constructor("tag:yaml.org,2002:float", Strict.construct_number)
     try:
         return yaml.load(text, Loader=Strict)  # noqa: S506 - Strict is a SafeLoader
+    except yaml.MarkedYAMLError as exc:  # one line: where, what was found or expected, while reading what
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        said = " ".join(str(exc.problem or exc.context or "").split())
+        context = f" ({' '.join(exc.context.split())})" if exc.context and exc.problem else ""
+        raise RigError(f"{source}: {where}not valid YAML: {said}{context}") from exc
     except yaml.YAMLError as exc:
-        raise RigError(f"{source}: not valid YAML: {exc}") from exc
+        raise RigError(f"{source}: not valid YAML: {' '.join(str(exc).split())}") from exc
 
 
 def load_yaml(path: str | Path, what: str) -> Any:

@@ -59,7 +59,8 @@ def test_cli_refuses_malformed_yaml_and_names_the_file(tmp_path):
     bad.write_text("name: [unclosed\n")
     done = rig("stack", "show", "--stack", str(bad))
     assert done.returncode == 2
-    assert f"{bad}: not valid YAML" in done.stderr
+    assert done.stderr == f"rig: error: {bad}: line 2, column 1: not valid YAML: expected ',' or ']', but got " \
+        "'<stream end>' (while parsing a flow sequence)\n"  # one line: where, what was expected
     not_a_mapping = tmp_path / "list.yml"
     not_a_mapping.write_text("- 1\n")
     assert "must be a mapping" in rig("stack", "show", "--stack", str(not_a_mapping)).stderr
@@ -207,3 +208,12 @@ RUNBOOK_STACKS = sorted((REPO / "docs" / "validation").rglob("stack*.yml"))
 def test_the_stacks_the_gpu_runbooks_serve_load(path):
     """A stack a device call runs is checked here first: a loan is too short to find a bad key on the GPU."""
     assert load(path)["name"] == yaml.safe_load(path.read_text())["name"]
+
+
+@pytest.mark.parametrize("argv", [["stack", "show"], ["stack", "vars"], ["validate"], ["lock", "--verify"],
+                                  ["doctor"]], ids=" ".join)
+def test_a_missing_stack_file_reads_the_same_in_every_command(tmp_path, argv):
+    missing = tmp_path / "nope.yml"
+    done = rig(*argv, "--stack", str(missing))
+    said = f"rig: error: cannot read stack file {missing}: No such file or directory\n"
+    assert (done.returncode, done.stderr) == (2, said)
