@@ -547,7 +547,7 @@ def _download(handle, url: str, size: int, timeout: float, part: Path) -> tuple[
 
 def _settled(manifest: dict, venv: Path, lock_hash: str | None, check: bool) -> dict | None:
     """Every refusal that needs no archive, then the answer where nothing is to be written (the venv already
-    holds the lock, or check mode); None where the archive is to be unpacked."""
+    holds the lock); None where the archive is to be read."""
     name = manifest["archive"]["name"]
     if why := fits(manifest, lock_hash, venv):
         raise RigError(f"archive {name} does not fit {venv}: {why}")
@@ -572,9 +572,6 @@ def _settled(manifest: dict, venv: Path, lock_hash: str | None, check: bool) -> 
                        "move what is there, or give another --venv")
     if marker and marker["lock_hash"] == manifest["lock_hash"]:
         return {"changed": False, "venv": str(venv), "msg": f"{venv} already has lock {manifest['lock_hash'][:12]}"}
-    if check:
-        return {"changed": True, "venv": str(venv), "msg": f"would unpack {name} into {venv}" +
-                (", replacing the venv there" if venv.exists() else "")}
     return None
 
 
@@ -593,6 +590,9 @@ def unpack(archive: str | Path, manifest: dict, venv: str | Path, lock_hash: str
         if _digest_of(handle) != (manifest["archive"]["sha256"], manifest["archive"]["size"]):
             raise RigError(f"{archive} is not the archive its manifest describes (sha256 or size differs): pull or "
                            "copy it again")
+        if check:  # every precondition of the run, the archive's bytes included, checked; only the writing skipped
+            return {"changed": True, "venv": str(venv), "msg": f"would unpack {name} into {venv}" +
+                    (", replacing the venv there" if venv.exists() else "")}
         handle.seek(0)  # zstd reads the very file just hashed, not whatever the path names by now
         venv.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -807,10 +807,13 @@ def restore(manifest_from: str, venv: str | Path, archive: str | Path | None = N
     if settled is not None:
         return settled
     if archive is not None:
-        return unpack(archive, manifest, venv, lock_hash)
+        return unpack(archive, manifest, venv, lock_hash, check)
     if not _is_url(manifest_from):
         return unpack(Path(manifest_from).with_name(f"{manifest['archive']['name']}.tar.zst"), manifest, venv,
-                      lock_hash)
+                      lock_hash, check)
+    if check:  # the pull is the run's first action: the archive is looked at once it is here
+        return {"changed": True, "venv": str(venv), "msg": f"would pull {manifest['archive']['name']} from "
+                f"{manifest_from} and unpack it into {venv}"}
     pulled = venv.parent / f".{venv.name}.rig-pull"
     try:
         got = pull(manifest_from, pulled, manifest, timeout)

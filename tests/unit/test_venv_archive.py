@@ -89,6 +89,20 @@ def packed(tmp_path):
     return venv, result, read_manifest(result["manifest"])
 
 
+def test_a_check_looks_at_the_archive_the_run_needs(packed):
+    """`venv unpack --check` said "would unpack" where the archive was gone or not the manifest's: a check runs
+    every precondition of the run and skips only the writing."""
+    venv, result, manifest = packed
+    assert unpack(result["archive"], manifest, venv, check=True)["msg"].startswith("would unpack")
+    Path(result["archive"]).write_bytes(b"not it")
+    with pytest.raises(RigError, match="is not the archive its manifest describes"):
+        unpack(result["archive"], manifest, venv, check=True)
+    Path(result["archive"]).unlink()
+    with pytest.raises(RigError, match="the venv archive"):
+        unpack(result["archive"], manifest, venv, check=True)
+    assert not venv.exists() and leftovers(venv) == []
+
+
 def leftovers(venv: Path) -> list[str]:
     return sorted(p.name for p in venv.parent.iterdir() if p.name.startswith(f".{venv.name}.rig-"))
 
