@@ -17,7 +17,7 @@ from rig.core import RigError, progress
 from rig.core.dialogue import Dialogue
 from rig.core.documents import read_text
 from rig.core.escape import unit_exec, unit_path, unit_text
-from rig.core.proc import script
+from rig.core.proc import script, venv_python
 from rig.core.schema import Field
 from rig.serving import adaptive
 
@@ -132,7 +132,7 @@ def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
 def render(stack: dict, venv: str | Path, baseline: bool = False, api_key: bool = False) -> dict:
     """The argv for `python -m sglang.launch_server`, spelled and checked for the venv's sglang."""
     pairs = wants(stack, baseline)  # the stack's own mistakes first, before sglang loads
-    python = Path(venv) / "bin" / "python"
+    python = venv_python(venv)  # the one check that VENV is one, and the one hint to make it
     return _render(stack, pairs, _parser(python), python, baseline, api_key)
 
 
