@@ -107,27 +107,33 @@ def report_markdown(result: dict) -> str:
 
 
 def figures(result: dict) -> dict:
-    """tune.png: each variant's median per level, its bars spanning the rounds (none when nothing was measured)."""
+    """tune.png: each variant's median per level as a ratio to the baseline's median there, its bars spanning the
+    rounds' ratios (on one axis C=1's 300 tok/s and C=256's 16,000 would leave the low levels flat lines). None when
+    the baseline measured no level."""
     from matplotlib.figure import Figure
 
+    baseline = next((v.get("levels", {}) for v in result["variants"].values() if v.get("kind") == "baseline"), {})
     fig = Figure(figsize=(8, 4.8))
     ax = fig.subplots()
     xs = list(range(len(result["levels"])))
     for name, variant in result["variants"].items():
-        points = [(x, lv) for x, level in zip(xs, result["levels"], strict=True)
-                  if (lv := variant.get("levels", {}).get(level)) and lv.get("value")]
+        # (x, the variant's median over the baseline's, each round's over the baseline's median)
+        points = [(x, mine["value"] / under, [v / under for v in mine["round_values"] if v])
+                  for x, level in zip(xs, result["levels"], strict=True)
+                  if (mine := variant.get("levels", {}).get(level)) and mine.get("value")
+                  and (under := (baseline.get(level) or {}).get("value"))]
         if not points:
             continue
-        low = [lv["value"] - min(v for v in lv["round_values"] if v) for _, lv in points]
-        high = [max(v for v in lv["round_values"] if v) - lv["value"] for _, lv in points]
-        ax.errorbar([x for x, _ in points], [lv["value"] for _, lv in points], yerr=[low, high], marker="o",
-                    capsize=3, label=name)
+        ax.errorbar([x for x, _, _ in points], [r for _, r, _ in points],
+                    yerr=[[r - min(rs) for _, r, rs in points], [max(rs) - r for _, r, rs in points]],
+                    marker="o", capsize=3, label=name)
     if not ax.get_legend_handles_labels()[0]:
         return {}
+    ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xticks(xs, result["levels"])
     ax.set_xlabel("load (C: requests in flight, R: Poisson arrivals per second)")
-    ax.set_ylabel(result["metric"])
-    ax.set_title("rig tune: median over rounds, bars span the rounds")
+    ax.set_ylabel(f"{result['metric']} / the baseline's")
+    ax.set_title("rig tune: median over rounds against the baseline's median, bars span the rounds")
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
