@@ -153,8 +153,8 @@ def plan(stack: dict, venv: str, models: Path, tps: list[int], out: Path) -> dic
         lines[f"{BASELINE} {AGREE}"] = render(agree, venv, baseline=True)["argv"]
         lines[f"{EAGLE} {AGREE}"] = render(agree, venv)["argv"]
         if free_off.opted_in(stack):  # the numerics model and the agreeing one, each on a switching server
-            lines[free_off.SWITCHES] = render(free_off.switching(_with_model(stack, models, 1), out), venv)["argv"]
-            lines[free_off.AFTER_OFF] = render(free_off.switching(agree, out), venv)["argv"]
+            lines[free_off.SWITCHES] = render(free_off.switching(_with_model(stack, models, 1)), venv)["argv"]
+            lines[free_off.AFTER_OFF] = render(free_off.switching(agree), venv)["argv"]
     finally:
         close_parsers()
     return lines

@@ -2,8 +2,8 @@
 policy's switches between drafting and step 0.
 
 They run where the stack opts into free-off (patches.opt_in), each on an adaptive server whose slots switch
-within a short load, SLOTS: EAGLE-3 at 3 steps below 4 running, step 0 from 4 up, with RIG_FREE_OFF_HOLD=0 so
-the routing follows the batch at once and every switch the load makes is taken:
+within a short load, SLOTS (free-off-slots.json): EAGLE-3 at 3 steps below 4 running, step 0 from 4 up, with
+RIG_FREE_OFF_HOLD=0 so the routing follows the batch at once and every switch the load makes is taken:
 
 1. switches: the numerics test model and a burst of its prompts at once, each asking for more tokens than the one
    before, so the batch trails off from all of them to one through both states. Every prompt's greedy tokens
@@ -31,7 +31,9 @@ from rig.serving.measure.sweep import Level, Server
 from rig.serving.session import measured, serving
 
 FEATURE = "free-off"
-SLOTS = {"1": {"candidate_steps": [3]}, "4": {"candidate_steps": [0]}}
+# SGLang's adaptive config for both steps, shipped with rig: the servers read it where it lies, nothing is written
+SLOTS_FILE = Path(__file__).with_name("free-off-slots.json")
+SLOTS = json.loads(SLOTS_FILE.read_text())
 STEPS = 3
 ENV = {"RIG_FREE_OFF": "1", "RIG_FREE_OFF_HOLD": "0"}
 OFF_BATCH = 8
@@ -44,17 +46,10 @@ def opted_in(stack: dict) -> bool:
     return FEATURE in stack["patches"]["opt_in"]
 
 
-def adaptive_file(out: Path) -> Path:
-    """SLOTS as SGLang reads an adaptive config, written under OUT (serialized, never pasted)."""
-    path = out / "free-off-slots.json"
-    path.write_text(json.dumps(SLOTS, indent=1) + "\n")
-    return path
-
-
-def switching(stack: dict, out: Path) -> dict:
+def switching(stack: dict) -> dict:
     """STACK's server adaptive over SLOTS at STEPS, topk 1, TP 1 (the caller puts its model in)."""
     return with_server(stack, tp=1, speculative_num_steps=STEPS, speculative_eagle_topk=1,
-                       speculative_num_draft_tokens=STEPS + 1, speculative_adaptive_config=str(adaptive_file(out)))
+                       speculative_num_draft_tokens=STEPS + 1, speculative_adaptive_config=str(SLOTS_FILE))
 
 
 def switches_seen(log: Path) -> list[tuple[int, int]]:

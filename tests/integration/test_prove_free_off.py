@@ -29,11 +29,10 @@ def standin(tmp_path):
 
     def start(*options: str) -> tuple[str, Path]:
         port, log = free_port(), tmp_path / f"standin-{len(procs)}.log"
-        slots = free_off.adaptive_file(tmp_path)
         with log.open("wb") as out:
             procs.append(subprocess.Popen(
                 [sys.executable, str(STAND_IN), "--port", str(port), "--steps", str(free_off.STEPS),
-                 "--accept-length", "2.5", "--adaptive-config", str(slots), "--cuda-graph-bs", "1,2,4,8,16",
+                 "--accept-length", "2.5", "--adaptive-config", str(free_off.SLOTS_FILE), "--cuda-graph-bs", "1,2,4,8,16",
                  *options], stdout=out, stderr=subprocess.STDOUT))
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30

@@ -6,7 +6,8 @@
 #               on stack-t1.yml, stack-greedy.yml), free-off and free-off-greedy (issue 55: rig's free-off patches
 #               applied to the venv's sglang, then `rig tune` on stack-free-off-t1.yml or stack-free-off-greedy.yml),
 #               free-off-policy (the same on stack-free-off-policy.yml: the policy beside its one step-0 server, rounds),
-#               free-off-check (free-off-policy with RIG_FREE_OFF_CHECK=1: ingest's draft KV against extend's, logged).
+#               free-off-check (free-off-policy with RIG_FREE_OFF_CHECK=1: ingest's draft KV against extend's, logged),
+#               free-off-prove (issue 71: the patches, then `rig prove`'s free-off steps alone on stack-free-off-prove.yml).
 #               Default: the first three; e.g. PHASES="free-off free-off-greedy" for the free-off runs alone;
 #               TUNE_ARGS (e.g. "--concurrency 16,256") go to every rig tune, as PROVE_ARGS to rig prove
 #   wait        wait for it again (a device call lasts at most 10 minutes; the whole run takes longer)
@@ -23,7 +24,7 @@ export SGLANG_LOG_MS=1  # the servers' log lines carry milliseconds: a step's ti
 VENV=${VENV:-/root/venv}; RES=${RES:-/root/results}; SRC=${SRC:-/root/rig-src}; STAGE=${STAGE:-/root/stage}
 OUT=${OUT:-/tmp/out}; STACKS=${STACKS:-docs/validation/real-cost-h200}; PROVE_ARGS=${PROVE_ARGS:-}; TUNE_ARGS=${TUNE_ARGS:-}
 WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}; PHASES=${PHASES:-prove tune-t1 tune-greedy}
-KNOWN="prove tune-t1 tune-greedy free-off free-off-greedy free-off-policy free-off-check"  # the phases phase() runs
+KNOWN="prove tune-t1 tune-greedy free-off free-off-greedy free-off-policy free-off-check free-off-prove"  # phase() runs them
 mkdir -p "$RES" "$OUT"
 VENV=$(realpath -m "$VENV"); RES=$(realpath -m "$RES"); SRC=$(realpath -m "$SRC"); STAGE=$(realpath -m "$STAGE")
 
@@ -60,6 +61,11 @@ print("\n".join(p for p in sys.path if p and not p.startswith(std) and not p.end
   fi
 }
 
+free_off_patches() {  # free_off_patches PHASE STACK: rig's free-off patches alone, applied for STACK (a no-op again)
+  mkdir -p "$SRC/free-off-patches" && cp "$SRC"/rig/patches/set/sglang-free-off-*.yml "$SRC/free-off-patches/"
+  rig_in "patch-$1" patch apply --stack "$2" --patches "$SRC/free-off-patches" --json
+}
+
 phase() {
   case $1 in
   prove) rig_in prove prove --stack "$STACKS/stack-greedy.yml" --out "$RES/prove" $PROVE_ARGS --json ;;
@@ -71,10 +77,14 @@ phase() {
     local kind=t1 check=0 out; [ "$1" = free-off ] || kind=${1#free-off-}
     out=tune-free-off-$kind
     if [ "$kind" = check ]; then kind=policy check=1; fi
-    mkdir -p "$SRC/free-off-patches" && cp "$SRC"/rig/patches/set/sglang-free-off-*.yml "$SRC/free-off-patches/"
-    rig_in "patch-$1" patch apply --stack "$STACKS/stack-free-off-$kind.yml" --patches "$SRC/free-off-patches" --json
+    free_off_patches "$1" "$STACKS/stack-free-off-$kind.yml"
     RIG_FREE_OFF_CHECK=$check rig_in "$out" tune --stack "$STACKS/stack-free-off-$kind.yml" --out "$RES/$out" \
       $TUNE_ARGS --json ;;
+  free-off-prove)
+    # the steps that need a free-off server alone: the numerics model is built, the rest is proven elsewhere
+    free_off_patches "$1" "$STACKS/stack-free-off-prove.yml"
+    rig_in prove-free-off prove --stack "$STACKS/stack-free-off-prove.yml" --out "$RES/prove-free-off" \
+      --skip doctor --skip probe --skip servers --skip acceptance $PROVE_ARGS --json ;;
   *) echo "unknown phase $1 (known: $KNOWN)" >&2; return 2 ;;
   esac
 }
@@ -110,7 +120,7 @@ all)
   for name in $PHASES; do  # refused before anything starts
     case " $KNOWN " in *" $name "*) ;; *) echo "unknown phase $name in PHASES (known: $KNOWN)" >&2; exit 2 ;; esac
   done
-  setsid bash -c "$(declare -f rig_in setup phase pipeline); $(declare -p VENV RES SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES KNOWN)
+  setsid bash -c "$(declare -f rig_in setup free_off_patches phase pipeline); $(declare -p VENV RES SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES KNOWN)
     (set -euo pipefail; pipeline) > \"\$RES/all.log\" 2>&1; echo \$? > \"\$RES/all.rc\"" < /dev/null \
     > /dev/null 2>&1 &
   echo $! > "$RES/all.pid"
