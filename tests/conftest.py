@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from harness.boxes import Box, new_box, remove_boxes
@@ -48,10 +49,12 @@ def serve():
     the test."""
     procs = []
 
-    def start(*options: str) -> str:
+    def start(*options: str, log: Path | None = None) -> str:
+        """LOG: where its stdout goes (the lines SGLang's log would hold), else nowhere."""
         port = free_port()
-        proc = subprocess.Popen([sys.executable, str(STAND_IN), "--port", str(port), *options],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        with open(log or os.devnull, "wb") as out:
+            proc = subprocess.Popen([sys.executable, str(STAND_IN), "--port", str(port), *options],
+                                    stdout=out, stderr=subprocess.PIPE)
         procs.append(proc)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

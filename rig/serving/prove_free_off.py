@@ -20,6 +20,7 @@ import contextlib
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from rig.core import RigError
 from rig.core.check import Check, Runner
@@ -115,7 +116,7 @@ def accept_phases(url: str, bench: dict | None, api_key_env: str, log: Path) -> 
     for name, level in (("fresh", Level(1)), ("off", Level(OFF_BATCH)), ("resumed", Level(1))):
         plan = plan_from(bench, concurrency=[level.concurrency], max_tokens=64, rounds=1, min_requests=8,
                          min_seconds=0, warmup=2, temperature=0.0)
-        label, record = f"{AFTER_OFF} ({name})", {}
+        label, record = f"{AFTER_OFF} ({name})", dict[str, Any]()
         measured(Server(url, label, plan, api_key_env), [level], label, log, record)
         phases[name] = (record["levels"].get(level.name) or {}).get("server_accept_length")
     return phases

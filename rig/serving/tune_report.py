@@ -112,7 +112,7 @@ def figures(result: dict) -> dict:
     the baseline measured no level."""
     from matplotlib.figure import Figure
 
-    baseline = next((v.get("levels", {}) for v in result["variants"].values() if v.get("kind") == "baseline"), {})
+    baseline: dict = next((v.get("levels", {}) for v in result["variants"].values() if v.get("kind") == "baseline"), {})
     fig = Figure(figsize=(8, 4.8))
     ax = fig.subplots()
     xs = list(range(len(result["levels"])))

@@ -4,14 +4,9 @@ each switch as rig's free-off patch does (`rig free-off: steps A -> B at batch N
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from harness.standin import STAND_IN, free_port
 
 from rig.core import RigError
 from rig.core.check import Check
@@ -23,32 +18,18 @@ KEY = "RIG_TEST_NO_KEY"
 
 
 @pytest.fixture
-def standin(tmp_path):
-    """start(*options) -> (URL, its log): the stand-in adaptive over prove's SLOTS at 3 steps, stopped after."""
-    procs = []
+def standin(serve, tmp_path):
+    """start(*options) -> (URL, its log): the stand-in adaptive over prove's SLOTS at 3 steps (tests/conftest.py serve
+    starts it and stops it after the test)."""
+    logs = iter(range(100))
 
     def start(*options: str) -> tuple[str, Path]:
-        port, log = free_port(), tmp_path / f"standin-{len(procs)}.log"
-        with log.open("wb") as out:
-            procs.append(subprocess.Popen(
-                [sys.executable, str(STAND_IN), "--port", str(port), "--steps", str(free_off.STEPS),
-                 "--accept-length", "2.5", "--adaptive-config", str(free_off.SLOTS_FILE), "--cuda-graph-bs", "1,2,4,8,16",
-                 *options], stdout=out, stderr=subprocess.STDOUT))
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(url + "/health", timeout=1)
-                return url, log
-            except OSError:
-                assert procs[-1].poll() is None, log.read_text()
-                time.sleep(0.1)
-        raise AssertionError("the stand-in did not answer within 30 s")
+        log = tmp_path / f"standin-{next(logs)}.log"
+        url = serve("--steps", str(free_off.STEPS), "--accept-length", "2.5", "--adaptive-config",
+                    str(free_off.SLOTS_FILE), "--cuda-graph-bs", "1,2,4,8,16", *options, log=log)
+        return url, log
 
-    yield start
-    for proc in procs:
-        proc.kill()
-        proc.wait()
+    return start
 
 
 @pytest.fixture
