@@ -3,7 +3,8 @@ standard input, one JSON answer per line on the file descriptor named by its fir
 where an import's banner or argparse's help would be taken for an answer). "options" lists the parser's flags,
 "parse" parses an argv, "adaptive" loads an adaptive-speculation config with sglang's own loader and, given
 the argv, runs sglang's own start-up check of the line against it (`_init_adaptive_speculative_params`: the
-launch's --speculative-num-steps must be one of the config's candidate steps). One process serves them all, so sglang is imported once."""
+launch's --speculative-num-steps must be one of the config's candidate steps). One process serves them all, so
+sglang is imported once."""
 import argparse
 import importlib.metadata
 import json
