@@ -1,5 +1,6 @@
 """A targeted edit of a YAML document a user wrote: some keys of one top-level block mapping set, every other
-line (comments, order, spelling) left as it was. Each value is serialized (JSON's flow form, which YAML reads),
+line (comments, order, spelling) left as it was; a mapping written as a block is edited key by key, so the
+comments inside it stay too. Each value is serialized (JSON's flow form, which YAML reads),
 never pasted, and the result is parsed again and must be the document with exactly those keys changed; where
 the layout is one this edit does not take on (a flow mapping, a key spelt twice), it says so and changes nothing."""
 from __future__ import annotations
@@ -17,9 +18,12 @@ _BLANK = re.compile(r"\s*(#.*)?")
 def _comment(line: str) -> str:
     """LINE's trailing comment (from the whitespace before its '#'), or "": the first '#' after whitespace and
     outside quotes (one pass: a long line costs its length)."""
-    quote = ""
+    quote, escaped = "", False
     for at, char in enumerate(line):
-        if quote:
+        if escaped:  # a double-quoted scalar's \" is no closing quote
+            escaped = False
+        elif quote:
+            escaped = quote == '"' and char == "\\"
             quote = "" if char == quote else quote
         elif char in "'\"":
             quote = char
@@ -40,9 +44,9 @@ def _item(line: str, indent: int) -> bool:
     return _indent(line) == indent and line.lstrip(" ").startswith(("- ", "-\n"))
 
 
-def _key(line: str) -> Any:
-    """The key a block mapping's line writes, as YAML reads it ("a", 'a' and a are one key); None where the
-    line writes none. Compared by value, never by spelling: a quoted key is the same key."""
+def _split(line: str) -> tuple[Any, str] | None:
+    """The key a block mapping's line writes, as YAML reads it ("a", 'a' and a are one key), and the text after
+    its colon; None where the line writes none. Compared by value, never by spelling: a quoted key is the same key."""
     text = line.strip()
     quote = text[:1] if text[:1] in "'\"" else ""
     sep = text.find(":", text.find(quote, 1) + 1 if quote else 0)
@@ -52,7 +56,22 @@ def _key(line: str) -> Any:
         read = parse_yaml(text[:sep] + ": 0", "a key")
     except RigError:
         return None
-    return next(iter(read)) if isinstance(read, dict) and len(read) == 1 else None
+    return (next(iter(read)), text[sep + 1:]) if isinstance(read, dict) and len(read) == 1 else None
+
+
+def _key(line: str) -> Any:
+    split = _split(line)
+    return split[0] if split else None
+
+
+def _opens_block(line: str) -> bool:
+    """LINE is `key:` with nothing after it but a comment: its value is the block below (no flow, anchor or tag)."""
+    split = _split(line.rstrip("\r\n"))
+    return split is not None and not split[1][:len(split[1]) - len(_comment(split[1]))].strip()
+
+
+def _blank(line: str) -> bool:
+    return bool(_BLANK.fullmatch(line.rstrip("\r\n")))
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -66,9 +85,63 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+
+def _value_end(lines: list[str], i: int, end: int, indent: int) -> int:
+    """Where the value of the key on line I (at INDENT) ends, the blank and comment lines before the next key left
+    out: they are not the value's."""
+    stop = next((j for j in range(i + 1, end) if not _blank(lines[j]) and _indent(lines[j]) <= indent
+                 and not _item(lines[j], indent)), end)
+    while stop > i + 1 and _blank(lines[stop - 1]):
+        stop -= 1
+    return stop
+
+
+def _written(key: Any, value: Any, indent: int, path: str) -> str:
+    """KEY: VALUE as one line, both serialized, never pasted (a key YAML would read as another value is quoted)."""
+    plain = isinstance(key, str) and _key(f"{key}: 0") == key
+    return f"{' ' * indent}{key if plain else dump_json(key, path)}: {dump_json(value, f'{path}.{key}')}"
+
+
+def _nested(lines: list[str], i: int, stop: int, current: Any, value: Any) -> bool:
+    """The key on line I holds a mapping written as a block below it, and is set to a mapping: edited one level
+    down, key by key (an empty one is written whole: a block of no keys is no mapping)."""
+    return (isinstance(value, dict) and bool(value) and isinstance(current, dict) and bool(current)
+            and stop > i + 1 and _opens_block(lines[i]))
+
+
+def _edit_block(lines: list[str], start: int, end: int, indent: int, current: dict, values: dict, path: str,
+                eol: str, source: str, exact: bool = False) -> int:
+    """The block mapping in LINES[START:END] given VALUES key by key (added at its end, at the indent of its keys,
+    else INDENT), and where EXACT without the keys VALUES lacks. Returns the block's new end."""
+    unset = [key for key in current if key not in values] if exact else []
+    for key, value in [*values.items(), *((key, None) for key in unset)]:
+        if key in values and key in current and _same(current[key], value):
+            continue  # already so: its line stays as the user spelt it
+        body = [j for j in range(start, end) if not _blank(lines[j])]
+        keys_at = _indent(lines[body[0]]) if body else indent
+        at = [j for j in body if _indent(lines[j]) == keys_at and _key(lines[j]) == key]
+        if len(at) > 1:
+            raise RigError(f"{source}: {path}.{key} is written {len(at)} times; keep one and run again")
+        before = len(lines)
+        if not at:
+            lines.insert(body[-1] + 1 if body else start, _written(key, value, keys_at, path) + eol)
+        elif (stop := _value_end(lines, at[0], end, keys_at)) and key not in values:
+            del lines[at[0]:stop]
+        elif _nested(lines, at[0], stop, current[key], value):
+            _edit_block(lines, at[0] + 1, stop, keys_at + 2, current[key], value, f"{path}.{key}", eol, source, True)
+        else:  # one line, the key as the user spelt it, its trailing comment kept where the old value was one line
+            line = lines[at[0]].rstrip()
+            spelt = line[:len(line) - len(_split(line)[1])]  # type: ignore[index]  # _key found a key there
+            comment = _comment(lines[at[0]].rstrip("\r\n")) if stop == at[0] + 1 else ""
+            lines[at[0]:stop] = [f"{spelt} {dump_json(value, f'{path}.{key}')}{comment}{eol}"]
+        end += len(lines) - before
+    return end
+
+
 def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> str:
     """TEXT with SECTION's keys set to VALUES (added at the block's end where absent; the block added at the end
-    where the document has none). A RigError when the edit would not give exactly that document."""
+    where the document has none); a mapping value written as a block is edited key by key, its comments kept. A
+    RigError when the edit would not give exactly that document."""
     data = parse_yaml(text, source)
     if not isinstance(data, dict) or not isinstance(data.get(section) or {}, dict):
         raise RigError(f"{source}: {section} is not a mapping; rig edits only a stack file's mapping sections")
@@ -84,31 +157,8 @@ def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> s
         lines += [f"{section}:{eol}"]
         heads = [len(lines) - 1]
     start = heads[0] + 1
-    end = next((i for i in range(start, len(lines)) if not _BLANK.fullmatch(lines[i].rstrip("\r\n"))
-                and _indent(lines[i]) == 0), len(lines))
-    body = [i for i in range(start, end) if not _BLANK.fullmatch(lines[i].rstrip("\r\n"))]
-    indent = _indent(lines[body[0]]) if body else 2
-    current = data.get(section) or {}
-    for key, value in values.items():
-        if key in current and _same(current[key], value):
-            continue  # already so: its line stays as the user spelt it
-        shown = f"{' ' * indent}{key}: {dump_json(value, f'{section}.{key}')}"
-        at = [i for i in body if _indent(lines[i]) == indent and _key(lines[i]) == key]
-        if len(at) > 1:
-            raise RigError(f"{source}: {section}.{key} is written {len(at)} times; keep one and run again")
-        if at:
-            i = at[0]
-            stop = next((j for j in range(i + 1, end) if not _BLANK.fullmatch(lines[j].rstrip("\r\n"))
-                         and _indent(lines[j]) <= indent and not _item(lines[j], indent)), end)
-            while stop > i + 1 and _BLANK.fullmatch(lines[stop - 1].rstrip("\r\n")):
-                stop -= 1  # the blank and comment lines before the next key are not the value's
-            comment = _comment(lines[i].rstrip("\r\n")) if stop == i + 1 else ""
-            lines[i:stop] = [shown + comment + eol]
-            end += 1 - (stop - i)
-        else:
-            lines.insert((body[-1] + 1) if body else start, shown + eol)
-            end += 1
-        body = [j for j in range(start, end) if not _BLANK.fullmatch(lines[j].rstrip("\r\n"))]
+    end = next((i for i in range(start, len(lines)) if not _blank(lines[i]) and _indent(lines[i]) == 0), len(lines))
+    _edit_block(lines, start, end, 2, data.get(section) or {}, values, section, eol, source)
     edited = "".join(lines)
     wanted = copy.deepcopy(data)
     wanted[section] = {**(wanted.get(section) or {}), **values}

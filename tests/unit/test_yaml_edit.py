@@ -1,5 +1,7 @@
 """rig.core.yaml_edit: a stack file's keys set in place, every comment and other line kept."""
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rig.core import RigError
 from rig.core.documents import parse_yaml
@@ -92,3 +94,48 @@ def test_a_key_is_found_by_its_value_however_it_is_quoted(spelt):
     edited = with_keys(text, "server", {"speculative_num_steps": 3}, "stack.yml")
     assert parse_yaml(edited, "edited")["server"] == {"speculative_num_steps": 3, "tp": 1}
     assert edited.count("speculative_num_steps") == 1 and "# mine" in edited
+
+
+ENVIRONMENT = """name: t
+environment:
+  nccl_pcie_only: false
+  vars:
+    # the hold we measured in March
+    RIG_FREE_OFF_HOLD: 64   # decode steps
+    "HF_HOME": /data/hf  # the big disk
+    OLD: x
+server:
+  tp: 1
+"""
+
+
+def test_a_mapping_is_edited_key_by_key_and_its_comments_stay():
+    """tune's proposal rewrote environment.vars as one flow line and lost the user's comments inside it."""
+    wanted = {"RIG_FREE_OFF_HOLD": 64, "HF_HOME": "/data/hf2", "RIG_FREE_OFF": "1"}
+    edited = with_keys(ENVIRONMENT, "environment", {"vars": wanted}, "stack.yml")
+    assert parse_yaml(edited, "edited")["environment"] == {"nccl_pcie_only": False, "vars": wanted}
+    assert "    # the hold we measured in March\n    RIG_FREE_OFF_HOLD: 64   # decode steps\n" in edited
+    assert '    "HF_HOME": "/data/hf2"  # the big disk\n' in edited
+    assert '    RIG_FREE_OFF: "1"\nserver:' in edited and "OLD: x" not in edited
+    assert edited.startswith("name: t\nenvironment:\n  nccl_pcie_only: false\n  vars:\n")
+
+
+@given(st.dictionaries(st.sampled_from(["A", "B", "HF_HOME", "x y", "é", "1", "true", "#", "a: b"]),
+                       st.one_of(st.text(max_size=8), st.integers(-5, 5)), max_size=5),
+       st.dictionaries(st.sampled_from(["A", "B", "HF_HOME", "x y", "é", "1", "true", "#", "a: b"]),
+                       st.one_of(st.text(max_size=8), st.integers(-5, 5)), min_size=1, max_size=5))
+@settings(max_examples=150, deadline=None)
+def test_any_nested_mapping_edit_gives_exactly_the_mapping_asked_for(before, after):
+    """Whatever the block holds and is set to, the edit gives exactly that document or refuses; never another."""
+    from rig.core.documents import dump_json
+
+    lines = "".join(f"    {dump_json(k, 'k')}: {dump_json(v, 'v')}  # c\n" for k, v in before.items())
+    text = f"environment:\n  vars:{' {}' if not before else ''}\n{lines}server:\n  tp: 1\n"
+    try:
+        edited = with_keys(text, "environment", {"vars": after}, "stack.yml")
+    except RigError as exc:
+        assert "edit it by hand" in str(exc) or "written" in str(exc)
+        return
+    assert parse_yaml(edited, "edited") == {"environment": {"vars": after}, "server": {"tp": 1}}
+    kept = [k for k in before if k in after]
+    assert edited.count("# c") >= len(kept)
