@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shlex
 import socket
 import time
 from dataclasses import dataclass, field
@@ -14,10 +15,34 @@ from urllib.parse import urlsplit
 from rig.core import RigError, outdir, proc, progress
 from rig.serving import smoke
 from rig.serving.sglang_api import KEY_ENV
-from rig.stack.spec import GRAPH_MAX
+from rig.stack.spec import GRAPH_MAX, switch_problem
 
 # what moves where a Python imports from: rig asks a venv with -I, which ignores them, and a unit never sets them
 IMPORT_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE")
+
+# rig's free-off patch's switches (RIG_FREE_OFF, its _DRAFT, _HOLD, _CHECK): one set in rig's own environment reaches
+# every server rig starts, over the stack's environment.vars (the venv's defaults), unrecorded
+FREE_OFF_PREFIX = "RIG_FREE_OFF"
+
+
+def inherited_switches() -> dict[str, str]:
+    """The RIG_FREE_OFF* variables of rig's own environment, which every server it starts inherits: a value the
+    stack would refuse is refused here too, so a dry run and the run stop alike."""
+    found = {name: value for name, value in sorted(os.environ.items()) if name.startswith(FREE_OFF_PREFIX)}
+    for name, value in found.items():
+        if problem := switch_problem(name, value):
+            raise RigError(f"rig's own environment sets {problem}; every server rig starts would inherit it: "
+                           f"unset {name} (env -u {name} rig ...) or give it one of its values")
+    return found
+
+
+def inherited_said(found: dict[str, str]) -> list[str]:
+    """FOUND (inherited_switches) as the line a dry run and a run say it in, or no line."""
+    if not found:
+        return []
+    shown = " ".join(f"{name}={shlex.quote(value)}" for name, value in found.items())
+    return [f"every server inherits {shown} from rig's own environment, over the stack's environment.vars "
+            "(a server's own assignments win): unset what you did not mean"]
 
 
 @dataclass

@@ -24,13 +24,20 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rig.core import RigError
+from rig.core import RigError, progress
 from rig.core.check import Check, Runner
 from rig.core.escape import cell, table
 from rig.python.introspect import held
 from rig.serving import numerics, testmodel
 from rig.serving import prove_free_off as free_off
-from rig.serving.launch import Servers, make_logs, results_dir, with_server
+from rig.serving.launch import (
+    Servers,
+    inherited_said,
+    inherited_switches,
+    make_logs,
+    results_dir,
+    with_server,
+)
 from rig.serving.measure.plan import plan_from
 from rig.serving.measure.record import recorded
 from rig.serving.measure.stats import shown
@@ -208,8 +215,9 @@ def _probe(python: Path, gpus: int, record: Check) -> None:
         raise RigError(f"peer-to-peer failed (rig machine probe): {record.detail}")
 
 
-def _given_model(models: Path, tps: list[int], record: Check) -> None:
-    """--skip testmodel: the model in MODELS must be rig's numerics test model, split for every TP size."""
+def given_model(models: Path, tps: list[int]) -> str:
+    """--skip testmodel: the model in MODELS must be rig's numerics test model, split for every TP size (the run's
+    step and --check's precondition alike)."""
     spec = testmodel.made_by_rig(models) or {}
     if spec.get("kind") != "numerics":
         said = f"its {testmodel.MARKER} says kind {spec.get('kind')!r}" if spec else f"no {testmodel.MARKER} of rig's"
@@ -218,7 +226,11 @@ def _given_model(models: Path, tps: list[int], record: Check) -> None:
     heads = spec.get("heads")
     if isinstance(heads, int) and not isinstance(heads, bool) and any(heads % tp for tp in tps):
         raise RigError(f"{models}: the model's {heads} heads do not split over TP {max(tps)}; rebuild it with --tp")
-    record.detail = f"{models}: rig's numerics test model, as it is (--skip testmodel)"
+    return f"{models}: rig's numerics test model, as it is (--skip testmodel)"
+
+
+def _given_step(models: Path, tps: list[int], record: Check) -> None:
+    record.detail = given_model(models, tps)
 
 
 def _testmodel(python: Path, models: Path, tps: list[int], record: Check) -> None:
@@ -291,11 +303,15 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
     tps = tp_sizes(stack, tp)
     if unknown := [s for s in skip if s not in STEPS]:
         raise RigError(f"--skip {', '.join(unknown)}: choose from {', '.join(STEPS)}")
+    inherited = inherited_switches()  # what every server proved here runs with beyond its own line
+    # a model the run would refuse fails --check too, before the servers' lines are asked of the venv's sglang
+    given = [given_model(models, tps)] if check and "testmodel" in skip else []
     lines = plan(stack, venv, models, tps, out)
     if check:
         steps = [s for s in STEPS if s not in skip]
-        return {"ok": True, "changed": False, "steps": steps, "servers": lines,
-                "msg": "\n".join([f"would run {', '.join(steps)}; the servers one at a time at {health_url(stack)}, "
+        return {"ok": True, "changed": False, "steps": steps, "servers": lines, "inherited_env": inherited,
+                "msg": "\n".join([*given, *inherited_said(inherited),
+                                  f"would run {', '.join(steps)}; the servers one at a time at {health_url(stack)}, "
                                   f"with the numerics test model in {models}:",
                                   *(f"  {name}: {' '.join(argv)}" for name, argv in lines.items())])}
     from rig.machine.doctor import visible_gpus
@@ -303,7 +319,9 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
     make_logs(out)
     report = Runner("prove")
     result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "tp_sizes": tps, "gpus": 0,
-                              "driver": None, "ok": False, "steps": []}
+                              "driver": None, "ok": False, "steps": [], "inherited_env": inherited}
+    for line in inherited_said(inherited):
+        progress(line)
 
     def settle(result: dict) -> None:
         result.update(ok=report.ok and not result.get("stopped"), steps=[asdict(s) for s in report.checks])
@@ -324,7 +342,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
         else:
             report.run("probe", lambda r: _probe(python, gpus, r))
         if "testmodel" in skip:
-            built = report.run("testmodel (given)", lambda r: _given_model(models, tps, r))
+            built = report.run("testmodel (given)", lambda r: _given_step(models, tps, r))
         else:
             built = report.run("testmodel", lambda r: _testmodel(python, models, tps, r))
         if "servers" in skip:

@@ -37,7 +37,15 @@ from typing import Any
 from rig.core import RigError, progress
 from rig.core.fs import atomic_write
 from rig.serving import adaptive, testmodel
-from rig.serving.launch import Servers, make_logs, results_dir, sized_for, with_server
+from rig.serving.launch import (
+    Servers,
+    inherited_said,
+    inherited_switches,
+    make_logs,
+    results_dir,
+    sized_for,
+    with_server,
+)
 from rig.serving.measure.plan import Plan, check_fits
 from rig.serving.measure.record import recorded
 from rig.serving.measure.sweep import Level, Server
@@ -153,6 +161,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
         api_key_env: str, check: bool = False, profile: tuple[str, dict[int, float]] | None = None) -> dict:
     stack = sized_for(stack, plan.concurrency)  # every server's graph given, and proposed with the policy
     out = results_dir(out, OUTPUTS)
+    inherited = inherited_switches()  # what every server measured here runs with beyond its own line
     step0_config = str(out / "step0.json")
     # every line rendered from a scratch copy of the step-0 config first: nothing is written before all is checked
     with tempfile.TemporaryDirectory() as scratch:
@@ -164,9 +173,9 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
     model = testmodel.ensure(stack["server"], Path(venv) / "bin" / "python", check)
     if check:
         found_plan = _check(stack, found, wanted, lines, plan)
-        if model:
-            found_plan["msg"] = model["msg"] + "\n" + found_plan["msg"]
-        return found_plan
+        found_plan["msg"] = "\n".join([*([model["msg"]] if model else []), *inherited_said(inherited),
+                                       found_plan["msg"]])
+        return {**found_plan, "inherited_env": inherited}
     if stack["tune"]["step0"]:
         atomic_write(step0_config, adaptive.render(STEP0_SLOTS))
         found = variants(stack, venv, step0_config, imports)
@@ -174,7 +183,9 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
     result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "plan": {**plan.__dict__},
                               "metric": plan.metric, "levels": [lv.name for lv in wanted], "variants": {},
                               "choices": [], "policy": {"kind": "none", "notes": []}, "confirmation": None,
-                              "recommendation": "not finished", "testmodel": model}
+                              "recommendation": "not finished", "testmodel": model, "inherited_env": inherited}
+    for line in inherited_said(inherited):
+        progress(line)
     extra: list[str] = []  # the policy's files, when it has them
     with recorded(out, result, "tune.json", report_markdown, figures) as written, \
             Servers(stack["server"]["start_timeout"], api_key_env) as servers:

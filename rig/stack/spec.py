@@ -83,11 +83,12 @@ def _requirement(value: str) -> str | None:
 
 # the free-off patch's switches, as its documentation spells them: any other value would be read as something
 # the user did not mean (a switch read as on, a mode the patch does not have)
-SWITCHES = {"RIG_FREE_OFF": ("0", "1"), "RIG_FREE_OFF_DRAFT": ("ingest", "extend")}
+SWITCHES = {"RIG_FREE_OFF": ("0", "1"), "RIG_FREE_OFF_DRAFT": ("ingest", "extend"), "RIG_FREE_OFF_CHECK": ("0", "1")}
 WHOLE = {"RIG_FREE_OFF_HOLD": 999_999}  # decode steps
 
 
-def _switch(name: str, val: str) -> str | None:
+def switch_problem(name: str, val: str) -> str | None:
+    """Why VAL is no value of the free-off switch NAME (None: it is one, or NAME is no switch)."""
     if name in SWITCHES and val not in SWITCHES[name]:
         return f"{name}: {val[:40]!r} is not one of its values; give one of: {', '.join(SWITCHES[name])}"
     if name in WHOLE and not (re.fullmatch(r"[0-9]{1,6}", val) and int(val) <= WHOLE[name]):
@@ -109,7 +110,7 @@ def _env_vars(value: dict) -> str | None:
             return f"{name}: {wrong}"
         if any(ord(c) < 32 for c in str(val)):
             return f"{name}: {str(val)[:40]!r} must be one line (no newline, tab or NUL): every start of the venv reads it"
-        if msg := _switch(name, str(val)):
+        if msg := switch_problem(name, str(val)):
             return msg
     return None
 
