@@ -160,7 +160,9 @@ def plan(stack: dict, venv: str, models: Path, tps: list[int], out: Path) -> dic
         lines[f"{BASELINE} {AGREE}"] = render(agree, venv, baseline=True)["argv"]
         lines[f"{EAGLE} {AGREE}"] = render(agree, venv)["argv"]
         if free_off.opted_in(stack):  # the numerics model and the agreeing one, each on a switching server
-            lines[free_off.SWITCHES] = render(free_off.switching(_with_model(stack, models, 1)), venv)["argv"]
+            for tp in tps:
+                lines[free_off.switches_label(tp)] = render(free_off.switching(_with_model(stack, models, tp)),
+                                                            venv)["argv"]
             lines[free_off.AFTER_OFF] = render(free_off.switching(agree), venv)["argv"]
     finally:
         close_parsers()
@@ -358,7 +360,8 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
             report.skip("acceptance", "not asked for (--skip acceptance)")
         else:
             _acceptance(stack, python, lines, out, report, api_key_env)
-        _free_off(stack, python, models, lines, out, report, api_key_env, skip, built.status)
+        _free_off(stack, python, lines, out, report, api_key_env, skip, built.status,
+                  max(size for size in tps if size == 1 or gpus >= size))
     failed = [s.name for s in report.checks if s.status == "fail"]
     return {"ok": report.ok, "files": written, "steps": [asdict(s) for s in report.checks],
             "msg": "\n".join([f"wrote {', '.join(written)}",
@@ -404,9 +407,10 @@ def _acceptance(stack: dict, python: Path, lines: dict[str, list[str]], out: Pat
     report.run(f"{AGREE}: acceptance", lambda r: judge_acceptance(base, spec, r))
 
 
-def _free_off(stack: dict, python: Path, models: Path, lines: dict[str, list[str]], out: Path, report: Runner,
-              api_key_env: str, skip: tuple[str, ...], numerics_model: str) -> None:
-    """rig.serving.prove_free_off's steps, where the stack opts into free-off and both test models are there."""
+def _free_off(stack: dict, python: Path, lines: dict[str, list[str]], out: Path, report: Runner, api_key_env: str,
+              skip: tuple[str, ...], numerics_model: str, tp: int) -> None:
+    """rig.serving.prove_free_off's steps, where the stack opts into free-off and both test models are there; the
+    switches at TP."""
     if "free-off" in skip:
         report.skip("free-off", "not asked for (--skip free-off)")
     elif not free_off.opted_in(stack):
@@ -415,7 +419,7 @@ def _free_off(stack: dict, python: Path, models: Path, lines: dict[str, list[str
         report.skip("free-off", "no numerics test model to serve")
     elif report.run(f"{free_off.AFTER_OFF}: {AGREE} testmodel",
                     lambda r: _agree_model(stack, out, python, r)).status != "fail":
-        free_off.run_steps(lines, health_url(stack), out, report, api_key_env, stack["bench"],
+        free_off.run_steps(lines, tp, health_url(stack), out, report, api_key_env, stack["bench"],
                            stack["server"]["start_timeout"],
                            lambda url, prompt, count: greedy_tokens(url, prompt, count, api_key_env, logprobs=False))
 

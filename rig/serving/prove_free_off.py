@@ -5,10 +5,10 @@ They run where the stack opts into free-off (patches.opt_in), each on an adaptiv
 within a short load, SLOTS (free-off-slots.json): EAGLE-3 at 3 steps below 4 running, step 0 from 4 up, with
 RIG_FREE_OFF_HOLD=0 so the routing follows the batch at once and every switch the load makes is taken:
 
-1. switches: the numerics test model and a burst of its prompts at once, each asking for more tokens than the one
-   before, so the batch trails off from all of them to one through both states. Every prompt's greedy tokens
-   must be the rule's, and the server's own log must show a switch each way (the patch logs `rig free-off:
-   steps A -> B`), else the load proved nothing.
+1. switches, at the largest TP size prove covers that the box has the GPUs for: the numerics test model and a
+   burst of its prompts at once, each asking for more tokens than the one before, so the batch trails off from all
+   of them to one through both states. Every prompt's greedy tokens must be the rule's, and the server's own log
+   must show a switch each way (the patch logs `rig free-off: steps A -> B`), else the load proved nothing.
 2. accept after off: the agreeing test model at one stream (fresh), then at OFF_BATCH (the off window: step 0,
    its accept length 1), then at one stream again: drafting has resumed, and its accept length, the server's own
    counters, must be within ACCEPT_TOLERANCE of the fresh one's.
@@ -47,9 +47,13 @@ def opted_in(stack: dict) -> bool:
     return FEATURE in stack["patches"]["opt_in"]
 
 
+def switches_label(tp: int) -> str:
+    return f"{SWITCHES} tp{tp}"
+
+
 def switching(stack: dict) -> dict:
-    """STACK's server adaptive over SLOTS at STEPS, topk 1, TP 1 (the caller puts its model in)."""
-    return with_server(stack, tp=1, speculative_num_steps=STEPS, speculative_eagle_topk=1,
+    """STACK's server adaptive over SLOTS at STEPS, topk 1, at its TP (the caller puts its model and TP in)."""
+    return with_server(stack, speculative_num_steps=STEPS, speculative_eagle_topk=1,
                        speculative_num_draft_tokens=STEPS + 1, speculative_adaptive_config=str(SLOTS_FILE))
 
 
@@ -122,9 +126,10 @@ def accept_phases(url: str, bench: dict | None, api_key_env: str, log: Path) -> 
     return phases
 
 
-def run_steps(lines: dict[str, list[str]], url: str, out: Path, report: Runner, api_key_env: str, bench: dict,
-              start_timeout: float, ask) -> None:
-    """The two steps, each on its own server from LINES (rendered by prove's plan); ASK is prove's greedy request."""
+def run_steps(lines: dict[str, list[str]], tp: int, url: str, out: Path, report: Runner, api_key_env: str,
+              bench: dict, start_timeout: float, ask) -> None:
+    """The two steps, each on its own server from LINES (rendered by prove's plan), the switches at TP (every rank
+    must take the same state at every step, so it runs where the box serves); ASK is prove's greedy request."""
     logs = out / "logs"
 
     def switches(log: Path, record: Check) -> None:
@@ -134,7 +139,8 @@ def run_steps(lines: dict[str, list[str]], url: str, out: Path, report: Runner, 
         judge_after_off(accept_phases(url, bench, api_key_env, log), record)
 
     with Servers(start_timeout, api_key_env) as servers:
-        for label, step, name in ((SWITCHES, switches, "free-off-switches"), (AFTER_OFF, after_off, "free-off-after")):
+        for label, step, name in ((switches_label(tp), switches, f"free-off-switches-tp{tp}"),
+                                  (AFTER_OFF, after_off, "free-off-after")):
             _on_its_server(servers, report, label, lines[label], url, logs / f"{name}.log", step)
 
 

@@ -103,7 +103,8 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     stacks, port = tmp_path / "stacks", _free_port()
     stacks.mkdir()
     venv, res = tmp_path / "venv", tmp_path / "results"
-    for name in ("stack-t1.yml", "stack-greedy.yml", "stack-free-off-t1.yml", "stack-free-off-greedy.yml"):
+    for name in ("stack-t1.yml", "stack-greedy.yml", "stack-free-off-t1.yml", "stack-free-off-greedy.yml",
+                 "stack-free-off-policy.yml", "stack-free-off-prove.yml"):
         rehearsal_stack(REAL_COST / name, stacks, venv, tmp_path / "models-8b", port)
     faults = tmp_path / "faults.json"
     # the batched scheduler's costs; the acceptance is the test model's own (the stand-in reads its record)
@@ -112,7 +113,8 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "VENV": str(venv), "RES": str(res),
            "SRC": str(tmp_path / "src"), "STAGE": str(tmp_path / "stage"), "OUT": str(tmp_path / "out"),
            "STACKS": str(stacks), "WHEELS": str(wheels), "WAIT_S": "1500", "PROVE_ARGS": "--skip doctor",
-           "SGLANG_STANDIN_FAULTS": str(faults), "PHASES": "prove tune-t1 tune-greedy free-off free-off-greedy"}
+           "SGLANG_STANDIN_FAULTS": str(faults), "GPUS": "2",
+           "PHASES": "prove tune-t1 tune-greedy free-off free-off-greedy free-off-prove free-off-tp"}
     script = REAL_COST / "run.sh"
     staged = subprocess.run(["bash", str(script), "stage", "1"], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=60, check=False)
@@ -124,7 +126,7 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     phases = (res / "phases.txt").read_text()
     rcs = {name: (res / f"{name}.rc").read_text().strip() for name in (
         "env-install", "prove", "tune-t1", "tune-greedy", "patch-free-off", "tune-free-off-t1", "patch-free-off-greedy",
-        "tune-free-off-greedy")}
+        "tune-free-off-greedy", "prove-free-off", "prove-tp2", "tune-free-off-tp2")}
     assert rcs["env-install"] == "0" and rcs["prove"] == "0", phases + (res / "prove.err").read_text()[-3000:]
     # the venv over the machine's Python: sglang from the staged wheel, torch from the machine's site
     seen = subprocess.run([str(venv / "bin" / "python"), "-c", "import sglang, torch; print(sglang.__file__)"],
@@ -155,5 +157,19 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     assert free["step0-plain"]["levels"]["C=64"]["output_throughput"] > 0  # measured, not profiled (no time for traces)
     prove = json.loads((res / "prove" / "prove.json").read_text())
     assert prove["ok"] and {s["name"]: s["status"] for s in prove["steps"]}["agree: acceptance"] == "pass"
+    # free-off-prove and free-off-tp (issues 71, 76): prove's free-off steps on the patched files, and at TP 2
+    # (no GPU here: the switches run at TP 1, the TP-2 servers are skipped) with a tune of the policy stack
+    for name in ("prove-free-off", "prove-tp2"):
+        assert rcs[name] == "0", phases + (res / f"{name}.err").read_text()[-3000:]
+        found = {s["name"]: s for s in json.loads((res / name / "prove.json").read_text())["steps"]}
+        assert found["free-off: switches tp1"]["status"] == "pass", found["free-off: switches tp1"]
+        assert found["free-off: switches tp1"]["data"]["switches"][:2] == ["3 -> 0", "0 -> 3"]
+        assert found["free-off: accept after off"]["status"] == "pass", found["free-off: accept after off"]
+    assert "TP 2 needs 2 GPUs; 0 visible" in {s["name"]: s for s in json.loads(
+        (res / "prove-tp2" / "prove.json").read_text())["steps"]}["tp2"]["detail"]
+    assert rcs["tune-free-off-tp2"] in ("0", "1"), phases + (res / "tune-free-off-tp2.err").read_text()[-3000:]
+    at_tp2 = json.loads((res / "tune-free-off-tp2" / "tune.json").read_text())["variants"]
+    assert not {n: v["stopped"] for n, v in at_tp2.items() if v.get("stopped")}
+    assert all("--tp-size 2" in " ".join(v["argv"]) for v in at_tp2.values()), {n: v["argv"] for n, v in at_tp2.items()}
     assert (tmp_path / "out" / "results.tgz").stat().st_size > 0
     assert not _servers_running(venv)

@@ -7,7 +7,9 @@
 #               applied to the venv's sglang, then `rig tune` on stack-free-off-t1.yml or stack-free-off-greedy.yml),
 #               free-off-policy (the same on stack-free-off-policy.yml: the policy beside its one step-0 server, rounds),
 #               free-off-check (free-off-policy with RIG_FREE_OFF_CHECK=1: ingest's draft KV against extend's, logged),
-#               free-off-prove (issue 71: the patches, then `rig prove`'s free-off steps alone on stack-free-off-prove.yml).
+#               free-off-prove (issue 71: the patches, then `rig prove`'s free-off steps alone on stack-free-off-prove.yml),
+#               free-off-tp (issue 76, a machine of N GPUs: `rig prove` at TP N, its free-off steps included, and
+#               `rig tune` on the policy stack at TP N; N is nvidia-smi's count, or $GPUS where there is none).
 #               Default: the first three; e.g. PHASES="free-off free-off-greedy" for the free-off runs alone;
 #               TUNE_ARGS (e.g. "--concurrency 16,256") go to every rig tune, as PROVE_ARGS to rig prove
 #   wait        wait for it again (a device call lasts at most 10 minutes; the whole run takes longer)
@@ -23,8 +25,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export SGLANG_LOG_MS=1  # the servers' log lines carry milliseconds: a step's time is read from them
 VENV=${VENV:-/root/venv}; RES=${RES:-/root/results}; SRC=${SRC:-/root/rig-src}; STAGE=${STAGE:-/root/stage}
 OUT=${OUT:-/tmp/out}; STACKS=${STACKS:-docs/validation/real-cost-h200}; PROVE_ARGS=${PROVE_ARGS:-}; TUNE_ARGS=${TUNE_ARGS:-}
-WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}; PHASES=${PHASES:-prove tune-t1 tune-greedy}
-KNOWN="prove tune-t1 tune-greedy free-off free-off-greedy free-off-policy free-off-check free-off-prove"  # phase() runs them
+WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}; PHASES=${PHASES:-prove tune-t1 tune-greedy}; GPUS=${GPUS:-}
+KNOWN="prove tune-t1 tune-greedy free-off free-off-greedy free-off-policy free-off-check free-off-prove free-off-tp"
 mkdir -p "$RES" "$OUT"
 VENV=$(realpath -m "$VENV"); RES=$(realpath -m "$RES"); SRC=$(realpath -m "$SRC"); STAGE=$(realpath -m "$STAGE")
 
@@ -85,6 +87,17 @@ phase() {
     free_off_patches "$1" "$STACKS/stack-free-off-prove.yml"
     rig_in prove-free-off prove --stack "$STACKS/stack-free-off-prove.yml" --out "$RES/prove-free-off" \
       --skip doctor --skip probe --skip servers --skip acceptance $PROVE_ARGS --json ;;
+  free-off-tp)
+    local gpus=${GPUS:-$(nvidia-smi -L | wc -l)} kind
+    for kind in prove policy; do  # the stacks at TP N: their one `tp:` line, rewritten into $RES
+      sed "s/^  tp: 1\$/  tp: $gpus/" "$STACKS/stack-free-off-$kind.yml" > "$RES/stack-free-off-$kind-tp$gpus.yml"
+      grep -q "^  tp: $gpus\$" "$RES/stack-free-off-$kind-tp$gpus.yml"
+    done
+    free_off_patches "$1" "$RES/stack-free-off-prove-tp$gpus.yml"
+    rig_in "prove-tp$gpus" prove --stack "$RES/stack-free-off-prove-tp$gpus.yml" --out "$RES/prove-tp$gpus" \
+      --skip doctor $PROVE_ARGS --json
+    rig_in "tune-free-off-tp$gpus" tune --stack "$RES/stack-free-off-policy-tp$gpus.yml" \
+      --out "$RES/tune-free-off-tp$gpus" $TUNE_ARGS --json ;;
   *) echo "unknown phase $1 (known: $KNOWN)" >&2; return 2 ;;
   esac
 }
@@ -120,7 +133,7 @@ all)
   for name in $PHASES; do  # refused before anything starts
     case " $KNOWN " in *" $name "*) ;; *) echo "unknown phase $name in PHASES (known: $KNOWN)" >&2; exit 2 ;; esac
   done
-  setsid bash -c "$(declare -f rig_in setup free_off_patches phase pipeline); $(declare -p VENV RES SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES KNOWN)
+  setsid bash -c "$(declare -f rig_in setup free_off_patches phase pipeline); $(declare -p VENV RES SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES KNOWN GPUS)
     (set -euo pipefail; pipeline) > \"\$RES/all.log\" 2>&1; echo \$? > \"\$RES/all.rc\"" < /dev/null \
     > /dev/null 2>&1 &
   echo $! > "$RES/all.pid"
