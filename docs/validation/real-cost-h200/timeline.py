@@ -19,26 +19,50 @@ from __future__ import annotations
 import argparse
 import gzip
 import re
+import sys
 from datetime import datetime
 from pathlib import Path
 
 IDLE_S = 0.3  # a gap this long is the client between rounds: left out of the wall
 LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})[^\]]*\] (Prefill|Decode) batch[.,] (.*)$")
-RUNNING = re.compile(r"#running-req: (\d+)")
-NEW_SEQ = re.compile(r"#new-seq: (\d+)")
-ACCEPT = re.compile(r"accept len: ([0-9.]+)")
+# counts of at most 9 digits and a plain decimal: what SGLang writes, and what int() and float() always take
+RUNNING = re.compile(r"#running-req: (\d{1,9})\b")
+NEW_SEQ = re.compile(r"#new-seq: (\d{1,9})\b")
+ACCEPT = re.compile(r"accept len: (\d{1,6}(?:\.\d{1,9})?)(?![0-9.])")
+EPOCH = datetime(1970, 1, 1)
+
+
+class LogError(Exception):
+    """A log that cannot be read at all: one line, never a traceback."""
+
+
+def _text(path: Path):
+    """PATH's lines, read as they come (a gzip one decompressed as it is read, never whole in memory)."""
+    try:
+        with (gzip.open(path, "rt", errors="replace") if path.suffix == ".gz" else
+              open(path, errors="replace")) as handle:
+            yield from handle
+    except (OSError, EOFError) as exc:  # gzip's BadGzipFile is an OSError
+        raise LogError(f"cannot read {ascii(str(path))}: {getattr(exc, 'strerror', None) or exc}; give a server's log "
+                       "(or its .gz)") from None
+
+
+def _seconds(stamp: str) -> float | None:
+    """The timestamp's seconds, or None where no such time exists (month 13, second 99): a line that is no log's."""
+    try:
+        return (datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f") - EPOCH).total_seconds()
+    except ValueError:
+        return None
 
 
 def lines(path: Path) -> list[tuple]:
     """(seconds, kind, running after the batch, accept length or None, whether it is a prefill into an empty
     server) per scheduler line with a ms timestamp."""
     rows = []
-    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    for text in raw.decode(errors="replace").splitlines():
-        m = LINE.match(text)
-        if not m:
+    for text in _text(path):
+        m = LINE.match(text.rstrip("\n"))
+        if not m or (at := _seconds(m[1])) is None:
             continue
-        at = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S.%f").timestamp()
         before = running = int(r[1]) if (r := RUNNING.search(m[3])) else 0
         if m[2] == "Prefill":  # a prefill line counts the running batch before its new sequences join
             running += int(n[1]) if (n := NEW_SEQ.search(m[3])) else 0
@@ -70,7 +94,7 @@ def summary(rows: list[tuple], level: int) -> dict:
     drafting_before = None
     for before, row in zip(rows, rows[1:], strict=False):
         gap = row[0] - before[0]
-        if gap >= IDLE_S:
+        if not 0 <= gap < IDLE_S:  # the client between rounds, or a line whose time runs backwards
             continue
         s["wall"] += gap
         if row[1] == "Prefill":
@@ -102,19 +126,39 @@ def table(paths: list[Path], levels: list[int]) -> str:
             if not s["wall"]:
                 continue
             rate = s["full"] / s["full_s"] if s["full_s"] else float("nan")
-            server = path.name.split(".")[0]
+            server = cell(path.name.split(".")[0])
             out.append(f"| {server} | C={level} | {s['wall']:.2f} | {s['prefills']} ({s['prefill_s']:.2f}) | "
                        f"{s['full']} ({s['full_s']:.2f}), {rate:.1f} | {s['below']} ({s['below_s']:.2f}), "
                        f"{s['below_drafting']} | {s['switches']} | {s['tokens'] / s['wall']:.0f} |")
     return "\n".join(out)
 
 
+def cell(text: str) -> str:
+    """TEXT as one table cell: a control character or a '|' shown, never a new row or column."""
+    return "".join(c if c.isprintable() and c != "|" else ascii(c)[1:-1] if c != "|" else "\\|" for c in text)
+
+
+def levels(text: str) -> list[int]:
+    """--levels: ascending whole numbers above 0, as tune runs them."""
+    try:
+        found = [int(c) for c in text.split(",")]
+    except ValueError:
+        found = []
+    if not found or found[0] < 1 or any(b <= a for a, b in zip(found, found[1:], strict=False)):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: give ascending whole numbers above 0, as 1,16,64")
+    return found
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="timeline", description=__doc__.split("\n")[0])
     parser.add_argument("logs", nargs="+", type=Path)
-    parser.add_argument("--levels", default="1,16,64,256")
+    parser.add_argument("--levels", type=levels, default="1,16,64,256")
     args = parser.parse_args()
-    print(table(args.logs, [int(c) for c in args.levels.split(",")]))
+    try:
+        print(table(args.logs, args.levels))
+    except LogError as exc:
+        print(f"timeline: error: {exc}", file=sys.stderr)
+        sys.exit(2)  # as argparse exits for a bad option
 
 
 if __name__ == "__main__":
