@@ -21,7 +21,10 @@ from rig.cli.common import (
 from rig.python import lock as locking
 from rig.python.installer import INSTALLERS
 from rig.python.venv import add, install, verify
-from rig.python.venv_archive import PULL_TIMEOUT, pack, read_manifest, restore, verify_against
+from rig.python.venv_archive.manifest import read_manifest
+from rig.python.venv_archive.pack import pack
+from rig.python.venv_archive.pull import PULL_TIMEOUT, restore
+from rig.python.venv_archive.tree import verify_against
 
 # the stack is read for its `venv` key alone
 whose_stack = stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")

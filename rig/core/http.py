@@ -6,17 +6,20 @@ with it), and no answer is read past its size limit.
 """
 from __future__ import annotations
 
+import hashlib
 import http.client
+import os
 import re
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from contextlib import contextmanager
-from typing import BinaryIO, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
 
-from rig.core import RigError
-from rig.core.fs import open_regular
+from rig.core import RigError, progress
+from rig.core.fs import open_plain, open_regular
 
 MAX_ANSWER = 64 << 20  # bytes: no answer rig asks a server for comes near it
 IDLE = 60.0  # seconds a download may wait for its next bytes
@@ -164,3 +167,64 @@ def _start(response, offset: int) -> int | None:
         return 0
     said = re.fullmatch(r"bytes ([0-9]{1,19})-[0-9]{1,19}/([0-9]{1,19}|\*)", response.headers.get("Content-Range", ""))
     return offset if response.status == 206 and offset and said and int(said[1]) == offset else None
+
+
+def resume(url: str, part: Path, what: str, size: int, timeout: float) -> str:
+    """URL, a file of SIZE bytes, downloaded into PART from where an earlier download stopped; its sha256 once PART
+    holds SIZE bytes. A download that fails keeps its bytes in PART to resume from, but an empty PART goes, and so
+    does one no run could finish: the server's file ends before it (416), or has no byte past it."""
+    try:
+        made = open_plain(part, os.O_RDWR | os.O_CREAT, f"{what}'s partial download", follow=False)
+    except RigError as exc:
+        raise RigError(f"{exc}: rig's partial download is a plain file; remove it and pull again") from None
+    with os.fdopen(made, "r+b") as handle:
+        digest, have, resumed = _continued(handle, url, what, size, timeout, part)
+    if have < size:  # the answer ended short of the file, as it said it would (no length, or a file)
+        if have > resumed:
+            raise RigError(f"{url} ended after {have} of {what}'s {size} bytes: run again to resume")
+        part.unlink(missing_ok=True)
+        raise RigError(f"{url} has no bytes past {have} of {what}'s {size}: the partial download is removed; pull "
+                       "again, or serve the whole file there")
+    return digest.hexdigest()
+
+
+def _continued(handle, url: str, what: str, size: int, timeout: float, part: Path) -> tuple[Any, int, int]:
+    """URL into HANDLE, the open partial download PART, from where it stops: (its digest, its bytes, the bytes it
+    held before)."""
+    digest, have = hashlib.sha256(), 0
+    try:
+        if os.fstat(handle.fileno()).st_size <= size:  # the bytes already there, hashed first
+            while block := handle.read(1 << 20):
+                digest.update(block)
+                have += len(block)
+        resumed = have
+        if have < size:
+            if have:
+                progress(f"resuming {url} at byte {have} of {size}")
+            with answer(url, what, size, timeout, offset=have) as (start, chunks):
+                if start != have:  # the server sent the whole file: start over
+                    handle.seek(0)
+                    digest, have, resumed = hashlib.sha256(), 0, 0
+                handle.truncate(have)
+                for chunk in chunks:
+                    digest.update(chunk)
+                    handle.write(chunk)
+                    have += len(chunk)
+        handle.flush()
+        os.fsync(handle.fileno())
+    except BaseException as exc:
+        shorter = isinstance(exc.__cause__, urllib.error.HTTPError) and exc.__cause__.code == 416
+        try:
+            handle.flush()  # what came before the failure is kept
+        except OSError:
+            pass
+        kept = os.fstat(handle.fileno()).st_size
+        if shorter or not kept:
+            part.unlink(missing_ok=True)
+        if shorter:
+            raise RigError(f"{exc}: {what} there ends before byte {have}, where the partial download stopped; "
+                           "the partial download is removed: pull again") from None
+        if kept and isinstance(exc, RigError):
+            raise RigError(f"{exc}; the {kept} bytes pulled are kept: run again to resume") from exc
+        raise
+    return digest, have, resumed

@@ -31,16 +31,11 @@ from harness.commands import rig
 from rig.core import RigError
 from rig.core import http as rig_http
 from rig.python.venv import MARKER
-from rig.python.venv_archive import (
-    FIXED_MTIME,
-    fits,
-    pack,
-    pull,
-    read_manifest,
-    restore,
-    unpack,
-    verify_against,
-)
+from rig.python.venv_archive.manifest import FIXED_MTIME, fits, read_manifest
+from rig.python.venv_archive.pack import pack
+from rig.python.venv_archive.pull import pull, restore
+from rig.python.venv_archive.tree import verify_against
+from rig.python.venv_archive.unpack import unpack
 from rig.python.wheel_serving import WheelServer
 
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd binary (apt-get install zstd)")

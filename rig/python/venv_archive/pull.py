@@ -1,0 +1,110 @@
+"""An archive and its manifest pulled from a server (the archive resumed where a pull stopped), and `rig venv
+unpack`'s whole run: the manifest from a file or a URL, the archive pulled where it is remote, then unpacked."""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import urllib.parse
+from pathlib import Path
+
+from rig.core import RigError, http
+from rig.core.fs import atomic_write, held, open_plain
+from rig.python.venv_archive.manifest import (
+    MANIFEST_LIMIT,
+    MANIFEST_TIMEOUT,
+    absolute,
+    digest_of,
+    is_url,
+    manifest_source,
+    read_manifest,
+)
+from rig.python.venv_archive.unpack import settle, unpack
+
+PULL_TIMEOUT = 3600.0  # seconds for the whole archive; a pull cut off resumes where it stopped when run again
+
+
+def pull(source: str, dest_dir: str | Path, expected: dict | None = None, timeout: float = PULL_TIMEOUT) -> Path:
+    """An archive and its manifest from SOURCE (the manifest's URL, a directory's URL where EXPECTED names the
+    lock_hash, or a local path) into DEST_DIR; the archive's path. Each key of EXPECTED (the manifest already read,
+    or some of its fields) must equal the pulled manifest's, before the archive is downloaded. The archive grows in
+    NAME.tar.zst.part, resumed from its size where a pull was cut short, hashed as it streams, and takes its name
+    only once its sha256 and size are the manifest's; the manifest is written last: present means whole."""
+    wanted = expected or {}
+    source = manifest_source(source, wanted.get("lock_hash"))
+    if not is_url(source):
+        source = Path(source).absolute().as_uri()
+    taken = io.BytesIO()
+    http.download(source, taken, "the venv archive's manifest", MANIFEST_LIMIT, MANIFEST_TIMEOUT)
+    manifest = read_manifest(taken.getvalue(), source)
+    for key, value in wanted.items():
+        if manifest.get(key) != value:
+            raise RigError(f"{source} is not the manifest expected: its {key} is {str(manifest.get(key))[:80]!r}, "
+                           f"not {str(value)[:80]!r}")
+    name, want, size = manifest["archive"]["name"], manifest["archive"]["sha256"], manifest["archive"]["size"]
+    url = urllib.parse.urljoin(source, urllib.parse.quote(f"{name}.tar.zst"))
+    dest = Path(dest_dir)
+    final, part = dest / f"{name}.tar.zst", dest / f"{name}.tar.zst.part"
+    if dest.is_symlink() or (os.path.lexists(dest) and not dest.is_dir()):
+        raise RigError(f"{dest} is a link or not a directory; rig pulls only into a directory of its own: remove it")
+    dest.mkdir(parents=True, exist_ok=True)
+    with held(dest / f".{name}.pull.lock"):  # two pulls into one directory take turns; the second finds it whole
+        if final.is_file() and not final.is_symlink() and final.stat().st_size == size:
+            with os.fdopen(open_plain(final, os.O_RDONLY, "the venv archive", follow=False), "rb") as handle:
+                if digest_of(handle) == (want, size):
+                    atomic_write(dest / f"{name}.manifest.json", taken.getvalue())
+                    return final
+        digest = http.resume(url, part, "the archive", size, timeout)
+        if digest != want:
+            part.unlink(missing_ok=True)
+            raise RigError(f"{url} is not the archive its manifest describes (sha256 or size differs); the partial "
+                           "download is removed: pull again, or pack the archive again where it is served")
+        os.replace(part, final)
+        atomic_write(dest / f"{name}.manifest.json", taken.getvalue())
+    return final
+
+
+def restore(manifest_from: str, venv: str | Path, archive: str | Path | None = None, lock_hash: str | None = None,
+            check: bool = False, timeout: float = PULL_TIMEOUT) -> dict:
+    """`rig venv unpack`: the manifest from a file (its archive beside it, or ARCHIVE) or a URL (its archive
+    pulled beside the venv, resumable, removed once unpacked), or from a directory of either kind where LOCK_HASH
+    names the archive; everything that can refuse without the archive refuses before it is pulled."""
+    venv = absolute(venv)
+    manifest_from = manifest_source(manifest_from, lock_hash)
+    manifest = read_manifest(manifest_from)
+    done = settle(manifest, venv, lock_hash, check)
+    if done is not None:
+        return done
+    if archive is not None:
+        return unpack(archive, manifest, venv, lock_hash, check)
+    if not is_url(manifest_from):
+        return unpack(Path(manifest_from).with_name(f"{manifest['archive']['name']}.tar.zst"), manifest, venv,
+                      lock_hash, check)
+    if check:  # the pull is the run's first action: the archive is looked at once it is here
+        return {"changed": True, "venv": str(venv), "msg": f"would pull {manifest['archive']['name']} from "
+                f"{manifest_from} and unpack it into {venv}"}
+    pulled = venv.parent / f".{venv.name}.rig-pull"
+    try:
+        got = pull(manifest_from, pulled, manifest, timeout)
+    except BaseException:
+        _drop(pulled, keep_part=True)  # a pull cut short leaves its .part to resume from, and nothing else
+        raise
+    try:
+        result = unpack(got, manifest, venv, lock_hash)
+    except RigError:
+        _drop(pulled)  # an archive that does not unpack would not unpack next time either
+        raise
+    _drop(pulled)  # unpacked and checked: the download has served
+    return result
+
+
+def _drop(pulled: Path, keep_part: bool = False) -> None:
+    """The pull directory PULLED removed (but where it holds a partial download to resume, with KEEP_PART); never
+    anything a link there leads to."""
+    if pulled.is_symlink() or not pulled.is_dir():
+        return
+    if keep_part and any(path.name.endswith(".part") for path in pulled.iterdir()):
+        return
+    shutil.rmtree(pulled, ignore_errors=True)
+
+
