@@ -24,6 +24,11 @@ def terminal(text: str) -> str:
     return _visible(text, keep="\n")
 
 
+def inline(text: str) -> str:
+    """TEXT within one of rig's lines: every control character, a newline too, visible."""
+    return _visible(text)
+
+
 def rig_line(text: str) -> str:
     """`rig: TEXT`, a line rig writes to a person (progress, an error): control characters visible, and lines
     after the first indented, so that a path or name holding a newline can start no line of its own (no forged

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rig.core import RigError, outdir, proc, progress
+from rig.core.escape import inline
 from rig.serving import smoke
 from rig.serving.sglang_api import KEY_ENV
 from rig.stack.spec import GRAPH_MAX, switch_problem
@@ -40,7 +41,7 @@ def inherited_said(found: dict[str, str]) -> list[str]:
     """FOUND (inherited_switches) as the line a dry run and a run say it in, or no line."""
     if not found:
         return []
-    shown = " ".join(f"{name}={shlex.quote(value)}" for name, value in found.items())
+    shown = inline(" ".join(f"{name}={shlex.quote(value)}" for name, value in found.items()))  # a value forges no line
     return [f"every server inherits {shown} from rig's own environment, over the stack's environment.vars "
             "(a server's own assignments win): unset what you did not mean"]
 

@@ -64,3 +64,11 @@ def test_the_stack_takes_only_the_check_switchs_documented_values(value):
     """The patch reads RIG_FREE_OFF_CHECK == "1": any other value was a check the user asked for and never got."""
     with pytest.raises(RigError, match="RIG_FREE_OFF_CHECK: .* is not one of its values; give one of: 0, 1"):
         validate({"name": "t", "cuda": {"version": "13.0.2"}, "environment": {"vars": {"RIG_FREE_OFF_CHECK": value}}})
+
+
+def test_an_inherited_value_forges_no_line(tmp_path, no_servers, monkeypatch):
+    monkeypatch.setenv("RIG_FREE_OFF_NOTE", "x\nrig: error: forged\x1b[2J")
+    done = prove.run(STACK, "stack.yml", "/nonexistent/venv", tmp_path / "out", None, (), tmp_path / "m", check=True)
+    said = done["msg"].splitlines()[0]
+    assert said.startswith("every server inherits RIG_FREE_OFF_NOTE='x\\nrig: error: forged\\x1b[2J' from")
+    assert not any(line.startswith("rig: error") for line in done["msg"].splitlines())
