@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from harness.boxes import Box, new_box, remove_boxes
 from harness.commands import run
 from harness.lab import Lab, built_once, default_venv, overlay
 from harness.paths import BIN, CUDA_STACK, LOCK_059, REPO
-from harness.standin import STAND_IN, free_port
+from harness.standin import STAND_IN, free_port, listening
 from harness.worker_groups import GroupScheduling, collection_rank
 
 
@@ -58,9 +57,8 @@ def serve():
         procs.append(proc)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    return f"http://127.0.0.1:{port}"
+            if listening(port):
+                return f"http://127.0.0.1:{port}"
             assert proc.poll() is None, proc.stderr.read().decode()
             time.sleep(0.1)
         raise AssertionError("the stand-in did not listen within 30 s")

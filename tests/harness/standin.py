@@ -1,4 +1,5 @@
-"""The SGLang stand-in (tests/sglang_api_server.py): a port for it to listen on, and the cases a test gives it
+"""The SGLang stand-in (tests/sglang_api_server.py, its sglang package in tests/data/sglang_standin): a port for
+it to listen on, whether it listens, the servers still running, its cost model and the cases a test gives it
 (tests/conftest.py serve starts it on this machine)."""
 from __future__ import annotations
 
@@ -10,12 +11,35 @@ from pathlib import Path
 from harness.paths import REPO
 
 STAND_IN = REPO / "tests" / "sglang_api_server.py"
+STANDIN = REPO / "tests" / "data" / "sglang_standin"  # the sglang package a stand-in venv imports
+# Costs in ms: a step's fixed part, each verified token of each running request, each draft step.
+# With 80% acceptance per position, 3 steps make 2.95 tokens a step: EAGLE-3 (3 steps) serves one
+# stream at ~1.9x the baseline and 64 at ~0.8x; 1 step sits in between.
+MODEL = ["--step-ms", "4", "--token-ms", "0.5", "--draft-ms", "0.25", "--accept-rate", "0.8"]
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def servers_running(venv: Path) -> list[str]:
+    """Command lines of processes that run the venv's Python: every stand-in server a run started."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].decode(errors="replace").startswith(str(venv)):
+            found.append(" ".join(a.decode(errors="replace") for a in argv))
+    return found
 
 
 def standin_case(tmp_path: Path, stack: dict):

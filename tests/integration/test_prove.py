@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 from harness.commands import rig
 from harness.paths import BIN, REPO
-from harness.standin import standin_case
-from test_tune import _free_port, _listening, _servers_running
+from harness.standin import free_port, listening, servers_running, standin_case
 
 pytestmark = pytest.mark.venv
 
@@ -48,7 +47,7 @@ def models(prove_venv, tmp_path_factory) -> Path:
 
 @pytest.fixture
 def prove_case(tmp_path, prove_venv, models):
-    port = _free_port()
+    port = free_port()
     stack = {"name": "prove-test", "cuda": {"version": "13.0.2"}, "venv": str(prove_venv),
              "server": {"model": "/models/target", "draft_model": "/models/eagle3", "port": port,
                         "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
@@ -56,8 +55,8 @@ def prove_case(tmp_path, prove_venv, models):
     case = standin_case(tmp_path, stack)
     case.port, case.dir, case.models = port, tmp_path, models
     yield case
-    assert not _servers_running(prove_venv), "a server outlived the prove run"
-    assert not _listening(port)
+    assert not servers_running(prove_venv), "a server outlived the prove run"
+    assert not listening(port)
 
 
 def prove(stack: Path, out: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -156,9 +155,9 @@ def test_sigterm_stops_every_server_prove_started_and_leaves_what_it_has(prove_c
                             cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not _listening(prove_case.port) and time.monotonic() < deadline and proc.poll() is None:
+    while not listening(prove_case.port) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
-    assert _listening(prove_case.port), proc.communicate()[1][-2000:]
+    assert listening(prove_case.port), proc.communicate()[1][-2000:]
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM and "rig: terminated" in err, err[-2000:]
@@ -181,7 +180,7 @@ def test_check_prints_every_server_line_and_starts_nothing(prove_case):
     eagle = plan["servers"]["eagle3 tp2"]
     assert "--speculative-algorithm" in eagle and eagle[eagle.index("--tp-size") + 1] == "2"
     assert str(out / "models" / "target") in plan["servers"]["baseline tp1"]
-    assert not out.exists() and not _listening(prove_case.port)
+    assert not out.exists() and not listening(prove_case.port)
 
 
 def test_a_given_model_that_is_not_the_numerics_one_is_refused_before_any_server_starts(prove_case):

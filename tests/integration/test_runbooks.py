@@ -23,10 +23,9 @@ from pathlib import Path
 import pytest
 import yaml
 from harness.paths import REPO
-from test_tune import MODEL, _free_port, _servers_running
+from harness.standin import MODEL, STANDIN, free_port, servers_running
 
 pytestmark = pytest.mark.venv
-STANDIN = REPO / "tests" / "data" / "sglang_standin"
 REAL_COST = REPO / "docs" / "validation" / "real-cost-h200"
 
 
@@ -100,7 +99,7 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     bin_dir = machine_python(tmp_path, lab)
     wheels = tmp_path / "wheels"
     standin_wheel(wheels / "p1", real=free_off_targets())
-    stacks, port = tmp_path / "stacks", _free_port()
+    stacks, port = tmp_path / "stacks", free_port()
     stacks.mkdir()
     venv, res = tmp_path / "venv", tmp_path / "results"
     for name in ("stack-t1.yml", "stack-greedy.yml", "stack-free-off-t1.yml", "stack-free-off-greedy.yml",
@@ -172,4 +171,4 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     assert not {n: v["stopped"] for n, v in at_tp2.items() if v.get("stopped")}
     assert all("--tp-size 2" in " ".join(v["argv"]) for v in at_tp2.values()), {n: v["argv"] for n, v in at_tp2.items()}
     assert (tmp_path / "out" / "results.tgz").stat().st_size > 0
-    assert not _servers_running(venv)
+    assert not servers_running(venv)

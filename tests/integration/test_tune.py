@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,39 +18,7 @@ import pytest
 import yaml
 from harness.commands import rig
 from harness.paths import REPO
-from harness.standin import standin_case
-
-# Costs in ms: a step's fixed part, each verified token of each running request, each draft step.
-# With 80% acceptance per position, 3 steps make 2.95 tokens a step: EAGLE-3 (3 steps) serves one
-# stream at ~1.9x the baseline and 64 at ~0.8x; 1 step sits in between.
-MODEL = ["--step-ms", "4", "--token-ms", "0.5", "--draft-ms", "0.25", "--accept-rate", "0.8"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _servers_running(venv: Path) -> list[str]:
-    """Command lines of processes that run the venv's Python: every stand-in server tune started."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].decode(errors="replace").startswith(str(venv)):
-            found.append(" ".join(a.decode(errors="replace") for a in argv))
-    return found
-
-
-STANDIN = REPO / "tests" / "data" / "sglang_standin"
+from harness.standin import MODEL, STANDIN, free_port, listening, servers_running, standin_case
 
 
 def make_standin_venv(venv: Path, package: Path = STANDIN) -> Path:
@@ -74,7 +41,7 @@ def tune_case(tmp_path, standin_venv):
     for name in ("target", "draft"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text("{}")
-    port = _free_port()
+    port = free_port()
     stack = {"name": "tune-test", "cuda": {"version": "13.0.2"}, "venv": str(standin_venv),
              "server": {"model": str(tmp_path / "target"), "draft_model": str(tmp_path / "draft"), "port": port,
                         "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
@@ -84,7 +51,7 @@ def tune_case(tmp_path, standin_venv):
     case = standin_case(tmp_path, stack)
     case.port, case.venv, case.dir = port, standin_venv, tmp_path
     yield case
-    assert not _servers_running(standin_venv), "a server outlived the tune run"
+    assert not servers_running(standin_venv), "a server outlived the tune run"
 
 
 def three_steps_only(stack: Path) -> None:
@@ -172,7 +139,7 @@ def test_check_renders_every_line_and_starts_nothing(tune_case):
     assert set(plan["variants"]) == {"baseline", "eagle3-1", "eagle3-3"}
     assert plan["levels"] == ["C=1", "C=64", "R=50/s"]
     assert "--speculative-num-steps" in plan["variants"]["eagle3-1"]
-    assert not _listening(tune_case.port) and not (tune_case.dir / "out").exists()
+    assert not listening(tune_case.port) and not (tune_case.dir / "out").exists()
 
 
 def test_poisson_rates_are_measured_and_mapped_to_their_running_batch(tune_case):
@@ -205,7 +172,7 @@ def test_bad_prompt_files_are_one_clear_error_and_start_nothing(tune_case, conte
         prompts.write_text(content)
     done = tune(stack, tune_case.dir / "out", env, "--prompts", str(prompts))
     assert done.returncode == 2 and says in done.stderr, done.stderr
-    assert done.stderr.count("rig: error:") == 1 and not _listening(tune_case.port)
+    assert done.stderr.count("rig: error:") == 1 and not listening(tune_case.port)
 
 
 def test_a_prompt_file_drives_the_requests(tune_case):
@@ -229,7 +196,7 @@ def test_a_server_that_dies_mid_tune_fails_that_step_and_leaves_nothing_running(
     result = json.loads((out / "tune.json").read_text())
     assert result["stopped"] and result["variants"]["baseline"]["stopped"]
     assert list(result["variants"]) == ["baseline"]  # nothing after the failed step started
-    assert not _listening(tune_case.port)
+    assert not listening(tune_case.port)
 
 
 def test_server_args_refuses_adaptive_speculation_sglang_would_refuse(tune_case, tmp_path):
@@ -266,16 +233,16 @@ def test_sigterm_stops_every_server_it_started_and_writes_what_was_measured(tune
                              "--min-requests", "8", "--min-seconds", "30"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not _listening(tune_case.port) and time.monotonic() < deadline and proc.poll() is None:
+    while not listening(tune_case.port) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     time.sleep(2)  # the baseline is up and being measured (each round lasts 30 s)
-    assert _listening(tune_case.port) and _servers_running(tune_case.venv)
+    assert listening(tune_case.port) and servers_running(tune_case.venv)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and "rig: terminated" in err, err[-2000:]
     result = json.loads((out / "tune.json").read_text())
     assert result["stopped"] and result["recommendation"] == "not finished"
-    assert not _listening(tune_case.port)
+    assert not listening(tune_case.port)
 
 
 @pytest.mark.parametrize("setup, args, says", [
@@ -300,7 +267,7 @@ def test_hostile_outputs_and_levels_are_refused_and_leave_nothing_running(tune_c
         (out / "tune.json").mkdir()
     done = tune(stack, out, env, *args)
     assert done.returncode == 2 and says in done.stderr and done.stderr.count("rig: error:") == 1, done.stderr[-1500:]
-    assert not _listening(tune_case.port)
+    assert not listening(tune_case.port)
     assert not (tune_case.dir / "elsewhere").exists() or not any((tune_case.dir / "elsewhere").iterdir())
 
 

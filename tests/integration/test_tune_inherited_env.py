@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from test_tune import MODEL, _listening, standin_venv, tune, tune_case  # noqa: F401  (fixtures)
+from harness.standin import MODEL, listening
+from test_tune import standin_venv, tune, tune_case  # noqa: F401  (fixtures)
 
 
 def test_check_names_a_switch_every_server_would_inherit(tune_case):  # noqa: F811
@@ -16,7 +17,7 @@ def test_check_names_a_switch_every_server_would_inherit(tune_case):  # noqa: F8
     plan = json.loads(done.stdout)
     assert plan["inherited_env"] == {"RIG_FREE_OFF_CHECK": "1", "RIG_FREE_OFF_HOLDS": "9"}
     assert "every server inherits RIG_FREE_OFF_CHECK=1 RIG_FREE_OFF_HOLDS=9 from rig's own environment" in plan["msg"]
-    assert not _listening(tune_case.port) and not (tune_case.dir / "out").exists()
+    assert not listening(tune_case.port) and not (tune_case.dir / "out").exists()
 
 
 def test_a_switch_the_stack_would_refuse_is_refused_in_rigs_environment_too(tune_case):  # noqa: F811
@@ -27,4 +28,4 @@ def test_a_switch_the_stack_would_refuse_is_refused_in_rigs_environment_too(tune
             assert done.returncode == 2, done.stderr
             assert done.stderr.startswith(f"rig: error: rig's own environment sets {name}: ") and \
                 f"unset {name}" in done.stderr and done.stderr.count("\n") == 1, done.stderr
-            assert not _listening(tune_case.port) and not (tune_case.dir / "out").exists()
+            assert not listening(tune_case.port) and not (tune_case.dir / "out").exists()
