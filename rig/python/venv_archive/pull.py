@@ -19,7 +19,7 @@ from rig.python.venv_archive.manifest import (
     manifest_source,
     read_manifest,
 )
-from rig.python.venv_archive.unpack import settle, unpack
+from rig.python.venv_archive.unpack import made_parents, settle, unpack
 
 PULL_TIMEOUT = 3600.0  # seconds for the whole archive; a pull cut off resumes where it stopped when run again
 
@@ -72,28 +72,29 @@ def restore(manifest_from: str, venv: str | Path, archive: str | Path | None = N
     venv = absolute(venv)
     manifest_from = manifest_source(manifest_from, lock_hash)
     manifest = read_manifest(manifest_from)
-    done = settle(manifest, venv, lock_hash, check)
+    if archive is None and not is_url(manifest_from):
+        archive = Path(manifest_from).with_name(f"{manifest['archive']['name']}.tar.zst")
+    local = {"manifest": manifest_from} if not is_url(manifest_from) else {}
+    done = settle(manifest, venv, lock_hash, check, {**local, **({"archive": archive} if archive else {})})
     if done is not None:
         return done
     if archive is not None:
         return unpack(archive, manifest, venv, lock_hash, check)
-    if not is_url(manifest_from):
-        return unpack(Path(manifest_from).with_name(f"{manifest['archive']['name']}.tar.zst"), manifest, venv,
-                      lock_hash, check)
     if check:  # the pull is the run's first action: the archive is looked at once it is here
         return {"changed": True, "venv": str(venv), "msg": f"would pull {manifest['archive']['name']} from "
                 f"{manifest_from} and unpack it into {venv}"}
     pulled = venv.parent / f".{venv.name}.rig-pull"
-    try:
-        got = pull(manifest_from, pulled, manifest, timeout)
-    except BaseException:
-        _drop(pulled, keep_part=True)  # a pull cut short leaves its .part to resume from, and nothing else
-        raise
-    try:
-        result = unpack(got, manifest, venv, lock_hash)
-    except RigError:
-        _drop(pulled)  # an archive that does not unpack would not unpack next time either
-        raise
+    with made_parents(venv.parent):  # a refused pull or unpack leaves no parent it made
+        try:
+            got = pull(manifest_from, pulled, manifest, timeout)
+        except BaseException:
+            _drop(pulled, keep_part=True)  # a pull cut short leaves its .part to resume from, and nothing else
+            raise
+        try:
+            result = unpack(got, manifest, venv, lock_hash)
+        except RigError:
+            _drop(pulled)  # an archive that does not unpack would not unpack next time either
+            raise
     _drop(pulled)  # unpacked and checked: the download has served
     return result
 

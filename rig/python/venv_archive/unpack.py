@@ -8,6 +8,7 @@ refuse every venv (its bin/python is an absolute link) and resolve each path (ha
 Python 3.11 before 3.11.4, which rig supports, has no filters."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -15,6 +16,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from rig.core import RigError, progress
@@ -30,14 +32,21 @@ ZSTD_EXIT = 5.0  # seconds zstd takes to exit once it has failed and closed its 
 TRAILER_LIMIT = 1 << 20  # bytes after the tar's end: tar pads its last record (10 kB); not a stream to drain
 
 
-def settle(manifest: dict, venv: Path, lock_hash: str | None, check: bool) -> dict | None:
-    """Every refusal that needs no archive, then the answer where nothing is to be written (the venv already
-    holds the lock); None where the archive is to be read."""
+def settle(manifest: dict, venv: Path, lock_hash: str | None, check: bool,
+           inputs: dict[str, str | Path] | None = None) -> dict | None:
+    """Every refusal that needs no archive, INPUTS (what the run reads: {"manifest": path, ...}) inside the venv
+    among them, then the answer where nothing is to be written (the venv already holds the lock); None where the
+    archive is to be read."""
     name = manifest["archive"]["name"]
     if why := fits(manifest, lock_hash, venv):
         raise RigError(f"archive {name} does not fit {venv}: {why}")
     if venv.parent == venv:
         raise RigError(f"{venv} is the root directory, no venv's path; give the venv's own directory")
+    real = Path(os.path.realpath(venv))
+    for what, path in (inputs or {}).items():  # the old venv is moved aside and removed, and its files with it
+        if real in Path(os.path.realpath(path)).parents:
+            raise RigError(f"the {what} {path} is inside {venv}, which the unpack replaces (and removes with the old "
+                           f"venv): move it out of {venv} first")
     try:
         seen = os.lstat(venv)
     except (FileNotFoundError, NotADirectoryError):  # a file above it: said below
@@ -67,7 +76,7 @@ def unpack(archive: str | Path, manifest: dict, venv: str | Path, lock_hash: str
     venv already holds its lock. Every member must be the manifest's next entry, bytes and all, or the staging
     directory is removed and nothing at VENV changes."""
     venv = absolute(venv)
-    done = settle(manifest, venv, lock_hash, check)
+    done = settle(manifest, venv, lock_hash, check, {"archive": archive})
     if done is not None:
         return done
     zstd, name = zstd_binary(), manifest["archive"]["name"]
@@ -79,21 +88,40 @@ def unpack(archive: str | Path, manifest: dict, venv: str | Path, lock_hash: str
             return {"changed": True, "venv": str(venv), "msg": f"would unpack {name} into {venv}" +
                     (", replacing the venv there" if venv.exists() else "")}
         handle.seek(0)  # zstd reads the very file just hashed, not whatever the path names by now
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            staging = Path(tempfile.mkdtemp(dir=venv.parent, prefix=f".{venv.name}.rig-unpack-"))  # same filesystem
-        except OSError as exc:
-            raise RigError(f"cannot make the staging directory beside {venv}: {exc.strerror or exc}") from None
-        try:
-            progress(f"unpacking {name} ({len(manifest['entries'])} entries) into {venv}")
-            _decompress(zstd, handle, manifest, staging, str(archive))
-            _marked(staging, manifest, str(archive))
-            _swap(staging, venv)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+        with made_parents(venv.parent):
+            try:
+                staging = Path(tempfile.mkdtemp(dir=venv.parent, prefix=f".{venv.name}.rig-unpack-"))  # one filesystem
+            except OSError as exc:
+                raise RigError(f"cannot make the staging directory beside {venv}: {exc.strerror or exc}") from None
+            try:
+                progress(f"unpacking {name} ({len(manifest['entries'])} entries) into {venv}")
+                _decompress(zstd, handle, manifest, staging, str(archive))
+                _marked(staging, manifest, str(archive))
+                _swap(staging, venv)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
     return {"changed": True, "venv": str(venv), "lock_hash": manifest["lock_hash"], "entries": len(manifest["entries"]),
             "msg": f"unpacked {name} into {venv}"}
+
+
+@contextlib.contextmanager
+def made_parents(directory: Path) -> Iterator[None]:
+    """DIRECTORY made with whatever of its parents is missing, and those removed again where the block fails: a
+    refused run leaves nothing it made (a directory that still holds something, a download to resume, stays)."""
+    missing = [path for path in (directory, *directory.parents) if not os.path.lexists(path)]  # the deepest first
+    try:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RigError(f"cannot make {directory}: {exc.strerror or exc}; give a --venv whose parent rig can "
+                           "write") from None
+        yield
+    except BaseException:
+        for path in missing:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
 
 
 class _Bounded(io.RawIOBase):
