@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ from rig.serving.session import measured, serving
 from rig.serving.sglang_api import call, expect_json
 
 SCHEMA_VERSION = 1
-OUTPUTS = ("prove.json", "report.md", "prove.png")
+OUTPUTS = ("prove.json", "report.md", "prove.png", free_off.SLOTS_NAME)
 STEPS = ("doctor", "probe", "testmodel", "servers", "acceptance", "free-off")
 BASELINE, EAGLE = "baseline", "eagle3"
 BENCH_LEVELS = [Level(1), Level(8)]
@@ -160,13 +161,22 @@ def plan(stack: dict, venv: str, models: Path, tps: list[int], out: Path) -> dic
         lines[f"{BASELINE} {AGREE}"] = render(agree, venv, baseline=True)["argv"]
         lines[f"{EAGLE} {AGREE}"] = render(agree, venv)["argv"]
         if free_off.opted_in(stack):  # the numerics model and the agreeing one, each on a switching server
-            for tp in tps:
-                lines[free_off.switches_label(tp)] = render(free_off.switching(_with_model(stack, models, tp)),
-                                                            venv)["argv"]
-            lines[free_off.AFTER_OFF] = render(free_off.switching(agree), venv)["argv"]
+            lines.update(_free_off_lines(stack, venv, models, tps, out, agree))
     finally:
         close_parsers()
     return lines
+
+
+def _free_off_lines(stack: dict, venv: str, models: Path, tps: list[int], out: Path, agree: dict) -> dict:
+    """The free-off servers' lines, naming the slots file the run writes under OUT (_free_off); sglang's parser
+    checks them against a scratch copy, so --check writes nothing there."""
+    with tempfile.TemporaryDirectory() as scratch:
+        slots = free_off.slots_file(Path(scratch))
+        lines = {free_off.switches_label(tp): render(free_off.switching(_with_model(stack, models, tp), slots),
+                                                     venv)["argv"] for tp in tps}
+        lines[free_off.AFTER_OFF] = render(free_off.switching(agree, slots), venv)["argv"]
+    at = str(out / free_off.SLOTS_NAME)
+    return {name: [at if arg == str(slots) else arg for arg in argv] for name, argv in lines.items()}
 
 
 # the packages a result names, each under one key whatever it was published as
@@ -419,6 +429,7 @@ def _free_off(stack: dict, python: Path, lines: dict[str, list[str]], out: Path,
         report.skip("free-off", "no numerics test model to serve")
     elif report.run(f"{free_off.AFTER_OFF}: {AGREE} testmodel",
                     lambda r: _agree_model(stack, out, python, r)).status != "fail":
+        free_off.slots_file(out)  # where _free_off_lines named it
         free_off.run_steps(lines, tp, health_url(stack), out, report, api_key_env, stack["bench"],
                            stack["server"]["start_timeout"],
                            lambda url, prompt, count: greedy_tokens(url, prompt, count, api_key_env, logprobs=False))

@@ -2,7 +2,7 @@
 policy's switches between drafting and step 0.
 
 They run where the stack opts into free-off (patches.opt_in), each on an adaptive server whose slots switch
-within a short load, SLOTS (free-off-slots.json): EAGLE-3 at 3 steps below 4 running, step 0 from 4 up, with
+within a short load, SLOTS: EAGLE-3 at 3 steps below 4 running, step 0 from 4 up, with
 RIG_FREE_OFF_HOLD=0 so the routing follows the batch at once and every switch the load makes is taken:
 
 1. switches, at the largest TP size prove covers that the box has the GPUs for: the numerics test model and a
@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from rig.core import RigError
 from rig.core.check import Check, Runner
+from rig.core.documents import dump_json
+from rig.core.fs import atomic_write
 from rig.serving import numerics
 from rig.serving.launch import Servers, with_server
 from rig.serving.measure.plan import plan_from
@@ -32,9 +33,9 @@ from rig.serving.measure.sweep import Level, Server
 from rig.serving.session import measured, serving
 
 FEATURE = "free-off"
-# SGLang's adaptive config for both steps, shipped with rig: the servers read it where it lies, nothing is written
-SLOTS_FILE = Path(__file__).with_name("free-off-slots.json")
-SLOTS = json.loads(SLOTS_FILE.read_text())
+# SGLang's adaptive config for both steps, written where the run's servers read it (slots_file)
+SLOTS = {"1": {"candidate_steps": [3]}, "4": {"candidate_steps": [0]}}
+SLOTS_NAME = "free-off-slots.json"
 STEPS = 3
 ENV = {"RIG_FREE_OFF": "1", "RIG_FREE_OFF_HOLD": "0"}
 OFF_BATCH = 8
@@ -47,14 +48,20 @@ def opted_in(stack: dict) -> bool:
     return FEATURE in stack["patches"]["opt_in"]
 
 
+def slots_file(directory: Path) -> Path:
+    """SLOTS, serialized into DIRECTORY (replacing what stood there in one rename, a link included): the path."""
+    return atomic_write(directory / SLOTS_NAME, dump_json(SLOTS, "the free-off slots", indent=1) + "\n")
+
+
 def switches_label(tp: int) -> str:
     return f"{SWITCHES} tp{tp}"
 
 
-def switching(stack: dict) -> dict:
-    """STACK's server adaptive over SLOTS at STEPS, topk 1, at its TP (the caller puts its model and TP in)."""
+def switching(stack: dict, slots: Path) -> dict:
+    """STACK's server adaptive over the SLOTS file at STEPS, topk 1, at its TP (the caller puts its model and TP
+    in)."""
     return with_server(stack, speculative_num_steps=STEPS, speculative_eagle_topk=1,
-                       speculative_num_draft_tokens=STEPS + 1, speculative_adaptive_config=str(SLOTS_FILE))
+                       speculative_num_draft_tokens=STEPS + 1, speculative_adaptive_config=str(slots))
 
 
 def switches_seen(log: Path) -> list[tuple[int, int]]:
@@ -106,7 +113,7 @@ def judge_after_off(phases: dict[str, float | None], record: Check) -> None:
         raise RigError(f"the server's accept length was not read in every phase: {said}")
     if off > 1 + ACCEPT_TOLERANCE:
         raise RigError(f"the off window drafted: {said} (step 0 accepts exactly one token a step); the slots "
-                       f"{json.dumps(SLOTS)} did not reach step 0 at {OFF_BATCH} running")
+                       f"{dump_json(SLOTS, 'slots')} did not reach step 0 at {OFF_BATCH} running")
     if abs(again - fresh) > ACCEPT_TOLERANCE:
         raise RigError(f"the draft came back out of step: {said}, {abs(again - fresh):.2f} apart (at most "
                        f"{ACCEPT_TOLERANCE:g}): what step 0 kept of the draft's KV is not what drafting reads")

@@ -26,7 +26,7 @@ def standin(serve, tmp_path):
     def start(*options: str) -> tuple[str, Path]:
         log = tmp_path / f"standin-{next(logs)}.log"
         url = serve("--steps", str(free_off.STEPS), "--accept-length", "2.5", "--adaptive-config",
-                    str(free_off.SLOTS_FILE), "--cuda-graph-bs", "1,2,4,8,16", *options, log=log)
+                    str(free_off.slots_file(tmp_path)), "--cuda-graph-bs", "1,2,4,8,16", *options, log=log)
         return url, log
 
     return start
