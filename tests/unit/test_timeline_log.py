@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -54,6 +55,7 @@ def test_a_hostile_line_is_skipped_not_a_traceback(tmp_path, hostile):
     (lambda p: p.write_text("x\n"), ["--levels", "1,x"], "--levels"),
     (lambda p: p.write_text("x\n"), ["--levels", "16,1"], "--levels"),
     (lambda p: p.write_text("x\n"), ["--levels", "0"], "--levels"),
+    (lambda p: os.mkfifo(p), ["--levels", "1"], "is not a regular file"),  # a FIFO: refused, never waited on
 ])
 def test_bad_input_is_one_error_line(tmp_path, setup, args, said):
     log = tmp_path / "policy.log"

@@ -18,10 +18,14 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import re
 import sys
 from datetime import datetime
 from pathlib import Path
+
+from rig.core import RigError
+from rig.core.fs import open_regular
 
 IDLE_S = 0.3  # a gap this long is the client between rounds: left out of the wall
 LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})[^\]]*\] (Prefill|Decode) batch[.,] (.*)$")
@@ -39,9 +43,12 @@ class LogError(Exception):
 def _text(path: Path):
     """PATH's lines, read as they come (a gzip one decompressed as it is read, never whole in memory)."""
     try:
-        with (gzip.open(path, "rt", errors="replace") if path.suffix == ".gz" else
-              open(path, errors="replace")) as handle:
+        raw = open_regular(path, "server log")  # a FIFO or a device is refused, never waited on
+        with (gzip.open(raw, "rt", errors="replace") if path.suffix == ".gz" else
+              io.TextIOWrapper(raw, errors="replace")) as handle:
             yield from handle
+    except RigError as exc:
+        raise LogError(f"{exc}; give a server's log (or its .gz)") from None
     except (OSError, EOFError) as exc:  # gzip's BadGzipFile is an OSError
         raise LogError(f"cannot read {ascii(str(path))}: {getattr(exc, 'strerror', None) or exc}; give a server's log "
                        "(or its .gz)") from None
