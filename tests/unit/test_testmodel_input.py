@@ -54,14 +54,13 @@ def test_prove_takes_a_given_model_only_when_rigs_record_says_numerics(tmp_path,
     import json
 
     from rig.core import RigError
-    from rig.core.check import Check
-    from rig.serving.prove import _given_model
+    from rig.serving.prove import given_model
 
     for part in ("target", "draft"):
         (tmp_path / part).mkdir()
     (tmp_path / "testmodel.json").write_text(json.dumps({"spec": spec}))
     with pytest.raises(RigError, match="holds no numerics test model") as refused:
-        _given_model(tmp_path, [1], Check("prove", "testmodel (given)", "pass", ""))
+        given_model(tmp_path, [1])
     assert says in str(refused.value)
 
 
