@@ -19,6 +19,7 @@ from typing import Any
 from rig.core import RigError, progress, wheelfile
 from rig.core.check import Check
 from rig.core.elf import cubin_arch, read_shared_object
+from rig.core.escape import inline
 from rig.core.fs import MAX_READ
 from rig.core.proc import run, venv_python
 from rig.cuda.ldconfig import cache as linker_cache
@@ -319,20 +320,23 @@ def as_check(report: dict, layer: str = "kernels", name: str = "", fix: str = ""
 
 
 def render(reports: list[dict]) -> str:
+    """The reports for a person, one line each thing: every name from the files (an artifact's path, a member's,
+    what could not be read) shown within its line (escape.inline), so a name holding a newline forges no line."""
     lines = []
     for r in reports:
-        lines.append(f"{verdict(r).upper()}  {r['artifact']}  (CUDA {r['cuda_major']} stack, "
-                     f"torch {r['torch'] or 'not given'}{', pins ' + r['torch_pin'] if r['torch_pin'] else ''})")
+        lines.append(f"{verdict(r).upper()}  {inline(r['artifact'])}  (CUDA {r['cuda_major']} stack, "
+                     f"torch {inline(r['torch'] or 'not given')}"
+                     f"{', pins ' + inline(r['torch_pin']) if r['torch_pin'] else ''})")
         if r["cubins"] or r["ptx"]:
             lines.append(f"      cubins: {' '.join('sm_' + a for a in r['cubins']) or 'none'}; "
                          f"PTX: {' '.join('compute_' + a for a in r['ptx']) or 'none'}")
             if r["cubin_files"]:
-                lines.append("      .cubin files: " + ", ".join(f"{n} sm_{a}" for a, n in r["cubin_files"].items()))
+                lines.append("      .cubin files: " + ", ".join(f"{inline(n)} sm_{a}" for a, n in r["cubin_files"].items()))
             lines += [f"      {target}: {how or 'NO KERNEL IMAGE'}" for target, how in r["archs"].items()]
         cuda = sorted({s for o in r["objects"] for s in o["needed_cuda"]})
         if cuda:
-            lines.append(f"      CUDA libraries: {' '.join(cuda)}")
-        lines += [f"  note: {n}" for n in r["notes"]]
-        lines += [f"  not read: {u}" for u in r.get("unread", [])]
-        lines += [f"  error: {e}" for e in r["errors"]]
+            lines.append(f"      CUDA libraries: {inline(' '.join(cuda))}")
+        lines += [f"  note: {inline(n)}" for n in r["notes"]]
+        lines += [f"  not read: {inline(u)}" for u in r.get("unread", [])]
+        lines += [f"  error: {inline(e)}" for e in r["errors"]]
     return "\n".join(lines)

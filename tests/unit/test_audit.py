@@ -287,3 +287,19 @@ def test_an_audit_with_a_torch_pin_is_written_as_json_and_judges_the_pin():
     assert '"torch_pin": "torch==2.14.1"' in dump_json(same, "the audit")
     other = audit_files([], "k", metadata, torch=Torch("2.9.1", set(), None), **common)
     assert not other["ok"] and "k requires torch==2.14.1, the torch in use is 2.9.1" in other["errors"]
+
+
+def test_a_name_from_the_files_forges_no_line_of_the_audits_report():
+    """rig audit prints what the files are called: a path, a member or an error holding a newline and an escape
+    sequence stays within its line, visible, and no line of the report starts with `rig:`."""
+    from rig.kernels.audit import render
+
+    forged = "x\nrig: error: forged\x1b[2J"
+    report = {"ok": False, "artifact": f"/tmp/{forged}", "cuda_major": 13, "torch": None, "torch_pin": None,
+              "cubins": ["90a"], "ptx": [], "cubin_files": {"90a": f"k{forged}.cubin"}, "archs": {"9.0a": "cubin sm_90a"},
+              "objects": [{"needed_cuda": [f"libcudart{forged}.so.13"]}], "notes": [forged],
+              "unread": [f"a{forged}.so"], "errors": [forged]}
+    text = render([report])
+    assert len(text.splitlines()) == 8 and "\x1b" not in text
+    assert not [line for line in text.splitlines() if line.startswith("rig:")]
+    assert "x\\nrig: error: forged\\x1b[2J" in text.splitlines()[-1]
