@@ -68,6 +68,10 @@ def output_file(given: str | Path, option: str) -> Path:
     path = _plain(given, option, "a file path")
     if path.is_dir():
         raise RigError(f"{option} {path} is a directory; give a file path")
+    # written by a rename over the path: a device, a FIFO or a link there would be replaced, not written to
+    if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):
+        raise RigError(f"{option} {path} is {'a link' if path.is_symlink() else 'not a regular file'}; rig replaces "
+                       "the file at the path whole, so give a new or a regular file's path")
     return path
 
 

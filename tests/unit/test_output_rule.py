@@ -49,9 +49,11 @@ def test_prove_refuses_a_junit_file_that_is_its_own_record(tmp_path):
     out.mkdir()
     (out / "prove.json").write_text("{}")  # an earlier run's record
     (tmp_path / "record-link").symlink_to(out / "prove.json")
-    for junit in (out / "prove.json", tmp_path / "out" / ".." / "out" / "prove.json", tmp_path / "record-link"):
+    for junit in (out / "prove.json", tmp_path / "out" / ".." / "out" / "prove.json"):
         refused(rig("prove", "--venv", str(tmp_path), "--out", str(out), "--junit", str(junit)),
                 "--junit", "the run's own prove.json")
+    refused(rig("prove", "--venv", str(tmp_path), "--out", str(out), "--junit", str(tmp_path / "record-link")),
+            "--junit", "is a link")  # never renamed over, whatever it points to
     assert [p.name for p in out.iterdir()] == ["prove.json"] and (out / "prove.json").read_text() == "{}"
     new = tmp_path / "new"
     refused(rig("prove", "--venv", str(tmp_path), "--out", str(new), "--junit", str(new)), "is the result directory")
@@ -239,3 +241,21 @@ def test_a_progress_line_is_one_rig_line_whatever_a_name_in_it_holds(name):
     lines = err.removesuffix("\n").split("\n")
     assert lines[0].startswith("rig: unpacking into ") and all(line.startswith("  ") for line in lines[1:])
     assert all(ch == "\n" or ch.isprintable() for ch in err)
+
+
+@pytest.mark.parametrize("make, said", [
+    (lambda p: os.mkfifo(p), "not a regular file"),
+    (lambda p: p.symlink_to(p.parent / "elsewhere"), "a link"),
+    (lambda p: [(p.parent / "there").write_text("keep"), p.symlink_to(p.parent / "there")], "a link"),
+])
+def test_a_single_output_file_is_never_a_device_fifo_or_link_it_would_rename_over(tmp_path, make, said):
+    """--junit /dev/full, run as root, once turned the device into a regular file: the file is written by a rename
+    over its path, so what stands there must be a regular file (or nothing)."""
+    path = tmp_path / "report.xml"
+    make(path)
+    before = tree(tmp_path)
+    with pytest.raises(RigError, match=said):
+        outdir.output_file(path, "--junit")
+    assert tree(tmp_path) == before
+    (tmp_path / "plain.xml").write_text("old")
+    assert outdir.output_file(tmp_path / "plain.xml", "--junit") == tmp_path / "plain.xml"
