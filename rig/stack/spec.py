@@ -52,7 +52,10 @@ def _fraction(value: float) -> str | None:
 
 
 def _absolute(value: str) -> str | None:
-    return None if value.startswith("/") and "\n" not in value and "\0" not in value else "must be an absolute path"
+    """An absolute path as written, never one the working directory decides ("venv", ".", "~", "$HOME/v"), with no
+    control character or whitespace at either end (a path that reaches a unit or a command line)."""
+    clean = value == value.strip() and not any(ord(c) < 32 or ord(c) == 127 for c in value)
+    return None if value.startswith("/") and clean else "must be an absolute path (no control characters)"
 
 
 def _host(value: str) -> str | None:
@@ -137,7 +140,7 @@ SCHEMA = {
     # by the host's python3 (rig lock writes STACK.pyXY.lock)
     "pythons": Field(list, default=[], item=Field(check=_python)),
     "glibc": Field(default="2.35", check=lambda v: None if re.fullmatch(r"2\.\d+", v) else "like 2.35"),
-    "venv": Field(default=defaults.VENV, nonempty=True),
+    "venv": Field(default=defaults.VENV, nonempty=True, check=_absolute),
     # index_url "" means the installer's configured default index (PyPI unless set);
     # ${VAR} is taken from the environment, for indexes and mirrors named per site.
     "torch": Field(dict, default={}, fields={

@@ -190,6 +190,16 @@ def test_an_empty_venv_is_refused_never_this_directory(empty):
         validate({**data, "venv": empty}, "s.yml")
 
 
+@pytest.mark.parametrize("venv", [" ", ".", "~", "venv", "$HOME/v", "/opt/rig/venv\n", " /opt/rig/venv", "/opt/\x1bv"])
+def test_a_venv_the_working_directory_or_a_shell_would_decide_is_refused(venv):
+    """A relative, home- or variable-relative path, or one with control characters or whitespace at an end, meant
+    whatever the working directory (or a shell) made of it."""
+    data = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    with pytest.raises(RigError, match="venv.*must be an absolute path"):
+        validate({**data, "venv": venv}, "s.yml")
+    assert validate({**data, "venv": "/opt/rig/venv"}, "s.yml")["venv"] == "/opt/rig/venv"
+
+
 def test_a_stack_whose_profile_level_is_not_measured_is_refused_on_load(tmp_path):
     """rig validate (CI, no GPU) refuses what rig tune would: the same rule, read where the stack is read."""
     data = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
