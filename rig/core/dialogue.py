@@ -30,7 +30,8 @@ class Dialogue:
 
     def __init__(self, argv: list[str], what: str, where: str, fix: str, deadline: float):
         self.what, self.where, self.fix, self.deadline = what, where, fix, deadline
-        self.errors = tempfile.TemporaryFile("w+")  # its stdout and stderr: a pipe no one reads would fill
+        # its stdout and stderr (a pipe no one reads would fill), read back as text whatever bytes it wrote
+        self.errors = tempfile.TemporaryFile("w+", errors="replace")
         read, write = os.pipe()
         try:
             self.proc = spawn([*argv, str(write)], what, stdin=PIPE, stdout=self.errors, stderr=self.errors,
@@ -97,7 +98,9 @@ class Dialogue:
             self.stdin.close()
         reap(self.proc)
         os.close(self.answers)
-        self.errors.seek(0)
-        lines = self.errors.read().strip().splitlines()
-        self.errors.close()
+        try:
+            self.errors.seek(0)
+            lines = self.errors.read().strip().splitlines()
+        finally:  # closed whatever the read met: a second close() then returns at once
+            self.errors.close()
         return lines[-1] if lines else ""

@@ -211,6 +211,17 @@ def test_a_banner_printed_on_import_is_not_the_answer(tmp_path, parsers):
     assert "--speculative-algorithm" in render(stack(), venv)["argv"]
 
 
+def test_a_parser_that_writes_bytes_no_utf_8_decoder_takes_is_read_and_closed_once(tmp_path, parsers):
+    """A child printing b'\\xff' made close() raise UnicodeDecodeError (a traceback after a run that passed), and
+    a second close() then closed the answer pipe twice (EBADF)."""
+    from rig.serving import server
+
+    venv = standin_with(tmp_path, "import sys\nsys.stdout.buffer.write(b'\\xff\\n')\nsys.stdout.flush()")
+    assert "--speculative-algorithm" in render(stack(), venv)["argv"]
+    parser = server._PARSERS[venv / "bin" / "python"]
+    assert parser.close() == "\ufffd" and parser.close() == ""
+
+
 def test_a_parser_whose_import_hangs_is_one_error_within_its_deadline(tmp_path, parsers, monkeypatch):
     """readline() had no timeout: `rig server args` waited forever on a venv whose server_args never loads."""
     from rig.serving import server
