@@ -14,7 +14,7 @@ import time
 from rig.core import RigError
 from rig.core.documents import dump_json, parse_json
 from rig.core.proc import PIPE, reap, spawn
-from rig.core.schema import Field
+from rig.core.schema import Field, validate
 
 MAX_ANSWER = 16 << 20  # bytes: more than any answer of rig's own scripts, far less than memory
 
@@ -43,16 +43,18 @@ class Dialogue:
         finally:
             os.close(write)
         assert self.proc.stdin  # a pipe
-        self.stdin, self.answers, self.pending, self.answered = self.proc.stdin, read, b"", False
+        self.stdin, self.answers, self.pending, self.answered, self.asked = self.proc.stdin, read, b"", False, 0
 
     def ask(self, request: dict, spec: Field) -> dict:
         """REQUEST's answer, checked against SPEC, its absent optional keys left out."""
+        self.asked += 1
         try:
-            self.stdin.write(dump_json(request, f"a request to {self.what}") + "\n")
+            self.stdin.write(dump_json({**request, "seq": self.asked}, f"a request to {self.what}") + "\n")
             self.stdin.flush()
             line = self._line()
             if line is not None:
-                answer = parse_json(line.decode("utf-8", "replace"), f"{self.what}'s answer", spec)
+                answer = self._in_turn(parse_json(line.decode("utf-8", "replace"), f"{self.what}'s answer"))
+                answer = validate(answer, spec, f"{self.what}'s answer")
                 self.answered = True
                 return {k: v for k, v in answer.items() if v is not None}
         except OSError:  # it ended before it read the request
@@ -70,6 +72,16 @@ class Dialogue:
         last = self.close(kill=True)
         raise RigError(f"{self.what} {'stopped' if self.answered else 'did not load'} in {self.where}: "
                        f"{last or 'it printed nothing'}")
+
+    def _in_turn(self, answer: object) -> dict:
+        """ANSWER, less its "seq", when it answers the request just asked: a second line written to one request would
+        otherwise be taken for the next one's answer."""
+        seq = answer.pop("seq", None) if isinstance(answer, dict) else None
+        if seq != self.asked or isinstance(seq, bool):
+            raise RigError(f"{self.what}'s answer: not to request {self.asked} (it says seq {seq!r}), an answer out "
+                           "of turn")
+        assert isinstance(answer, dict)
+        return answer
 
     def _line(self) -> bytes | None:
         """The next answer line, or None where the child closed its end; Overrun past the deadline."""

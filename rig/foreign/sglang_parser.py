@@ -80,4 +80,6 @@ if __name__ == "__main__":
     parser.error = error  # type: ignore[method-assign]  # an error is an answer, not an exit
     with open(int(sys.argv[1]), "w", closefd=True) as answers:
         for line in sys.stdin:
-            print(json.dumps(answer(parser, json.loads(line))), file=answers, flush=True)
+            request = json.loads(line)
+            # the request's number back with its answer: rig takes no answer out of turn
+            print(json.dumps({**answer(parser, request), "seq": request.get("seq")}), file=answers, flush=True)

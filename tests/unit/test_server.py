@@ -237,15 +237,38 @@ def test_a_parser_whose_import_hangs_is_one_error_within_its_deadline(tmp_path, 
 
 @pytest.mark.parametrize("answer, why", [
     ("{}", "version: is required"), ('{"version": "0.5.23"}', "options: is required"),
-    ('{"version": "0.5.23", "options": [1]}', r"options\[0\]: expected str"), ("[1]", "expected dict"),
-    ("<html>", "not valid JSON")])
+    ('{"version": "0.5.23", "options": [1]}', r"options\[0\]: expected str"), ("[1]", "it says seq None"),
+    ("<html>", "not valid JSON"),
+    ('{"version": "0.5.23", "options": [], "seq": 7}', "not to request 1 .it says seq 7."),  # another's number
+])
 def test_an_answer_of_the_wrong_shape_is_one_error_naming_the_parser(tmp_path, parsers, answer, why):
-    """`{}` was exit 70 (KeyError: 'version'): every answer is held to its mode's schema."""
+    """`{}` was exit 70 (KeyError: 'version'): every answer is held to its mode's schema, and to its turn."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
-    fake = venv / "bin" / "python"  # answers every request with ANSWER on the pipe it is given
-    fake.write_text(f"#!{sys.executable}\nimport os, sys\nfor _ in sys.stdin:\n"
-                    f"    os.write(int(sys.argv[-1]), {answer!r}.encode() + b'\\n')\n")
+    fake = venv / "bin" / "python"  # answers every request with ANSWER's lines, numbered as the request is
+    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\nfor line in sys.stdin:\n"
+                    "    seq = json.loads(line)['seq']\n"
+                    f"    for text in {answer!r}.splitlines():\n"
+                    "        if text.startswith('{') and '\"seq\"' not in text:\n"
+                    "            text = json.dumps({**json.loads(text), 'seq': seq})\n"
+                    "        os.write(int(sys.argv[-1]), text.encode() + b'\\n')\n")
     fake.chmod(0o755)
     with pytest.raises(RigError, match=rf"sglang's argument parser's answer: .*{why}.*; see whether"):
         render(stack(), venv)
+
+
+def test_a_second_line_to_one_request_is_never_taken_for_the_next_ones_answer(tmp_path):
+    """A child that wrote two answers to its first request had its second taken for the answer to the next."""
+    from rig.core.dialogue import Dialogue
+    from rig.core.schema import Field
+
+    child = tmp_path / "child.py"
+    child.write_text("import json, os, sys\nfor line in sys.stdin:\n    seq = json.loads(line)['seq']\n"
+                     "    for n in (seq, seq):\n        os.write(int(sys.argv[-1]), json.dumps({'n': 1, 'seq': n}).encode()"
+                     " + b'\\n')\n")
+    talk = Dialogue([sys.executable, str(child)], "the child", "here", "fix it", 10.0)
+    spec = Field(dict, fields={"n": Field(int)})
+    assert talk.ask({"q": 1}, spec) == {"n": 1}
+    with pytest.raises(RigError, match=r"the child's answer: not to request 2 \(it says seq 1\), an answer out of turn"):
+        talk.ask({"q": 2}, spec)
+    assert talk.close() == ""
