@@ -117,7 +117,8 @@ def venv_pack(venv_path, stack_path, out_dir, check, as_json) -> None:
 def venv_unpack(venv_path, stack_path, manifest_from, archive, lock_file, timeout, check, as_json) -> None:
     """Unpack a venv archive as the venv, checked byte for byte against its manifest; a no-op when current."""
     lock_hash = locking.read(lock_file)["lock_hash"] if lock_file else None
-    emit(restore(manifest_from, venv_of(venv_path, stack_path), archive, lock_hash, check, timeout), as_json)
+    read = {what: path for what, path in (("stack", stack_path), ("lock", lock_file)) if path}
+    emit(restore(manifest_from, venv_of(venv_path, stack_path), archive, lock_hash, check, timeout, read), as_json)
 
 
 @venv.command("add")

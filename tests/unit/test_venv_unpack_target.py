@@ -50,6 +50,26 @@ def test_an_input_inside_the_venv_is_refused_before_anything_moves(tmp_path, ins
         assert tree(tmp_path) == before
 
 
+@pytest.mark.parametrize("where", ["stack", "working directory"])
+def test_a_stack_read_from_the_venv_or_a_run_from_inside_it_is_refused(tmp_path, where):
+    """`--stack V/stack.yml` was deleted with the old venv, and a run from inside V removed its own working
+    directory, both exiting 0: they are inputs too."""
+    from harness.commands import run
+    from harness.paths import BIN, REPO
+
+    venv = tmp_path / "venv"
+    archive, manifest = packed(venv, tmp_path / "out")
+    (venv / MARKER).write_text(json.dumps({"lock_hash": "b" * 64, "packages": ["a==1"]}))
+    stack = Path(shutil.copy(REPO / "stacks" / "default.yml", venv / "stack.yml" if where == "stack" else tmp_path))
+    before = tree(tmp_path)
+    for check in (("--check",), ()):
+        done = run([str(BIN / "rig"), "venv", "unpack", "--venv", str(venv), "--stack", str(stack), "--manifest",
+                    str(manifest), "--archive", str(archive), *check], cwd=venv if where != "stack" else tmp_path)
+        assert done.returncode == 2 and f"the {where} " in done.stderr and "which the unpack replaces" in done.stderr, \
+            done.stderr
+        assert tree(tmp_path) == before
+
+
 def test_an_input_reached_through_a_link_inside_the_venv_is_refused(tmp_path):
     venv = tmp_path / "venv"
     archive, manifest = packed(venv, tmp_path / "out")

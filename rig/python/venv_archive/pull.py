@@ -65,17 +65,18 @@ def pull(source: str, dest_dir: str | Path, expected: dict | None = None, timeou
 
 
 def restore(manifest_from: str, venv: str | Path, archive: str | Path | None = None, lock_hash: str | None = None,
-            check: bool = False, timeout: float = PULL_TIMEOUT) -> dict:
+            check: bool = False, timeout: float = PULL_TIMEOUT, read: dict[str, str | Path] | None = None) -> dict:
     """`rig venv unpack`: the manifest from a file (its archive beside it, or ARCHIVE) or a URL (its archive
     pulled beside the venv, resumable, removed once unpacked), or from a directory of either kind where LOCK_HASH
-    names the archive; everything that can refuse without the archive refuses before it is pulled."""
+    names the archive; everything that can refuse without the archive refuses before it is pulled. READ: the other
+    files the command read ({"stack": path, ...}), held with the manifest and archive to lie outside the venv."""
     venv = absolute(venv)
     manifest_from = manifest_source(manifest_from, lock_hash)
     manifest = read_manifest(manifest_from)
     if archive is None and not is_url(manifest_from):
         archive = Path(manifest_from).with_name(f"{manifest['archive']['name']}.tar.zst")
     local = {"manifest": manifest_from} if not is_url(manifest_from) else {}
-    done = settle(manifest, venv, lock_hash, check, {**local, **({"archive": archive} if archive else {})})
+    done = settle(manifest, venv, lock_hash, check, {**(read or {}), **local, **({"archive": archive} if archive else {})})
     if done is not None:
         return done
     if archive is not None:

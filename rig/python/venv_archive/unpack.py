@@ -43,8 +43,9 @@ def settle(manifest: dict, venv: Path, lock_hash: str | None, check: bool,
     if venv.parent == venv:
         raise RigError(f"{venv} is the root directory, no venv's path; give the venv's own directory")
     real = Path(os.path.realpath(venv))
-    for what, path in (inputs or {}).items():  # the old venv is moved aside and removed, and its files with it
-        if real in Path(os.path.realpath(path)).parents:
+    # the old venv is moved aside and removed, and its files with it: the run's inputs, and where it runs from
+    for what, path in {**(inputs or {}), "working directory": os.getcwd()}.items():
+        if real == Path(os.path.realpath(path)) or real in Path(os.path.realpath(path)).parents:
             raise RigError(f"the {what} {path} is inside {venv}, which the unpack replaces (and removes with the old "
                            f"venv): move it out of {venv} first")
     try:
