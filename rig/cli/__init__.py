@@ -13,6 +13,7 @@ engine bundle runs on targets with python3 and the bundled libraries alone).
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
 import json
@@ -177,8 +178,35 @@ def _fail(line: str, code: int, as_json: bool, kind: str = "error: ") -> None:
     if as_json:
         from rig.core.documents import dump_json
 
-        click.echo(dump_json({"error": line, "exit": code}, "the error"))
+        try:
+            click.echo(dump_json({"error": line, "exit": code}, "the error"))
+        except OSError:  # stdout itself is what failed (a full disk, a closed pipe): the line above said so
+            _quiet_stdout()
     sys.exit(code)
+
+
+def _stdout_failed(exc: OSError) -> bool:
+    """Whether EXC is a write to stdout that failed: rig writes its output through click.echo, whose `file` the
+    innermost frame holds (then stdout is quieted, so the interpreter's last flush prints no second error)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    stream = tb.tb_frame.f_locals.get("file") if tb is not None else None
+    try:
+        failed = stream is not None and stream.fileno() == sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a stream, or one without a descriptor
+        return False
+    if failed:
+        _quiet_stdout()
+    return failed
+
+
+def _quiet_stdout() -> None:
+    """stdout pointed at /dev/null: what is still buffered for it goes nowhere, with no error at exit."""
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -210,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
         gone = _deleted_cwd()
         if gone is not None and isinstance(exc, OSError) and exc.filename is None:  # what os.getcwd() raises
             line = f"the current directory {gone} has been deleted: cd to a directory that exists and run rig again"
+        elif isinstance(exc, OSError) and exc.filename is None and _stdout_failed(exc):
+            line = f"cannot write the output to stdout: {exc.strerror or exc}; give it somewhere that takes it"
         elif gone is not None and line is not None:
             line += f" (the current directory {gone} has been deleted: cd to one that exists)"
         if line is None:

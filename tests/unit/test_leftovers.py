@@ -140,3 +140,16 @@ def test_smoke_gives_up_on_a_server_that_never_answers_a_request(tmp_path):
     finally:
         server.shutdown()
     assert done.returncode == 2 and "rig: error:" in done.stderr and "no answer" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("json_flag", [(), ("--json",)])
+def test_output_to_a_full_stdout_is_one_line_naming_stdout_and_no_traceback(json_flag):
+    """`rig stack show > /dev/full` said `system: No space left on device`; under --json the boundary's own JSON
+    write failed again and printed a traceback."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([str(BIN / "rig"), "stack", "show", "--stack", str(REPO / "stacks" / "default.yml"),
+                               *json_flag], stdout=full, stderr=subprocess.PIPE, text=True, check=False, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    assert done.stderr.splitlines()[-1] == ("rig: error: cannot write the output to stdout: No space left on device; "
+                                            "give it somewhere that takes it"), done.stderr
