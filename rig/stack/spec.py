@@ -91,7 +91,11 @@ WHOLE = {"RIG_FREE_OFF_HOLD": 999_999}  # decode steps
 
 
 def switch_problem(name: str, val: str) -> str | None:
-    """Why VAL is no value of the free-off switch NAME (None: it is one, or NAME is no switch)."""
+    """Why VAL is no value of the free-off switch NAME (None: it is one, or NAME is no switch); a name of the
+    switches' family that is none of them is a misspelling the patch would ignore."""
+    if name.startswith("RIG_FREE_OFF") and name not in SWITCHES and name not in WHOLE:
+        return (f"{name}: no free-off switch is called so (the patch would ignore it); give one of: "
+                f"{', '.join([*SWITCHES, *WHOLE])}")
     if name in SWITCHES and val not in SWITCHES[name]:
         return f"{name}: {val[:40]!r} is not one of its values; give one of: {', '.join(SWITCHES[name])}"
     if name in WHOLE and not (re.fullmatch(r"[0-9]{1,6}", val) and int(val) <= WHOLE[name]):

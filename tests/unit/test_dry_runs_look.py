@@ -67,8 +67,9 @@ def test_the_stack_takes_only_the_check_switchs_documented_values(value):
 
 
 def test_an_inherited_value_forges_no_line(tmp_path, no_servers, monkeypatch):
-    monkeypatch.setenv("RIG_FREE_OFF_NOTE", "x\nrig: error: forged\x1b[2J")
-    done = prove.run(STACK, "stack.yml", "/nonexistent/venv", tmp_path / "out", None, (), tmp_path / "m", check=True)
-    said = done["msg"].splitlines()[0]
-    assert said.startswith("every server inherits RIG_FREE_OFF_NOTE='x\\nrig: error: forged\\x1b[2J' from")
-    assert not any(line.startswith("rig: error") for line in done["msg"].splitlines())
+    monkeypatch.setenv("RIG_FREE_OFF_DRAFT", "x\nrig: error: forged\x1b[2J")
+    with pytest.raises(RigError) as refused:
+        prove.run(STACK, "stack.yml", "/nonexistent/venv", tmp_path / "out", None, (), tmp_path / "m", check=True)
+    said = str(refused.value)
+    assert "RIG_FREE_OFF_DRAFT: 'x\\nrig: error: forged\\x1b[2J' is not one of its values" in said
+    assert "\n" not in said and "\x1b" not in said

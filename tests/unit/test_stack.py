@@ -175,6 +175,15 @@ def test_a_free_off_switch_takes_only_its_documented_values(name, value, says):
         validate({**data, "environment": {"vars": {name: value}}}, "s.yml")
 
 
+@pytest.mark.parametrize("name", ["RIG_FREE_OFF_DRAF", "RIG_FREE_OFFX", "RIG_FREE_OFF_HOLDS"])
+def test_a_misspelt_free_off_switch_is_refused_not_ignored(name):
+    """The patch reads its switches by their exact names: RIG_FREE_OFF_DRAF=extend would be ignored, silently."""
+    data = yaml.safe_load((REPO / "stacks" / "default.yml").read_text())
+    with pytest.raises(RigError, match=f"s.yml: environment.vars: {name}: no free-off switch is called so .*give one of: "
+                                       "RIG_FREE_OFF, RIG_FREE_OFF_DRAFT, RIG_FREE_OFF_CHECK, RIG_FREE_OFF_HOLD"):
+        validate({**data, "environment": {"vars": {name: "1"}}}, "s.yml")
+
+
 @pytest.mark.parametrize("name, value", [("RIG_FREE_OFF", "1"), ("RIG_FREE_OFF", 0), ("RIG_FREE_OFF_DRAFT", "extend"),
                                          ("RIG_FREE_OFF_HOLD", 64), ("RIG_FREE_OFF_HOLD", "999999")])
 def test_a_free_off_switch_at_a_documented_value_is_taken(name, value):
