@@ -2,7 +2,8 @@
 line (comments, order, spelling) left as it was; a mapping written as a block is edited key by key, so the
 comments inside it stay too. Each value is serialized (JSON's flow form, which YAML reads),
 never pasted, and the result is parsed again and must be the document with exactly those keys changed; where
-the layout is one this edit does not take on (a flow mapping, a key spelt twice), it says so and changes nothing."""
+the layout is one this edit does not take on (a flow mapping, a key spelt twice, an explicit `? key`), it says so
+and changes nothing."""
 from __future__ import annotations
 
 import copy
@@ -158,6 +159,10 @@ def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> s
         heads = [len(lines) - 1]
     start = heads[0] + 1
     end = next((i for i in range(start, len(lines)) if not _blank(lines[i]) and _indent(lines[i]) == 0), len(lines))
+    if explicit := next((i for i in range(start, end) if lines[i].lstrip(" ").startswith(("? ", "?\t", "?\n", "?\r"))),
+                        None):
+        raise RigError(f"{source}: line {explicit + 1} writes a key of {section} in YAML's explicit form (`? key`); "
+                       "rig edits `key: value` lines: write it so, or edit the file by hand")
     _edit_block(lines, start, end, 2, data.get(section) or {}, values, section, eol, source)
     edited = "".join(lines)
     wanted = copy.deepcopy(data)

@@ -62,6 +62,13 @@ def test_a_layout_it_cannot_edit_in_place_is_refused_and_said(text):
         with_keys(text, "server", {"speculative_num_steps": 3}, "stack.yml")
 
 
+def test_a_key_in_yamls_explicit_form_is_said_not_reported_as_given_twice():
+    """`? speculative_num_steps` / `: 1` is the same key; the edit added a second and said "given twice"."""
+    text = "name: a\nserver:\n  ? speculative_num_steps\n  : 1\n  port: 30000\n"
+    with pytest.raises(RigError, match=r"stack.yml: line 3 writes a key of server in YAML's explicit form \(`\? key`\)"):
+        with_keys(text, "server", {"speculative_num_steps": 3}, "stack.yml")
+
+
 def test_a_list_written_at_its_keys_indent_is_replaced_whole():
     """PyYAML's own layout (yaml.safe_dump): a list's items at the indent of the key that holds them."""
     text = "server:\n  attention_backends:\n  - fa3\n  - triton\n  port: 30000\n"
