@@ -33,3 +33,4 @@ class ServerArgs:
         parser.add_argument("--sampling-backend", choices=["flashinfer", "pytorch", "ascend"])
         parser.add_argument("--grammar-backend", choices=["xgrammar", "outlines", "llguidance", "none"])
         parser.add_argument("--skip-server-warmup", action="store_true")
+        parser.add_argument("--decode-log-interval", type=int, default=40)  # a decode line every N steps
