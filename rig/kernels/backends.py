@@ -56,4 +56,4 @@ def gaps(backends: list[str], archs: list[str], reports: list[dict]) -> list[str
 def said(backends: list[str], archs: list[str]) -> str:
     """What a passing cross-check held: the stack's backends and archs."""
     return f"attention backends {', '.join(backends)} run on {', '.join(archs)}" if backends else \
-        "no attention backend named (SGLang picks one)"
+        "not checked: the stack names no attention backend (server.attention_backends), and SGLang picks one at start"

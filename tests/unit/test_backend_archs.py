@@ -69,3 +69,7 @@ def test_doctor_fails_a_venv_whose_fa3_kernels_lack_an_arch_the_stack_serves(mon
     assert checks["audit-sglang-kernel"].status == "pass"  # the wheel fits; it is the backend that does not
     checks = {c.name: c for c in doctor._kernels("/nonexistent", "13.0.2", ARCHS, ["triton"])}
     assert checks["attention-backends"].status == "pass"
+    # no backend named: SGLang chooses at start, so the check could not look: a skip with its reason, never a pass
+    checks = {c.name: c for c in doctor._kernels("/nonexistent", "13.0.2", ARCHS, [])}
+    assert checks["attention-backends"].status == "skip" and "names no attention backend" in \
+        checks["attention-backends"].detail
