@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rig.core import RigError
+from rig.kernels.backends import PREBUILT
 from rig.serving.launch import with_server
 from rig.serving.measure.sweep import Level
 from rig.stack.spec import unmeasured_profiles
@@ -55,8 +56,9 @@ def eagle(stack: dict, steps: int, config: str = "", **server: list | int) -> di
 
 
 # what each attention backend needs importable, beyond sglang: FA3 is sgl_kernel's flash_ops (a stripped
-# sglang-kernel leaves it out), flashinfer and triton their packages: (module, a file in it or "", what it is)
-BACKEND_NEEDS = {"fa3": ("sgl_kernel", "flash_ops*.so", "sgl_kernel's flash_ops (FlashAttention 3)"),
+# sglang-kernel leaves it out; its file as rig.kernels.backends names it), flashinfer and triton their packages:
+# (module, a file in it or "", what it is)
+BACKEND_NEEDS = {"fa3": ("sgl_kernel", PREBUILT["fa3"], "sgl_kernel's flash_ops (FlashAttention 3)"),
                  "flashinfer": ("flashinfer", "", "the flashinfer package"),
                  "triton": ("triton", "", "the triton package")}
 
