@@ -2,11 +2,14 @@
 and every one stopped when the run ends, however it ends (a failure, Ctrl-C, SIGTERM)."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import shlex
 import socket
+import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from urllib.parse import urlsplit
 
 from rig.core import RigError, outdir, proc, progress
 from rig.core.escape import inline
+from rig.core.fs import atomic_write
 from rig.serving import smoke
 from rig.serving.sglang_api import KEY_ENV
 from rig.stack.spec import GRAPH_MAX, switch_problem
@@ -114,6 +118,21 @@ class Servers:
             self.running.remove(server)
         progress(f"{server.label}: stopped (exit {code})")
         return code
+
+
+Lines = dict[str, list[str]]
+
+
+@contextlib.contextmanager
+def config_checked(text: str, real: Path) -> Iterator[tuple[Path, Callable[[Lines], Lines]]]:
+    """A config file that server lines name (an adaptive config), for sglang's parser to check while the lines are
+    rendered: TEXT at a scratch copy of REAL's name, and what turns the lines rendered with that copy into lines
+    naming REAL, where the run writes TEXT before its servers start. Nothing is written at REAL here, so a dry run
+    writes nothing and a refused line leaves nothing behind."""
+    with tempfile.TemporaryDirectory() as scratch:
+        copy_at = atomic_write(Path(scratch) / real.name, text)
+        yield copy_at, lambda lines: {name: [str(real) if word == str(copy_at) else word for word in argv]
+                                      for name, argv in lines.items()}
 
 
 def results_dir(given: str | Path, outputs: tuple[str, ...]) -> Path:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from rig.serving import numerics, testmodel
 from rig.serving import prove_free_off as free_off
 from rig.serving.launch import (
     Servers,
+    config_checked,
     inherited_said,
     inherited_switches,
     make_logs,
@@ -168,15 +168,12 @@ def plan(stack: dict, venv: str, models: Path, tps: list[int], out: Path) -> dic
 
 
 def _free_off_lines(stack: dict, venv: str, models: Path, tps: list[int], out: Path, agree: dict) -> dict:
-    """The free-off servers' lines, naming the slots file the run writes under OUT (_free_off); sglang's parser
-    checks them against a scratch copy, so --check writes nothing there."""
-    with tempfile.TemporaryDirectory() as scratch:
-        slots = free_off.slots_file(Path(scratch))
+    """The free-off servers' lines, naming the slots file the run writes under OUT (_free_off)."""
+    with config_checked(free_off.slots_text(), out / free_off.SLOTS_NAME) as (slots, as_run):
         lines = {free_off.switches_label(tp): render(free_off.switching(_with_model(stack, models, tp), slots),
                                                      venv)["argv"] for tp in tps}
         lines[free_off.AFTER_OFF] = render(free_off.switching(agree, slots), venv)["argv"]
-    at = str(out / free_off.SLOTS_NAME)
-    return {name: [at if arg == str(slots) else arg for arg in argv] for name, argv in lines.items()}
+        return as_run(lines)
 
 
 # the packages a result names, each under one key whatever it was published as

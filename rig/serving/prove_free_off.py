@@ -48,9 +48,13 @@ def opted_in(stack: dict) -> bool:
     return FEATURE in stack["patches"]["opt_in"]
 
 
+def slots_text() -> str:
+    return dump_json(SLOTS, "the free-off slots", indent=1) + "\n"
+
+
 def slots_file(directory: Path) -> Path:
     """SLOTS, serialized into DIRECTORY (replacing what stood there in one rename, a link included): the path."""
-    return atomic_write(directory / SLOTS_NAME, dump_json(SLOTS, "the free-off slots", indent=1) + "\n")
+    return atomic_write(directory / SLOTS_NAME, slots_text())
 
 
 def switches_label(tp: int) -> str:

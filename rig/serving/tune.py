@@ -30,7 +30,6 @@ a failure with its reason, never a measurement the policy builds on.
 """
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from rig.core.fs import atomic_write
 from rig.serving import adaptive, testmodel
 from rig.serving.launch import (
     Servers,
+    config_checked,
     inherited_said,
     inherited_switches,
     make_logs,
@@ -164,12 +164,10 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
     inherited = inherited_switches()  # what every server measured here runs with beyond its own line
     step0_config = str(out / "step0.json")
     # every line rendered from a scratch copy of the step-0 config first: nothing is written before all is checked
-    with tempfile.TemporaryDirectory() as scratch:
-        config = str(Path(scratch) / "step0.json")
-        atomic_write(config, adaptive.render(STEP0_SLOTS))
+    with config_checked(adaptive.render(STEP0_SLOTS), Path(step0_config)) as (config, as_run):
         imports = _imports(venv)
-        found, wanted, lines = prepare(stack, venv, config, imports)
-        lines = {name: [step0_config if word == config else word for word in argv] for name, argv in lines.items()}
+        found, wanted, lines = prepare(stack, venv, str(config), imports)
+        lines = as_run(lines)
     model = testmodel.ensure(stack["server"], Path(venv) / "bin" / "python", check)
     if check:
         found_plan = _check(stack, found, wanted, lines, plan)
