@@ -79,6 +79,16 @@ the slot of the largest batch of the last --free-off-hold steps (RIG_FREE_OFF_HO
 switch counted and logged at the 1st, 2nd, 4th, ... as the patch words it (`rig free-off: steps A -> B at batch N
 (routed as R); K switch(es) so far`). --numerics-fault after-switch and --stale-draft are the faults rig prove's
 free-off steps must catch: tokens that differ, or a draft that accepts less, once drafting resumed after step 0.
+The patch serves a step-0 batch on SGLang's verify path instead where a request in it needs that path
+(_rig_batch_refusal: a grammar, then logprobs, then penalties), and logs the first reason that holds at the 1st,
+2nd, 4th, ... such batch (`rig free-off: step 0 took SGLang's verify path (REASON); K batch(es) so far`); so does
+the stand-in, and --fallback-fault shifts the logprobs of a request served in such a batch (a verify path that
+reads the wrong logits). What SGLang's sampling params change in an answer, as tokenizer_manager.py and
+schedule_batch.py make it: a json_schema (--grammar-backend other than none; /server_info says which) ends the
+answer, once the grammar completes, in the schema's smallest instance (each required property's first enum
+value) with finish_reason {"type": "stop", "matched": EOS}; a stop string cuts the text before its first match and
+the tokens at the one that completed it, finish_reason {"type": "stop", "matched": STRING}; n > 1 answers a
+list of n outputs (not streamed). The stand-in's text is "tok " a token.
 """
 from __future__ import annotations
 
@@ -178,6 +188,7 @@ class Simulator:
         held = args.free_off and self.adaptive and args.free_off_hold
         self.held: collections.deque | None = collections.deque(maxlen=args.free_off_hold) if held else None
         self.steps_now, self.free_off_switches, self.resumed = args.steps, 0, False
+        self.fallbacks: dict[str, int] = {}
 
     @staticmethod
     def speculative_flags(args: argparse.Namespace) -> bool:
@@ -212,6 +223,8 @@ class Simulator:
             steps = slot.steps if slot else a.steps
             if a.free_off and self.adaptive and steps != self.steps_now:
                 self.switched(steps, len(batch), routed)
+            if a.free_off and steps == 0:
+                self.fell_back(batch)
             await asyncio.sleep(sum(self.parts(len(batch), steps).values()) / 1000)
             if self.profiling:
                 self.profiled(len(batch), steps)
@@ -232,6 +245,18 @@ class Simulator:
         if count & (count - 1) == 0:
             print(f"rig free-off: steps {before} -> {steps} at batch {batch} (routed as {routed}); {count} switch(es) "
                   "so far", flush=True)
+
+    def fell_back(self, batch: list[dict]) -> None:
+        """A step-0 batch with a request that needs SGLang's verify path: counted, logged as the patch logs it."""
+        needs = {member["needs"] for member in batch}
+        reason = next((r for r in FALLBACK_ORDER if r in needs), None)
+        if reason is None:
+            return
+        for member in batch:
+            member["served"]["step0_fallback"] = True
+        count = self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
+        if count & (count - 1) == 0:
+            print(f"rig free-off: step 0 took SGLang's verify path ({reason}); {count} batch(es) so far", flush=True)
 
     def acceptance_now(self, rate: float) -> float:
         """--stale-draft: once drafting resumed after step 0, each position is accepted half as often (a draft whose
@@ -266,10 +291,13 @@ class Simulator:
                 json.dump({"traceEvents": profile["events"]}, out)
             self.profiling = None
 
-    async def batched_steps(self, number: int, max_tokens: int, temperature: float):
-        """Tokens per step of one request as the batched scheduler hands them out."""
+    async def batched_steps(self, number: int, max_tokens: int, temperature: float, needs: str | None = None,
+                            served: dict | None = None):
+        """Tokens per step of one request as the batched scheduler hands them out; NEEDS: the reason it sends a
+        free-off step-0 batch down SGLang's verify path, SERVED["step0_fallback"] set once it was in one."""
         queue: asyncio.Queue = asyncio.Queue()
-        self.members[number] = {"queue": queue, "rate": self.acceptance(temperature), "owed": 0.0}
+        self.members[number] = {"queue": queue, "rate": self.acceptance(temperature), "owed": 0.0, "needs": needs,
+                                "served": served if served is not None else {}}
         self.joined.set()
         done = 0
         try:
@@ -312,6 +340,7 @@ async def server_info(request: web.Request) -> web.Response:
         "speculative_algorithm": "EAGLE3" if spec else None,
         "speculative_num_steps": sim.args.steps or None, "speculative_adaptive": sim.adaptive is not None,
         "cuda_graph_bs": [int(g) for g in sim.args.cuda_graph_bs.split(",")], "max_running_requests": sim.cap,
+        "grammar_backend": sim.args.grammar_backend,
         **({} if sim.args.hide_context else {"context_length": sim.args.context_length,
                                                 "max_req_input_len": sim.args.context_length - 1}),
         "internal_states": [{"avg_spec_accept_length": average}] if spec else [{}],
@@ -415,7 +444,12 @@ async def generate(request: web.Request) -> web.StreamResponse:
     sim.active += 1
     batched = sim.args.step_ms > 0
     temperature = float(params.get("temperature", 1.0))  # SGLang's default when a request gives none
-    steps = sim.batched_steps(number, max_tokens, temperature) if batched else _paced(sim, max_tokens)
+    grammar = _smallest_instance(params.get("json_schema")) if sim.args.grammar_backend != "none" else None
+    if grammar is not None:  # the grammar completes, then its end of sequence
+        max_tokens = min(max_tokens, len(grammar) + 1)
+    served: dict = {"step0_fallback": False}
+    steps = (sim.batched_steps(number, max_tokens, temperature, _fallback_reason(body, params, grammar), served)
+             if batched else _paced(sim, max_tokens))
     try:
         i = -1
         async for step in steps:
@@ -449,8 +483,18 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if sim.rule and input_ids:
         output_ids, tops = rule_tokens(sim, input_ids, len(output_ids))
         if body.get("return_logprob") and int(body.get("top_logprobs_num") or 0) >= 2:
-            meta["output_top_logprobs"] = tops
+            shift = 0.5 if sim.args.fallback_fault and served["step0_fallback"] else 0.0
+            meta["output_top_logprobs"] = [[[lp - shift, t, x] for lp, t, x in top] for top in tops]
     final = {"text": "tok " * len(output_ids), "output_ids": output_ids, "meta_info": meta}
+    if grammar is not None:
+        final["text"] = grammar
+        meta["finish_reason"] = {"type": "stop", "matched": EOS}
+    _cut_at_stop(final, params.get("stop"))
+    count = int(params.get("n") or 1)
+    if count > 1 and stream is None:
+        encoded = json.dumps([{**final, "meta_info": {**meta, "id": f"req-{number}-{i}"}}
+                              for i in range(count)]).encode()
+        return web.Response(body=encoded, content_type="application/json")
     encoded = json.dumps(final).encode()
     if sim.args.bad_text:
         bad = {"bytes": b"\xc3\x28\xff", "surrogate": b"\\ud800"}[sim.args.bad_text]
@@ -461,6 +505,42 @@ async def generate(request: web.Request) -> web.StreamResponse:
     await stream.write(b"data: [DONE]\n\n")
     await stream.write_eof()
     return stream
+
+
+EOS = 2  # the test models' end of sequence (rig testmodel writes BOS, EOS, PAD first)
+FALLBACK_ORDER = ("grammar", "logprobs", "penalties")  # the patch's _rig_batch_refusal, in its order
+
+
+def _smallest_instance(schema: object) -> str | None:
+    """A json_schema's smallest instance, as the grammar makes a greedy model end it (None: no schema given)."""
+    if not isinstance(schema, str):
+        return None
+    spec = json.loads(schema)
+    props = spec.get("properties") or {}
+    return json.dumps({k: (props.get(k) or {}).get("enum", [""])[0] for k in spec.get("required") or []},
+                      separators=(",", ":"))
+
+
+def _fallback_reason(body: dict, params: dict, grammar: str | None) -> str | None:
+    """What of the request makes the free-off patch send its step-0 batch down SGLang's verify path."""
+    penalties = any(float(params.get(k) or 0) for k in ("frequency_penalty", "presence_penalty")) or \
+        float(params.get("repetition_penalty") or 1) != 1
+    found = {"grammar": grammar is not None, "logprobs": bool(body.get("return_logprob")), "penalties": penalties}
+    return next((reason for reason in FALLBACK_ORDER if found[reason]), None)
+
+
+def _cut_at_stop(final: dict, stop: object) -> None:
+    """SGLang's stop strings: the text cut before the first match, the tokens at the one that completed it."""
+    strings = [stop] if isinstance(stop, str) else [s for s in stop or [] if isinstance(s, str) and s]
+    text = final["text"]
+    hits = [(text.find(s), s) for s in strings if s in text]
+    if not hits:
+        return
+    at, matched = min(hits)
+    final["text"] = text[:at]
+    final["output_ids"] = final["output_ids"][:-(-(at + len(matched)) // 4)]  # "tok " is four characters a token
+    final["meta_info"]["finish_reason"] = {"type": "stop", "matched": matched}
+    final["meta_info"]["completion_tokens"] = len(final["output_ids"])
 
 
 async def _forever(stream, meta: dict) -> None:
@@ -539,6 +619,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "logits); speculative: other tokens from the sixth on, under speculation only; after-switch: "
                         "other tokens from the 41st on once a free-off server went back from step 0 to drafting")
     p.add_argument("--free-off-hold", type=int, default=64, help="the free-off patch's RIG_FREE_OFF_HOLD (steps)")
+    p.add_argument("--grammar-backend", default="xgrammar", help="SGLang's; none: json_schema is not followed")
+    p.add_argument("--fallback-fault", action="store_true",
+                   help="a request served in a free-off step-0 batch on SGLang's verify path gets logprobs 0.5 lower")
     p.add_argument("--stale-draft", action="store_true",
                    help="after a free-off server's step 0, drafting accepts half as often (a draft out of step)")
     return p.parse_args(argv)

@@ -9,6 +9,8 @@ RIG_FREE_OFF_HOLD=0 so the routing follows the batch at once and every switch th
    burst of its prompts at once, each asking for more tokens than the one before, so the batch trails off from all
    of them to one through both states. Every prompt's greedy tokens must be the rule's, and the server's own log
    must show a switch each way (the patch logs `rig free-off: steps A -> B`), else the load proved nothing.
+   Then, on the same server, the fallbacks (rig.serving.prove_fallbacks): grammar, logprobs, penalties, stop
+   strings and n > 1 served from a step-0 batch as they are from a drafting one.
 2. accept after off: the agreeing test model at one stream (fresh), then at OFF_BATCH (the off window: step 0,
    its accept length 1), then at one stream again: drafting has resumed, and its accept length, the server's own
    counters, must be within ACCEPT_TOLERANCE of the fresh one's.
@@ -25,7 +27,7 @@ from rig.core import RigError
 from rig.core.check import Check, Runner
 from rig.core.documents import dump_json
 from rig.core.fs import atomic_write
-from rig.serving import numerics
+from rig.serving import numerics, prove_fallbacks
 from rig.serving.launch import Servers, with_server
 from rig.serving.measure.plan import plan_from
 from rig.serving.measure.stats import shown
@@ -149,14 +151,19 @@ def run_steps(lines: dict[str, list[str]], tp: int, url: str, out: Path, report:
     def after_off(log: Path, record: Check) -> None:
         judge_after_off(accept_phases(url, bench, api_key_env, log), record)
 
+    def fallbacks(log: Path) -> None:
+        prove_fallbacks.run_step(url, api_key_env, log, report)
+
     with Servers(start_timeout, api_key_env) as servers:
-        for label, step, name in ((switches_label(tp), switches, f"free-off-switches-tp{tp}"),
-                                  (AFTER_OFF, after_off, "free-off-after")):
-            _on_its_server(servers, report, label, lines[label], url, logs / f"{name}.log", step)
+        for label, step, name, then in ((switches_label(tp), switches, f"free-off-switches-tp{tp}", fallbacks),
+                                        (AFTER_OFF, after_off, "free-off-after", None)):
+            _on_its_server(servers, report, label, lines[label], url, logs / f"{name}.log", step, then)
 
 
-def _on_its_server(servers: Servers, report: Runner, label: str, argv: list[str], url: str, log: Path, step) -> None:
-    """LABEL's server started and smoke-tested with ENV, STEP(log, record) run on it, the server stopped after."""
+def _on_its_server(servers: Servers, report: Runner, label: str, argv: list[str], url: str, log: Path, step,
+                   then=None) -> None:
+    """LABEL's server started and smoke-tested with ENV, STEP(log, record) run on it, then THEN(log) where given,
+    the server stopped after."""
     held = contextlib.ExitStack()
 
     def start(record: Check) -> None:
@@ -167,3 +174,5 @@ def _on_its_server(servers: Servers, report: Runner, label: str, argv: list[str]
     with held:
         if report.run(f"{label}: start and smoke", start).status == "pass":
             report.run(label, lambda record: step(log, record))
+            if then is not None:
+                then(log)

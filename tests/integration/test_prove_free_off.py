@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from rig.core import RigError
-from rig.core.check import Check
+from rig.core.check import Check, Runner
 from rig.serving import numerics
+from rig.serving import prove_fallbacks
 from rig.serving import prove_free_off as free_off
 from rig.serving.prove import greedy_tokens
 
@@ -114,3 +115,46 @@ def test_the_after_off_verdict_names_what_it_saw(phases, says):
     record = Check("prove", free_off.AFTER_OFF, "", "")
     free_off.judge_after_off({"fresh": 4.0, "off": 1.0, "resumed": 3.95}, record)  # within 0.1: passes
     assert record.data["tolerance"] == 0.1
+
+
+def fallbacks_step(url: str, log: Path) -> Runner:
+    report = Runner("prove")
+    prove_fallbacks.run_step(url, KEY, log, report)
+    return report
+
+
+def test_requests_that_need_sglangs_verify_path_come_out_of_a_step0_batch_as_out_of_drafting(standin, rule):
+    url, log = standin(*NUMERICS, "--free-off-hold", "0", "--rule", str(rule))
+    [check] = fallbacks_step(url, log).checks
+    assert check.status == "pass", (check.detail, check.problems)
+    assert set(check.data["fallbacks_logged"]) == {"grammar", "logprobs", "penalties"}, log.read_text()
+    answers = check.data["answers"]
+    assert answers["grammar"]["mixed"][0]["text"] == '{"rank":"high"}'
+    assert answers["stop"]["alone"]["finish_reason"]["type"] == "stop" and len(answers["n"]["mixed"]) == 2
+    assert "the grammar gave '{\"rank\":\"high\"}'" in check.detail
+
+
+def test_logprobs_that_differ_in_a_step0_batch_fail_the_step_naming_them(standin, rule):
+    url, log = standin(*NUMERICS, "--free-off-hold", "0", "--rule", str(rule), "--fallback-fault")
+    [check] = fallbacks_step(url, log).checks
+    assert check.status == "fail" and check.problems[0].startswith("logprobs: "), check.problems
+    assert "within 2 bf16 steps" in check.detail
+
+
+def test_without_the_patchs_fallback_lines_the_step_says_nothing_showed_a_step0_batch(standin, rule):
+    url, log = standin("--step-ms", "1", "--rule", str(rule))  # SGLang's own step 0: no rig lines in its log
+    [check] = fallbacks_step(url, log).checks
+    assert check.status == "fail" and "the log names no fallback for grammar, logprobs, penalties" in check.detail
+
+
+def test_a_server_without_a_grammar_backend_skips_the_grammar_with_its_reason(standin, rule):
+    url, log = standin(*NUMERICS, "--free-off-hold", "0", "--rule", str(rule), "--grammar-backend", "none")
+    skipped, check = fallbacks_step(url, log).checks
+    assert skipped.status == "skip" and "--grammar-backend none" in skipped.detail
+    assert check.status == "pass" and "grammar" not in check.data["kinds"], check.detail
+
+
+@pytest.mark.parametrize("a, b, close", [(-8.0, -8.0625, True), (-8.0, -8.2, False), (-1e-6, -0.007, True),
+                                         (-0.5, -0.6, False), (float("nan"), -1.0, False), (None, -1.0, False)])
+def test_logprobs_agree_within_two_bf16_steps_at_their_size(a, b, close):
+    assert prove_fallbacks.bf16_close(a, b) is close

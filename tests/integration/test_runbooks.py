@@ -164,6 +164,8 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
         assert found["free-off: switches tp1"]["status"] == "pass", found["free-off: switches tp1"]
         assert found["free-off: switches tp1"]["data"]["switches"][:2] == ["3 -> 0", "0 -> 3"]
         assert found["free-off: accept after off"]["status"] == "pass", found["free-off: accept after off"]
+        assert found["free-off: fallbacks"]["status"] == "pass", found["free-off: fallbacks"]
+        assert set(found["free-off: fallbacks"]["data"]["fallbacks_logged"]) == {"grammar", "logprobs", "penalties"}
     assert "TP 2 needs 2 GPUs; 0 visible" in {s["name"]: s for s in json.loads(
         (res / "prove-tp2" / "prove.json").read_text())["steps"]}["tp2"]["detail"]
     assert rcs["tune-free-off-tp2"] in ("0", "1"), phases + (res / "tune-free-off-tp2.err").read_text()[-3000:]

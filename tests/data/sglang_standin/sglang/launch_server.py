@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.cuda_graph_max_bs_decode:  # powers of two up to the largest, the stand-in's CUDA-graph sizes
         speculation += ["--cuda-graph-bs", ",".join(str(1 << i) for i in range(args.cuda_graph_max_bs_decode.bit_length())
                                                     if 1 << i <= args.cuda_graph_max_bs_decode)]
+    if args.grammar_backend:
+        speculation += ["--grammar-backend", args.grammar_backend]
     if args.max_running_requests:
         speculation += ["--max-running-requests", str(args.max_running_requests)]
     if free_off():
