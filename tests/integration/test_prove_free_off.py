@@ -10,8 +10,7 @@ import pytest
 
 from rig.core import RigError
 from rig.core.check import Check, Runner
-from rig.serving import numerics
-from rig.serving import prove_fallbacks
+from rig.serving import numerics, prove_fallbacks
 from rig.serving import prove_free_off as free_off
 from rig.serving.prove import greedy_tokens
 
