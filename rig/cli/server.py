@@ -5,9 +5,10 @@ import os
 
 import click
 
-from rig.cli.common import FILE, Number, group, json_option, need_stack, stack_option, venv_option
+from rig.cli.common import FILE, Number, emit, group, json_option, need_stack, stack_option, venv_option
 from rig.core import RigError
-from rig.core.documents import dump_json, parse_json
+from rig.core.documents import dump_json, parse_json, read_text
+from rig.serving import adaptive
 from rig.serving.server import health_gate, render, shell_line
 from rig.stack.spec import load, validate
 
@@ -30,9 +31,13 @@ def server() -> None:
               help="The server's log.")
 @click.option("--start-timeout", type=Number(int, 61, 7 * 86400), metavar="SECONDS",
               help="Seconds systemd waits for the health gate (default: the stack's server.start_timeout).")
+@click.option("--adaptive-config-text", metavar="JSON",
+              help="What server.speculative_adaptive_config will hold where the server runs (the sglang_server role "
+                   "renders the line before it copies the file there): checked from a scratch copy, the line naming "
+                   "the stack's path.")
 @json_option
 def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engine, gate_python, log, start_timeout,
-                as_json) -> None:
+                adaptive_config_text, as_json) -> None:
     """Print the server command line the stack asks for, in the installed sglang's spelling.
 
     The flags are parsed by that sglang version's own argument parser; a flag it
@@ -49,8 +54,32 @@ def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engin
         stack = load(need_stack(stack_path))
     if api_key is None:
         api_key = bool(os.environ.get(stack["server"]["api_key_env"]))
-    result = render(stack, venv_path or stack["venv"], baseline, api_key)
+    if adaptive_config_text is not None and not stack["server"]["speculative_adaptive_config"]:
+        raise click.UsageError("--adaptive-config-text: the stack names no server.speculative_adaptive_config")
+    result = render(stack, venv_path or stack["venv"], baseline, api_key, adaptive_config_text)
     if gate_engine:
         result.update(health_gate(stack, gate_engine, gate_python, log, start_timeout or stack["server"]["start_timeout"]))
     click.echo(dump_json(result, "the server's command line", indent=2) if as_json
                else shell_line(result["argv"], result["api_key_env"]))
+
+
+@server.command("adaptive")
+@click.argument("path", type=FILE)
+@click.option("--steps", type=Number(int, 1, 32),
+              help="The line's --speculative-num-steps (server.speculative_num_steps): SGLang starts only at one of "
+                   "the config's candidates.")
+@json_option
+def server_adaptive(path, steps, as_json) -> None:
+    """Check an adaptive speculation config as the sglang_server role ships it (server.speculative_adaptive_config).
+
+    It must be a regular file (a link is refused), UTF-8 JSON that SGLang's loader takes, by rig's reading of that
+    loader (rig server args asks the venv's sglang too). --json gives its text, which the role copies to the host.
+    """
+    what = "adaptive speculation config"
+    text = read_text(path, what, follow=False)
+    slots = adaptive.parse(text, path)
+    if steps is not None and (problem := adaptive.launch_problem(slots, steps)):
+        raise RigError(f"sglang refuses to start the stack's line with {path}: {problem}")
+    shown = "; ".join(f"{size}: {candidates}" for size, candidates in slots.items())
+    emit({"path": path, "text": text, "slots": {str(size): candidates for size, candidates in slots.items()},
+          "msg": f"{path}: an {what}, candidate steps by batch size {shown}"}, as_json)

@@ -20,6 +20,7 @@ from rig.core.escape import unit_exec, unit_path, unit_text
 from rig.core.proc import script, venv_python
 from rig.core.schema import Field
 from rig.serving import adaptive
+from rig.serving.launch import config_checked, with_server
 
 # What the stack asks for -> the spellings sglang releases use, preferred first.
 SPELLINGS = {
@@ -129,11 +130,29 @@ def wants(stack: dict, baseline: bool) -> list[tuple[str, str | None]]:
     return pairs
 
 
-def render(stack: dict, venv: str | Path, baseline: bool = False, api_key: bool = False) -> dict:
-    """The argv for `python -m sglang.launch_server`, spelled and checked for the venv's sglang."""
+def render(stack: dict, venv: str | Path, baseline: bool = False, api_key: bool = False,
+           config_text: str | None = None) -> dict:
+    """The argv for `python -m sglang.launch_server`, spelled and checked for the venv's sglang. CONFIG_TEXT: what
+    the adaptive config the line names (server.speculative_adaptive_config) will hold where the server runs,
+    checked from a scratch copy, so that a role renders the line before it puts the file there."""
     pairs = wants(stack, baseline)  # the stack's own mistakes first, before sglang loads
     python = venv_python(venv)  # the one check that VENV is one, and the one hint to make it
-    return _render(stack, pairs, _parser(python), python, baseline, api_key)
+    config = stack["server"]["speculative_adaptive_config"]
+    if config_text is None or baseline or not config:
+        return _render(stack, pairs, _parser(python), python, baseline, api_key)
+    with config_checked(config_text, Path(config)) as (copy, as_run):
+        checked = with_server(stack, speculative_adaptive_config=str(copy))
+        try:
+            line = _render(checked, wants(checked, baseline), _parser(python), python, baseline, api_key)
+        except RigError as exc:  # said of the file the line names, not of the scratch copy
+            raise RigError(str(exc).replace(str(copy), config)) from exc
+    argv = as_run({"server": line["argv"]})["server"]
+    return {**line, "argv": argv, "exec_start": _exec_start(argv, line["api_key_env"])}
+
+
+def _exec_start(argv: list[str], api_key_env: str | None) -> str:
+    """ARGV as the unit's ExecStart, the key's ${NAME} left for systemd to expand."""
+    return unit_exec(argv, "the server's command line", {"${%s}" % api_key_env} if api_key_env else set())
 
 
 def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: bool, api_key: bool) -> dict:
@@ -174,8 +193,7 @@ def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: b
                            "spell the flag out in server.extra_args")
     full = [str(python), "-m", "sglang.launch_server", *argv]
     return {"sglang": version, "baseline": baseline, "python": str(python), "argv": full,
-            "exec_start": unit_exec(full, "the server's command line", {"${%s}" % key_env} if api_key else set()),
-            "api_key_env": key_env if api_key else None}
+            "exec_start": _exec_start(full, key_env if api_key else None), "api_key_env": key_env if api_key else None}
 
 
 def health_url(stack: dict) -> str:

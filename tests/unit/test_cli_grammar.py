@@ -16,8 +16,8 @@ from rig.cli import COMMANDS, cli
 # Commands that change nothing on the machine (they print, judge, measure into their own --out, or serve).
 READS = {"stack show", "stack vars", "validate", "cuda list", "cuda ldconfig-conf", "wheelhouse show",
          "wheelhouse serve", "wheelhouse route", "venv verify", "wheels plan", "env show", "patch status",
-         "doctor", "audit", "machine facts", "machine probe", "server args", "smoke", "bench", "image verify",
-         "image sbom", "upgrade plan", "upgrade previous", "plumbing tool",
+         "doctor", "audit", "machine facts", "machine probe", "server args", "server adaptive", "smoke", "bench",
+         "image verify", "image sbom", "upgrade plan", "upgrade previous", "plumbing tool",
          "fleet summary"}  # writes only its table, beside the reports it reads
 # Commands that change something and have no --check, each with the reason.
 EXCEPTIONS = {

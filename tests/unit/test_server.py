@@ -1,10 +1,12 @@
 """What the stack asks of the server, before any sglang is asked how to spell it."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from harness.commands import rig
@@ -193,6 +195,52 @@ def test_a_parser_that_cannot_load_says_why(tmp_path, parsers):
     with pytest.raises(RigError, match=r"sglang's argument parser did not load in .*: ModuleNotFoundError: No "
                                        r"module named 'sglang'"):
         render(stack(), venv)
+
+
+def adaptive_stack(config: Path) -> dict:
+    return stack(speculative_eagle_topk=1, speculative_num_steps=3, speculative_num_draft_tokens=4,
+                 speculative_adaptive_config=str(config))
+
+
+def test_a_line_is_rendered_from_its_adaptive_configs_text_naming_the_path_it_will_have(tmp_path, parsers):
+    """The sglang_server role renders the line before it copies the adaptive config to the host: the text is
+    checked from a scratch copy (rig's reading, then sglang's own loader), the line names the host's path, and
+    nothing is written there; a refusal names that path too."""
+    from rig.serving import adaptive
+
+    venv = standin_venv(tmp_path / "venv")
+    host = tmp_path / "etc" / "sglang-server.adaptive.json"
+    line = render(adaptive_stack(host), venv, config_text=adaptive.render({1: 3, 64: 0}))
+    assert line["argv"][line["argv"].index("--speculative-adaptive-config") + 1] == str(host)
+    assert f"--speculative-adaptive-config {host} " in line["exec_start"] and not host.parent.exists()
+    with pytest.raises(RigError, match=rf"with {host}: --speculative-num-steps=3 is not in the adaptive config "
+                                       r"candidate_steps \[0, 2\]"):
+        render(adaptive_stack(host), venv, config_text=adaptive.render({1: 2, 64: 0}))
+    with pytest.raises(RigError, match=rf"^{host}: not valid JSON"):
+        render(adaptive_stack(host), venv, config_text="{not json")
+    assert not host.parent.exists()
+
+
+def test_server_adaptive_gives_a_regular_files_text_or_one_error_naming_it(tmp_path):
+    """What the sglang_server role asks on the controller before it changes anything."""
+    from rig.serving import adaptive
+
+    config = tmp_path / "adaptive.json"
+    config.write_text(adaptive.render({1: 3, 64: 0}))
+    done = rig("server", "adaptive", str(config), "--steps", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["text"] == config.read_text()
+    assert json.loads(done.stdout)["slots"] == {"1": [3], "64": [0]}
+    (tmp_path / "link.json").symlink_to(config)
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "list.json").write_text("[1]")
+    for argv, says in [([str(tmp_path / "link.json")], "it is a link, and a link there is never followed"),
+                       ([str(tmp_path / "bad.json")], "bad.json: not valid JSON"),
+                       ([str(tmp_path / "list.json")], "an adaptive speculation config is a JSON object, got list"),
+                       ([str(config), "--steps", "2"], "--speculative-num-steps=2 is not in the adaptive config "
+                                                       "candidate_steps [0, 3]")]:
+        refused = rig("server", "adaptive", *argv)
+        assert refused.returncode == 2 and says in refused.stderr and refused.stdout == "", refused.stderr
 
 
 def standin_with(tmp_path, server_args: str):
