@@ -18,7 +18,6 @@ and the log must name each reason the mix should have caused. Every request has 
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import math
 import re
 import time
@@ -32,8 +31,8 @@ from rig.serving import numerics
 from rig.serving.sglang_api import call, server_info
 
 FALLBACKS = "free-off: fallbacks"
-SCHEMA = {"type": "object", "properties": {"rank": {"enum": ["high", "low"]}}, "required": ["rank"],
-          "additionalProperties": False}
+RANKS = ["high", "low"]
+SCHEMA = {"type": "object", "properties": {"rank": {"enum": RANKS}}, "required": ["rank"], "additionalProperties": False}
 # KIND -> (sampling params, request fields, the reason the patch logs when it meets KIND at step 0, or None)
 KINDS: dict[str, tuple[dict, dict, str | None]] = {
     "grammar": ({"json_schema": dump_json(SCHEMA, "the fallback schema")}, {}, "grammar"),
@@ -90,10 +89,13 @@ def generate(url: str, request: dict, api_key_env: str, what: str) -> list[dict]
 
 
 def stop_string(text: str) -> str:
-    """Three characters from the middle of a drafted text: a stop string the answer meets part-way."""
-    if len(text) < 8:
-        raise RigError(f"the drafted text {text!r} is too short to cut a stop string from")
-    return text[len(text) // 2:len(text) // 2 + 3]
+    """Three characters of a drafted text, from its middle on, that first occur past its start: a stop string the
+    answer meets part-way (a numerics text repeats, so the middle's may first occur at the very start)."""
+    for start in range(len(text) // 2, len(text) - 2):
+        if text.find(text[start:start + 3]) > 0:
+            return text[start:start + 3]
+    raise RigError(f"no stop string can be cut from the drafted text {text!r}: it is too short, or one character "
+                   "repeated")
 
 
 def bf16_close(a: Any, b: Any) -> bool:
@@ -143,13 +145,13 @@ def grammar_problem(output: dict) -> str | None:
         value = parse_json(str(output.get("text")), "the grammar's answer")
     except RigError:
         return f"the grammar's answer is not JSON: {_shown(output.get('text'))}"
-    if not (isinstance(value, dict) and set(value) == {"rank"} and value["rank"] in SCHEMA["properties"]["rank"]["enum"]):
+    if not (isinstance(value, dict) and set(value) == {"rank"} and value["rank"] in RANKS):
         return f"the grammar's answer is JSON but not the schema's: {_shown(output.get('text'))}"
     return None
 
 
 def _shown(value: Any, most: int = 120) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    text = dump_json(value, "an answer") if not isinstance(value, str) else repr(value)
     return text if len(text) <= most else text[:most] + "..."
 
 
@@ -164,18 +166,20 @@ def run_step(url: str, api_key_env: str, log: Path, report: Runner) -> None:
     report.run(FALLBACKS, lambda record: judge(*mix(url, api_key_env, log, kinds), record))
 
 
-def mix(url: str, api_key_env: str, log: Path, kinds: list[str]) -> tuple[dict, dict, list[str], list[str]]:
+def mix(url: str, api_key_env: str, log: Path, kinds: list[str]) -> tuple[dict[str, dict], dict[str, list[dict]],
+                                                                         list[str], list[str]]:
     """Each KIND alone (drafting), then each mixed into the fillers' step-0 batch: (alone, mixed, expected reasons,
     reasons logged during the mix)."""
     prompts = numerics.prompts()
-    asked = {kind: (prompts[i % len(prompts)], None) for i, kind in enumerate(kinds)}
-    alone = {}
+    asked: dict[str, tuple[list[int], str | None]] = {kind: (prompts[i % len(prompts)], None)
+                                                      for i, kind in enumerate(kinds)}
+    alone: dict[str, dict] = {}
     for kind, (prompt, _) in asked.items():
         if kind == "stop":
             plain = generate(url, body("stop", prompt), api_key_env, "the stop kind's text")[0]
             asked[kind] = (prompt, stop_string(str(plain.get("text"))))
         alone[kind] = generate(url, body(kind, *asked[kind]), api_key_env, f"the {kind} kind, drafting")[0]
-    offset, mixed = log_size(log), {}
+    offset, mixed = log_size(log), dict[str, list[dict]]()
     filler = {"sampling_params": {"max_new_tokens": FILLER_TOKENS, "temperature": 0.0, "ignore_eos": True}}
     with concurrent.futures.ThreadPoolExecutor(FILLERS) as pool:
         fillers = [pool.submit(generate, url, {"input_ids": prompts[i % len(prompts)], **filler}, api_key_env,
@@ -188,7 +192,7 @@ def mix(url: str, api_key_env: str, log: Path, kinds: list[str]) -> tuple[dict, 
             mixed[kind] = generate(url, body(kind, prompt, stop), api_key_env, f"the {kind} kind, at step 0")
         for f in fillers:
             f.result(timeout=DEADLINE_S)
-    expected = [KINDS[kind][2] for kind in kinds if KINDS[kind][2]]
+    expected = [reason for kind in kinds if (reason := KINDS[kind][2])]
     return alone, mixed, expected, reasons_seen(log, offset)
 
 
