@@ -106,13 +106,16 @@ print(json.dumps({"sizes12": sizes.get(12, {}).get(8), "multimem12": comm._WORLD
 
 def test_every_check_fails_on_the_original_code(lab):
     """A check that passed on unpatched code would prove nothing."""
-    from rig import patches
+    from rig.patches.env import probe
+    from rig.patches.patchset import load
+    from rig.patches.report import status
+    from rig.patches.verify import verify
 
-    env = patches.probe(str(lab["v9"] / "bin" / "python"), ["sglang", "flashinfer-python"])
-    found = patches.load()
-    rows = {r["id"]: r for r in patches.status(env, found)}
+    env = probe(str(lab["v9"] / "bin" / "python"), ["sglang", "flashinfer-python"])
+    found = load()
+    rows = {r["id"]: r for r in status(env, found)}
     checks = [{"id": p.id, "file": rows[p.id]["path"], "code": p.check} for p in found if p.id in NEEDED_059]
-    failed = patches._verify(env, {}, checks)
+    failed = verify(env, {}, checks)
     assert set(failed) == NEEDED_059, failed
 
 

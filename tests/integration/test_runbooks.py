@@ -83,7 +83,7 @@ def free_off_targets() -> dict[str, bytes]:
     into rig's cache and checked against the lock's hash)."""
     from harness.paths import CACHE
 
-    from rig.patches import load
+    from rig.patches.patchset import load
     from rig.python.lock import read
     from rig.python.wheelhouse import cached_path, fetch
 

@@ -10,7 +10,11 @@ from harness.commands import rig
 from harness.paths import REPO
 
 from rig.core import RigError
-from rig.patches import Env, _patched, apply, asked, load, status
+from rig.patches.actions import apply
+from rig.patches.env import Env
+from rig.patches.hunks import patched
+from rig.patches.patchset import asked, load
+from rig.patches.report import status
 
 FLASHINFER = REPO / "rig" / "patches" / "set" / "flashinfer-trtllm-comm-sm120.yml"
 
@@ -76,7 +80,7 @@ def test_an_empty_opt_in_is_refused_never_a_patch_for_everyone(tmp_path, empty):
 def test_an_anchor_found_twice_is_drift_not_a_guess():
     p = load()[0]
     find = p.hunks[0][0]
-    state, why = _patched(find + "\n" + find, p)
+    state, why = patched(find + "\n" + find, p)
     assert state == "drifted" and "found 2 times" in why
 
 

@@ -29,7 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from rig.patches import Env, apply, load, revert, status  # noqa: E402
+from rig.patches.actions import apply, revert  # noqa: E402
+from rig.patches.env import Env  # noqa: E402
+from rig.patches.patchset import load  # noqa: E402
+from rig.patches.report import status  # noqa: E402
 
 PATCHES = ROOT / "rig" / "patches" / "set"
 FEATURE = "free-off"  # the opt-in feature of the patches checked here
