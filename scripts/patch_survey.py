@@ -17,7 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rig.patches import Env, load, status  # noqa: E402
+from rig.patches.env import Env  # noqa: E402
+from rig.patches.patchset import load  # noqa: E402
+from rig.patches.report import status  # noqa: E402
 
 CACHE = Path(os.environ.get("RIG_CACHE", Path.home() / ".cache" / "rig")) / "survey"
 

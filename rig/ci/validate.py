@@ -169,15 +169,18 @@ def _toolchain(stack: dict, lock: dict) -> tuple[list[str], str]:
 def _patches(stack: dict, lock: dict, cache: Path, patch_dir: str | None) -> tuple[list[str], str]:
     """The patch plan as it would be on an installed venv (with the stack's opt-in features), from the patched files
     inside the locked wheels."""
-    from rig import patches as patching
+    from rig.patches.env import Env
+    from rig.patches.patchset import asked, load
+    from rig.patches.plan import refuse_unknown_versions
+    from rig.patches.report import status
 
-    plan = patching.load(patch_dir)
-    opted = patching.asked(plan, stack["patches"]["opt_in"])
+    plan = load(patch_dir)
+    opted = asked(plan, stack["patches"]["opt_in"])
     packages = {p.package for p in plan}
     locked = {w["name"]: w for w in lock["wheels"] if w["name"] in {canonicalize_name(n) for n in packages}}
     found = _wheels(lock, cache, set(locked))
     with tempfile.TemporaryDirectory(prefix="rig-validate-") as tmp:
-        env = patching.Env(python="", prefix=Path(tmp), packages={})
+        env = Env(python="", prefix=Path(tmp), packages={})
         for package in packages:
             if canonicalize_name(package) not in found:
                 continue
@@ -190,10 +193,10 @@ def _patches(stack: dict, lock: dict, cache: Path, patch_dir: str | None) -> tup
             env.packages[package] = {"version": entry["version"], "root": str(root)}
         problems = []
         try:
-            patching.refuse_unknown_versions(env, plan, opted)
+            refuse_unknown_versions(env, plan, opted)
         except RigError as exc:
             problems.append(str(exc))
-        rows = patching.status(env, plan, opted)
+        rows = status(env, plan, opted)
     problems += [f"{r['id']}: drifted in {r['package']} {r['version']}: {r['detail']}" for r in rows
                  if r["status"] == "drifted"]
     return problems, tally(rows)

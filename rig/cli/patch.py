@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import click
 
-from rig import patches
 from rig.cli.common import check_option, emit, group, json_option, patches_option, stack_option, venv_option
+from rig.patches.actions import apply, revert
+from rig.patches.env import environment
+from rig.patches.patchset import asked
+from rig.patches.report import status, table
 
 
 @group()
@@ -38,9 +41,9 @@ def _patch_target(func):
 @_opt_in
 def patch_status(venv_path, python, stack_path, patch_dir, opt_in, as_json) -> None:
     """Say, for every patch, whether this environment needs it."""
-    env, found, opted = patches.environment(venv_path, python, stack_path, patch_dir, opt_in)
-    rows = patches.status(env, found, patches.asked(found, opted))
-    emit({"changed": False, "patches": rows, "msg": patches.table(rows)}, as_json)
+    env, found, opted = environment(venv_path, python, stack_path, patch_dir, opt_in)
+    rows = status(env, found, asked(found, opted))
+    emit({"changed": False, "patches": rows, "msg": table(rows)}, as_json)
 
 
 @patch.command("apply")
@@ -52,8 +55,8 @@ def patch_apply(venv_path, python, stack_path, patch_dir, opt_in, as_json, check
     """Apply every needed patch, and the opt-in ones asked for; a no-op when all are applied or upstream.
 
     An opt-in patch applied before and no longer asked for is taken out (its files go back to their originals)."""
-    env, found, opted = patches.environment(venv_path, python, stack_path, patch_dir, opt_in)
-    result = patches.apply(env, found, check=check, force=force, opted=patches.asked(found, opted))
+    env, found, opted = environment(venv_path, python, stack_path, patch_dir, opt_in)
+    result = apply(env, found, check=check, force=force, opted=asked(found, opted))
     if check and not as_json and result["diff"]:
         click.echo(result["diff"], nl=False)
     emit(result, as_json)
@@ -65,5 +68,5 @@ def patch_apply(venv_path, python, stack_path, patch_dir, opt_in, as_json, check
 @click.option("--force", is_flag=True, help="Restore the originals even over files changed since.")
 def patch_revert(venv_path, python, stack_path, patch_dir, as_json, check, force) -> None:
     """Put back every file rig patched in this environment, byte for byte."""
-    env, _, _ = patches.environment(venv_path, python, stack_path, patch_dir)
-    emit(patches.revert(env, check=check, force=force), as_json)
+    env, _, _ = environment(venv_path, python, stack_path, patch_dir)
+    emit(revert(env, check=check, force=force), as_json)

@@ -38,7 +38,7 @@ def tag_for(stack: dict, lock: dict) -> str:
 def expected_patches(lock: dict, patch_dir: str | None, opt_in: list[str]) -> list[str]:
     """The patches the lock's versions need, and the opt-in ones of OPT_IN (the stack's patches.opt_in): what
     `rig patch apply` will apply in the image."""
-    from rig.patches import asked, load
+    from rig.patches.patchset import asked, load
 
     found = load(patch_dir)
     opted = asked(found, opt_in)
@@ -72,7 +72,7 @@ def _context(ctx: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | N
     their size and times, which BuildKit compares to send only what changed, stay those of the cache's."""
     from rig.cuda import toolkit as cuda
     from rig.engine import bundle
-    from rig.patches import patch_files
+    from rig.patches.patchset import patch_files
     from rig.python.runtime_env import environment
     from rig.python.wheelhouse import export
 

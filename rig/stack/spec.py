@@ -84,8 +84,9 @@ def _requirement(value: str) -> str | None:
     return f"{value!r} names a URL; packages come from the stack's indexes" if req.url else None
 
 
-# the free-off patch's switches, as its documentation spells them: any other value would be read as something
-# the user did not mean (a switch read as on, a mode the patch does not have)
+# the free-off patches' switches (RIG_FREE_OFF_CHECK: the free-off-check patch's), as their documentation spells
+# them: any other value would be read as something the user did not mean (a switch read as on, a mode the patch
+# does not have)
 SWITCHES = {"RIG_FREE_OFF": ("0", "1"), "RIG_FREE_OFF_DRAFT": ("ingest", "extend"), "RIG_FREE_OFF_CHECK": ("0", "1")}
 WHOLE = {"RIG_FREE_OFF_HOLD": 999_999}  # decode steps
 
@@ -185,7 +186,8 @@ SCHEMA = {
         }),
     }),
     "archs": Field(list, default=["12.0a"], check=once, item=Field(choices=ARCHS)),
-    # rig's opt-in source patches this stack asks for, by feature (free-off: adaptive step 0 as a plain decode);
+    # rig's opt-in source patches this stack asks for, by feature (free-off: adaptive step 0 as a plain decode;
+    # free-off-check: RIG_FREE_OFF_CHECK's numerics check of it);
     # `rig patch apply --stack` and the sglang_patches role apply them, an apply without one takes it out
     "patches": Field(dict, default={}, fields={
         "opt_in": Field(list, default=[], check=once, item=Field(check=feature)),

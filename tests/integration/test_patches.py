@@ -106,13 +106,16 @@ print(json.dumps({"sizes12": sizes.get(12, {}).get(8), "multimem12": comm._WORLD
 
 def test_every_check_fails_on_the_original_code(lab):
     """A check that passed on unpatched code would prove nothing."""
-    from rig import patches
+    from rig.patches.env import probe
+    from rig.patches.patchset import load
+    from rig.patches.report import status
+    from rig.patches.verify import verify
 
-    env = patches.probe(str(lab["v9"] / "bin" / "python"), ["sglang", "flashinfer-python"])
-    found = patches.load()
-    rows = {r["id"]: r for r in patches.status(env, found)}
+    env = probe(str(lab["v9"] / "bin" / "python"), ["sglang", "flashinfer-python"])
+    found = load()
+    rows = {r["id"]: r for r in status(env, found)}
     checks = [{"id": p.id, "file": rows[p.id]["path"], "code": p.check} for p in found if p.id in NEEDED_059]
-    failed = patches._verify(env, {}, checks)
+    failed = verify(env, {}, checks)
     assert set(failed) == NEEDED_059, failed
 
 
@@ -194,6 +197,7 @@ def test_a_failing_check_puts_the_file_back(lab, tmp_path):
 
 
 FREE_OFF_0523 = {"sglang-free-off-graphs", "sglang-free-off-worker-0523"}
+FREE_OFF_CHECK = {"sglang-free-off-check"}  # opt-in free-off-check: RIG_FREE_OFF_CHECK's comparison, not for serving
 
 
 def test_free_off_is_applied_only_where_the_stack_opts_in_and_taken_out_when_it_stops(lab, tmp_path):
@@ -203,7 +207,7 @@ def test_free_off_is_applied_only_where_the_stack_opts_in_and_taken_out_when_it_
     opted = tmp_path / "opted.yml"
     opted.write_text(yaml.safe_dump(stack))
     before = statuses(v23)
-    assert {i for i, r in before.items() if r["status"] == "opt-in"} == FREE_OFF_0523
+    assert {i for i, r in before.items() if r["status"] == "opt-in"} == FREE_OFF_0523 | FREE_OFF_CHECK
     assert "applied where opt-in free-off is asked for" in before["sglang-free-off-graphs"]["detail"]
     originals = digests(before)
     ok(patch("apply", "--stack", str(opted)))  # the stack's venv and its opt-in
@@ -216,11 +220,11 @@ def test_free_off_is_applied_only_where_the_stack_opts_in_and_taken_out_when_it_
     assert dropped["changed"] and dropped["msg"].startswith("took out sglang-free-off-graphs, sglang-free-off-worker")
     after = statuses(v23)
     assert {i for i, r in after.items() if r["status"] == "applied"} == NEEDED_0523
-    assert {i for i, r in after.items() if r["status"] == "opt-in"} == FREE_OFF_0523
+    assert {i for i, r in after.items() if r["status"] == "opt-in"} == FREE_OFF_0523 | FREE_OFF_CHECK
     assert json.loads(ok(patch("apply", "--json", "--venv", str(v23))).stdout)["changed"] is False
     unknown = patch("apply", "--venv", str(v23), "--opt-in", "free-lunch")
     assert unknown.returncode != 0 and "no patch of the set is opt-in 'free-lunch'; the opt-in features are: " \
-        "free-off" in unknown.stderr and after == statuses(v23)
+        "free-off, free-off-check" in unknown.stderr and after == statuses(v23)
     ok(patch("revert", "--venv", str(v23)))
     assert digests(before) == originals
 
@@ -231,4 +235,7 @@ def test_free_off_anchors_apply_and_revert_on_both_locked_wheels():
                           capture_output=True, text=True, check=False, cwd=REPO)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert done.stdout.count("rig apply without free-off: took out sglang-free-off-graphs") == 2
+    assert done.stdout.count("rig apply without free-off-check: took out sglang-free-off-check (opt-in") == 2
+    assert done.stdout.count("the serving worker holds no comparison code, and says RIG_FREE_OFF_CHECK=1 needs "
+                             "the check: True") == 2
     assert "all checks passed for 0.5.17, 0.5.23" in done.stdout

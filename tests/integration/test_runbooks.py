@@ -83,7 +83,7 @@ def free_off_targets() -> dict[str, bytes]:
     into rig's cache and checked against the lock's hash)."""
     from harness.paths import CACHE
 
-    from rig.patches import load
+    from rig.patches.patchset import load
     from rig.python.lock import read
     from rig.python.wheelhouse import cached_path, fetch
 
@@ -148,7 +148,8 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     patched = json.loads((res / "patch-free-off.json").read_text())
     assert rcs["patch-free-off"] == "0" and {r["id"]: r["status"] for r in patched["patches"]} == {
         "sglang-free-off-graphs": "applied", "sglang-free-off-worker-0517": "applied",
-        "sglang-free-off-worker-0523": "not-applicable"}, (res / "patch-free-off.err").read_text()[-3000:]
+        "sglang-free-off-worker-0523": "not-applicable",
+        "sglang-free-off-check": "opt-in"}, (res / "patch-free-off.err").read_text()[-3000:]
     free = json.loads((res / "tune-free-off-t1" / "tune.json").read_text())["variants"]
     assert "step0" not in free  # SGLang's own: the issue's table has it
     assert free["step0-plain"]["env"] == {"RIG_FREE_OFF": "1", "RIG_FREE_OFF_DRAFT": "extend"}

@@ -5,10 +5,12 @@ import re
 import click
 from harness.paths import REPO
 
-from rig import patches as patching
 from rig.ci.validate import tally
 from rig.cli import cli
 from rig.machine import doctor
+from rig.patches.env import Env
+from rig.patches.patchset import load, patch_files
+from rig.patches.report import status
 
 README = (REPO / "README.md").read_text()
 FIRST = README[:README.index("\n## Architecture")]  # the set-up and how to run rig
@@ -38,10 +40,10 @@ def test_the_box_and_the_venv_the_first_screen_names_are_the_ones_make_uses():
 
 
 def test_the_patch_count_is_the_sets_and_validate_counts_every_patch_of_it():
-    plan = patching.load()
+    plan = load()
     shown = re.search(r"`set/\*\.yml \((\d+)\)`", README)
-    assert shown and int(shown[1]) == len(plan) == len(list(patching.patch_files(None)))
-    rows = patching.status(patching.Env(python="", prefix=REPO, packages={}), plan)
+    assert shown and int(shown[1]) == len(plan) == len(list(patch_files(None)))
+    rows = status(Env(python="", prefix=REPO, packages={}), plan)
     assert tally(rows) == f"{len(plan)} patches: {len(plan)} not-applicable"
     # an opt-in patch not asked for is one of the set too: validate once left it out of its counts
     assert tally([{"status": "needed"}, {"status": "opt-in"}, {"status": "upstream"}]) == \

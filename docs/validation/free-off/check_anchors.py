@@ -1,4 +1,4 @@
-"""Prove the free-off draft patches against the real sglang wheels, with no GPU and nothing installed.
+"""Prove the free-off patches (and their opt-in check) against the real sglang wheels, with no GPU and nothing installed.
 
     python docs/validation/free-off/check_anchors.py [--wheel VERSION=PATH ...]
 
@@ -12,8 +12,10 @@ For every version, the files the patches touch are read from the wheel (a zip; n
    once; the patched file compiles;
 2. rig's own engine (rig.patches: status, apply, revert) runs on a plain directory holding those files as a
    stand-in install: status says needed, apply writes them (it compiles them and runs each patch's check in
-   this Python), status then says applied, a second apply changes nothing, and revert puts back the wheel's
-   bytes exactly (sha256), leaving no state file or backup behind.
+   this Python), status then says applied, and the serving worker holds none of the check's code; a second
+   apply changes nothing; an apply that also asks for free-off-check adds the check, one that no longer asks
+   takes it out (the serving files byte for byte as before), one without free-off restores the wheel's bytes;
+   and revert puts back the wheel's bytes exactly (sha256), leaving no state file or backup behind.
 
 Exit status 0 only when every check passes. Run from the repository root (rig is imported from it).
 """
@@ -29,11 +31,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from rig.patches import Env, apply, load, revert, status  # noqa: E402
+from rig.patches.actions import apply, revert  # noqa: E402
+from rig.patches.env import Env  # noqa: E402
+from rig.patches.patchset import load  # noqa: E402
+from rig.patches.report import status  # noqa: E402
 
 PATCHES = ROOT / "rig" / "patches" / "set"
-FEATURE = "free-off"  # the opt-in feature of the patches checked here
-OPTED = frozenset({FEATURE})
+FEATURE, CHECK = "free-off", "free-off-check"  # the opt-in features of the patches checked here: serving, its check
+SERVING, CHECKED = frozenset({FEATURE}), frozenset({CHECK})
 LOCKS = {"0.5.17": ROOT / "stacks" / "h200-sglang-0.5.17.lock", "0.5.23": ROOT / "stacks" / "sm120-sglang-0.5.23.lock"}
 
 
@@ -101,53 +106,80 @@ def check_version(version: str, wheel: Path, patches: list, diffs: Path | None =
             (prefix / name).write_bytes(data)
         env = Env(python=sys.executable, prefix=prefix,
                   packages={"sglang": {"version": version, "root": str(prefix)}})
-        if diffs is not None:  # what rig would write, as its dry run reports it
+        if diffs is not None:  # what rig would write for serving, as its dry run reports it
             diffs.mkdir(parents=True, exist_ok=True)
-            (diffs / f"sglang-{version}.diff").write_text(apply(env, patches, check=True, opted=OPTED)["diff"])
-        unasked = {r["id"]: r["status"] for r in status(env, patches)}
-        print(f"  rig status, {FEATURE} not asked for: {unasked}")
-        if any(unasked[p.id] != "opt-in" for p in mine):
-            failures.append(f"{version}: status without the opt-in is {unasked}, wanted opt-in for {[p.id for p in mine]}")
-        before = {r["id"]: r["status"] for r in status(env, patches, OPTED)}
-        print(f"  rig status, {FEATURE} asked for: {before}")
-        if any(before[p.id] != "needed" for p in mine):
-            failures.append(f"{version}: status before apply is {before}, wanted needed for {[p.id for p in mine]}")
+            (diffs / f"sglang-{version}.diff").write_text(apply(env, patches, check=True, opted=SERVING)["diff"])
         try:
-            result = apply(env, patches, opted=OPTED)
+            failures += engine_steps(version, env, patches, mine, originals)
         except Exception as exc:  # noqa: BLE001 - report and go on to the next version
-            failures.append(f"{version}: rig apply failed: {exc}")
-            print(f"  rig apply FAILED: {exc}")
-            return failures
-        after = {r["id"]: r["status"] for r in result["patches"]}
-        print(f"  rig apply: changed={result['changed']}, checks passed, status after: {after}")
-        if any(after[p.id] != "applied" for p in mine):
-            failures.append(f"{version}: status after apply is {after}")
-        patched = {name: (prefix / name).read_bytes() for name in originals}
-        again = apply(env, patches, opted=OPTED)
-        print(f"  rig apply again: changed={again['changed']}")
-        if again["changed"]:
-            failures.append(f"{version}: a second apply changed files")
-        if (dropped := apply(env, patches))["changed"] is not True:  # the stack no longer asks: taken out
-            failures.append(f"{version}: an apply without {FEATURE} left its patches in")
-        print(f"  rig apply without {FEATURE}: {dropped['msg'].splitlines()[0]}")
-        for name, data in originals.items():
-            if (prefix / name).read_bytes() != data:
-                failures.append(f"{version}: an apply without {FEATURE} did not restore {name} byte for byte")
-        apply(env, patches, opted=OPTED)
-        undone = revert(env)
-        print(f"  rig revert (applied again first): changed={undone['changed']}, files={len(undone['files'])}")
-        for name, data in originals.items():
-            now = (prefix / name).read_bytes()
-            same = now == data
-            print(f"    {name}: patched sha256 {sha(patched[name])[:12]} -> reverted {sha(now)[:12]}"
-                  f" == wheel {sha(data)[:12]}: {same}")
-            if not same:
-                failures.append(f"{version}: revert did not restore {name} byte for byte")
-        leftovers = [str(p.relative_to(prefix)) for p in prefix.rglob("*")
-                     if p.name.startswith(".rig-patches")]
-        if leftovers:
-            failures.append(f"{version}: revert left {leftovers}")
-        print(f"  state file and backups after revert: {leftovers or 'none'}")
+            failures.append(f"{version}: rig's engine failed: {exc}")
+            print(f"  FAILED: {exc}")
+    return failures
+
+
+def engine_steps(version: str, env: Env, patches: list, mine: list, originals: dict[str, bytes]) -> list[str]:
+    """status, apply (serving, then with the check, then without it, then with neither) and revert, on ENV."""
+    failures: list[str] = []
+    prefix = Path(env.prefix)
+    serving = [p for p in mine if p.opt_in == FEATURE]
+    checking = [p for p in mine if p.opt_in == CHECK]
+
+    def expect(ok: bool, problem: str) -> None:
+        if not ok:
+            failures.append(f"{version}: {problem}")
+
+    def statuses(opted: frozenset) -> dict:
+        return {r["id"]: r["status"] for r in status(env, patches, opted)}
+
+    def files() -> dict[str, bytes]:
+        return {name: (prefix / name).read_bytes() for name in originals}
+
+    unasked = statuses(frozenset())
+    print(f"  rig status, nothing asked for: {unasked}")
+    expect(all(unasked[p.id] == "opt-in" for p in mine), f"status without the opt-ins is {unasked}")
+    before = statuses(SERVING)
+    print(f"  rig status, {FEATURE} asked for: {before}")
+    expect(all(before[p.id] == "needed" for p in serving) and all(before[p.id] == "opt-in" for p in checking),
+           f"status before apply is {before}, wanted needed for {[p.id for p in serving]}, opt-in for the check")
+
+    result = apply(env, patches, opted=SERVING)
+    after = {r["id"]: r["status"] for r in result["patches"]}
+    print(f"  rig apply: changed={result['changed']}, checks passed, status after: {after}")
+    expect(all(after[p.id] == "applied" for p in serving), f"status after apply is {after}")
+    worker = next((prefix / p.file).read_text() for p in serving if "worker" in p.id)
+    alone = "_rig_check_ingest" not in worker and "needs rig's free-off-check patch" in worker
+    print(f"  the serving worker holds no comparison code, and says RIG_FREE_OFF_CHECK=1 needs the check: {alone}")
+    expect(alone, "the serving worker patch carries the check's code, or does not say that it is absent")
+    serving_only = files()
+    again = apply(env, patches, opted=SERVING)
+    print(f"  rig apply again: changed={again['changed']}")
+    expect(not again["changed"], "a second apply changed files")
+
+    checked = apply(env, patches, opted=SERVING | CHECKED)
+    print(f"  rig apply with {CHECK}: {checked['msg'].splitlines()[0]}, checks passed")
+    expect(checked["changed"] and all(r["status"] == "applied" for r in checked["patches"] if r["id"] in
+                                      {p.id for p in mine}), f"an apply with {CHECK} left {checked['patches']}")
+    unchecked = apply(env, patches, opted=SERVING)
+    print(f"  rig apply without {CHECK}: {unchecked['msg'].splitlines()[0]}")
+    expect(files() == serving_only, f"an apply without {CHECK} did not leave the serving patches alone, byte for byte")
+
+    dropped = apply(env, patches)  # the stack no longer asks: taken out
+    print(f"  rig apply without {FEATURE}: {dropped['msg'].splitlines()[0]}")
+    expect(dropped["changed"] is True and files() == originals,
+           f"an apply without {FEATURE} did not restore the files byte for byte")
+
+    apply(env, patches, opted=SERVING | CHECKED)
+    patched = files()
+    undone = revert(env)
+    print(f"  rig revert (applied again first, with {CHECK}): changed={undone['changed']}, files={len(undone['files'])}")
+    for name, data in originals.items():
+        now = (prefix / name).read_bytes()
+        print(f"    {name}: patched sha256 {sha(patched[name])[:12]} -> reverted {sha(now)[:12]}"
+              f" == wheel {sha(data)[:12]}: {now == data}")
+        expect(now == data, f"revert did not restore {name} byte for byte")
+    leftovers = [str(p.relative_to(prefix)) for p in prefix.rglob("*") if p.name.startswith(".rig-patches")]
+    expect(not leftovers, f"revert left {leftovers}")
+    print(f"  state file and backups after revert: {leftovers or 'none'}")
     return failures
 
 
@@ -164,8 +196,8 @@ def main(argv: list[str]) -> int:
         wheels[version] = Path(path)
     if not wheels:
         wheels = {version: locked_wheel(lock) for version, lock in LOCKS.items()}
-    patches = [p for p in load(PATCHES) if p.opt_in == FEATURE]
-    print(f"patch set: {PATCHES.relative_to(ROOT)}, opt-in {FEATURE} ({', '.join(p.id for p in patches)})")
+    patches = [p for p in load(PATCHES) if p.opt_in in (FEATURE, CHECK)]
+    print(f"patch set: {PATCHES.relative_to(ROOT)}, opt-in {FEATURE} and {CHECK} ({', '.join(p.id for p in patches)})")
     failures = []
     for version, wheel in wheels.items():
         failures += check_version(version, wheel, patches, args.diffs)

@@ -63,9 +63,10 @@ print("\n".join(p for p in sys.path if p and not p.startswith(std) and not p.end
   fi
 }
 
-free_off_patches() {  # free_off_patches PHASE STACK: rig's free-off patches alone, applied for STACK (a no-op again)
+free_off_patches() {  # free_off_patches PHASE STACK [ARG...]: rig's free-off patches alone, applied for STACK (a no-op
+  # again); ARGs go to rig patch apply
   mkdir -p "$SRC/free-off-patches" && cp "$SRC"/rig/patches/set/sglang-free-off-*.yml "$SRC/free-off-patches/"
-  rig_in "patch-$1" patch apply --stack "$2" --patches "$SRC/free-off-patches" --json
+  rig_in "patch-$1" patch apply --stack "$2" --patches "$SRC/free-off-patches" --json "${@:3}"
 }
 
 phase() {
@@ -75,11 +76,12 @@ phase() {
   free-off|free-off-greedy|free-off-policy|free-off-check)
     # the free-off patches alone (the stack opts in): the SM120 ones change nothing a TP-1 SM90 run measures;
     # a second apply (free-off-greedy after free-off) is a no-op. free-off-check: the policy stack with
-    # RIG_FREE_OFF_CHECK=1, so each ingest step also runs the draft extend and logs how far their draft KV differ
-    local kind=t1 check=0 out; [ "$1" = free-off ] || kind=${1#free-off-}
+    # RIG_FREE_OFF_CHECK=1 (and its opt-in patch), so each ingest step also runs the draft extend and logs how far
+    # their draft KV differ
+    local kind=t1 check=0 out opt=; [ "$1" = free-off ] || kind=${1#free-off-}
     out=tune-free-off-$kind
-    if [ "$kind" = check ]; then kind=policy check=1; fi
-    free_off_patches "$1" "$STACKS/stack-free-off-$kind.yml"
+    if [ "$kind" = check ]; then kind=policy check=1 opt=free-off-check; fi
+    free_off_patches "$1" "$STACKS/stack-free-off-$kind.yml" ${opt:+--opt-in "$opt"}
     RIG_FREE_OFF_CHECK=$check rig_in "$out" tune --stack "$STACKS/stack-free-off-$kind.yml" --out "$RES/$out" \
       $TUNE_ARGS --json ;;
   free-off-prove)
