@@ -41,6 +41,7 @@ from rig.cli.common import (
 )
 from rig.core import RigError
 from rig.core.escape import rig_line
+from rig.core.renames import Renamed
 
 __all__ = ["COMMANDS", "DEFAULT_BUNDLE", "DEFAULT_CACHE", "cli", "main"]
 
@@ -49,7 +50,7 @@ class Entry(NamedTuple):
     name: str
     where: str  # MODULE:ATTRIBUTE under rig.cli, or MODULE:GROUP SUBCOMMAND for an old spelling
     summary: str  # what `rig --help` says of it
-    moved_to: str = ""  # an old top-level spelling: where the command lives now (hidden, for one release)
+    renamed: Renamed | None = None  # an old top-level spelling: where the command lives now, and until when
 
 
 # In the order users take them: the stack and its lock, the CUDA toolkit, the wheels and the venv, the
@@ -78,12 +79,13 @@ COMMANDS = (
     Entry("image", "image:image", "The stack's serving image, built from its lock."),
     Entry("upgrade", "upgrade:upgrade", "A day-two upgrade of a serving host, step by step."),
     Entry("plumbing", "plumbing:plumbing", "What roles and images use underneath: bundle, tools."),
-    # the old top-level spellings, for one release
-    Entry("ldconfig-conf", "cuda:cuda ldconfig-conf", "", "cuda ldconfig-conf"),
-    Entry("probe", "machine:machine probe", "", "machine probe"),
-    Entry("sbom", "image:image sbom", "", "image sbom"),
-    Entry("tool", "plumbing:plumbing tool", "", "plumbing tool"),
-    Entry("bundle", "plumbing:plumbing bundle", "", "plumbing bundle"),
+    # the old top-level spellings, hidden, each until the release it names
+    Entry("ldconfig-conf", "cuda:cuda ldconfig-conf", "",
+          Renamed("`rig ldconfig-conf`", "`rig cuda ldconfig-conf`", "0.2.0", "name")),
+    Entry("probe", "machine:machine probe", "", Renamed("`rig probe`", "`rig machine probe`", "0.2.0", "name")),
+    Entry("sbom", "image:image sbom", "", Renamed("`rig sbom`", "`rig image sbom`", "0.2.0", "name")),
+    Entry("tool", "plumbing:plumbing tool", "", Renamed("`rig tool`", "`rig plumbing tool`", "0.2.0", "name")),
+    Entry("bundle", "plumbing:plumbing bundle", "", Renamed("`rig bundle`", "`rig plumbing bundle`", "0.2.0", "name")),
 )
 _TABLE = {entry.name: entry for entry in COMMANDS}
 
@@ -102,19 +104,19 @@ class LazyGroup(RigGroup):
         attribute, *sub = path.split()
         command = getattr(importlib.import_module(f"rig.cli.{module}"), attribute)
         if sub:
-            return moved(command.commands[sub[0]], entry.moved_to)
+            return moved(command.commands[sub[0]], entry.renamed)
         command.short_help = entry.summary
         return command
 
     def format_commands(self, ctx, formatter):
         """The table's summaries, in its order: no command module is imported for `rig --help`."""
-        rows = [(entry.name, entry.summary) for entry in COMMANDS if not entry.moved_to]
+        rows = [(entry.name, entry.summary) for entry in COMMANDS if not entry.renamed]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
     def shown(self, ctx):
         """The commands users see, from the table: no module is imported to suggest one."""
-        return [entry.name for entry in COMMANDS if not entry.moved_to]
+        return [entry.name for entry in COMMANDS if not entry.renamed]
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -125,8 +127,8 @@ def cli(debug: bool) -> None:
 
     Versions come from a stack file (--stack, $RIG_STACK, or the nearest
     stacks/default.yml). Ansible roles and the Dockerfile call these same
-    subcommands. Every failure is one `rig: error:` line and exit 2 (bad
-    input, or a host problem to fix).
+    subcommands. Every failure is one `rig: error:` line, its remedy on a
+    `rig: hint:` line, and exit 2 (bad input, or a host problem to fix).
     """
 
 
@@ -138,22 +140,23 @@ def _terminate(signum, frame) -> None:
     raise Terminated(signum)
 
 
-def _explain(exc: BaseException) -> str | None:
-    """One line for an error that input or the host caused; None for a defect of rig's own."""
+def _explain(exc: BaseException) -> tuple[str, str | None] | None:
+    """The line and its hint (None: none) for an error that input or the host caused; None for a defect of rig's
+    own."""
     if isinstance(exc, RigError):
-        return str(exc)
+        return exc.message, exc.hint
     if isinstance(exc, UnicodeError):
-        return f"an input is not UTF-8 text: {exc}"
+        return f"an input is not UTF-8 text: {exc}", None
     if isinstance(exc, OSError):
         where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
         full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-        return f"{where or 'system'}: {exc.strerror or exc}" + ("; free space there and run again" if full else "")
+        return f"{where or 'system'}: {exc.strerror or exc}", "free space there and run again" if full else None
     if isinstance(exc, json.JSONDecodeError):
-        return f"not valid JSON: {exc}"
+        return f"not valid JSON: {exc}", None
     if isinstance(exc, (zipfile.BadZipFile, tarfile.TarError)):
-        return f"not a readable archive: {exc}"
+        return f"not a readable archive: {exc}", None
     if type(exc).__module__.split(".")[0] in ("yaml", "requests", "urllib3", "http", "aiohttp"):
-        return f"{type(exc).__name__}: {exc}"
+        return f"{type(exc).__name__}: {exc}", None
     return None
 
 
@@ -170,16 +173,19 @@ def _deleted_cwd() -> str | None:
             return os.environ.get("PWD") or "(unknown)"
 
 
-def _fail(line: str, code: int, as_json: bool, kind: str = "error: ") -> None:
-    """The one way a run fails: `rig: error: LINE` on stderr (an interrupt, no error of input: `rig: LINE`),
-    under --json also {"error", "exit"} on stdout (a machine reading stdout gets one JSON object either way),
-    then exit CODE."""
+def _fail(line: str, code: int, as_json: bool, kind: str = "error: ", hint: str | None = None) -> None:
+    """The one way a run fails: `rig: error: LINE` on stderr (an interrupt, no error of input: `rig: LINE`), the
+    remedy on a line of its own, `rig: hint: HINT`, as uv says it; under --json also {"error", "hint", "exit"} on
+    stdout (a machine reading stdout gets one JSON object either way; hint null where there is none), then exit
+    CODE."""
     click.echo(rig_line(kind + line), err=True)
+    if hint:
+        click.echo(rig_line(f"hint: {hint}"), err=True)
     if as_json:
         from rig.core.documents import dump_json
 
         try:
-            click.echo(dump_json({"error": line, "exit": code}, "the error"))
+            click.echo(dump_json({"error": line, "hint": hint, "exit": code}, "the error"))
         except OSError:  # stdout itself is what failed (a full disk, a closed pipe): the line above said so
             _quiet_stdout()
     sys.exit(code)
@@ -210,9 +216,9 @@ def _quiet_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The one error boundary: every failure is one `rig: error:` line and exit 2 (bad input or host),
-    70 for a defect of rig's own (under --json also one JSON object on stdout); --debug (or RIG_DEBUG=1) adds the
-    traceback; a group given no command prints its help and exits 0."""
+    """The one error boundary: every failure is one `rig: error:` line, its remedy on a `rig: hint:` line, and
+    exit 2 (bad input or host), 70 for a defect of rig's own (under --json also one JSON object on stdout);
+    --debug (or RIG_DEBUG=1) adds the traceback; a group given no command prints its help and exits 0."""
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv or os.environ.get("RIG_DEBUG") == "1"
     as_json = "--json" in argv
@@ -229,21 +235,24 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(OK)
     except click.exceptions.ClickException as exc:
         ctx = getattr(exc, "ctx", None)
-        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        _fail(exc.format_message() + hint, exc.exit_code, as_json)
+        helped = f"see `{ctx.command_path} --help`" if ctx is not None else None
+        _fail(exc.format_message(), exc.exit_code, as_json, hint=getattr(exc, "hint", None) or helped)
     except Exception as exc:  # noqa: BLE001 - this is the boundary
         if debug:
             traceback.print_exc()
-        line = _explain(exc)
+        explained = _explain(exc)
         gone = _deleted_cwd()
         if gone is not None and isinstance(exc, OSError) and exc.filename is None:  # what os.getcwd() raises
-            line = f"the current directory {gone} has been deleted: cd to a directory that exists and run rig again"
+            explained = (f"the current directory {gone} has been deleted",
+                         "cd to a directory that exists and run rig again")
         elif isinstance(exc, OSError) and exc.filename is None and _stdout_failed(exc):
-            line = f"cannot write the output to stdout: {exc.strerror or exc}; give it somewhere that takes it"
-        elif gone is not None and line is not None:
-            line += f" (the current directory {gone} has been deleted: cd to one that exists)"
-        if line is None:
-            _fail(f"internal error: {type(exc).__name__}: {exc} (a defect of rig's: rerun with --debug and report the "
-                  "traceback)", INTERNAL, as_json)
+            explained = f"cannot write the output to stdout: {exc.strerror or exc}", "give it somewhere that takes it"
+        elif gone is not None and explained is not None:
+            explained = (f"{explained[0]} (the current directory {gone} has been deleted)",
+                         "; ".join(filter(None, [explained[1], "cd to a directory that exists"])))
+        if explained is None:
+            _fail(f"internal error: {type(exc).__name__}: {exc}", INTERNAL, as_json,
+                  hint="a defect of rig's: rerun with --debug and report the traceback")
         else:
-            _fail(line, ERROR, as_json)
+            line, hint = explained
+            _fail(line, ERROR, as_json, hint=hint)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import PathArg, json_option, judged, junit_option, stack_option, venv_option, write_junit
+from rig.cli.common import json_option, judged, junit_option, stack_option, venv_option, write_junit
+from rig.cli.types import PathArg
 from rig.core.documents import dump_json
 from rig.kernels import audit as audits
 from rig.stack.spec import load
@@ -15,7 +16,7 @@ from rig.stack.spec import load
 @venv_option(optional="torch from --torch, or none (the torch symbols are not checked).",
              help="Take torch from this venv, and audit PATHS that are its installed distributions (e.g. "
                   "sglang-kernel).")
-@click.option("--torch", "torch_path", type=PathArg(),
+@click.option("--torch", "torch_path", type=PathArg(), metavar="PATH",
               help="Take torch from this torch wheel or torch/lib directory instead.")
 @junit_option
 @json_option

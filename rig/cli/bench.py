@@ -4,9 +4,6 @@ from __future__ import annotations
 import click
 
 from rig.cli.common import (
-    SERVER_URL,
-    PathArg,
-    Url,
     api_key_env_option,
     emit,
     json_option,
@@ -15,7 +12,9 @@ from rig.cli.common import (
     plan_options,
     prompts_option,
     stack_option,
+    url_option,
 )
+from rig.cli.types import PathArg, Url
 from rig.core import RigError
 from rig.core.schema import validate
 from rig.serving import bench as serve_bench
@@ -25,9 +24,9 @@ from rig.stack.spec import SCHEMA, load
 
 
 @click.command()
-@click.option("--url", type=Url(), default=SERVER_URL, show_default=True, help="The server under test (EAGLE-3).")
+@url_option(help="The server under test (EAGLE-3).")
 @click.option("--baseline-url", type=Url(), help="A server without speculation, measured with the same plan.")
-@click.option("--baseline-results", type=PathArg(exists=True, dir_okay=False),
+@click.option("--baseline-results", type=PathArg(exists=True, dir_okay=False), metavar="FILE",
               help="results.json of an earlier run against the baseline (when both cannot run at once).")
 @stack_option(required=False, help="Plan defaults: its bench section (none found: the schema's defaults).")
 @prompts_option

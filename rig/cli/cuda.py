@@ -3,9 +3,22 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import DIR, Choice, Url, cache_option, check_option, emit, group, json_option, prefix_option
+from rig.cli.common import (
+    cache_option,
+    check_option,
+    components_option,
+    emit,
+    group,
+    json_option,
+    method_option,
+    prefix_option,
+    runfile_sha256_option,
+    state_dir_option,
+    toolkit_version_option,
+    url_option,
+)
 from rig.cli.ldconfig import ldconfig_conf
-from rig.core import defaults
+from rig.cli.types import PathArg, Url
 from rig.core.documents import dump_json
 from rig.core.escape import terminal
 from rig.cuda import toolkit as engine
@@ -20,13 +33,12 @@ cuda.add_command(ldconfig_conf)
 
 
 @cuda.command("fetch")
-@click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
-@click.option("--component", "components", multiple=True, help="cuda-toolkit extra; repeat. Default: all rig needs.")
-@click.option("--method", type=Choice(["wheels", "runfile", "apt"]), default="wheels", show_default=True,
-              help="A stack's cuda.method; apt is the cuda_toolkit role's, refused here naming it.")
-@click.option("--url", type=Url(("https", "http", "file")), default="", help="Runfile URL (runfile method).")
-@click.option("--sha256", default="", help="Expected runfile sha256 (runfile method).")
-@click.option("--platform", default="x86_64", show_default=True, help="Target machine (uname -m).")
+@toolkit_version_option()
+@components_option()
+@method_option()
+@url_option(type=Url(("https", "http", "file")), default="", show_default=False, help="Runfile URL (runfile method).")
+@runfile_sha256_option()
+@click.option("--platform", default="x86_64", show_default=True, metavar="MACHINE", help="Target machine (uname -m).")
 @cache_option(help="Controller-side download cache.")
 @check_option
 @json_option
@@ -41,12 +53,12 @@ def cuda_fetch(version, components, method, url, sha256, platform, cache, check,
 
 
 @cuda.command("install")
-@click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
-@click.option("--method", type=Choice(["wheels", "runfile", "apt"]), default="wheels", show_default=True,
-              help="A stack's cuda.method; apt is the cuda_toolkit role's, refused here naming it.")
-@click.option("--component", "components", multiple=True, help="cuda-toolkit extra; repeat. Default: all rig needs.")
-@click.option("--source", help="The fetched wheel dir or its archive (wheels), or the runfile (runfile).")
-@click.option("--sha256", default="", help="Expected runfile sha256 (runfile method).")
+@toolkit_version_option()
+@method_option()
+@components_option()
+@click.option("--source", type=PathArg(), metavar="PATH",
+              help="The fetched wheel dir or its archive (wheels), or the runfile (runfile).")
+@runfile_sha256_option()
 @prefix_option
 @check_option
 @json_option
@@ -57,10 +69,9 @@ def cuda_install(version, method, components, source, sha256, prefix, check, as_
 
 
 @cuda.command("default")
-@click.option("--version", "version", required=True, help="Toolkit release or series, e.g. 13.0.")
+@toolkit_version_option(help="Toolkit release or series, e.g. 13.0.")
 @prefix_option
-@click.option("--state-dir", default=defaults.STATE_DIR, show_default=True, type=DIR, metavar="DIR",
-              help="Where rollback state is kept.")
+@state_dir_option()
 @check_option
 @click.option("--installing", is_flag=True,
               help="With --check: this run installs the toolkit first, so it need not exist yet.")
@@ -72,8 +83,7 @@ def cuda_default(version, prefix, state_dir, check, installing, as_json) -> None
 
 @cuda.command("rollback")
 @prefix_option
-@click.option("--state-dir", default=defaults.STATE_DIR, show_default=True, type=DIR, metavar="DIR",
-              help="Where rollback state is kept.")
+@state_dir_option()
 @check_option
 @json_option
 def cuda_rollback(prefix, state_dir, check, as_json) -> None:

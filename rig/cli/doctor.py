@@ -9,13 +9,12 @@ from click.core import ParameterSource
 
 from rig.cli.common import (
     DEFAULT_BUNDLE,
-    Choice,
-    Number,
-    PathArg,
+    arch_option,
     emit,
     json_option,
     judged,
     junit_option,
+    log_option,
     need_stack,
     prefix_option,
     refuse_unused,
@@ -23,6 +22,7 @@ from rig.cli.common import (
     venv_option,
     write_junit,
 )
+from rig.cli.types import Choice, Number
 from rig.core import check as report
 from rig.core.documents import dump_json
 from rig.machine import doctor as checks
@@ -34,19 +34,18 @@ from rig.stack.spec import load, pins_packages
 @click.command()
 @stack_option(required=False, help="The stack whose CUDA version, archs, venv, lock and TP the checks hold the box "
               "to, where --cuda, --arch and --venv do not say.")
-@click.option("--cuda", "cuda_version", help="CUDA release to expect (default: the stack's).")
-@click.option("--arch", "archs", multiple=True, help="Target arch, e.g. 12.0a; repeat (default: the stack's).")
+@click.option("--cuda", "cuda_version", metavar="VERSION", help="CUDA release to expect (default: the stack's).")
+@arch_option(help="Target arch, e.g. 12.0a; repeat (default: the stack's).")
 @click.option("--attention-backend", "backends", multiple=True, metavar="NAME",
               help="An attention backend the server uses, e.g. fa3, whose kernels must run on every arch; repeat "
                    "(default: the stack's server.attention_backends).")
 @venv_option(help="Check this venv against the stack's lock (where the stack pins no packages, only a venv "
                  "given is checked).")
 @prefix_option
-@click.option("--container", help="Run the checks inside this running container instead of here.")
+@click.option("--container", metavar="NAME", help="Run the checks inside this running container instead of here.")
 @click.option("--expect-gpus", type=Number(int, 1), help="GPUs this box must have (default, where a driver is: "
               "the stack's server.tp).")
-@click.option("--log", "log_path", type=PathArg(dir_okay=False),
-              help="Instead: read a server or build log and name each known failure, its cause and fix.")
+@log_option(help="Instead: read a server or build log and name each known failure, its cause and fix.")
 @click.option("--layer", type=Choice(["toolkit", "libraries", "nvrtc"]),
               help="Only this layer's checks (the cuda_ldconfig role asks `libraries`: do the sonames resolve?).")
 @junit_option

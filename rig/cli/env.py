@@ -27,7 +27,7 @@ def env_group() -> None:
 
 
 def _env_source(func):
-    func = click.option("--env-json", help="The environment as `rig env show --json` prints it "
+    func = click.option("--env-json", metavar="JSON", help="The environment as `rig env show --json` prints it "
                         "(roles pass this; default: from --stack).")(func)
     func = stack_option(required=False, help="Render the stack's environment section, CUDA version and archs "
                         "(unless --env-json is given).")(func)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import OutDir, emit, group, json_option, judged
+from rig.cli.common import emit, group, json_option, judged
+from rig.cli.types import OutDir
 from rig.serving import fleet as fleets
 
 

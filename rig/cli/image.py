@@ -6,7 +6,6 @@ import os
 import click
 
 from rig.cli.common import (
-    PathArg,
     cache_option,
     check_option,
     emit,
@@ -20,6 +19,7 @@ from rig.cli.common import (
     venv_of,
     venv_option,
 )
+from rig.cli.types import PathArg
 from rig.core import RigError
 from rig.core.documents import dump_json
 from rig.image import build, verify
@@ -29,10 +29,10 @@ from rig.image.sbom import cyclonedx
 @click.command()
 @venv_option()
 @stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
-@click.option("--requirements", required=True, multiple=True, type=PathArg(exists=True, dir_okay=False),
+@click.option("--requirements", required=True, multiple=True, type=PathArg(exists=True, dir_okay=False), metavar="FILE",
               help="The hash-pinned requirements the venv was installed from (the wheels' sha256); "
                    "repeat it for the wheels rig built.")
-@click.option("--name", default="", help="What the SBOM describes (default: the venv's name).")
+@click.option("--name", default="", metavar="NAME", help="What the SBOM describes (default: the venv's name).")
 @output_option()
 @json_option
 def sbom(venv_path, stack_path, requirements, name, output, as_json) -> None:
@@ -54,11 +54,11 @@ image.add_command(sbom)
 
 @image.command("build")
 @stack_option(help="Its lock must be complete.")
-@click.option("--base", default=lambda: os.environ.get("RIG_BASE_IMAGE", ""),
+@click.option("--base", default=lambda: os.environ.get("RIG_BASE_IMAGE", ""), metavar="IMAGE",
               help="The base image: NVIDIA's CUDA 13 image by digest where a registry answers, else rig's "
                    "bootstrapped base (scripts/base-image.sh prints it; default $RIG_BASE_IMAGE).")
-@patches_option("Build with this patch set (a directory) instead of rig's own.")
-@click.option("--ca-cert", "ca_certs", multiple=True, type=PathArg(exists=True, dir_okay=False),
+@patches_option(help="Build with this patch set (a directory) instead of rig's own.")
+@click.option("--ca-cert", "ca_certs", multiple=True, type=PathArg(exists=True, dir_okay=False), metavar="FILE",
               help="An extra CA certificate for the builder stage only (its apt and git); repeat.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
 @cache_option(help="Controller cache (wheels, CUDA wheels, built wheels).")
@@ -81,7 +81,7 @@ def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, check, a
 
 
 @image.command("verify")
-@click.argument("tag")
+@click.argument("tag", metavar="TAG")
 @json_option
 def image_verify(tag, as_json) -> None:
     """Run rig doctor and rig patch status inside the image; exit 1 on a failed check."""

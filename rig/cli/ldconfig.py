@@ -3,18 +3,19 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import DIR, OutDir, check_option, emit, json_option, prefix_option
+from rig.cli.common import check_option, emit, json_option, prefix_option, root_option, toolkit_version_option
+from rig.cli.types import DIR, OutDir
 from rig.core.documents import converge_file
 from rig.core.fs import atomic_write, confined
 from rig.cuda.ldconfig import conf_for
 
 
 @click.command("ldconfig-conf")
-@click.option("--version", "version", required=True, help="Toolkit release, e.g. 13.0.2.")
+@toolkit_version_option()
 @prefix_option
 @click.option("--conf-dir", default="/etc/ld.so.conf.d", show_default=True, type=DIR, metavar="DIR")
-@click.option("--root", default="/", show_default=True,
-              help="Where the tree is seen now (an image's staging dir); paths are written as seen from /.")
+@root_option(default="/", show_default=True,
+             help="Where the tree is seen now (an image's staging dir); paths are written as seen from /.")
 @click.option("--write-under", type=OutDir(), metavar="DIR",
               help="Write the file under this dir (ROOT/etc/ld.so.conf.d/...) instead of printing it.")
 @click.option("--write", is_flag=True,

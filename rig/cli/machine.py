@@ -6,18 +6,20 @@ from pathlib import Path
 import click
 
 from rig.cli.common import (
-    DIR,
-    FILE,
-    Number,
+    driver_package_option,
     emit,
     group,
     json_option,
     judged,
+    module_version_option,
     out_option,
+    pci_root_option,
+    python_option,
     stack_option,
     venv_of,
     venv_option,
 )
+from rig.cli.types import DIR, FILE, Number
 from rig.core import RigError
 from rig.core.proc import interpreter as resolved
 from rig.machine import driver, gpu_health
@@ -27,7 +29,7 @@ from rig.machine import probe as probing
 @click.command()
 @venv_option(help="The stack's venv: its torch and NCCL run the all-reduce.")
 @stack_option(required=False, help="The stack whose venv it is (when neither --venv nor --python is given).")
-@click.option("--python", "python", help="Use this interpreter instead of the venv's.")
+@python_option()
 @click.option("--gpus", type=Number(int, 1), help="GPUs to all-reduce across (default: every GPU nvidia-smi lists).")
 @out_option("probe-results", "probe.json, probe.md and probe.png.", ("probe.json", "probe.md", "probe.png"))
 @json_option
@@ -64,15 +66,17 @@ machine.add_command(probe)
 
 
 @machine.command("facts")
-@click.option("--pci-root", default="/sys/bus/pci/devices", show_default=True, type=DIR, help="sysfs PCI devices.")
-@click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True, type=FILE,
-              help="Where the loaded nvidia kernel module tells its version.")
-@click.option("--dev", default="/dev", show_default=True, type=DIR, help="Where the driver's device nodes are.")
-@click.option("--docker-config", type=FILE, help="Also list the runtimes this Docker daemon configuration registers.")
-@click.option("--driver-package", help="Also say this driver package's installed version and whether the loaded "
-              "module is it (module_current).")
-@click.option("--cdi-spec", type=FILE, help="Also list the host paths this CDI spec mounts that are gone (cdi_missing; "
-              "cdi_current is false then, or where there is no spec).")
+@pci_root_option()
+@module_version_option()
+@click.option("--dev", default="/dev", show_default=True, type=DIR, metavar="DIR",
+              help="Where the driver's device nodes are.")
+@click.option("--docker-config", type=FILE, metavar="FILE",
+              help="Also list the runtimes this Docker daemon configuration registers.")
+@driver_package_option(help="Also say this driver package's installed version and whether the loaded module is it "
+                            "(module_current).")
+@click.option("--cdi-spec", type=FILE, metavar="FILE",
+              help="Also list the host paths this CDI spec mounts that are gone (cdi_missing; cdi_current is false "
+                   "then, or where there is no spec).")
 @json_option
 def machine_facts(pci_root, module_version_path, dev, docker_config, driver_package, cdi_spec, as_json) -> None:
     """NVIDIA GPUs and NVSwitches on the PCI bus, the GPU device nodes a process here can open, and the

@@ -3,7 +3,17 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import check_option, emit, group, json_option, patches_option, stack_option, venv_option
+from rig.cli.common import (
+    check_option,
+    emit,
+    force_option,
+    group,
+    json_option,
+    patches_option,
+    python_option,
+    stack_option,
+    venv_option,
+)
 from rig.patches.actions import apply, revert
 from rig.patches.env import environment
 from rig.patches.patchset import asked
@@ -31,7 +41,7 @@ def _patch_target(func):
     func = patches_option()(func)
     func = stack_option(required=False, help="The stack whose patches.opt_in to ask for, and whose venv to use when neither "
                                                 "--venv nor --python is given.")(func)
-    func = click.option("--python", "python", help="The environment's Python interpreter.")(func)
+    func = python_option(help="The environment's Python interpreter.")(func)
     func = venv_option(help="The environment: a virtualenv directory (or --python).")(func)
     return json_option(func)
 
@@ -50,7 +60,7 @@ def patch_status(venv_path, python, stack_path, patch_dir, opt_in, as_json) -> N
 @_patch_target
 @_opt_in
 @check_option
-@click.option("--force", is_flag=True, help="Act on package versions no patch knows, skipping drifted patches.")
+@force_option(help="Act on package versions no patch knows, skipping drifted patches.")
 def patch_apply(venv_path, python, stack_path, patch_dir, opt_in, as_json, check, force) -> None:
     """Apply every needed patch, and the opt-in ones asked for; a no-op when all are applied or upstream.
 
@@ -65,7 +75,7 @@ def patch_apply(venv_path, python, stack_path, patch_dir, opt_in, as_json, check
 @patch.command("revert")
 @_patch_target
 @check_option
-@click.option("--force", is_flag=True, help="Restore the originals even over files changed since.")
+@force_option(help="Restore the originals even over files changed since.")
 def patch_revert(venv_path, python, stack_path, patch_dir, as_json, check, force) -> None:
     """Put back every file rig patched in this environment, byte for byte."""
     env, _, _ = environment(venv_path, python, stack_path, patch_dir)

@@ -6,9 +6,6 @@ import socket
 import click
 
 from rig.cli.common import (
-    Choice,
-    Number,
-    OutDir,
     api_key_env_option,
     check_option,
     emit,
@@ -17,11 +14,14 @@ from rig.cli.common import (
     junit_option,
     moved_option,
     out_option,
+    port_option,
     stack_option,
+    tp_option,
     venv_of,
     venv_option,
     write_junit,
 )
+from rig.cli.types import Choice, OutDir
 from rig.core import outdir
 from rig.core.check import Check
 from rig.serving import prove as proving
@@ -31,17 +31,16 @@ from rig.stack.spec import load
 @click.command()
 @stack_option(help="The stack: its CUDA and archs for the doctor, its server line for the servers.")
 @venv_option(help="The venv whose sglang serves.")
-@click.option("--tp", type=Number(int, 1, 64), help="The TP size to prove beside 1 (default: the stack's server.tp).")
+@tp_option(help="The TP size to prove beside 1 (default: the stack's server.tp).")
 @out_option("prove-results", "prove.json, report.md, prove.png, logs/ and (without --models) models/.",
             proving.OUTPUTS)
 @click.option("--models", "models_dir", type=OutDir(), metavar="DIR",
               help="Where the numerics test model is written (default: OUT/models).")
 @click.option("--skip", multiple=True, type=Choice(proving.STEPS),
               help="Leave out a step (repeat); it is reported as skipped, never as passed.")
-@click.option("--port", type=Number(int, 1, 65535),
-              help="Serve on this port instead of the stack's: a host being upgraded proves where its balancer, "
-                   "which checks the stack's port, sends no traffic.")
-@moved_option("--summary", "fleet summary")
+@port_option(help="Serve on this port instead of the stack's: a host being upgraded proves where its balancer, "
+                  "which checks the stack's port, sends no traffic.")
+@moved_option("--summary", "fleet summary", "0.2.0")
 @api_key_env_option
 @junit_option
 @check_option

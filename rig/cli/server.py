@@ -5,7 +5,8 @@ import os
 
 import click
 
-from rig.cli.common import FILE, Number, emit, group, json_option, need_stack, stack_option, venv_option
+from rig.cli.common import emit, group, json_option, log_option, need_stack, stack_option, start_timeout_option, venv_option
+from rig.cli.types import FILE, HostPath, Number
 from rig.core import RigError
 from rig.core.documents import dump_json, parse_json, read_text
 from rig.serving import adaptive
@@ -20,24 +21,27 @@ def server() -> None:
 
 @server.command("args")
 @stack_option(required=False, help="The stack (unless --stack-json is given).")
-@click.option("--stack-json", help="The stack as JSON instead of a file (roles pass the validated stack).")
+@click.option("--stack-json", metavar="JSON", help="The stack as JSON instead of a file (roles pass the validated "
+              "stack).")
 @venv_option(help="The venv whose sglang parses the flags.")
 @click.option("--baseline", is_flag=True, help="Drop speculation, keep everything else (the benchmark's baseline).")
 @click.option("--api-key/--no-api-key", default=None,
               help="Add --api-key ${NAME} (default: when server.api_key_env is set here).")
-@click.option("--gate-engine", help="The engine on the server's host: add the unit's health gate (JSON).")
-@click.option("--gate-python", default="/usr/bin/python3", show_default=True, help="The Python that runs it.")
-@click.option("--log", default="/var/log/rig/sglang-server.log", show_default=True, type=FILE, metavar="FILE",
-              help="The server's log.")
-@click.option("--start-timeout", type=Number(int, 61, 7 * 86400), metavar="SECONDS",
-              help="Seconds systemd waits for the health gate (default: the stack's server.start_timeout).")
+@click.option("--gate-engine", type=HostPath(),
+              help="The engine bundle on the server's host: add the unit's health gate (JSON).")
+@click.option("--gate-python", type=HostPath(program=True), default="/usr/bin/python3", show_default=True,
+              help="The Python on the server's host that runs it (a path, or a name on its PATH).")
+@log_option(type=HostPath(), default="/var/log/rig/sglang-server.log", show_default=True, metavar="PATH",
+            help="The server's log, on its host.")
+@start_timeout_option(type=Number(int, 61, 7 * 86400),
+                      help="Seconds systemd waits for the health gate (default: the stack's server.start_timeout).")
 @click.option("--adaptive-config-text", metavar="JSON",
               help="What server.speculative_adaptive_config will hold where the server runs (the sglang_server role "
                    "renders the line before it copies the file there): checked from a scratch copy, the line naming "
                    "the stack's path.")
 @json_option
-def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engine, gate_python, log, start_timeout,
-                adaptive_config_text, as_json) -> None:
+def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engine, gate_python, log_path,
+                start_timeout, adaptive_config_text, as_json) -> None:
     """Print the server command line the stack asks for, in the installed sglang's spelling.
 
     The flags are parsed by that sglang version's own argument parser; a flag it
@@ -58,7 +62,8 @@ def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engin
         raise click.UsageError("--adaptive-config-text: the stack names no server.speculative_adaptive_config")
     result = render(stack, venv_path or stack["venv"], baseline, api_key, adaptive_config_text)
     if gate_engine:
-        result.update(health_gate(stack, gate_engine, gate_python, log, start_timeout or stack["server"]["start_timeout"]))
+        timeout = start_timeout or stack["server"]["start_timeout"]
+        result.update(health_gate(stack, gate_engine, gate_python, log_path, timeout))
     click.echo(dump_json(result, "the server's command line", indent=2) if as_json
                else shell_line(result["argv"], result["api_key_env"]))
 

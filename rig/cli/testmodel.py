@@ -6,16 +6,17 @@ from pathlib import Path
 import click
 
 from rig.cli.common import (
-    Choice,
-    Number,
     check_option,
     emit,
     json_option,
     out_option,
+    python_option,
     stack_option,
+    tp_option,
     venv_of,
     venv_option,
 )
+from rig.cli.types import Choice, Number
 from rig.core import RigError
 from rig.serving.testmodel import DEVICES as _TESTMODEL_DEVICES
 from rig.serving.testmodel import DRAFTS as _TESTMODEL_DRAFTS
@@ -28,9 +29,8 @@ from rig.serving.testmodel import build
 @out_option(None, "DIR/target and DIR/draft (replaced only when their content changes).", required=True)
 @venv_option(help="The stack's venv: its torch, safetensors and tokenizers write the model.")
 @stack_option(required=False, help="The stack whose venv it is (when neither --venv nor --python is given).")
-@click.option("--python", "python", help="Use this interpreter instead of the venv's.")
-@click.option("--tp", type=Number(int), default=1, show_default=True,
-              help="GPUs the server will split it over (1, 2, 4, 8...).")
+@python_option()
+@tp_option(default=1, show_default=True, help="GPUs the server will split it over (1, 2, 4, 8...).")
 @click.option("--kind", type=Choice(_TESTMODEL_KINDS), default="serving", show_default=True,
               help="serving: a fixed greedy token; numerics: tokens that follow a rule every layer computes.")
 @click.option("--draft", type=Choice(_TESTMODEL_DRAFTS),

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import Choice, cache_option, emit, json_option
+from rig.cli.common import cache_option, emit, json_option
+from rig.cli.types import Choice
 from rig.python.tools import fetch_tool
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 import click
 
 from rig.cli.common import (
-    Number,
-    PathArg,
     api_key_env_option,
     check_option,
     emit,
@@ -18,6 +16,7 @@ from rig.cli.common import (
     venv_of,
     venv_option,
 )
+from rig.cli.types import FILE, Number
 from rig.core.schema import validate
 from rig.serving import load_profile as loads
 from rig.serving import tune as tuning
@@ -35,7 +34,7 @@ from rig.stack.spec import SCHEMA, load
 @click.option("--request-rate", "request_rates", type=Number(float, many=True, letter="R"),
               help="Open-loop Poisson levels in requests/s, e.g. 2,8 (default: tune.request_rates), at most the "
                    "largest concurrency in flight.")
-@click.option("--load-profile", "load_profile", type=PathArg(dir_okay=False),
+@click.option("--load-profile", "load_profile", type=FILE, metavar="FILE",
               help="Your server's load over time (its log's #running-req lines, a scrape of its "
                    "sglang:num_running_reqs metric, or {\"histogram\": {...}}): also name the one server that pays "
                    "best for it.")

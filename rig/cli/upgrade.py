@@ -3,19 +3,32 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import DIR, FILE, Choice, check_option, emit, group, json_option, venv_option
+from rig.cli.common import (
+    arch_option,
+    check_option,
+    driver_package_option,
+    emit,
+    group,
+    json_option,
+    lock_hash_option,
+    module_version_option,
+    pci_root_option,
+    state_dir_option,
+    venv_option,
+)
+from rig.cli.types import DIR, Choice
 from rig.machine import gpu_health
 from rig.machine import upgrade as steps
 from rig.machine.upgrade import STATE_DIR
-from rig.stack.spec import ARCHS
 
-state_option = click.option("--state-dir", default=STATE_DIR, show_default=True, type=DIR, metavar="DIR",
-                            help="Where the host keeps its rollout lock and its upgrade record.")
-owner_option = click.option("--owner", required=True, help="The rollout's id (one per playbook run).")
+state_option = state_dir_option(default=STATE_DIR, help="Where the host keeps its rollout lock and its upgrade record.")
+owner_option = click.option("--owner", required=True, metavar="ID", help="The rollout's id (one per playbook run).")
 package_options = [
-    click.option("--driver-package", required=True, help="The driver's package (nvidia-driver-580-open)."),
-    click.option("--fabricmanager-package", required=True, help="The fabric manager's (nvidia-fabricmanager-580)."),
-    click.option("--container-toolkit-package", default="nvidia-container-toolkit", show_default=True),
+    driver_package_option(required=True),
+    click.option("--fabricmanager-package", required=True, metavar="PACKAGE",
+                 help="The fabric manager's (nvidia-fabricmanager-580)."),
+    click.option("--container-toolkit-package", default="nvidia-container-toolkit", show_default=True,
+                 metavar="PACKAGE"),
 ]
 
 
@@ -44,17 +57,17 @@ def lock_cmd(state_dir, owner, give_back, check, as_json) -> None:
 @upgrade.command("plan")
 @package_options[0]
 @package_options[1]
-@click.option("--driver-version", default="", help="The driver package's target version; \"\": the installed one.")
+@click.option("--driver-version", default="", metavar="VERSION",
+              help="The driver package's target version; \"\": the installed one.")
 @click.option("--nvswitch", type=Choice(["auto", "true", "false"]), default="auto", show_default=True,
               help="Whether the board has NVSwitches (then the fabric manager goes to the driver's version too); "
                    "auto reads the PCI bus.")
-@click.option("--pci-root", default="/sys/bus/pci/devices", show_default=True, type=DIR, help="sysfs PCI devices.")
-@click.option("--branch", required=True, help="The driver branch (580).")
+@pci_root_option()
+@click.option("--branch", required=True, metavar="BRANCH", help="The driver branch (580).")
 @click.option("--flavour", type=Choice(["open", "proprietary"]), required=True, help="The kernel modules.")
-@click.option("--cuda-version", help="The stack's CUDA release: the driver must be new enough for it.")
-@click.option("--arch", "archs", multiple=True, type=Choice(ARCHS),
-              help="A GPU arch the stack targets; Blackwell's (10.x and 12.x) need the open modules.")
-@click.option("--module-version-path", default="/sys/module/nvidia/version", show_default=True, type=FILE)
+@click.option("--cuda-version", metavar="VERSION", help="The stack's CUDA release: the driver must be new enough for it.")
+@arch_option(help="A GPU arch the stack targets; repeat. Blackwell's (10.x and 12.x) need the open modules.")
+@module_version_option()
 @json_option
 def plan_cmd(driver_package, fabricmanager_package, driver_version, nvswitch, pci_root, branch, flavour,
              cuda_version, archs, module_version_path, as_json) -> None:
@@ -96,9 +109,9 @@ def finish_cmd(state_dir, reopen, check, as_json) -> None:
 
 @upgrade.command("previous")
 @state_option
-@click.option("--toolkit", help="The CUDA release the rollback's stack makes the default: it must be the "
-                                "recorded one.")
-@click.option("--lock-hash", help="The lock the rollback's stack installs: it must be the recorded one.")
+@click.option("--toolkit", metavar="VERSION",
+              help="The CUDA release the rollback's stack makes the default: it must be the recorded one.")
+@lock_hash_option(help="The lock the rollback's stack installs: it must be the recorded one.")
 @json_option
 def previous_cmd(state_dir, toolkit, lock_hash, as_json) -> None:
     """The versions recorded before the last upgrade (an error where none was, or where the rollback's stack

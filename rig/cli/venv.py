@@ -4,20 +4,22 @@ from __future__ import annotations
 import click
 
 from rig.cli.common import (
-    DIR,
-    FILE,
-    Choice,
-    Seconds,
     check_option,
     emit,
+    find_links_option,
     group,
     json_option,
     judged,
+    lock_hash_option,
+    lock_option,
+    manifest_option,
     out_option,
     stack_option,
     venv_of,
     venv_option,
+    wheelhouse_option,
 )
+from rig.cli.types import FILE, Choice, PathOrUrl, Seconds
 from rig.python import lock as locking
 from rig.python.installer import INSTALLERS
 from rig.python.venv import add, install, verify
@@ -38,14 +40,14 @@ def venv() -> None:
 @venv.command("install")
 @venv_option()
 @whose_stack
-@click.option("--lock", "lock_file", type=FILE, metavar="FILE",
-              help="The stack's lock: with --find-links, pull everything from that URL, "
-              "pip's wheel and requirements checked against the lock (hosts of a fleet).")
-@click.option("--lock-hash", help="lock_hash of the lock being installed (without --lock).")
-@click.option("--python-version", help="The lock's Python, checked against this host (without --lock).")
-@click.option("--wheelhouse", "house", type=DIR, metavar="DIR", help="An exported wheelhouse dir (rig wheelhouse export).")
-@click.option("--find-links", help="Take the wheels from this URL; the wheelhouse dir then needs only its "
-              "requirements file and pip wheel (image builds), or none with --lock.")
+@lock_option(help="The stack's lock: with --find-links, pull everything from that URL, "
+                 "pip's wheel and requirements checked against the lock (hosts of a fleet).")
+@lock_hash_option(help="lock_hash of the lock being installed (without --lock).")
+@click.option("--python-version", metavar="VERSION",
+              help="The lock's Python, checked against this host (without --lock).")
+@wheelhouse_option()
+@find_links_option(help="Take the wheels from this URL (or directory); the wheelhouse dir then needs only its "
+                        "requirements file and pip wheel (image builds), or none with --lock.")
 @click.option("--installer", type=Choice(INSTALLERS), default="pip", show_default=True,
               help="uv (rig's pinned wheel, from the wheelhouse; about twice as fast) or pip (the lock's own).")
 @click.option("--compile/--no-compile", "byte_compile", default=True, show_default=True,
@@ -53,7 +55,7 @@ def venv() -> None:
                    "a throwaway venv that imports a few modules (a CI job's) starts sooner without it.")
 @check_option
 @json_option
-def venv_install(venv_path, stack_path, lock_file, lock_hash, python_version, house, find_links, installer,
+def venv_install(venv_path, stack_path, lock_file, lock_hash, python_version, wheelhouse, find_links, installer,
                  byte_compile, check, as_json) -> None:
     """Install a lock's wheels with --no-index --require-hashes; a no-op when current."""
     lock = locking.read(lock_file) if lock_file else None
@@ -61,25 +63,24 @@ def venv_install(venv_path, stack_path, lock_file, lock_hash, python_version, ho
         lock_hash, python_version = lock["lock_hash"], lock["python"]
     elif not (lock_hash and python_version):
         raise click.UsageError("give --lock, or --lock-hash and --python-version")
-    emit(install(venv_of(venv_path, stack_path), lock_hash, python_version, house, check, find_links, lock, installer,
-                 byte_compile), as_json)
+    emit(install(venv_of(venv_path, stack_path), lock_hash, python_version, wheelhouse, check, find_links, lock,
+                 installer, byte_compile), as_json)
 
 
 @venv.command("verify")
 @venv_option()
 @whose_stack
-@click.option("--manifest", "manifest_file", type=FILE, metavar="FILE",
-              help="Also check the venv file by file against this archive manifest (rig venv pack wrote it): every "
-                   "entry there with its mode, size and sha256, nothing more but what Python caches.")
+@manifest_option(help="Also check the venv file by file against this archive manifest (rig venv pack wrote it): "
+                     "every entry there with its mode, size and sha256, nothing more but what Python caches.")
 @json_option
-def venv_verify(venv_path, stack_path, manifest_file, as_json) -> None:
+def venv_verify(venv_path, stack_path, manifest, as_json) -> None:
     """Check every locked package is installed at its locked version (and, with --manifest, every file)."""
     venv_path = venv_of(venv_path, stack_path)
     result = verify(venv_path)
     said = [f"{venv_path}: {result['packages']} packages as locked" if result["ok"]
             else f"{venv_path}: differs from its lock: {result['mismatched']}"]
-    if manifest_file:
-        against = verify_against(venv_path, read_manifest(manifest_file))
+    if manifest:
+        against = verify_against(venv_path, read_manifest(manifest))
         result = {**result, "ok": result["ok"] and against["ok"], "archive": against}
         said.append(f"every one of its {against['entries']} archive entries as packed" if against["ok"] else
                     f"differs from the archive in {len(against['differs'])} places: " +
@@ -102,33 +103,32 @@ def venv_pack(venv_path, stack_path, out_dir, check, as_json) -> None:
 @venv.command("unpack")
 @venv_option()
 @whose_stack
-@click.option("--manifest", "manifest_from", required=True, metavar="FILE_OR_URL",
-              help="The archive's NAME.manifest.json: a file, or an http(s) URL whose archive beside it is pulled "
-                   "(a pull cut short resumes where it stopped); or the directory (URL) holding it, with --lock.")
+@manifest_option(type=PathOrUrl(), metavar="FILE_OR_URL", required=True,
+                 help="The archive's NAME.manifest.json: a file, or an http(s) URL whose archive beside it is "
+                      "pulled (a pull cut short resumes where it stopped); or the directory (URL) holding it, with "
+                      "--lock.")
 @click.option("--archive", type=FILE, metavar="FILE",
               help="The NAME.tar.zst to unpack (default: the one beside --manifest, pulled when it is a URL).")
-@click.option("--lock", "lock_file", type=FILE, metavar="FILE",
-              help="The stack's lock: an archive of any other lock is refused before anything is pulled or "
-                   "written; with a directory for --manifest, it names the archive to take there.")
+@lock_option(help="The stack's lock: an archive of any other lock is refused before anything is pulled or written; "
+                  "with a directory for --manifest, it names the archive to take there.")
 @click.option("--timeout", type=Seconds(), default=PULL_TIMEOUT, show_default=True,
               help="Seconds the archive's download may take in all; run again to resume one cut off.")
 @check_option
 @json_option
-def venv_unpack(venv_path, stack_path, manifest_from, archive, lock_file, timeout, check, as_json) -> None:
+def venv_unpack(venv_path, stack_path, manifest, archive, lock_file, timeout, check, as_json) -> None:
     """Unpack a venv archive as the venv, checked byte for byte against its manifest; a no-op when current."""
     lock_hash = locking.read(lock_file)["lock_hash"] if lock_file else None
     read = {what: path for what, path in (("stack", stack_path), ("lock", lock_file)) if path}
-    emit(restore(manifest_from, venv_of(venv_path, stack_path), archive, lock_hash, check, timeout, read), as_json)
+    emit(restore(manifest, venv_of(venv_path, stack_path), archive, lock_hash, check, timeout, read), as_json)
 
 
 @venv.command("add")
 @venv_option()
 @whose_stack
-@click.option("--requirements-sha256", required=True, help="sha256 of the export's list (rig wheels export prints it).")
-@click.option("--wheelhouse", type=DIR, metavar="DIR",
-              help="The exported dir holding the wheels (needed only when something changes).")
-@click.option("--find-links", help="Take the wheels from this URL; the wheelhouse dir then needs only its "
-                                   "requirements file (image builds).")
+@click.option("--requirements-sha256", required=True, metavar="SHA256",
+              help="sha256 of the export's list (rig wheels export prints it).")
+@wheelhouse_option(help="The exported dir holding the wheels (needed only when something changes).")
+@find_links_option()
 @check_option
 @json_option
 def venv_add(venv_path, stack_path, requirements_sha256, wheelhouse, find_links, check, as_json) -> None:

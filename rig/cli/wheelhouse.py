@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import DIR, FILE, Number, OutFile, Seconds, cache_option, check_option, emit, group, json_option
+from rig.cli.common import cache_option, check_option, emit, group, json_option, port_option
+from rig.cli.types import DIR, FILE, OutFile, Seconds
 from rig.python import lock as locking
 from rig.python import wheel_serving
 from rig.python.wheelhouse import export, fetch
@@ -38,7 +39,7 @@ def wheelhouse_show(lock_path, as_json) -> None:
 
 @wheelhouse.command("export")
 @click.argument("lock_path", metavar="LOCK", type=FILE)
-@click.argument("dest")
+@click.argument("dest", type=DIR)
 @cache_option(help="Controller-side cache.")
 @check_option
 @json_option
@@ -49,7 +50,7 @@ def wheelhouse_export(lock_path, dest, cache, check, as_json) -> None:
 
 @wheelhouse.command("serve")
 @click.argument("directory", type=DIR)
-@click.option("--bind", default="0.0.0.0", show_default=True, help="The address to listen on.")
+@click.option("--bind", default="0.0.0.0", show_default=True, metavar="ADDRESS", help="The address to listen on.")
 @click.option("--idle-exit", type=Seconds(), default=600.0, show_default=True,
               help="Stop once nobody has asked anything for this long.")
 @click.option("--stats", type=OutFile(), help="Write the bytes sent to this JSON file when it stops.")
@@ -65,8 +66,8 @@ def wheelhouse_serve(directory, bind, idle_exit, stats, foreground, as_json) -> 
 
 
 @wheelhouse.command("route")
-@click.argument("host")
-@click.option("--port", type=Number(int, 1, 65535), required=True, help="The port `rig wheelhouse serve` took.")
+@click.argument("host", metavar="HOST")
+@port_option(required=True, help="The port `rig wheelhouse serve` took.")
 @click.option("--docker/--no-docker", default=False, help="HOST is a container on this machine's Docker engine.")
 @json_option
 def wheelhouse_route(host, port, docker, as_json) -> None:

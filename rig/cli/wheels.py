@@ -6,17 +6,21 @@ from pathlib import Path
 import click
 
 from rig.cli.common import (
-    Number,
     cache_option,
     check_option,
+    cuda_home_option,
     emit,
     group,
+    jobs_option,
     json_option,
+    lock_hash_option,
     prefix_option,
+    root_option,
     stack_option,
     venv_of,
     venv_option,
 )
+from rig.cli.types import DIR, HostPath, PathOrUrl
 from rig.core import RigError
 from rig.core.cuda_releases import major, series
 from rig.core.fs import confined
@@ -30,18 +34,22 @@ def wheels() -> None:
     """Build kernel wheels against the venv's own torch."""
 
 
+# what pip builds: a source dir, an sdist, or git+URL@REF
+SOURCE = PathOrUrl(("git+https", "git+http", "git+ssh"))
+
+
 @wheels.command("build")
-@click.argument("source", required=False)
+@click.argument("source", required=False, type=SOURCE)
 @click.option("--from-stack", "from_stack", metavar="KEY",
               help="Build from the stack's own source entry (git+ref or path, subdirectory): kernel, "
                    "flashinfer, sglang, or the package name of one of its extensions.")
 @venv_option(help="The venv whose torch the build links against.")
 @stack_option(help="Target archs and CUDA major; its lock's hash keys the built wheel.")
-@click.option("--cuda-home", help="The CUDA toolkit with nvcc (default: PREFIX/cuda-X.Y of the stack's CUDA).")
+@cuda_home_option()
 @prefix_option
-@click.option("--jobs", type=Number(int, 1), help="Parallel compile jobs (default: cores, capped by memory at 4 GiB a job).")
+@jobs_option()
 @cache_option(help="Controller cache; wheels go to built/KEY/.")
-@click.option("--lock-hash", help="The stack lock's hash (default: read from the stack's lock file).")
+@lock_hash_option(help="The stack lock's hash (default: read from the stack's lock file).")
 @json_option
 def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, jobs, cache, lock_hash,
                  as_json) -> None:
@@ -65,7 +73,7 @@ def wheels_build(source, from_stack, venv_path, stack_path, cuda_home, prefix, j
 
 
 @wheels.command("plan")
-@click.argument("source")
+@click.argument("source", type=SOURCE)
 @stack_option()
 @cache_option()
 @json_option
@@ -75,13 +83,15 @@ def wheels_plan(source, stack_path, cache, as_json) -> None:
 
 
 @wheels.command("stage")
-@click.argument("source")
+@click.argument("source", type=SOURCE)
 @stack_option()
 @cache_option(help="The staged dir is CACHE/staged/KEY.")
-@click.option("--root", required=True, help="The absolute path at which the builder will see the staged dir.")
+@root_option(type=HostPath(), metavar="PATH", required=True,
+             help="The absolute path at which the builder will see the staged dir.")
 @venv_option(help="The builder's venv whose torch the build links against.")
-@click.option("--cuda-home", help="The builder's CUDA toolkit with nvcc (default: PREFIX/cuda-X.Y there).")
-@click.option("--jobs", type=Number(int, 1), help="Parallel compile jobs on the builder (default: sized there).")
+@cuda_home_option(type=HostPath(), metavar="PATH",
+                  help="The builder's CUDA toolkit with nvcc (default: PREFIX/cuda-X.Y there).")
+@jobs_option(help="Parallel compile jobs on the builder (default: sized there).")
 @check_option
 @json_option
 def wheels_stage(source, stack_path, cache, root, venv_path, cuda_home, jobs, check, as_json) -> None:
@@ -93,8 +103,8 @@ def wheels_stage(source, stack_path, cache, root, venv_path, cuda_home, jobs, ch
 
 
 @wheels.command("export")
-@click.argument("key")
-@click.argument("dest")
+@click.argument("key", metavar="KEY")
+@click.argument("dest", type=DIR)
 @cache_option()
 @check_option
 @json_option

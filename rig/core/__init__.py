@@ -11,4 +11,13 @@ def progress(message: str) -> None:
 
 
 class RigError(Exception):
-    """A problem the user can fix; the message names it and says how."""
+    """A problem the user can fix: MESSAGE names it, HINT (where given) says how to fix it. The error boundary
+    (rig.cli.main) prints the hint on a line of its own, `rig: hint: ...` (and as `hint` under --json); str() holds
+    both, so a caller that words the error into its own (a failed check, a wrapping error) keeps the remedy."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.hint = message, hint
+
+    def __str__(self) -> str:
+        return f"{self.message}; {self.hint}" if self.hint else self.message

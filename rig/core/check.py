@@ -33,8 +33,8 @@ class Skip(Exception):
 
 class Runner:
     """Checks run one after another (validate's, prove's steps), each timed: a Skip is a skip with its reason,
-    a RigError a failure with its message, problems the work leaves a failure; an interruption or a defect is
-    recorded as failed, never passed, and raised."""
+    a RigError a failure with its message (its hint the fix), problems the work leaves a failure; an interruption
+    or a defect is recorded as failed, never passed, and raised."""
 
     def __init__(self, layer: str) -> None:
         self.layer = layer
@@ -49,8 +49,9 @@ class Runner:
             work(check)
         except Skip as exc:
             check.status, check.detail = "skip", str(exc)
-        except RigError as exc:
-            check.status, check.detail, check.problems = "fail", str(exc), [*check.problems, str(exc)]
+        except RigError as exc:  # its hint is the check's fix
+            check.status, check.detail, check.problems = "fail", exc.message, [*check.problems, exc.message]
+            check.fix = exc.hint or check.fix
         except BaseException as exc:  # interrupted or broken: never recorded as passed
             check.status, check.detail = "fail", f"stopped: {type(exc).__name__}: {exc}"
             raise

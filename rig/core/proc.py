@@ -50,15 +50,15 @@ def interpreter(python: str | Path) -> Path:
     if "/" not in text:
         found = shutil.which(text)
         if not found:
-            raise RigError(f"{text} is not on PATH: give the interpreter's path (./{text} for one in this "
+            raise RigError(f"{text} is not on PATH", hint=f"give the interpreter's path (./{text} for one in this "
                            f"directory), or the stack's venv's python; {CREATE_VENV}")
         text = found
     path = Path(text).absolute()
     if not path.exists():
-        raise RigError(f"{path} does not exist: give --python an interpreter, or install the stack's venv there "
-                       f"({CREATE_VENV})")
+        raise RigError(f"{path} does not exist", hint=f"give --python an interpreter, or install the stack's venv "
+                       f"there ({CREATE_VENV})")
     if path.is_dir() or not os.access(path, os.X_OK):
-        raise RigError(f"{path} is not an executable file; give --python the interpreter itself")
+        raise RigError(f"{path} is not an executable file", hint="give --python the interpreter itself")
     return path
 
 
@@ -66,8 +66,8 @@ def venv_python(venv: str | Path) -> Path:
     """VENV's interpreter: the one check of whether a directory is a venv."""
     python = Path(venv) / "bin" / "python"
     if not python.exists():
-        raise RigError(f"{venv} is not a virtualenv (no bin/python): give --venv one, or set the stack's venv key "
-                       f"to one, or {CREATE_VENV}")
+        raise RigError(f"{venv} is not a virtualenv (no bin/python)",
+                       hint=f"give --venv one, or set the stack's venv key to one, or {CREATE_VENV}")
     return python
 
 

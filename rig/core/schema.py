@@ -26,7 +26,6 @@ class Field:
     fields: dict = field(default_factory=dict)  # for mappings with known keys
     values: "Field | None" = None          # for mappings with free keys (names -> hashes)
     open: bool = False                     # a mapping may hold keys beyond `fields` (kept as they are)
-    moved: dict = field(default_factory=dict)  # keys that moved out of this mapping: old name -> where it is now
     multiline: bool = False                # text may span lines (patch hunks)
     nonempty: bool = False                 # given, it holds something: null or "" is refused, never the default's
     #                                        meaning ("every environment", "this directory")
@@ -69,8 +68,6 @@ def validate(value: Any, spec: Field, source: str, where: str = "") -> Any:
         if spec.fields:
             unknown = sorted(map(str, set(value) - set(spec.fields)))
             if unknown and not spec.open:
-                if gone := [k for k in unknown if k in spec.moved]:
-                    raise fail(f"{gone[0]!r} has moved to {spec.moved[gone[0]]}; set it there instead")
                 raise fail(f"unknown key {unknown[0]!r}; allowed: {', '.join(spec.fields)}")
             if empty := [k for k, f in spec.fields.items() if f.nonempty and k in value and value[k] in (None, "")]:
                 raise fail(f"{empty[0]!r} is empty: give it a value, or leave the key out")

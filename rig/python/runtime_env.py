@@ -105,8 +105,8 @@ def _refuse_unwritable(pinned: dict, defaults: dict, home: dict) -> None:
 def site_packages(venv: str | Path) -> Path:
     found = sorted(Path(venv).glob("lib/python3*/site-packages"))
     if len(found) != 1:
-        raise RigError(f"{venv} is not a virtualenv (no single lib/python3.X/site-packages): give --venv the "
-                       f"stack's venv, or {CREATE_VENV}")
+        raise RigError(f"{venv} is not a virtualenv (no single lib/python3.X/site-packages)",
+                       hint=f"give --venv the stack's venv, or {CREATE_VENV}")
     return confined(venv, str(found[0].relative_to(venv)), "the venv's site-packages")  # never a link out
 
 

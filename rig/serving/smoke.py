@@ -81,8 +81,8 @@ def wait_healthy(url: str, timeout: float, log: str | None = None, api_key_env: 
             progress(f"waiting for {url}/health_generate: {answer} ({waited:.0f} s of {timeout:.0f} s)")
         time.sleep(min(1.0, max(0.0, timeout - waited)))
     if not answered:  # nothing listened: no model was loading there
-        raise RigError(f"nothing answered at {url} within {timeout:.0f} s (last: {body.decode(errors='replace')}): "
-                       "start the server, or give the --url it listens on" + log_tail(log))
+        raise RigError(f"nothing answered at {url} within {timeout:.0f} s (last: {body.decode(errors='replace')})"
+                       + log_tail(log), hint="start the server, or give the --url it listens on")
     answer = f"HTTP {status}" if status else f"no answer ({body.decode(errors='replace')})"
     raise RigError(f"{url} was not healthy within {timeout:.0f} s: last {answer}; a big model takes about "
                    f"10 minutes to load, so raise --timeout or read the server's log" + log_tail(log))

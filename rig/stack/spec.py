@@ -8,6 +8,7 @@ from typing import Any
 
 from rig.core import RigError, defaults, numbers
 from rig.core.cuda_releases import COMPONENTS, RELEASES
+from rig.core.renames import Renamed
 from rig.core.schema import Field, between, distribution, feature, once, sha256, version
 from rig.core.schema import validate as validate_document
 
@@ -273,8 +274,12 @@ SCHEMA = {
         "profile_levels": Field(list, default=[], check=once, item=Field(int, check=between(1, 100_000))),
         "profile_steps": Field(int, default=20, check=between(1, 1000)),
         "request_rates": Field(list, default=[], check=once, item=Field((int, float), check=between(0.001, 100_000))),
-    }, moved={"start_timeout": "server.start_timeout"}),  # one start timeout for every server rig starts
+    }),
 }
+# Keys that moved (SECTION.KEY to SECTION.KEY), each still read at its old place, with a warning, until its release.
+MOVED_KEYS = (
+    Renamed("tune.start_timeout", "server.start_timeout", "0.2.0", "key"),  # one start timeout for every server
+)
 # Sections that shape processes (and the patches over the installed packages), not which packages: editing them
 # leaves the lock current.
 RUNTIME_KEYS = ("environment", "server", "bench", "tune", "patches")
@@ -284,10 +289,27 @@ def validate(data: Any, source: str = "<stack>") -> dict:
     """Return the stack with defaults filled in, or raise RigError naming the key."""
     if not isinstance(data, dict):
         raise RigError(f"{source}: a stack file must be a mapping of keys, got {type(data).__name__}")
-    stack = validate_document(data, Field(dict, fields=SCHEMA), source)
+    stack = validate_document(_moved(data, source), Field(dict, fields=SCHEMA), source)
     if problem := unmeasured_profiles(stack):
         raise RigError(f"{source}: {problem}")
     return stack
+
+
+def _moved(data: dict, source: str) -> dict:
+    """DATA with each key of MOVED_KEYS taken from its old place to its new one (a copy: DATA is left as read),
+    each one found said on stderr; both places given is refused, as two values for one setting."""
+    for renamed in MOVED_KEYS:
+        (old_section, old_key), (new_section, new_key) = renamed.old.split("."), renamed.new.split(".")
+        old, new = data.get(old_section), data.get(new_section) or {}
+        if not (isinstance(old, dict) and old_key in old and isinstance(new, dict)):
+            continue  # nothing at the old place, or a section the schema refuses in its own words
+        if new_key in new:
+            raise RigError(f"{source}: {renamed.old} and {renamed.new} are one setting, given twice",
+                           hint=f"keep {renamed.new} and remove {renamed.old}")
+        renamed.warn(source)
+        data = {**data, old_section: {k: v for k, v in old.items() if k != old_key},
+                new_section: {**new, new_key: old[old_key]}}
+    return data
 
 
 def unmeasured_profiles(stack: dict) -> str | None:

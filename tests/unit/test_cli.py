@@ -17,14 +17,15 @@ def test_help_lists_the_groups_by_what_users_do_and_the_tools_inside_them():
     assert "install" in rig("cuda", "--help").stdout
 
 
-def test_an_old_spelling_still_runs_for_one_release_and_says_where_it_went(tmp_path):
+def test_an_old_spelling_still_runs_until_its_release_and_says_where_it_went(tmp_path):
     for old, now in MOVED.items():
         helped = rig(old, "--help")
         assert helped.returncode == 0 and f"`rig {old}` is now `rig {now}`" in helped.stdout, old
     args = ["--version", "13.0.2", "--prefix", "/usr/local", "--json"]
     new, old = rig("cuda", "ldconfig-conf", *args), rig("ldconfig-conf", *args)
     assert new.returncode == old.returncode == 0 and new.stdout == old.stdout and new.stderr == ""
-    assert old.stderr == "rig: `rig ldconfig-conf` is now `rig cuda ldconfig-conf`; the old name goes in the next release\n"
+    assert old.stderr == ("rig: warning: `rig ldconfig-conf` is now `rig cuda ldconfig-conf`; the old name is removed "
+                          "in rig 0.2.0\n")
     done = rig("tool", "nosuch")  # bad input is still refused by the command itself, before it runs
     assert done.returncode == 2 and done.stderr.startswith("rig: error: Invalid value") and "is now" not in done.stderr
 

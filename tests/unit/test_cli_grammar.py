@@ -1,10 +1,13 @@
 """One CLI grammar, held over the whole click tree: every command has --json, every command that changes
 something has --check (or says in EXCEPTIONS why not), result directories are --out DIR and single files
---output FILE, the stack is --stack (or $RIG_STACK, or the nearest stacks/default.yml), --venv says its default;
-and the behaviours around them: refusals before anything is written, suggestions, bare `rig`."""
+--output FILE, the stack is --stack (or $RIG_STACK, or the nearest stacks/default.yml), --venv says its default,
+every path is typed, an option several commands take is declared once; and the behaviours around them: refusals
+before anything is written, suggestions and hints, bare `rig`."""
 import json
+import re
 import subprocess
 import sys
+import textwrap
 
 import click
 import pytest
@@ -12,6 +15,7 @@ from harness.commands import rig
 from harness.paths import BIN, REPO
 
 from rig.cli import COMMANDS, cli
+from rig.cli.types import HostPath
 
 # Commands that change nothing on the machine (they print, judge, measure into their own --out, or serve).
 READS = {"stack show", "stack vars", "validate", "cuda list", "cuda ldconfig-conf", "wheelhouse show",
@@ -85,13 +89,14 @@ def test_the_stack_is_one_option_from_the_environment_too_and_venv_says_its_defa
 
 
 def test_help_lists_every_command_in_the_table_order_without_importing_one():
-    listed = [e.name for e in COMMANDS if not e.moved_to]
+    listed = [e.name for e in COMMANDS if not e.renamed]
     out = rig("--help").stdout
     assert [line.split()[0] for line in out.split("Commands:\n")[1].splitlines() if line.startswith("  ")
             and not line.startswith("    ")] == listed
     assert listed[:3] == ["stack", "lock", "validate"] and listed[-1] == "plumbing"
     code = "import sys; from rig.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n" \
-           "print(sorted(m for m in sys.modules if m.startswith('rig.cli.') and m != 'rig.cli.common'))"
+           "print(sorted(m for m in sys.modules if m.startswith('rig.cli.') and m not in ('rig.cli.common', " \
+           "'rig.cli.types')))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
@@ -125,11 +130,12 @@ def test_the_stack_comes_from_the_option_the_environment_or_the_nearest_stacks_d
     assert json.loads(below.stdout)["name"] == default  # found walking up, as cargo finds Cargo.toml
     nowhere = subprocess.run([str(BIN / "rig"), "stack", "show"], cwd=tmp_path, capture_output=True, text=True,
                              check=False)
-    assert nowhere.returncode == 2 and "no stack: give --stack FILE or set RIG_STACK" in nowhere.stderr
+    assert nowhere.returncode == 2 and "rig: error: no stack: no stacks/default.yml in" in nowhere.stderr
+    assert nowhere.stderr.splitlines()[-1] == "rig: hint: give --stack FILE or set RIG_STACK"
     assert str(REPO / "stacks" / "default.yml") in rig("lock", "--help").stdout  # --help names the default
     old = rig("stack", "show", "--json", str(other))  # the old positional, for one release
     assert old.returncode == 0 and json.loads(old.stdout)["name"] == shown("--stack", str(other))
-    assert "is now `--stack FILE`" in old.stderr
+    assert "is now `--stack FILE`; the old spelling is removed in rig 0.2.0" in old.stderr
     both = rig("stack", "show", "--stack", str(other), str(other))
     assert both.returncode == 2 and "give the stack once" in both.stderr
 
@@ -161,13 +167,15 @@ def test_prove_steps_are_checks_its_junit_lists_them_and_the_fleet_summary_reads
     runner = Runner("prove")
     runner.run("doctor", lambda c: None)
     runner.skip("probe", "no GPU is visible")
-    runner.run("testmodel", lambda c: (_ for _ in ()).throw(RigError("no torch in the venv")))
+    runner.run("testmodel", lambda c: (_ for _ in ()).throw(RigError("no torch in the venv", hint="install the lock")))
     steps = [asdict(c) for c in runner.checks]
     assert [s["status"] for s in steps] == ["pass", "skip", "fail"] and not runner.ok
+    assert (steps[2]["detail"], steps[2]["fix"]) == ("no torch in the venv", "install the lock")  # the hint: its fix
     cases = ElementTree.fromstring(junit([Check(**s) for s in steps], "rig prove host")).findall(".//testcase")
     assert [(c.find("failure") is not None, c.find("skipped") is not None) for c in cases] == \
         [(False, False), (False, True), (True, False)]
     assert cases[2].find("failure").get("message") == "no torch in the venv" and cases[0].get("time") is not None
+    assert cases[2].find("failure").text.splitlines()[-1] == "fix: install the lock"
     (tmp_path / "host1").mkdir()
     (tmp_path / "host1" / "prove.json").write_text(json.dumps({"ok": False, "steps": steps}))
     table = summary(tmp_path)
@@ -210,16 +218,21 @@ def test_a_misspelt_subcommand_is_answered_in_rigs_voice_in_every_group():
             assert f"did you mean `rig {path + ' ' if path else ''}{shown[0]}`" in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize("args, said", [
-    (("stack", "show", "--json", "--stack", "/nonexistent/stack.yml"), "cannot read stack file /nonexistent/stack.yml"),
-    (("stack", "shwo", "--json"), "did you mean `rig stack show`"),
-    (("prove", "--json", "--rounds", "x"), "--rounds"),
+@pytest.mark.parametrize("args, said, hint", [
+    (("stack", "show", "--json", "--stack", "/nonexistent/stack.yml"), "cannot read stack file /nonexistent/stack.yml",
+     None),
+    (("stack", "shwo", "--json"), "no command 'shwo' in `rig stack`", "did you mean `rig stack show`?"),
+    (("bench", "--json", "--rounds", "x"), "--rounds 'x' is not a whole number", "give a whole number in ASCII "
+     "digits, e.g. 12"),
+    (("stack", "show", "--json", "--stak", "x"), "No such option '--stak'", "see `rig stack show --help`"),
 ])
-def test_under_json_an_error_is_one_json_object_on_stdout_too(args, said):
+def test_under_json_an_error_is_one_json_object_on_stdout_too_its_hint_apart(args, said, hint):
+    """The remedy is a line of its own after the error, as uv prints it, and its own key under --json."""
     done = rig(*args)
     answer = json.loads(done.stdout)
-    assert done.returncode == answer["exit"] == 2 and said in answer["error"] and said in done.stderr
-    assert set(answer) == {"error", "exit"}
+    assert done.returncode == answer["exit"] == 2 and said in answer["error"] and answer["hint"] == hint
+    assert set(answer) == {"error", "hint", "exit"} and (hint is None or hint not in answer["error"])
+    assert done.stderr.splitlines()[-1] == (f"rig: hint: {hint}" if hint else f"rig: error: {answer['error']}")
 
 
 def test_stack_show_says_which_file_it_read_and_where_a_link_leads():
@@ -228,25 +241,98 @@ def test_stack_show_says_which_file_it_read_and_where_a_link_leads():
     assert done.returncode == 0 and f"(a link to {target})" in done.stderr
 
 
-# What names a path on rig's command line, by the option's (or argument's) name: each is a click.Path, so a file
-# given for a directory (or the other way round) is refused as the line is read, and --help and completion know.
-PATH_NAMES = {"--stack", "--venv", "--cache", "--prefix", "--state-dir", "--conf-dir", "--patches", "--log",
-              "--lock", "--wheelhouse", "--out", "--output", "--junit", "--prompts", "--torch", "--cuda-prefix",
-              "--module-version-path", "--pci-root", "--dev", "--docker-config", "--cdi-spec", "old_stack",
-              "lock_path", "paths", "directory"}
+# A parameter says what it takes: a type (a path, a number, a choice, a URL), or for free text a metavar naming
+# what the text is (VERSION, SHA256, NAME). A metavar that names a path (FILE, DIR, PATH, or a part of one: URL_OR_DIR)
+# is a typed path: click.Path here, so a file given for a directory is refused as the line is read and --help and
+# completion know; HostPath for a path on the target host, whose form alone is checked.
+PATH_METAVAR = re.compile(r"(^|_)(FILE|DIR|PATH)(_|$)")
 
 
-def test_every_path_on_the_command_line_is_a_click_path():
-    seen, untyped = set(), []
+def test_every_parameter_says_what_it_takes_and_every_path_is_typed():
+    plain, untyped, paths = [], [], set()
     for name, command in COMMAND_TREE.items():
         for param in command.params:
-            names = set(param.opts) | {param.name}
-            if names & PATH_NAMES:
-                seen |= names & PATH_NAMES
-                if not isinstance(param.type, click.Path):
-                    untyped.append(f"{name} {param.opts[0] if param.opts else param.name}")
-    assert untyped == []
-    assert seen == PATH_NAMES  # every name here is still in use
+            if getattr(param, "hidden", False):
+                continue
+            where = f"{name} {param.opts[0] if isinstance(param, click.Option) else param.human_readable_name}"
+            typed = isinstance(param.type, (click.Path, HostPath))
+            paths |= {where} if typed else set()
+            if isinstance(param.type, click.types.StringParamType) and not param.metavar:
+                plain.append(where)  # text that does not say what it is: a path, or a version, a name...?
+            if param.metavar and PATH_METAVAR.search(param.metavar) and not typed:
+                untyped.append(where)
+    assert plain == [] and untyped == []
+    # the paths the issue named among them, each typed now
+    assert {"patch status --python", "testmodel --python", "wheels stage --root", "cuda install --source",
+            "wheels build --cuda-home", "wheels export DEST", "venv install --find-links", "server args --gate-engine",
+            "wheels build SOURCE", "venv add --wheelhouse"} <= paths
+
+
+@pytest.mark.parametrize("args", [
+    ["server", "args", "--gate-engine", "engine/rig.pyz"],
+    ["server", "args", "--gate-engine", "/opt/rig/../rig.pyz"],
+    ["server", "args", "--gate-python", "/usr/bin//python3"],
+    ["server", "args", "--gate-python", "bin/python3"],  # a program's bare name has no slash
+    ["wheels", "stage", str(REPO), "--root", "/srv/build/"],
+])
+def test_a_path_on_the_target_host_must_be_absolute_and_clean_and_says_so_before_anything_runs(args):
+    done = rig(*args, "--json")
+    answer = json.loads(done.stdout)
+    assert done.returncode == 2 and "is not an absolute, clean path" in answer["error"]
+    assert answer["hint"].startswith("give the path as that host sees it"), answer
+
+
+def test_a_path_on_the_target_host_is_not_looked_for_here(tmp_path):
+    (tmp_path / "log").mkdir()  # a directory here, where the host's log file is named: nothing here is looked at
+    line = ["--gate-engine", "/nonexistent/engine/rig.pyz", "--log", str(tmp_path / "log"), "--gate-python",
+            "python3.12"]  # a program may be a name the host's PATH finds
+    params = COMMAND_TREE["server args"].make_context("args", line).params
+    assert (params["gate_engine"], params["log_path"], params["gate_python"]) == \
+        ("/nonexistent/engine/rig.pyz", str(tmp_path / "log"), "python3.12")
+
+
+def test_an_option_several_commands_take_is_declared_once():
+    """As pip's cmdoptions: every option two commands take comes from one click.option call (a decorator in
+    rig.cli.common), so its type, metavar and meaning cannot drift apart between them."""
+    code = textwrap.dedent("""
+        import collections, json, sys
+        import click
+        real = click.option
+
+        def option(*decls, **attrs):  # each option remembers the line that declared it
+            caller = sys._getframe(1)
+            site, decorate = f"{caller.f_code.co_filename}:{caller.f_lineno}", real(*decls, **attrs)
+
+            def apply(f):
+                f = decorate(f)
+                (f.params if isinstance(f, click.Command) else f.__click_params__)[-1].site = site
+                return f
+            return apply
+
+        click.option = option
+        from rig.cli import cli
+
+        sites, users = collections.defaultdict(set), collections.defaultdict(set)
+        def walk(group, path):
+            ctx = click.Context(group)
+            for name in group.list_commands(ctx):
+                command = group.get_command(ctx, name)
+                if command.hidden:
+                    continue
+                if isinstance(command, click.Group):
+                    walk(command, f"{path} {name}")
+                    continue
+                for param in command.params:
+                    if isinstance(param, click.Option) and not param.hidden:
+                        sites[param.opts[0]].add(param.site)
+                        users[param.opts[0]].add(f"{path} {name}")
+        walk(cli, "rig")
+        print(json.dumps({o: sorted(sites[o]) for o in sites if len(users[o]) > 1}))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    declared = json.loads(done.stdout)
+    assert {"--find-links", "--python", "--cuda-home", "--root", "--log", "--max-tokens"} <= set(declared)
+    assert {name: where for name, where in declared.items() if len(where) > 1} == {}
 
 
 def test_a_file_where_a_directory_belongs_is_refused_as_the_line_is_read(tmp_path):
@@ -267,7 +353,7 @@ def test_every_command_under_json_answers_a_bad_line_with_one_json_error_on_stdo
             answer = json.loads(done.stdout)
         except ValueError:
             answer = None
-        if not (done.returncode == 2 and isinstance(answer, dict) and set(answer) == {"error", "exit"}
+        if not (done.returncode == 2 and isinstance(answer, dict) and set(answer) == {"error", "hint", "exit"}
                 and answer["exit"] == 2 and "--no-such-option" in answer["error"]):
             wrong.append(f"{name}: exit {done.returncode}, stdout {done.stdout[:80]!r}")
     assert wrong == []
@@ -278,8 +364,8 @@ def test_one_name_per_timeout():
     names = {opt for command in COMMAND_TREE.values() for param in command.params if isinstance(param, click.Option)
              for opt in param.opts if "timeout" in opt}
     assert names == {"--start-timeout", "--timeout", "--read-timeout", "--request-timeout"}
-    smoke = {param.name: param for param in COMMAND_TREE["smoke"].params}["timeout"]
-    assert smoke.opts == ["--start-timeout", "--timeout"]  # the old name, kept as smoke's alias
+    smoke = {param.name: param for param in COMMAND_TREE["smoke"].params}["start_timeout"]
+    assert smoke.opts == ["--start-timeout"] and smoke.old == "--timeout"  # its old name, read until its release
 
 
 def test_a_required_out_with_no_default_is_asked_for():
@@ -304,4 +390,4 @@ def test_under_json_a_stopped_run_still_answers_one_json_object(monkeypatch, cap
         boundary.main(["stack", "show", "--json"])
     out, err = capsys.readouterr()
     assert done.value.code == code and err.strip() == said
-    assert json.loads(out) == {"error": stop, "exit": code}
+    assert json.loads(out) == {"error": stop, "hint": None, "exit": code}

@@ -106,8 +106,8 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
         atomic_write(state, '{"previous": "cuda-13.0"}\n')
     except OSError as exc:
         assert exc.errno == errno.ENOSPC
-        # the boundary's one line names the file and the fix, never "system: No space left on device"
-        assert _explain(exc) == f"{state}: No space left on device; free space there and run again"
+        # the boundary's line names the file, its hint the fix, never "system: No space left on device"
+        assert _explain(exc) == (f"{state}: No space left on device", "free space there and run again")
     else:
         raise AssertionError("the failed write was not reported")
     assert state.read_text() == '{"previous": "cuda-12.9"}\n'
@@ -151,5 +151,5 @@ def test_output_to_a_full_stdout_is_one_line_naming_stdout_and_no_traceback(json
         done = subprocess.run([str(BIN / "rig"), "stack", "show", "--stack", str(REPO / "stacks" / "default.yml"),
                                *json_flag], stdout=full, stderr=subprocess.PIPE, text=True, check=False, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
-    assert done.stderr.splitlines()[-1] == ("rig: error: cannot write the output to stdout: No space left on device; "
-                                            "give it somewhere that takes it"), done.stderr
+    assert done.stderr.splitlines()[-2:] == ["rig: error: cannot write the output to stdout: No space left on device",
+                                             "rig: hint: give it somewhere that takes it"], done.stderr

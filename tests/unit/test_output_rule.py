@@ -119,9 +119,9 @@ def test_an_output_path_the_rule_takes_is_written_whole_and_one_it_refuses_is_le
 # ------------------------------------------------------------------ mechanism 7: one number reader
 
 @pytest.mark.parametrize("args, says", [
-    (["bench", "--url", NOWHERE, "--max-tokens", "١٢"], "--max-tokens '١٢': give a whole number in ASCII digits"),
-    (["bench", "--url", NOWHERE, "--concurrency", "1,٤"], "--concurrency '1,٤': give comma-separated whole numbers"),
-    (["bench", "--url", NOWHERE, "--temperature", "٠.٥"], "--temperature '٠.٥': give a number in ASCII digits"),
+    (["bench", "--url", NOWHERE, "--max-tokens", "١٢"], "--max-tokens '١٢' is not a whole number in ASCII digits"),
+    (["bench", "--url", NOWHERE, "--concurrency", "1,٤"], "--concurrency '1,٤' is not comma-separated whole numbers"),
+    (["bench", "--url", NOWHERE, "--temperature", "٠.٥"], "--temperature '٠.٥' is not a number in ASCII digits"),
     (["bench", "--url", NOWHERE, "--rounds", "1_0"], "--rounds '1_0'"),
     (["smoke", "--url", NOWHERE, "--max-tokens", "١٢"], "--max-tokens '١٢'"),
     (["smoke", "--url", NOWHERE, "--timeout", "٣"], "--start-timeout '٣'"),
@@ -174,7 +174,8 @@ def test_a_deleted_current_directory_is_named_and_help_still_works(tmp_path):
         helped = gone(tmp_path, *args)
         assert helped.returncode == 0 and helped.stdout.startswith("Usage: rig") and helped.stderr == "", args
     for args in (["stack", "show"], ["bench", "--url", NOWHERE]):
-        refused(gone(tmp_path, *args), f"the current directory {tmp_path / 'gone'} has been deleted: cd to")
+        refused(gone(tmp_path, *args), f"the current directory {tmp_path / 'gone'} has been deleted\n"
+                "rig: hint: cd to a directory that exists")
 
 
 def test_a_dangling_default_stack_is_said_to_be_a_link_to_nothing_naming_its_target(tmp_path):

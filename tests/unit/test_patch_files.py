@@ -156,7 +156,7 @@ def test_the_cli_needs_an_environment_and_says_how(tmp_path):
                           check=False, env={k: v for k, v in os.environ.items() if k != "RIG_STACK"})
     assert done.returncode == 2 and "--venv DIR, --python PATH or --stack FILE" in done.stderr
     done = rig("patch", "status")  # in the checkout: the default stack's venv, which this machine does not have
-    said = "is not a virtualenv (no bin/python): give --venv one, or set the stack's venv key"
+    said = "is not a virtualenv (no bin/python)\nrig: hint: give --venv one, or set the stack's venv key"
     assert done.returncode == 2 and said in done.stderr
     done = rig("patch", "apply", "--venv", str(tmp_path))
     assert done.returncode == 2 and "is not a virtualenv (no bin/python)" in done.stderr

@@ -66,6 +66,8 @@ def test_a_failure_is_the_engines_error_line():
     lines = "rig: resolving\nrig: error: 2 conflicts; fix them all:\n  torch 2.9 vs 2.11\n  numpy\n"
     assert mapped(rc=2, stderr=lines)["msg"].endswith("(exit 2): rig: error: 2 conflicts; fix them all:\n"
                                                       "  torch 2.9 vs 2.11\n  numpy")
+    hinted = "rig: warning: `--check` is now `--verify`\nrig: error: no stack\nrig: hint: give --stack FILE\n"
+    assert mapped(rc=2, stderr=hinted)["msg"].endswith("(exit 2): rig: error: no stack\nrig: hint: give --stack FILE")
 
 
 # ---- real runs: ansible-playbook on this controller, the bundle built by the rig_engine role

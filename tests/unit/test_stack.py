@@ -33,7 +33,9 @@ def test_the_default_stack_loads_with_defaults_filled_in():
     ({"cuda": {"version": "13.0.2", "make_default": "yes"}}, "cuda.make_default: expected bool"),
     ({"cuda": {"version": "13.0.2", "runfile": {"sha256": "abc"}}}, "cuda.runfile.sha256: must be 64"),
     ({"extra": True}, "unknown key 'extra'"),
-    ({"tune": {"start_timeout": 900, "colour": 1}}, "tune: 'start_timeout' has moved to server.start_timeout"),
+    ({"tune": {"start_timeout": 900, "colour": 1}}, "tune: unknown key 'colour'"),  # the moved key is not the one
+    ({"tune": {"start_timeout": 900}, "server": {"start_timeout": 900}},
+     "tune.start_timeout and server.start_timeout are one setting, given twice; keep server.start_timeout"),
     ({"extensions": [{"package": "x", "version": "1.0"}]}, "extensions[0].source: is required"),
     ({"extensions": [{"package": "x", "version": "1.0", "source": {}}]}, "extensions[0].source: give either git"),
     ({"extensions": [{"package": "x", "version": "1.0", "source": {"git": "https://h/x.git"}}]},

@@ -241,8 +241,10 @@ def _mapped(argv: list[str], out: dict, mode: str, check_mode: bool) -> dict:
             return {**fields, "failed": True, "rc": rc, "stderr": stderr,
                     "msg": f"{command} failed (exit {rc}): {answer['msg']}"}
         lines = [line for line in stderr.splitlines() if line.strip()]
-        # the engine's error is its last `rig: ` line and the indented lines that go on with it
-        start = next((i for i in reversed(range(len(lines))) if lines[i].startswith("rig: ")), len(lines) - 1)
+        # the engine's error is its last `rig: ` line (its `rig: hint:` line goes on from it) and the indented lines
+        # that go on with them
+        start = next((i for i in reversed(range(len(lines))) if lines[i].startswith("rig: ")
+                      and not lines[i].startswith("rig: hint: ")), len(lines) - 1)
         reason = "\n".join(lines[max(start, 0):])
         return {"failed": True, "rc": rc, "stderr": stderr, "msg": f"{command} failed (exit {rc}): {reason}"}
     if not isinstance(answer, dict):
