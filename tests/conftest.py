@@ -35,6 +35,9 @@ def pytest_xdist_make_scheduler(config, log):
     """Under `--dist loadscope` (make test's box run), the box run's groups (tests/harness/worker_groups.py)."""
     if config.getvalue("dist") != "loadscope":
         return None
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:  # said, not silent: the run asked for xdist's loadscope and gets the suite's groups
+        reporter.write_line("--dist loadscope: scheduled by the suite's worker groups (tests/harness/worker_groups.py)")
     return GroupScheduling(config, log)
 
 
