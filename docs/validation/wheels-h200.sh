@@ -5,19 +5,21 @@
 set -euo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 exec > >(tee "$out/wheels-h200.log") 2>&1
-rig="python3 build/rig.pyz"
+RIG_SRC=$PWD/build/rig.pyz  # python3 imports rig from the zipapp as from a folder
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
 nvcc --version | tail -2
 venv=${RIG_H200_VENV:-/opt/torch/.venv}   # the machine's own torch
 $venv/bin/python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
-$rig wheels build tests/data/rig_scale_ext --venv $venv --stack docs/validation/h200-stack.yml \
+rig wheels build tests/data/rig_scale_ext --venv $venv --stack docs/validation/h200-stack.yml \
   --cuda-home /usr/local/cuda --cache /tmp/rig-cache --json > "$out/build.json"
 wheel=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["wheel"])' "$out/build.json")
 echo "built: $wheel"
-$rig audit "$wheel" --venv $venv --stack docs/validation/h200-stack.yml --cache /tmp/rig-cache
-$rig audit "$wheel" --venv $venv --stack docs/validation/h200-stack.yml --cache /tmp/rig-cache --json > "$out/audit.json"
+rig audit "$wheel" --venv $venv --stack docs/validation/h200-stack.yml --cache /tmp/rig-cache
+rig audit "$wheel" --venv $venv --stack docs/validation/h200-stack.yml --cache /tmp/rig-cache --json > "$out/audit.json"
 echo "the same wheel held to an SM120 stack must fail (it carries sm_90a only):"
-if $rig audit "$wheel" --venv $venv --stack stacks/default.yml --cache /tmp/rig-cache; then
+if rig audit "$wheel" --venv $venv --stack stacks/default.yml --cache /tmp/rig-cache; then
   echo "UNEXPECTED: the audit passed"; exit 1
 fi
 $venv/bin/python -m pip install --no-deps --no-index -q "$wheel"

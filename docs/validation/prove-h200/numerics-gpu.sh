@@ -6,12 +6,13 @@
 # session's device time (304 s) did not allow.
 set -euo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 mkdir -p "$OUT"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)'
 } | tee "$OUT/versions.txt"
-PYTHONPATH=. python3 -c 'from rig.cli import main; main()' testmodel --kind numerics --tp 8 --out /root/numerics \
+rig testmodel --kind numerics --tp 8 --out /root/numerics \
   --python "$(command -v python3)" --json > "$OUT/testmodel.json"
 PYTHONPATH=. python3 - "$OUT/reference-cuda.json" <<'PY'
 import json, runpy, sys

@@ -6,26 +6,25 @@
 # Everything rig wrote lands in /root/results/prove and comes back as $OUT/prove.tgz. NVLink multicast stays off.
 set -euo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-RES=/root/results; SRC=/root/rig-src; OUT=${OUT:-/tmp/out}
+RES=/root/results; SRC=/root/rig-src; RIG_SRC=$SRC
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 mkdir -p "$RES" "$OUT"
 
-wait_done() {  # until the detached run has exited (its exit status in prove.rc) or 540 s passed
-  local deadline=$((SECONDS + 540))
-  while [ ! -e "$RES/prove.rc" ] && [ $SECONDS -lt $deadline ]; do sleep 10; done
-  [ -e "$RES/prove.err" ] && tail -30 "$RES/prove.err"
-  if [ -e "$RES/prove.rc" ]; then echo "prove exited $(cat "$RES/prove.rc")"; else echo "prove still running"; fi
-  tar -C /root -czf "$OUT/prove.tgz" results
+prove() {  # its JSON in prove.json, its stderr in prove.err (the stack's path is the source copy's)
+  cd "$SRC" && rig prove --stack docs/validation/tune-h200/stack-agree.yml --out "$RES/prove" --json \
+    > "$RES/prove.json" 2> "$RES/prove.err"
 }
 
-case $1 in
+show() { if [ -e "$RES/prove.err" ]; then tail -30 "$RES/prove.err"; fi; }
+
+case ${1:-} in
 prove)
-  rm -rf "$SRC" && mkdir -p "$SRC" && cp -r rig docs stacks "$SRC"/  # the detached run reads this copy
-  rm -f "$RES/prove.rc"
-  setsid bash -c "cd $SRC && PYTHONPATH=$SRC python3 -c 'from rig.cli import main; main()' prove \
-    --stack docs/validation/tune-h200/stack-agree.yml --out $RES/prove --json \
-    > $RES/prove.json 2> $RES/prove.err; echo \$? > $RES/prove.rc" < /dev/null > /dev/null 2>&1 &
-  sleep 5
-  wait_done ;;
+  rig_source "$SRC"
+  detach prove prove
+  wait_for prove prove.tgz show ;;
 wait)
-  wait_done ;;
+  wait_for prove prove.tgz show ;;
+*)
+  echo "usage: run.sh prove | wait" >&2; exit 2 ;;
 esac

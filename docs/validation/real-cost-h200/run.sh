@@ -29,18 +29,21 @@ WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}; PHASES=${PHASES:-prove tune-t1 tu
 KNOWN="prove tune-t1 tune-greedy free-off free-off-greedy free-off-policy free-off-check free-off-prove free-off-tp"
 mkdir -p "$RES" "$OUT"
 VENV=$(realpath -m "$VENV"); RES=$(realpath -m "$RES"); SRC=$(realpath -m "$SRC"); STAGE=$(realpath -m "$STAGE")
+RIG_SRC=$SRC
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+DETACH_VARS="VENV SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES KNOWN GPUS"  # what the detached pipeline reads
 
 rig_in() {  # rig_in NAME ARGS...: rig from the source copy; its JSON, stderr, exit status and wall time in $RES
   local name=$1 start=$SECONDS rc=0
   shift
-  (cd "$SRC" && PYTHONPATH="$SRC" python3 -c 'from rig.cli import main; main()' "$@") \
-    > "$RES/$name.json" 2> "$RES/$name.err" || rc=$?
+  (cd "$SRC" && rig "$@") > "$RES/$name.json" 2> "$RES/$name.err" || rc=$?
   echo "$rc" > "$RES/$name.rc"
   echo "$name: exit $rc after $((SECONDS - start)) s" | tee -a "$RES/phases.txt"
 }
 
 setup() {
-  rm -rf "$SRC" && mkdir -p "$SRC" && cp -r rig docs stacks "$SRC"/  # the detached run reads this copy
+  rig_source "$SRC"
   case $STACKS in /*) ;; *) STACKS=$SRC/$STACKS ;; esac
   python3 -m venv "$VENV"
   # the machine's python3 is itself a venv: what it imports (its site-packages and the directories its .pth files
@@ -105,20 +108,12 @@ phase() {
 }
 
 pipeline() {
+  rm -f "$RES/phases.txt"
   setup
   for name in $PHASES; do phase "$name"; done
 }
 
-wait_for() {  # until the detached run has exited (its status in all.rc) or WAIT_S seconds have passed
-  local deadline=$((SECONDS + WAIT_S))
-  while [ ! -e "$RES/all.rc" ] && [ $SECONDS -lt $deadline ]; do sleep 5; done
-  [ -e "$RES/phases.txt" ] && cat "$RES/phases.txt"
-  if [ -e "$RES/all.rc" ]; then echo "the run exited $(cat "$RES/all.rc")"; else echo "the run is still going"; fi
-  local rc=0  # tar exits 1 where a file changed as it read it (a run still writing): what it took is kept
-  tar -C "$(dirname "$RES")" --warning=no-file-changed --exclude='*.trace.json.gz' --exclude='models*' \
-    -czf "$OUT/results.tgz" "$(basename "$RES")" || rc=$?
-  [ "$rc" -le 1 ] || { echo "tar of $RES failed (exit $rc)" >&2; return "$rc"; }
-}
+show_phases() { if [ -e "$RES/phases.txt" ]; then cat "$RES/phases.txt"; fi; }
 
 case ${1:-} in
 stage)
@@ -127,22 +122,13 @@ stage)
   for n in "$@"; do mv "$WHEELS/p$n"/* "$STAGE"/; done
   ls "$STAGE" | wc -l ;;
 all)
-  if [ -e "$RES/all.pid" ] && kill -0 "$(cat "$RES/all.pid")" 2> /dev/null; then
-    echo "a run is already going (pid $(cat "$RES/all.pid")): use run.sh wait" >&2; exit 2
-  fi
-  rm -f "$RES/all.rc" "$RES/phases.txt"
-  # the pipeline in a subshell of its own: set -e holds there (a function called in a || list runs without it)
   for name in $PHASES; do  # refused before anything starts
     case " $KNOWN " in *" $name "*) ;; *) echo "unknown phase $name in PHASES (known: $KNOWN)" >&2; exit 2 ;; esac
   done
-  setsid bash -c "$(declare -f rig_in setup free_off_patches phase pipeline); $(declare -p VENV RES SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES KNOWN GPUS)
-    (set -euo pipefail; pipeline) > \"\$RES/all.log\" 2>&1; echo \$? > \"\$RES/all.rc\"" < /dev/null \
-    > /dev/null 2>&1 &
-  echo $! > "$RES/all.pid"
-  sleep 5
-  wait_for ;;
+  detach all pipeline
+  wait_for all results.tgz show_phases ;;
 wait)
-  wait_for ;;
+  wait_for all results.tgz show_phases ;;
 *)
   echo "usage: run.sh stage N... | all | wait" >&2; exit 2 ;;
 esac

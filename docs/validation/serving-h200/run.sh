@@ -8,9 +8,12 @@
 # Results go to $OUT/NAME.tgz. NVLink multicast stays off in every process (the machines are shared).
 set -euo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-REPO=$PWD; STACK=stacks/h200-sglang-0.5.17.yml; VENV=/root/venv; RES=/root/results; OUT=${OUT:-/tmp/out}
+REPO=$PWD; VENV=/root/venv; RES=/root/results
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+trap stop_groups EXIT  # a call that stops early leaves no server of its own holding the GPUs
 mkdir -p "$RES" "$OUT"
-rig() { PYTHONPATH="$REPO" python3 -c 'from rig.cli import main; main()' "$@"; }
+# shellcheck disable=SC2054  # the commas are --concurrency's own list
 BENCH=(--concurrency 1,4,16,64 --max-tokens 128 --min-requests 16 --serial-runs 3 --serial-tokens 512 --rounds 3)
 
 derive() {  # derive NAME GRAPHS TP PORT [random]: a stack file for one server
@@ -28,25 +31,21 @@ yaml.safe_dump(stack, open(f"/root/{name}.yml", "w"))
 PY
 }
 
-start() {  # start LABEL STACKFILE GPUS [--baseline]: launch in the background, one after the other
+start() {  # start LABEL STACKFILE GPUS [--baseline]: launch in the background as a process group of its own
+  # (stop_groups stops it), one after the other
   local label=$1 stack=$2 gpus=$3; shift 3
   rig server args --stack "$stack" --venv "$VENV" --json "$@" > "$RES/$label-args.json"
   python3 -c 'import json,sys; print("\n".join(json.load(open(sys.argv[1]))["argv"]))' "$RES/$label-args.json" \
     > "$RES/$label-argv.txt"
   mapfile -t argv < "$RES/$label-argv.txt"
-  CUDA_VISIBLE_DEVICES=$gpus setsid "${argv[@]}" > "$RES/$label-server.log" 2>&1 &
-  echo $! > "$RES/$label.pid"
+  CUDA_VISIBLE_DEVICES=$gpus start_group "$RES/$label.pid" "${argv[@]}" > "$RES/$label-server.log" 2>&1
   local port; port=$(python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["argv"]; print(a[a.index("--port")+1])' "$RES/$label-args.json")
   rig smoke --url "http://127.0.0.1:$port" --timeout 420 --pid "$(cat "$RES/$label.pid")" --log "$RES/$label-server.log" \
     --json > "$RES/$label-smoke.json" || echo "smoke $label: exit $?"
   cat "$RES/$label-smoke.json" | head -c 600; echo
 }
 
-stop_all() { pkill -f sglang.launch_server || true; sleep 5; pkill -9 -f sglang.launch_server || true; sleep 2; }
-
-pack() { tar -C /root -czf "$OUT/$1.tgz" results; }
-
-case $1 in
+case ${1:-} in
 stage)
   mkdir -p /root/stage && mv ".whl/p$2"/*.whl /root/stage/ && ls /root/stage | wc -l
   nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader ;;
@@ -74,11 +73,11 @@ PY
   PYTHONPATH="$REPO" python3 -c 'import json; from rig import gpu_health; print(json.dumps(gpu_health.collect(), indent=1))' \
     > "$RES/gpu-health-raw.json"
   rig doctor --cuda 13.0.2 --arch 9.0a --expect-gpus 2 --json > "$RES/doctor.json" || echo "doctor: exit $?"
-  rig doctor --cuda 13.0.2 --arch 9.0a --expect-gpus 2 > "$RES/doctor.txt" || true
+  rig doctor --cuda 13.0.2 --arch 9.0a --expect-gpus 2 > "$RES/doctor.txt" || echo "doctor: exit $?"
   head -20 "$RES/doctor.txt"
   CUDA_VISIBLE_DEVICES=0 rig probe --venv "$VENV" --gpus 1 --out "$RES/probe-1gpu" > "$RES/probe-1gpu.txt"
   rig probe --venv "$VENV" --out "$RES/probe-2gpu" | tee "$RES/probe-2gpu.txt"
-  pack setup ;;
+  pack setup.tgz ;;
 serve)  # serve NAME GRAPHS TP
   name=$2 graphs=$3 tp=$4
   derive "$name-eagle" "$graphs" "$tp" 30000; derive "$name-base" "$graphs" "$tp" 30001
@@ -91,19 +90,22 @@ serve)  # serve NAME GRAPHS TP
     start "$name-base" "/root/$name-base.yml" 0,1 --baseline
     rig bench --url http://127.0.0.1:30001 --stack "/root/$name-base.yml" "${BENCH[@]}" --rounds 1 \
       --out "$RES/$name-base-bench" --json > /dev/null || echo "bench baseline: exit $?"
-    stop_all
+    stop_groups
     start "$name-eagle" "/root/$name-eagle.yml" 0,1
     rig bench --url http://127.0.0.1:30000 --baseline-results "$RES/$name-base-bench/results.json" \
       --stack "/root/$name-eagle.yml" "${BENCH[@]}" --rounds 1 --out "$RES/$name-bench" --json \
       > "$RES/$name-bench.json" || echo "bench: exit $?"
   fi
-  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["msg"])' "$RES/$name-bench.json" || true
-  cat "$RES/$name-bench/report.md" 2>/dev/null | tail -15
-  stop_all
-  pack "$name" ;;
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["msg"])' "$RES/$name-bench.json" \
+    || echo "no bench summary: exit $?"
+  if [ -e "$RES/$name-bench/report.md" ]; then tail -15 "$RES/$name-bench/report.md"; fi
+  stop_groups
+  pack "$name.tgz" ;;
 random)
   derive random-eagle on 1 30002 random
   start random-eagle /root/random-eagle.yml 0
-  stop_all
-  pack random ;;
+  stop_groups
+  pack random.tgz ;;
+*)
+  echo "usage: run.sh stage N | setup | serve NAME GRAPHS TP | random" >&2; exit 2 ;;
 esac

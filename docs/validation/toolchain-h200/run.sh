@@ -6,8 +6,9 @@
 # copy, check and timing run on a real GPU). Everything lands in $OUT. NVLink multicast stays off.
 set -euo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-rig() { PYTHONPATH="$PWD" python3 -c 'from rig.cli import main; main()' "$@"; }
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+mkdir -p "$OUT"
 venv=$(python3 -c 'import sys; print(sys.prefix)')
 ls -d /usr/local/cuda* > "$OUT/trees.txt"
 set +e

@@ -7,24 +7,26 @@
 # Everything lands in /root/results and comes back as $OUT/NAME.tgz. NVLink multicast stays off in every process.
 set -euo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-VENV=/root/venv; RES=/root/results; SRC=/root/rig-src; OUT=${OUT:-/tmp/out}
+VENV=/root/venv; RES=/root/results; SRC=/root/rig-src; RIG_SRC=$SRC
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 mkdir -p "$RES" "$OUT"
-rig() { PYTHONPATH="$SRC" python3 -c 'from rig.cli import main; main()' "$@"; }
 
-wait_for() {  # wait_for NAME: until the detached run has exited (its exit status in NAME.rc) or 540 s passed
-  local name=$1 deadline=$((SECONDS + 540))
-  while [ ! -e "$RES/tune-$name.rc" ] && [ $SECONDS -lt $deadline ]; do sleep 10; done
-  tail -5 "$RES/tune-$name.err" || true
-  if [ -e "$RES/tune-$name.rc" ]; then echo "tune $name exited $(cat "$RES/tune-$name.rc")"; cat "$RES/tune-$name.json"
-  else echo "tune $name still running"; fi
-  tar -C /root -czf "$OUT/$name.tgz" results
+tune() {  # tune NAME: its JSON in tune-NAME.json, its stderr in tune-NAME.err (the stack's path is the source copy's)
+  cd "$SRC" && rig tune --stack "docs/validation/tune-h200/stack-$1.yml" --out "$RES/tune-$1" --json \
+    > "$RES/tune-$1.json" 2> "$RES/tune-$1.err"
 }
 
-case $1 in
+show() {  # show NAME: the end of its stderr, and its JSON once it has exited
+  if [ -e "$RES/tune-$1.err" ]; then tail -5 "$RES/tune-$1.err"; fi
+  if [ -e "$RES/tune-$1.rc" ]; then cat "$RES/tune-$1.json"; fi
+}
+
+case ${1:-} in
 stage)
   mkdir -p /root/stage && mv ".whl/p$2"/*.whl /root/stage/ && ls /root/stage | wc -l ;;
 setup)
-  rm -rf "$SRC" && mkdir -p "$SRC" && cp -r rig docs "$SRC"/
+  rig_source "$SRC"
   python3 -m venv "$VENV"
   # the machine's python3 is itself a venv: chain its site-packages after this venv's own, so the locked
   # transformers 5.12.1 here shadows the machine's 5.17 (which crashes sglang 0.5.17 at import)
@@ -39,14 +41,11 @@ print("cuda", torch.version.cuda, "gpu", torch.cuda.get_device_name(0))' | tee "
   rig testmodel --out /var/lib/rig/testmodel-random --venv "$VENV" --draft random --json > "$RES/testmodel-random.json"
   tail -3 "$RES/testmodel-agree.json" ;;
 tune)
-  name=$2
-  rm -rf "$SRC" && mkdir -p "$SRC" && cp -r rig docs "$SRC"/  # the detached run reads this copy, not the call's tree
-  rm -f "$RES/tune-$name.rc"
-  setsid bash -c "cd $SRC && PYTHONPATH=$SRC python3 -c 'from rig.cli import main; main()' tune \
-    --stack docs/validation/tune-h200/stack-$name.yml --out $RES/tune-$name --json \
-    > $RES/tune-$name.json 2> $RES/tune-$name.err; echo \$? > $RES/tune-$name.rc" < /dev/null > /dev/null 2>&1 &
-  sleep 5
-  wait_for "$name" ;;
+  rig_source "$SRC"
+  detach "tune-$2" tune "$2"
+  wait_for "tune-$2" "$2.tgz" show "$2" ;;
 wait)
-  wait_for "$2" ;;
+  wait_for "tune-$2" "$2.tgz" show "$2" ;;
+*)
+  echo "usage: run.sh stage N | setup | tune NAME | wait NAME" >&2; exit 2 ;;
 esac
