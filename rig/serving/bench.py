@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rig.core import RigError, outdir, progress
-from rig.core.escape import cell, table
+from rig.core.markdown import cell, table
 from rig.core.schema import Field, between
 from rig.serving.measure.plan import Plan, check_fits
 from rig.serving.measure.record import recorded

@@ -26,7 +26,7 @@ from typing import Any
 
 from rig.core import RigError, progress
 from rig.core.check import Check, Runner
-from rig.core.escape import cell, table
+from rig.core.markdown import cell, table
 from rig.python.introspect import held
 from rig.serving import numerics, testmodel
 from rig.serving import prove_free_off as free_off

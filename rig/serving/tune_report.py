@@ -5,7 +5,7 @@ import difflib
 from typing import Any
 
 from rig.core.documents import dump_json
-from rig.core.escape import cell, table
+from rig.core.markdown import cell, table
 from rig.serving.measure.stats import shown
 
 
