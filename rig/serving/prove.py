@@ -37,7 +37,6 @@ from rig.serving.launch import (
     inherited_switches,
     make_logs,
     results_dir,
-    with_server,
 )
 from rig.serving.measure.plan import plan_from
 from rig.serving.measure.record import recorded
@@ -47,6 +46,7 @@ from rig.serving.measure.verdict import margin_problem
 from rig.serving.server import close_parsers, health_url, render
 from rig.serving.session import measured, serving
 from rig.serving.sglang_api import call, expect_json
+from rig.stack.derive import with_server
 
 SCHEMA_VERSION = 1
 OUTPUTS = ("prove.json", "report.md", "prove.png", free_off.SLOTS_NAME)

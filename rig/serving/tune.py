@@ -43,8 +43,6 @@ from rig.serving.launch import (
     inherited_switches,
     make_logs,
     results_dir,
-    sized_for,
-    with_server,
 )
 from rig.serving.measure.plan import Plan, check_fits
 from rig.serving.measure.record import recorded
@@ -71,6 +69,7 @@ from rig.serving.tune_variants import (
     variants,
 )
 from rig.serving.workload import Workload
+from rig.stack.derive import sized_for, with_server
 
 SCHEMA_VERSION = 2
 # what --check's estimate assumes: a server's start (60-130 s for an 8B shape on the H200) and one request's decode

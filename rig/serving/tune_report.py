@@ -11,12 +11,12 @@ from rig.serving.measure.stats import shown
 
 def proposed_stack(stack_path: str, kind: dict, config_path: str | None, family: dict | None = None, graph: int = 0,
                    env_vars: dict | None = None) -> tuple[str, str] | None:
-    """The user's stack file with the policy in its server section, edited in place (rig.core.yaml_edit: every
+    """The user's stack file with the policy in its server section, edited in place (rig.stack.edit: every
     comment and other line kept), and the diff from the file on disk; the server keys of the family it came from
     (its attention backend, its running-request cap) go with it, GRAPH, the decode graph it was measured with,
     and ENV_VARS as environment.vars where given (what the policy's server ran with)."""
     from rig.core.documents import read_text
-    from rig.core.yaml_edit import with_keys
+    from rig.stack.edit import with_keys
 
     if kind["kind"] not in ("adaptive", "fixed"):
         return None

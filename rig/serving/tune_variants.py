@@ -10,8 +10,8 @@ from pathlib import Path
 
 from rig.core import RigError
 from rig.kernels.backends import PREBUILT
-from rig.serving.launch import with_server
 from rig.serving.measure.sweep import Level
+from rig.stack.derive import with_server
 from rig.stack.spec import unmeasured_profiles
 
 BASELINE = "baseline"
