@@ -38,10 +38,10 @@ from rig.serving.launch import (
     make_logs,
     results_dir,
 )
-from rig.serving.measure.plan import plan_from
+from rig.serving.measure.plan import Level, plan_from
 from rig.serving.measure.record import recorded
 from rig.serving.measure.stats import shown
-from rig.serving.measure.sweep import Level, Server
+from rig.serving.measure.sweep import Server
 from rig.serving.measure.verdict import margin_problem
 from rig.serving.server import close_parsers, health_url, render
 from rig.serving.session import measured, serving

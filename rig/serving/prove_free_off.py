@@ -29,9 +29,9 @@ from rig.core.documents import dump_json
 from rig.core.fs import atomic_write
 from rig.serving import numerics, prove_fallbacks
 from rig.serving.launch import Servers
-from rig.serving.measure.plan import plan_from
+from rig.serving.measure.plan import Level, plan_from
 from rig.serving.measure.stats import shown
-from rig.serving.measure.sweep import Level, Server
+from rig.serving.measure.sweep import Server
 from rig.serving.session import measured, serving
 from rig.stack.derive import with_server
 

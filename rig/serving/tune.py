@@ -44,9 +44,9 @@ from rig.serving.launch import (
     make_logs,
     results_dir,
 )
-from rig.serving.measure.plan import Plan, check_fits
+from rig.serving.measure.plan import Level, Plan, check_fits
 from rig.serving.measure.record import recorded
-from rig.serving.measure.sweep import Level, Server
+from rig.serving.measure.sweep import Server
 from rig.serving.measure.verdict import (
     confirm,
     for_load,
@@ -64,12 +64,12 @@ from rig.serving.tune_variants import (
     _imports,
     assignments,
     eagle,
-    levels,
     uncapped,
     variants,
 )
 from rig.serving.workload import Workload
 from rig.stack.derive import sized_for, with_server
+from rig.stack.spec import unmeasured_profiles
 
 SCHEMA_VERSION = 2
 # what --check's estimate assumes: a server's start (60-130 s for an 8B shape on the H200) and one request's decode
@@ -116,13 +116,16 @@ def _tried(servers: Servers, variant: Variant, venv: str, plan: Plan, wanted: li
 OUTPUTS = ("tune.json", "report.md", "tune.png", "adaptive.json", "step0.json", "proposed-stack.yml")
 
 
-def prepare(stack: dict, venv: str, step0_config: str, imports: dict[str, list[Path]]
+def prepare(stack: dict, venv: str, plan: Plan, step0_config: str, imports: dict[str, list[Path]]
             ) -> tuple[list[Variant], list[Level], dict[str, list[str]]]:
-    """The variants, the levels and every server line, rendered and parsed by the venv's sglang: all that can be
-    refused is refused here, before anything is written."""
+    """The variants, the plan's levels and every server line, rendered and parsed by the venv's sglang: all that can
+    be refused is refused here, before anything is written."""
+    # the stack's loader held profile_levels to bench.concurrency; the options may have changed the levels since
+    if problem := unmeasured_profiles(stack["tune"]["profile_levels"], plan.concurrency):
+        raise RigError(problem)
     if reason := adaptive.unsupported_reason({**stack["server"], "speculative_eagle_topk": 1}):
         raise RigError(f"rig tune derives SGLang's adaptive speculation, which SGLang refuses here: {reason}")
-    found, wanted = variants(stack, venv, step0_config, imports), levels(stack)
+    found, wanted = variants(stack, venv, step0_config, imports), plan.levels
     lines = {v.name: render(v.stack, venv, baseline=v.baseline)["argv"] for v in found}
     return found, wanted, lines
 
@@ -165,7 +168,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
     # every line rendered from a scratch copy of the step-0 config first: nothing is written before all is checked
     with config_checked(adaptive.render(STEP0_SLOTS), Path(step0_config)) as (config, as_run):
         imports = _imports(venv)
-        found, wanted, lines = prepare(stack, venv, str(config), imports)
+        found, wanted, lines = prepare(stack, venv, plan, str(config), imports)
         lines = as_run(lines)
     model = testmodel.ensure(stack["server"], Path(venv) / "bin" / "python", check)
     if check:
@@ -177,7 +180,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
         atomic_write(step0_config, adaptive.render(STEP0_SLOTS))
         found = variants(stack, venv, step0_config, imports)
     make_logs(out)
-    result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "plan": {**plan.__dict__},
+    result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "plan": plan.record(),
                               "metric": plan.metric, "levels": [lv.name for lv in wanted], "variants": {},
                               "choices": [], "policy": {"kind": "none", "notes": []}, "confirmation": None,
                               "recommendation": "not finished", "testmodel": model, "inherited_env": inherited}

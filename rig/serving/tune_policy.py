@@ -3,7 +3,8 @@ between, the family closest to the per-level best, the policy SGLang serves it w
 from __future__ import annotations
 
 from rig.serving import adaptive
-from rig.serving.measure.sweep import Level, count
+from rig.serving.measure.plan import Level
+from rig.serving.measure.sweep import count
 from rig.serving.measure.verdict import (
     choose,
     closeness,

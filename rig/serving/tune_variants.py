@@ -10,9 +10,7 @@ from pathlib import Path
 
 from rig.core import RigError
 from rig.kernels.backends import PREBUILT
-from rig.serving.measure.sweep import Level
 from rig.stack.derive import with_server
-from rig.stack.spec import unmeasured_profiles
 
 BASELINE = "baseline"
 POLICY = "policy"
@@ -173,12 +171,3 @@ def uncapped(variant: Variant, record: dict) -> Variant | None:
         return None
     return Variant(f"{variant.name}-uncapped", variant.steps, with_server(variant.stack, max_running_requests=top),
                    variant.kind, f"{variant.family}/uncapped", variant.env, variant.candidate, optional=True)
-
-
-def levels(stack: dict) -> list[Level]:
-    concurrency = stack["bench"]["concurrency"]
-    # each given once: the stack's schema and the options' reader refuse a level listed twice (schema.once)
-    found = [Level(c) for c in concurrency] + [Level(max(concurrency), r) for r in stack["tune"]["request_rates"]]
-    if problem := unmeasured_profiles(stack):  # the options may have changed bench.concurrency since the stack was read
-        raise RigError(problem)
-    return found

@@ -10,7 +10,7 @@ import sglang_api_server as standin
 
 from rig.core import RigError
 from rig.serving import adaptive
-from rig.serving.measure.sweep import Level
+from rig.serving.measure.plan import Level
 from rig.serving.measure.verdict import choose
 from rig.serving.tune_policy import fallback, graph_sizes, policy, slot_config
 from rig.serving.tune_variants import Variant
