@@ -19,8 +19,8 @@ from rig.cli.common import (
 from rig.cli.types import FILE, Number
 from rig.core.schema import validate
 from rig.serving import load_profile as loads
-from rig.serving import tune as tuning
 from rig.serving.measure.plan import plan_from
+from rig.serving.tune import run as tuning
 from rig.serving.workload import Workload
 from rig.stack.spec import SCHEMA, load
 
