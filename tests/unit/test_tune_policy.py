@@ -206,6 +206,19 @@ def test_a_context_too_small_for_any_plan_says_so():
         check_fits(plan_from(), "baseline", {"context_length": 1})
 
 
+def test_the_plan_carries_the_levels_and_its_record_keeps_the_bench_keys():
+    """rig tune's levels are the plan's (each concurrency closed-loop, then each rate at the largest concurrency);
+    tune.json and results.json record the plan as before the rates were in it: the bench section's keys."""
+    from rig.serving.measure.plan import plan_from
+    from rig.stack.spec import SCHEMA
+
+    plan = plan_from({"concurrency": [1, 64]}, request_rates=[2, 0.5], rounds=2)
+    assert [(lv.name, lv.concurrency) for lv in plan.levels] == [("C=1", 1), ("C=64", 64), ("R=2/s", 64),
+                                                                 ("R=0.5/s", 64)]
+    assert set(plan.record()) == set(SCHEMA["bench"].fields) and plan.record()["rounds"] == 2
+    assert [lv.name for lv in plan_from({"concurrency": [8]}).levels] == ["C=8"]
+
+
 def test_booleans_are_refused_where_a_number_is_wanted():
     from rig.stack.spec import validate
 
