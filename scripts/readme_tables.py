@@ -64,7 +64,7 @@ def commands() -> list[str]:
 LAYER_NOTES = {
     "core": ("reading input, files, processes; the standard library, PyYAML and packaging only", "-"),
     "engine": ("the bundle roles run, the engine in a container, image builds", "`rig_engine`"),
-    "stack": ("stack files: the schema and its loader", "-"),
+    "stack": ("stack files: the schema and its loader, stacks derived from one, a stack file edited in place", "-"),
     "python": ("locks, wheels, the venv and its environment", "`python_stack`"),
     "cuda": ("CUDA toolkits side by side, their libraries and agreement", "`cuda_toolkit`, `cuda_ldconfig`"),
     "kernels": ("kernel wheels: audit, build, the builder host", "`wheel_build`"),

@@ -19,8 +19,8 @@ from rig.cli.common import (
 from rig.cli.types import FILE, Number
 from rig.core.schema import validate
 from rig.serving import load_profile as loads
-from rig.serving import tune as tuning
 from rig.serving.measure.plan import plan_from
+from rig.serving.tune import run as tuning
 from rig.serving.workload import Workload
 from rig.stack.spec import SCHEMA, load
 
@@ -62,12 +62,11 @@ def tune(stack_path, venv_path, out_dir, prompts_path, request_rates, load_profi
     at every level; every server rig started is stopped however the run ends.
     """
     stack = load(stack_path)
-    plan = plan_from(stack["bench"], **{**given, "serial_runs": 1, "serial_tokens": 1})
-    # the stack as this run measures it (the options' levels and rates), a copy: the file's own is left as read
-    stack = {**stack, "bench": {**stack["bench"], "concurrency": plan.concurrency}, "tune": {**stack["tune"]}}
+    # the plan carries the levels (the options' or the stack's); the stack goes down as it was read
     if request_rates is not None:  # the limits of tune.request_rates, which the option stands in for
-        stack["tune"]["request_rates"] = validate(request_rates, SCHEMA["tune"].fields["request_rates"],
-                                                  "--request-rate")
+        request_rates = validate(request_rates, SCHEMA["tune"].fields["request_rates"], "--request-rate")
+    plan = plan_from(stack["bench"], **{**given, "serial_runs": 1, "serial_tokens": 1},
+                     request_rates=stack["tune"]["request_rates"] if request_rates is None else request_rates)
     workload = Workload.of(prompts_path, plan.max_tokens, plan.seed)
     profile = (load_profile, loads.load(load_profile)) if load_profile else None  # read before anything starts
     result = tuning.run(stack, stack_path, venv_of(venv_path, stack_path), out_dir, plan, workload, api_key_env, check,

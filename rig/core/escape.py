@@ -1,14 +1,14 @@
-"""Text that input reaches, written into what rig generates: the terminal, markdown tables, systemd units.
+"""Text that input reaches, written into what rig generates: the terminal, rig's own lines, systemd units.
 
 Input (a log line, a host's prove.json, what a venv's sglang says its version is) may hold control
 characters (a terminal's OSC sequences set its title or write its clipboard), a newline (a new table row, a
 new unit directive), `|` (a new table cell) or systemd's `%` and `$` (specifiers and variables). Each
-destination has one function here; every writer of that destination goes through it.
+destination has one function, here or, for markdown tables, in rig.core.markdown (whose cells are inline()
+text); every writer of that destination goes through it.
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
 
 from rig.core import RigError
 
@@ -34,26 +34,6 @@ def rig_line(text: str) -> str:
     after the first indented, so that a path or name holding a newline can start no line of its own (no forged
     `rig: error:`)."""
     return "rig: " + terminal(text).replace("\n", "\n  ")
-
-
-MARKDOWN_SPECIAL = re.compile(r"([\\|`<\[\]])")  # what would end a cell, open code, HTML or a link
-
-
-def cell(value: object) -> str:
-    """VALUE as one markdown table cell (or inline text): its lines joined by <br> (the one line break a cell
-    holds), no `|` that would end it, no code, HTML or link of the input's own; emphasis is left alone, it changes
-    no row."""
-    lines = ("-" if value is None else str(value)).splitlines() or [""]
-    return "<br>".join(MARKDOWN_SPECIAL.sub(r"\\\1", _visible(line)) for line in lines)
-
-
-def table(header: Sequence[object], rows: Iterable[Sequence[object]]) -> list[str]:
-    """A markdown table's lines: HEADER, its rule and one line per row, every value one cell() (the one rule for
-    every table rig writes: a value's own newline or `|` never starts a row or a cell)."""
-    def line(values: Sequence[object]) -> str:
-        return "| " + " | ".join(cell(v) for v in values) + " |"
-
-    return [line(header), "|" + "---|" * len(header), *(line(row) for row in rows)]
 
 
 # ------------------------------------------------------------------ systemd units

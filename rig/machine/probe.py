@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rig.core import RigError, numbers, outdir, progress
 from rig.core.documents import dump_json
-from rig.core.escape import cell, table
+from rig.core.markdown import cell, table
 from rig.core.proc import PIPE, TimeoutExpired, interpreter, last_json, script, spawn
 
 SIZES = [8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20, 256 << 20]

@@ -17,17 +17,16 @@ is written; what was measured is written however the run ends.
 """
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from rig.core import RigError, outdir, progress
-from rig.core.escape import cell, table
+from rig.core.markdown import cell, table
 from rig.core.schema import Field, between
 from rig.serving.measure.plan import Plan, check_fits
 from rig.serving.measure.record import recorded
 from rig.serving.measure.stats import ms_key, shown
-from rig.serving.measure.sweep import Level, Server, measure
+from rig.serving.measure.sweep import Server, measure
 from rig.serving.measure.verdict import crossover, nothing_measured
 from rig.serving.sglang_api import KEY_ENV, call
 from rig.serving.workload import Workload
@@ -171,10 +170,10 @@ def run(url: str, plan: Plan, out: str | Path, baseline_url: str | None = None, 
     notes = [n for s in servers if (n := check_fits(plan, s.label, s.info))]
     for note in notes:
         progress(note)
-    result: dict[str, Any] = {"plan": asdict(plan), "notes": notes, "crossover": None,
+    result: dict[str, Any] = {"plan": plan.record(), "notes": notes, "crossover": None,
                               "runs": [s.run for s in servers] + ([earlier] if earlier else [])}
     with recorded(out, result, "results.json", report_markdown, figures) as written:
-        measure(servers, [Level(c) for c in plan.concurrency], serial=True)
+        measure(servers, plan.levels, serial=True)
         runs = result["runs"]
         result["crossover"] = crossover(runs[0], runs[1]) if len(runs) > 1 else None
     return outcome(result, written)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from rig.core import RigError, numbers
-from rig.core.escape import table
 from rig.core.fs import atomic_write
+from rig.core.markdown import table
 from rig.serving.measure.stats import shown
 
 OUTPUTS = ("summary.md",)

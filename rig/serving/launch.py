@@ -3,7 +3,6 @@ and every one stopped when the run ends, however it ends (a failure, Ctrl-C, SIG
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import shlex
 import socket
@@ -12,7 +11,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from rig.core import RigError, outdir, proc, progress
@@ -20,7 +18,7 @@ from rig.core.escape import inline
 from rig.core.fs import atomic_write
 from rig.serving import smoke
 from rig.serving.sglang_api import KEY_ENV
-from rig.stack.spec import GRAPH_MAX, switch_problem
+from rig.stack.spec import switch_problem
 
 # what moves where a Python imports from: rig asks a venv with -I, which ignores them, and a unit never sets them
 IMPORT_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE")
@@ -148,24 +146,3 @@ def make_logs(out: Path) -> Path:
         raise RigError(f"--out {out}: cannot make {out / 'logs'}: {exc.strerror or exc}; give a directory rig "
                        "can write") from exc
     return out / "logs"
-
-
-def sized_for(stack: dict, levels: list[int]) -> dict:
-    """STACK with its decode CUDA graph given explicitly for measuring at LEVELS (concurrencies): its own
-    server.cuda_graph_max_bs, or the largest level where it gives none; below that level batches would run without
-    CUDA graphs and measure something else."""
-    given, largest = stack["server"]["cuda_graph_max_bs"], max(levels)
-    if largest > GRAPH_MAX:
-        raise RigError(f"concurrency {largest} is above the largest decode CUDA graph a stack may ask for "
-                       f"({GRAPH_MAX}): batches above it would run without CUDA graphs; measure at {GRAPH_MAX} or less")
-    if given and given < largest:
-        raise RigError(f"server.cuda_graph_max_bs {given} is below the largest concurrency measured, {largest}: "
-                       "batches above it would run without CUDA graphs; raise it, leave it 0, or measure lower")
-    return with_server(stack, cuda_graph_max_bs=given or largest)
-
-
-def with_server(stack: dict, **server: Any) -> dict:
-    """A copy of STACK whose server section has SERVER's keys instead: a variant rig starts itself."""
-    derived = copy.deepcopy(stack)
-    derived["server"].update(server)
-    return derived

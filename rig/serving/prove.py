@@ -26,7 +26,7 @@ from typing import Any
 
 from rig.core import RigError, progress
 from rig.core.check import Check, Runner
-from rig.core.escape import cell, table
+from rig.core.markdown import cell, table
 from rig.python.introspect import held
 from rig.serving import numerics, testmodel
 from rig.serving import prove_free_off as free_off
@@ -37,16 +37,16 @@ from rig.serving.launch import (
     inherited_switches,
     make_logs,
     results_dir,
-    with_server,
 )
-from rig.serving.measure.plan import plan_from
+from rig.serving.measure.plan import Level, plan_from
 from rig.serving.measure.record import recorded
 from rig.serving.measure.stats import shown
-from rig.serving.measure.sweep import Level, Server
+from rig.serving.measure.sweep import Server
 from rig.serving.measure.verdict import margin_problem
 from rig.serving.server import close_parsers, health_url, render
 from rig.serving.session import measured, serving
 from rig.serving.sglang_api import call, expect_json
+from rig.stack.derive import with_server
 
 SCHEMA_VERSION = 1
 OUTPUTS = ("prove.json", "report.md", "prove.png", free_off.SLOTS_NAME)

@@ -28,11 +28,12 @@ from rig.core.check import Check, Runner
 from rig.core.documents import dump_json
 from rig.core.fs import atomic_write
 from rig.serving import numerics, prove_fallbacks
-from rig.serving.launch import Servers, with_server
-from rig.serving.measure.plan import plan_from
+from rig.serving.launch import Servers
+from rig.serving.measure.plan import Level, plan_from
 from rig.serving.measure.stats import shown
-from rig.serving.measure.sweep import Level, Server
+from rig.serving.measure.sweep import Server
 from rig.serving.session import measured, serving
+from rig.stack.derive import with_server
 
 FEATURE = "free-off"
 # SGLang's adaptive config for both steps, written where the run's servers read it (slots_file)

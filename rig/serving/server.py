@@ -20,7 +20,8 @@ from rig.core.escape import unit_exec, unit_path, unit_text
 from rig.core.proc import script, venv_python
 from rig.core.schema import Field
 from rig.serving import adaptive
-from rig.serving.launch import config_checked, with_server
+from rig.serving.launch import config_checked
+from rig.stack.derive import with_server
 
 # What the stack asks for -> the spellings sglang releases use, preferred first.
 SPELLINGS = {

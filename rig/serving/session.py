@@ -10,7 +10,8 @@ from pathlib import Path
 
 from rig.core import RigError
 from rig.serving.launch import Launched, Servers
-from rig.serving.measure.sweep import Level, Server, measure
+from rig.serving.measure.plan import Level
+from rig.serving.measure.sweep import Server, measure
 from rig.serving.measure.verdict import not_speculating, nothing_measured
 
 

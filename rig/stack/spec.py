@@ -290,7 +290,7 @@ def validate(data: Any, source: str = "<stack>") -> dict:
     if not isinstance(data, dict):
         raise RigError(f"{source}: a stack file must be a mapping of keys, got {type(data).__name__}")
     stack = validate_document(_moved(data, source), Field(dict, fields=SCHEMA), source)
-    if problem := unmeasured_profiles(stack):
+    if problem := unmeasured_profiles(stack["tune"]["profile_levels"], stack["bench"]["concurrency"]):
         raise RigError(f"{source}: {problem}")
     return stack
 
@@ -312,10 +312,10 @@ def _moved(data: dict, source: str) -> dict:
     return data
 
 
-def unmeasured_profiles(stack: dict) -> str | None:
-    """A tune.profile_levels entry that no bench.concurrency level measures (nothing would be profiled there)."""
-    concurrency = stack["bench"]["concurrency"]
-    if unmeasured := sorted(set(stack["tune"]["profile_levels"]) - set(concurrency)):
+def unmeasured_profiles(profile_levels: list[int], concurrency: list[int]) -> str | None:
+    """A tune.profile_levels entry that no level of CONCURRENCY (bench.concurrency, or the options over it)
+    measures: nothing would be profiled there."""
+    if unmeasured := sorted(set(profile_levels) - set(concurrency)):
         return (f"tune.profile_levels lists {', '.join(map(str, unmeasured))}, a concurrency no level measures "
                 f"(bench.concurrency: {', '.join(map(str, concurrency))}): profile measured levels only")
     return None

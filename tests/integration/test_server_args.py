@@ -170,7 +170,7 @@ def test_every_adaptive_line_passes_sglangs_own_start_up_check_and_tunes_step_0_
     step-0 servers never started with {"1": [0]} at 1 step. rig runs that start-up hook of the installed sglang on
     every line it renders; tune's step-0 config passes it."""
     from rig.serving import adaptive
-    from rig.serving.tune_variants import STEP0_SLOTS, eagle
+    from rig.serving.tune.variants import STEP0_SLOTS, eagle
 
     venv = v17 if version == "v17" else lab["v23"]
     stack = load(stack_file(tmp_path, tp=1, speculative_eagle_topk=1, flashinfer_allreduce_fusion=False,

@@ -105,10 +105,10 @@ def pth_venv(tmp_path):
 def test_what_a_venv_imports_through_a_pth_is_found_as_python_finds_it(tmp_path):
     """tune's backend checks and venv verify ask the venv's interpreter: a .pth-added directory counts (the H200 run
     refused triton, "has no the triton package"), and the first torch on sys.path is the one reported."""
-    from rig.serving.tune_variants import SKIP_EXTEND, _imports, backend_problem, sglang_reads
+    from rig.serving.tune.variants import SKIP_EXTEND, backend_problem, imports_of, sglang_reads
 
     venv, machine = pth_venv(tmp_path)
-    imports = _imports(venv)
+    imports = imports_of(venv)
     assert imports["triton"] == [machine / "triton"] and imports["sglang"] == [machine / "sglang"]
     assert backend_problem(imports, venv, "triton") is None and backend_problem(imports, venv, "fa3") is None
     said = backend_problem(imports, venv, "flashinfer")  # a namespace package is no flashinfer

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rig.core import RigError
 from rig.serving import load_profile
 from rig.serving.load_profile import BLOCK, MAX_LINE, load, nearest, parse, read
-from rig.serving.measure.sweep import Level
+from rig.serving.measure.plan import Level
 from rig.serving.measure.verdict import for_load
 
 START = datetime(2026, 12, 5, 10, 0, 0)

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from rig.core import RigError, numbers
 from rig.core.documents import dump_json, parse_json, parse_yaml
-from rig.core.escape import table, terminal, unit_exec, unit_text
+from rig.core.escape import terminal, unit_exec, unit_text
+from rig.core.markdown import table
 from rig.serving.server import _render, wants
 from rig.stack.spec import load
 

@@ -14,8 +14,8 @@ from harness.paths import REPO
 
 from rig.core import RigError
 from rig.core.escape import unit_exec
-from rig.serving.launch import sized_for, with_server
 from rig.serving.server import health_gate, models, render, shell_line, wants
+from rig.stack.derive import sized_for, with_server
 from rig.stack.spec import load
 
 

@@ -144,12 +144,16 @@ def test_a_list_that_names_one_thing_twice_is_refused(tmp_path, section, key, va
         load(path)
 
 
-def test_a_profile_level_that_no_level_measures_is_refused():
-    from rig.serving.tune_variants import levels
+def test_a_profile_level_that_the_options_levels_leave_unmeasured_is_refused(tmp_path):
+    """The stack's loader holds tune.profile_levels to bench.concurrency; --concurrency may change the levels after
+    it, so rig tune holds them to the plan's before anything is asked of the venv."""
+    from rig.serving.measure.plan import plan_from
+    from rig.serving.tune.measure import prepare
 
-    stack = {"bench": {"concurrency": [1, 64]}, "tune": {"request_rates": [], "profile_levels": [3, 64]}}
+    stack = {"bench": {"concurrency": [3, 64]}, "tune": {"request_rates": [], "profile_levels": [3, 64]}}
     with pytest.raises(RigError, match="tune.profile_levels lists 3, a concurrency no level measures"):
-        levels(stack)
+        prepare(stack, str(tmp_path / "no-venv"), plan_from(stack["bench"], concurrency=[1, 64]),
+                tmp_path / "step0.json")
 
 
 @pytest.mark.parametrize("value, says", [(1e-3, "quote it, so the variable holds what you wrote"),

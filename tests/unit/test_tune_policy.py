@@ -10,10 +10,12 @@ import sglang_api_server as standin
 
 from rig.core import RigError
 from rig.serving import adaptive
-from rig.serving.measure.sweep import Level
+from rig.serving.measure.plan import Level
 from rig.serving.measure.verdict import choose
-from rig.serving.tune_policy import fallback, graph_sizes, policy, slot_config
-from rig.serving.tune_variants import Variant
+from rig.serving.tune.choose import policy, slot_config
+from rig.serving.tune.measure import graph_sizes
+from rig.serving.tune.propose import fallback
+from rig.serving.tune.variants import Variant
 
 GRAPHS = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 40, 44, 48]  # 0.5.17's, max 48
 
@@ -204,6 +206,19 @@ def test_a_context_too_small_for_any_plan_says_so():
         check_fits(plan_from(), "baseline", {"context_length": 1})
 
 
+def test_the_plan_carries_the_levels_and_its_record_keeps_the_bench_keys():
+    """rig tune's levels are the plan's (each concurrency closed-loop, then each rate at the largest concurrency);
+    tune.json and results.json record the plan as before the rates were in it: the bench section's keys."""
+    from rig.serving.measure.plan import plan_from
+    from rig.stack.spec import SCHEMA
+
+    plan = plan_from({"concurrency": [1, 64]}, request_rates=[2, 0.5], rounds=2)
+    assert [(lv.name, lv.concurrency) for lv in plan.levels] == [("C=1", 1), ("C=64", 64), ("R=2/s", 64),
+                                                                 ("R=0.5/s", 64)]
+    assert set(plan.record()) == set(SCHEMA["bench"].fields) and plan.record()["rounds"] == 2
+    assert [lv.name for lv in plan_from({"concurrency": [8]}).levels] == ["C=8"]
+
+
 def test_booleans_are_refused_where_a_number_is_wanted():
     from rig.stack.spec import validate
 
@@ -229,7 +244,7 @@ def test_a_round_that_measured_zero_is_a_measurement_and_a_missing_one_is_not():
 
 
 def test_a_speculative_server_capped_below_its_graph_gets_an_uncapped_twin_once():
-    from rig.serving.tune_variants import uncapped
+    from rig.serving.tune.variants import uncapped
 
     stack = {"server": {"cuda_graph_max_bs": 256}, "bench": {"concurrency": [1, 64, 256]}}  # as rig tune sizes it
     eagle = Variant("eagle3-3", 3, stack, "eagle", "triton")
@@ -249,7 +264,8 @@ def test_step_0_priced_as_measured_turns_a_switching_family_into_one_server_that
     its own server, step 0 loses C=64 to EAGLE-3, so the family serves fixed EAGLE-3, which confirmation holds
     to the baseline at C=64 (and loses); the fallback reads the choices with the baseline for step 0."""
     from rig.serving.measure.verdict import confirm
-    from rig.serving.tune_policy import family_choice, policy, recommend
+    from rig.serving.tune.choose import family_choice, policy
+    from rig.serving.tune.propose import recommend
 
     stack = {"server": {"attention_backends": [], "max_running_requests": 0}}
     found = [Variant("baseline", 0, stack, "baseline", ""), Variant("eagle3-3", 3, stack, "eagle", ""),
@@ -259,10 +275,10 @@ def test_step_0_priced_as_measured_turns_a_switching_family_into_one_server_that
                         "step0": {"C=1": [95, 96, 94], "C=64": [380, 385, 375]}})
     records = {name: {"max_running_requests": 48 if name != "baseline" else None} for name in measured}
     chosen = family_choice(measured, found, [Level(1), Level(64)], records)
-    rows, plain = chosen["rows"], chosen["plain"]
-    assert [r["chosen"] for r in plain] == ["eagle3-3", "baseline"] and chosen["step0"] == "step0"
+    rows, plain = chosen.rows, chosen.plain
+    assert [r["chosen"] for r in plain] == ["eagle3-3", "baseline"] and chosen.step0 == "step0"
     assert [r["chosen"] for r in rows] == ["eagle3-3", "eagle3-3"] and rows[1]["best"] == "baseline"
-    assert chosen["cap"] == 48 and chosen["baseline"] == "baseline"
+    assert chosen.cap == 48 and chosen.baseline == "baseline"
     kind = policy(rows, GRAPHS)
     assert kind == {"kind": "fixed", "steps": 3, "notes": []}
     confirmation = confirm(measured, rows, "eagle3-3", "baseline")
@@ -292,7 +308,7 @@ def test_a_family_missing_a_level_is_never_preferred_for_skipping_it():
 def test_a_multi_line_stop_reason_reaches_the_report_as_one_cell_with_line_breaks():
     """A server that exits at start says why with its log's last lines (rig.serving.smoke.log_tail): in report.md
     each line is kept, joined by <br>, never a literal backslash-n (the H200 run's report showed `\\\\n`)."""
-    from rig.serving.tune_report import report_markdown
+    from rig.serving.tune.report import report_markdown
 
     reason = ("the server exited (status 1) before it answered; its log says why\nlast 2 lines of /x/step0.log:\n"
               "ValueError: --speculative-num-steps=1 is not in the adaptive config candidate_steps [0] | see")
@@ -308,7 +324,7 @@ def test_a_multi_line_stop_reason_reaches_the_report_as_one_cell_with_line_break
 def test_below_the_first_step_0_level_the_baseline_still_stands_for_no_drafting():
     """Step-0 servers run batches of two and more at step 0 (a lone request drafts one step), so they are measured
     from C=2: at C=1 "no drafting" is the family's baseline, which may win there."""
-    from rig.serving.tune_policy import family_choice
+    from rig.serving.tune.choose import family_choice
 
     stack = {"server": {"attention_backends": [], "max_running_requests": 0}}
     found = [Variant("baseline", 0, stack, "baseline", ""), Variant("eagle3-3", 3, stack, "eagle", ""),
@@ -318,8 +334,8 @@ def test_below_the_first_step_0_level_the_baseline_still_stands_for_no_drafting(
                         "step0": {"C=16": [850, 850], "C=256": [900, 900]}})
     records = {name: {"max_running_requests": None} for name in measured}
     chosen = family_choice(measured, found, [Level(1), Level(16), Level(256)], records)
-    assert [(r["level"], r["chosen"]) for r in chosen["rows"]] == [("C=1", "baseline"), ("C=16", "eagle3-3"),
-                                                                    ("C=256", "step0")], chosen["rows"]
+    assert [(r["level"], r["chosen"]) for r in chosen.rows] == [("C=1", "baseline"), ("C=16", "eagle3-3"),
+                                                                  ("C=256", "step0")], chosen.rows
 
 
 def test_a_launch_step_outside_the_candidates_is_refused_in_sglangs_words():
@@ -334,8 +350,7 @@ def test_the_policy_is_proposed_with_the_environment_its_server_was_confirmed_wi
     recommendation says them."""
     import yaml
 
-    from rig.serving.tune_policy import recommend
-    from rig.serving.tune_report import proposed_stack
+    from rig.serving.tune.propose import proposed_stack, recommend
 
     stack = tmp_path / "stack.yml"
     stack.write_text("name: s  # mine\nenvironment:\n  vars: {HF_HOME: /data/hf}  # the cache\nserver:\n"
@@ -362,7 +377,7 @@ def test_the_policy_is_proposed_with_the_environment_its_server_was_confirmed_wi
 ])
 def test_one_lucky_round_cannot_confirm_a_level_its_median_lost(rounds, confirmed, verdict, rule):
     from rig.serving.measure.verdict import confirm
-    from rig.serving.tune_policy import recommend
+    from rig.serving.tune.propose import recommend
 
     measured = _rounds({"baseline": {"C=256": [1000, 1000, 1000]}, "policy": {"C=256": rounds}})
     rows = [{"level": "C=256", "best": "baseline", "best_value": 1000, "steps": 0, "chosen": "baseline", "batch": 256}]
@@ -378,7 +393,7 @@ def test_one_lucky_round_cannot_confirm_a_level_its_median_lost(rounds, confirme
 
 def test_a_confirmation_written_before_the_median_rule_still_reads():
     """tune.json files from before issue 71 have no `confirmed` per level: their verdict decides, as it did."""
-    from rig.serving.tune_policy import recommend
+    from rig.serving.tune.propose import recommend
 
     old = {"confirmed": False, "levels": [{"level": "C=64", "verdict": "lost", "ratio_best": 0.7, "best": "baseline",
                                            "steps": 0, "vs_baseline": "lost", "ratio_baseline": 0.7}]}

@@ -1,7 +1,8 @@
 """The measurement plan: the stack's bench section with the options given over it, checked by the stack
-schema's own fields (one place for the defaults and the limits)."""
+schema's own fields (one place for the defaults and the limits), and the levels it measures at."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -9,6 +10,16 @@ from rig.core import RigError
 from rig.core.schema import validate
 from rig.serving.sglang_api import context_length
 from rig.serving.workload import Workload, builtin
+
+
+@dataclass(frozen=True)
+class Level:
+    concurrency: int
+    rate: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"C={self.concurrency}" if self.rate is None else f"R={self.rate:g}/s"
 
 
 @dataclass(frozen=True)
@@ -28,6 +39,18 @@ class Plan:
     seed: int  # Poisson arrivals and the prompt file's order
     temperature: float  # 0: greedy; sampling makes acceptance what a trained draft's is
     top_p: float
+    # open-loop Poisson levels (rig tune's tune.request_rates or --request-rate), each at the largest concurrency
+    request_rates: tuple[float, ...] = ()
+
+    @property
+    def levels(self) -> list[Level]:
+        """Every level measured, in order: each concurrency closed-loop, then each request rate."""
+        return [Level(c) for c in self.concurrency] + [Level(max(self.concurrency), r) for r in self.request_rates]
+
+    def record(self) -> dict:
+        """The plan as a run's record writes it: the bench section's keys (the request rates are the record's
+        levels)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "request_rates"}
 
     def requests_at(self, c: int) -> int:
         return max(self.min_requests, 2 * c)
@@ -41,9 +64,10 @@ class Plan:
         return {"temperature": self.temperature, "top_p": self.top_p}
 
 
-def plan_from(bench: dict | None = None, **given: Any) -> Plan:
+def plan_from(bench: dict | None = None, request_rates: Sequence[float] = (), **given: Any) -> Plan:
     """BENCH (a stack's bench section; None: the schema's defaults) with each option in GIVEN that is not None over
-    it, checked by the schema that checks stack files: an option gets the same limits and words as the stack key."""
+    it, checked by the schema that checks stack files: an option gets the same limits and words as the stack key.
+    REQUEST_RATES: open-loop levels, checked where they were read (tune.request_rates, --request-rate)."""
     from rig.stack.spec import SCHEMA
 
     merged = {**(bench or {}), **{k: v for k, v in given.items() if v is not None}}
@@ -51,7 +75,7 @@ def plan_from(bench: dict | None = None, **given: Any) -> Plan:
     if unknown:
         raise RigError(f"the bench plan has no {', '.join(sorted(unknown))}")
     checked = validate(merged, SCHEMA["bench"], "the bench plan (the stack's bench section and the options)")
-    return Plan(**checked)
+    return Plan(**checked, request_rates=tuple(request_rates))
 
 
 # Byte-level and byte-fallback tokenizers make at most one token per byte; a few more for BOS and templates.

@@ -9,25 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from dataclasses import dataclass
 from typing import Any
 
 from rig.core import progress
 from rig.serving.measure import client, torch_profile
-from rig.serving.measure.plan import Plan
+from rig.serving.measure.plan import Level, Plan
 from rig.serving.measure.stats import aggregate
 from rig.serving.sglang_api import context_length, generate_body, server_accept_length, server_info
 from rig.serving.workload import Workload, builtin
-
-
-@dataclass(frozen=True)
-class Level:
-    concurrency: int
-    rate: float | None = None
-
-    @property
-    def name(self) -> str:
-        return f"C={self.concurrency}" if self.rate is None else f"R={self.rate:g}/s"
 
 
 def count(value: object) -> int | None:

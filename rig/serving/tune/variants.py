@@ -1,6 +1,6 @@
-"""The servers rig tune measures (rig.serving.tune): per attention backend the baseline, fixed EAGLE-3 at each step
-count, the stack's own line, SGLang's step 0 as servers of their own, each speculative one again uncapped; and what
-the venv can run, asked of its own interpreter."""
+"""The servers rig tune measures: per attention backend the baseline, fixed EAGLE-3 at each step count, the stack's
+own line, SGLang's step 0 as servers of their own, each speculative one again uncapped; and what the venv can run,
+asked of its own interpreter. Each is a stack derived from the one read (rig.stack.derive)."""
 from __future__ import annotations
 
 import re
@@ -10,9 +10,7 @@ from pathlib import Path
 
 from rig.core import RigError
 from rig.kernels.backends import PREBUILT
-from rig.serving.launch import with_server
-from rig.serving.measure.sweep import Level
-from rig.stack.spec import unmeasured_profiles
+from rig.stack.derive import with_server
 
 BASELINE = "baseline"
 POLICY = "policy"
@@ -48,7 +46,6 @@ class Variant:
         return self.kind == "baseline"
 
 
-
 def eagle(stack: dict, steps: int, config: str = "", **server: list | int) -> dict:
     """The stack's server line with fixed EAGLE-3 at STEPS (or the adaptive CONFIG): topk 1, steps + 1 drafts."""
     return with_server(stack, speculative_num_steps=steps, speculative_eagle_topk=1,
@@ -63,7 +60,7 @@ BACKEND_NEEDS = {"fa3": ("sgl_kernel", PREBUILT["fa3"], "sgl_kernel's flash_ops 
                  "triton": ("triton", "", "the triton package")}
 
 
-def _imports(venv: str | Path) -> dict[str, list[Path]]:
+def imports_of(venv: str | Path) -> dict[str, list[Path]]:
     """Where the venv's own interpreter imports sglang and the backends' modules from (.pth directories included)."""
     from rig.core.proc import venv_python
     from rig.python.introspect import import_dirs
@@ -104,7 +101,8 @@ def sglang_reads(imports: dict[str, list[Path]], name: str) -> bool:
 
 
 def variants(stack: dict, venv: str | Path, step0_config: str, imports: dict[str, list[Path]]) -> list[Variant]:
-    """Every server tune measures, for the venv whose IMPORTS (_imports) say what it can run."""
+    """Every server tune measures, for the venv whose IMPORTS (imports_of) say what it can run; the step-0 servers
+    read STEP0_CONFIG."""
     server = stack["server"]
     if not server["draft_model"]:
         raise RigError("rig tune compares EAGLE-3 with the baseline: the stack has no server.draft_model; set it")
@@ -112,23 +110,28 @@ def variants(stack: dict, venv: str | Path, step0_config: str, imports: dict[str
     for backend in filter(None, backends):
         if problem := backend_problem(imports, venv, backend):
             raise RigError(problem)
+    # each backend's variants are tagged with it where the stack names several: (family, tag, server keys)
+    tagged = [(backend or "", *((f"@{backend}", {"attention_backends": [backend]}) if backend and len(backends) > 1
+                                else ("", {}))) for backend in backends]
+    found = [v for family, tag, on in tagged for v in _fixed(stack, family, tag, on)]
+    envs = step0_envs(stack, venv, imports)
+    found += [Variant(which + tag, 0, eagle(stack, 1, step0_config, **on), "step0", family, env, optional=True)
+              for family, tag, on in tagged  # a family's step-0 slots are priced by its own backend's step 0
+              for which, env in envs.items()]
+    return found
+
+
+def _fixed(stack: dict, family: str, tag: str, on: dict) -> list[Variant]:
+    """One backend's fixed servers (ON: its server keys): the baseline, EAGLE-3 at each of tune.steps (and the
+    stack's own step count where it is topk 1), and the stack's own line where it is not."""
+    server = stack["server"]
     own = server["speculative_num_steps"]
     steps = sorted(set(stack["tune"]["steps"]) | ({own} if server["speculative_eagle_topk"] == 1 else set()))
-    found = []
-    tagged = [(backend, *((f"@{backend}", {"attention_backends": [backend]}) if backend and len(backends) > 1 else
-                          ("", {}))) for backend in backends]
-    for backend, tag, on in tagged:
-        family = backend or ""
-        found.append(Variant(BASELINE + tag, 0, with_server(stack, speculative_adaptive_config="", **on), "baseline",
-                             family))
-        found += [Variant(f"eagle3-{k}{tag}", k, eagle(stack, k, "", **on), "eagle", family) for k in steps]
-        if server["speculative_eagle_topk"] != 1:  # measured, but SGLang's adaptive mode cannot serve it
-            found.append(Variant("stack" + tag, own, with_server(stack, speculative_adaptive_config="", **on),
-                                 "eagle", family, candidate=False))
-    envs = step0_envs(stack, venv, imports)
-    found += [Variant(which + tag, 0, eagle(stack, 1, step0_config, **on), "step0", backend or "", env, optional=True)
-              for backend, tag, on in tagged  # a family's step-0 slots are priced by its own backend's step 0
-              for which, env in envs.items()]
+    found = [Variant(BASELINE + tag, 0, with_server(stack, speculative_adaptive_config="", **on), "baseline", family),
+             *(Variant(f"eagle3-{k}{tag}", k, eagle(stack, k, "", **on), "eagle", family) for k in steps)]
+    if server["speculative_eagle_topk"] != 1:  # measured, but SGLang's adaptive mode cannot serve it
+        found.append(Variant("stack" + tag, own, with_server(stack, speculative_adaptive_config="", **on), "eagle",
+                             family, candidate=False))
     return found
 
 
@@ -173,12 +176,3 @@ def uncapped(variant: Variant, record: dict) -> Variant | None:
         return None
     return Variant(f"{variant.name}-uncapped", variant.steps, with_server(variant.stack, max_running_requests=top),
                    variant.kind, f"{variant.family}/uncapped", variant.env, variant.candidate, optional=True)
-
-
-def levels(stack: dict) -> list[Level]:
-    concurrency = stack["bench"]["concurrency"]
-    # each given once: the stack's schema and the options' reader refuse a level listed twice (schema.once)
-    found = [Level(c) for c in concurrency] + [Level(max(concurrency), r) for r in stack["tune"]["request_rates"]]
-    if problem := unmeasured_profiles(stack):  # the options may have changed bench.concurrency since the stack was read
-        raise RigError(problem)
-    return found

@@ -1,11 +1,11 @@
-"""rig.core.yaml_edit: a stack file's keys set in place, every comment and other line kept."""
+"""rig.stack.edit: a stack file's keys set in place, every comment and other line kept."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rig.core import RigError
 from rig.core.documents import parse_yaml
-from rig.core.yaml_edit import with_keys
+from rig.stack.edit import with_keys
 
 STACK = """# my stack: the box in rack 4
 name: mine   # the name the fleet knows

@@ -1,9 +1,9 @@
-"""A targeted edit of a YAML document a user wrote: some keys of one top-level block mapping set, every other
-line (comments, order, spelling) left as it was; a mapping written as a block is edited key by key, so the
-comments inside it stay too. Each value is serialized (JSON's flow form, which YAML reads),
-never pasted, and the result is parsed again and must be the document with exactly those keys changed; where
-the layout is one this edit does not take on (a flow mapping, a key spelt twice, an explicit `? key`), it says so
-and changes nothing."""
+"""A targeted edit of a stack file as its user wrote it (rig tune's proposed stack): some keys of one top-level
+block mapping set, every other line (comments, order, spelling) left as it was; a mapping written as a block is
+edited key by key, so the comments inside it stay too. Each value is serialized (JSON's flow form, which YAML
+reads), never pasted, and the result is parsed again and must be the document with exactly those keys changed;
+where the layout is one this edit does not take on (a flow mapping, a key spelt twice, an explicit `? key`), it
+says so and changes nothing."""
 from __future__ import annotations
 
 import copy
