@@ -165,11 +165,16 @@ def test_bench_finds_the_crossover_where_it_is(serve, tmp_path):
 
 def test_bench_compares_with_an_earlier_baseline_run(serve, tmp_path):
     """On one box the two servers cannot run at once: the baseline's results.json stands in for its URL."""
+    # a quarter of the usual rates: the two runs are measured apart, so the tokens/s each can reach must stay well
+    # below what a loaded 2-core machine streams, or CPU contention during one run decides the comparison
+    slow_baseline, slow_eagle = ["--rate", "100", "--capacity", "800"], ["--rate", "140", "--capacity", "360",
+                                                                         "--accept-length", "2.5"]
     first = tmp_path / "baseline"
-    assert bench("--url", serve(*BASELINE), "--concurrency", "1,5", *QUICK, "--out", str(first)).returncode == 0
+    assert bench("--url", serve(*slow_baseline), "--concurrency", "1,5", *QUICK, "--min-seconds", "1", "--rounds", "1",
+                 "--out", str(first)).returncode == 0
     second = tmp_path / "eagle"
-    done = bench("--url", serve(*EAGLE), "--baseline-results", str(first / "results.json"),
-                 "--concurrency", "1,5", *QUICK, "--out", str(second))
+    done = bench("--url", serve(*slow_eagle), "--baseline-results", str(first / "results.json"),
+                 "--concurrency", "1,5", *QUICK, "--min-seconds", "1", "--rounds", "1", "--out", str(second))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["crossover"]["highest_winning_concurrency"] == 1
 
