@@ -483,8 +483,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if sim.rule and input_ids:
         output_ids, tops = rule_tokens(sim, input_ids, len(output_ids))
         if body.get("return_logprob") and int(body.get("top_logprobs_num") or 0) >= 2:
-            shift = 0.5 if sim.args.fallback_fault and served["step0_fallback"] else 0.0
-            meta["output_top_logprobs"] = [[[lp - shift, t, x] for lp, t, x in top] for top in tops]
+            if sim.args.fallback_fault and served["step0_fallback"]:  # the verify path read the wrong logits
+                tops = [[[lp - 0.5, t, x] for lp, t, x in top] for top in tops]
+            meta["output_top_logprobs"] = tops
     final = {"text": "tok " * len(output_ids), "output_ids": output_ids, "meta_info": meta}
     if grammar is not None:
         final["text"] = grammar

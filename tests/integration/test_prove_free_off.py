@@ -157,3 +157,10 @@ def test_a_server_without_a_grammar_backend_skips_the_grammar_with_its_reason(st
                                          (-0.5, -0.6, False), (float("nan"), -1.0, False), (None, -1.0, False)])
 def test_logprobs_agree_within_two_bf16_steps_at_their_size(a, b, close):
     assert prove_fallbacks.bf16_close(a, b) is close
+
+
+def test_a_garbage_kernel_answers_token_0_without_logprobs_not_an_http_error(standin, rule):
+    """The stand-in's --numerics-fault garbage (NaN logits) still answers: the logprobs it cannot give are null."""
+    url, _ = standin("--step-ms", "1", "--rule", str(rule), "--numerics-fault", "garbage")
+    answer = greedy_tokens(url, numerics.prompts()[0], 4, KEY)
+    assert answer == {"tokens": [0, 0, 0, 0], "margins": []}  # null logprobs give no margin, as prove reads them
