@@ -204,6 +204,8 @@ def kept_venv(cache: Path, lock: dict, base: dict) -> tuple[dict | None, str]:
         why = f"it was packed at {manifest['venv']}"
     elif not theirs or not ours or theirs > ours:  # its compiled wheels need at most the glibc they were packed on
         why = f"it was packed on glibc {manifest['glibc'] or 'none'}, the base has {base['glibc'] or 'none'}"
+    elif not base["zstd"]:
+        why = "the base has no zstd, which unpacks it"
     elif archive.is_symlink() or not archive.is_file() or archive.stat().st_size != manifest["archive"]["size"]:
         why = f"{archive} is a link, missing, or not the size its manifest gives"
     else:
@@ -213,17 +215,19 @@ def kept_venv(cache: Path, lock: dict, base: dict) -> tuple[dict | None, str]:
 
 def probe_base(client, base: str, python: str, cuda_series: str) -> dict:
     """What the base brings, before anything builds: the python3 rig's steps run on (it must be
-    the lock's), and whether it has its own CUDA tree (NVIDIA's images), which the image keeps."""
+    the lock's) and its glibc, whether it has its own CUDA tree (NVIDIA's images), which the image keeps, and
+    zstd (a venv archive needs it)."""
     from docker.errors import DockerException
 
     script = ("python3 -c 'import platform, sys; print(\"%d.%d\" % sys.version_info[:2], platform.libc_ver()[1] "
               "or \"-\")' 2>/dev/null || echo none -; "
-              f"test -e /usr/local/cuda-{cuda_series} && echo base || echo wheels")
+              f"test -e /usr/local/cuda-{cuda_series} && echo base || echo wheels; "
+              "command -v zstd >/dev/null && echo zstd || echo -")
     try:
         out = client.containers.run(base, ["sh", "-c", script], entrypoint=[], remove=True).decode().split()
     except DockerException as exc:
         raise RigError(f"cannot run the base image {base}: {exc}; build it (scripts/base-image.sh) or pull it") from exc
-    found = {"python": out[0], "glibc": out[1].strip("-"), "toolkit": out[2]}
+    found = {"python": out[0], "glibc": out[1].strip("-"), "toolkit": out[2], "zstd": out[3] == "zstd"}
     if found["python"] == "none":
         raise RigError(f"the base image {base} has no python3, which rig's build steps run on; use a base "
                        f"with Python {python} (for NVIDIA's CUDA images, one derived with python3 and python3-venv)")

@@ -163,7 +163,7 @@ def test_the_image_takes_the_venv_archive_the_role_keeps_where_it_fits_the_base(
     taken where it fits the base; else the wheels, and the reason is said. A manifest that is a link is not read."""
     from ansible.plugins.filter.core import get_hash
 
-    lock, base = {"lock_hash": "b" * 64, "python": "3.11"}, {"glibc": "2.36"}
+    lock, base = {"lock_hash": "b" * 64, "python": "3.11"}, {"glibc": "2.36", "zstd": True}
     where = kept_dir(tmp_path, lock["lock_hash"], "/opt/rig/venv")
     assert where.name == f"{lock['lock_hash']}-{get_hash('/opt/rig/venv', 'sha256')[:12]}"  # the role's vars/main.yml
     assert kept_venv(tmp_path, lock, base) == (None, f"the lock's wheels (the controller keeps no archive of its "
@@ -191,6 +191,7 @@ def test_the_image_takes_the_venv_archive_the_role_keeps_where_it_fits_the_base(
         taken, said = kept_venv(tmp_path, lock, base)
         assert taken is None and said.startswith("the lock's wheels (") and why in said, said
     keep()
+    assert kept_venv(tmp_path, lock, {**base, "zstd": False})[1].endswith("the base has no zstd, which unpacks it)")
     manifest_path.rename(tmp_path / "elsewhere.json")
     manifest_path.symlink_to(tmp_path / "elsewhere.json")
     taken, said = kept_venv(tmp_path, lock, base)
