@@ -61,15 +61,18 @@ image.add_command(sbom)
 @click.option("--ca-cert", "ca_certs", multiple=True, type=PathArg(exists=True, dir_okay=False), metavar="FILE",
               help="An extra CA certificate for the builder stage only (its apt and git); repeat.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
-@cache_option(help="Controller cache (wheels, CUDA wheels, built wheels).")
+@click.option("--no-archive", is_flag=True, help="Install the lock's wheels even where CACHE keeps the lock's venv "
+              "archive (which the python_stack role packs once a host has installed the lock).")
+@cache_option(help="Controller cache (wheels, CUDA wheels, built wheels, venv archives).")
 @check_option
 @json_option
-def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, check, as_json) -> None:
+def image_build(stack_path, base, patch_dir, ca_certs, no_cache, no_archive, cache, check, as_json) -> None:
     """Build the stack's image, tagged rig/NAME:LOCKHASH, with OCI labels and an SBOM inside.
 
     Stages: the CUDA toolkit from NVIDIA's wheels and its ldconfig file (a base
-    that brings its own CUDA tree keeps it); the stack (the locked wheels, bound
-    from the controller's wheelhouse into the one step that installs them, hash-checked); a builder that compiles
+    that brings its own CUDA tree keeps it); the stack (the lock's venv archive where CACHE keeps one that fits,
+    unpacked and checked against its manifest, else the locked wheels, bound from the controller's wheelhouse into
+    the one step that installs them, hash-checked); a builder that compiles
     the lock's source builds missing from CACHE/built, whose audited wheels come
     back to that cache; and the runtime (the built wheels, the stack's
     environment, a CycloneDX SBOM, the patch set last). The server runs as the
@@ -77,7 +80,7 @@ def image_build(stack_path, base, patch_dir, ca_certs, no_cache, cache, check, a
     """
     if not base:
         raise RigError("no base image: give --base (e.g. the output of scripts/base-image.sh) or set RIG_BASE_IMAGE")
-    emit(build(stack_path, cache, base, patch_dir, ca_certs, no_cache, check), as_json)
+    emit(build(stack_path, cache, base, patch_dir, ca_certs, no_cache, check, archive=not no_archive), as_json)
 
 
 @image.command("verify")

@@ -13,6 +13,7 @@ build arguments are visible in `docker history`.
 from __future__ import annotations
 
 import importlib.resources
+import os
 import shlex
 import shutil
 import stat
@@ -22,13 +23,14 @@ from pathlib import Path
 from rig.core import RigError, defaults, progress
 from rig.core.cuda_releases import series
 from rig.core.documents import dump_json, read_text
-from rig.core.fs import atomic_copy, atomic_write, confined, held, link_or_copy
+from rig.core.fs import atomic_copy, atomic_write, confined, held, link_or_copy, read_bytes
 from rig.engine import buildkit
 from rig.engine.container import client as _client
 from rig.engine.container import report, run_image_engine
 
 DOCKERFILE = importlib.resources.files("rig.image") / "Dockerfile"  # package data
 LABEL = "dev.rig"
+ARCH = "x86_64"  # the image's: its CUDA wheels are fetched for it
 
 
 def tag_for(stack: dict, lock: dict) -> str:
@@ -67,14 +69,15 @@ def labels(stack: dict, lock: dict, patch_ids: list[str]) -> dict:
     }
 
 
-def _context(ctx: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | None) -> None:
+def _context(ctx: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | None, kept: dict | None) -> None:
     """Lay the build context out in CTX (emptied first): large files hard-linked from the cache, so that
-    their size and times, which BuildKit compares to send only what changed, stay those of the cache's."""
+    their size and times, which BuildKit compares to send only what changed, stay those of the cache's. With
+    KEPT (kept_venv), the venv's archive instead of the wheels: the wheelhouse holds only their requirements."""
     from rig.cuda import toolkit as cuda
     from rig.engine import bundle
     from rig.patches.patchset import patch_files
     from rig.python.runtime_env import environment
-    from rig.python.wheelhouse import export
+    from rig.python.wheelhouse import REQUIREMENTS, export, lay_out
 
     if ctx.is_dir() and not ctx.is_symlink():
         shutil.rmtree(ctx)
@@ -83,9 +86,16 @@ def _context(ctx: Path, stack: dict, lock: dict, cache: Path, patch_dir: str | N
     (ctx / "engine").mkdir(parents=True)
     built = bundle.build(cache / "engine" / "rig-image.pyz", with_patches=False)
     shutil.copyfile(built["path"], ctx / "engine" / "rig.pyz")
-    fetched = cuda.fetch_wheels(stack["cuda"]["version"], stack["cuda"]["components"], cache, "x86_64")
+    fetched = cuda.fetch_wheels(stack["cuda"]["version"], stack["cuda"]["components"], cache, ARCH)
     shutil.copytree(fetched["dir"], ctx / "cuda", symlinks=True, copy_function=link_or_copy)
-    export(lock, cache, ctx / "wheelhouse")
+    (ctx / "venv-archive").mkdir()
+    if kept:
+        lay_out([], ctx / "wheelhouse", ctx / "wheelhouse" / REQUIREMENTS, listed=lock["wheels"])
+        link_or_copy(kept["archive"], ctx / "venv-archive" / kept["archive"].name)
+        # the bytes checked here: the unpack checks the archive against them
+        (ctx / "venv-archive" / f"{kept['name']}.manifest.json").write_bytes(kept["manifest"])
+    else:
+        export(lock, cache, ctx / "wheelhouse")
     (ctx / "patches").mkdir()
     for path in patch_files(patch_dir):
         (ctx / "patches" / path.name).write_bytes(path.read_bytes())
@@ -171,18 +181,53 @@ def _built_context(ctx: Path, builds: list[dict], cache: Path) -> None:
         (ctx / "built" / BUILT_REQUIREMENTS).write_text("")
 
 
+def kept_venv(cache: Path, lock: dict, base: dict) -> tuple[dict | None, str]:
+    """The lock's venv archive the controller keeps for the image's venv path (the python_stack role packs it
+    where a host first installed the lock), where it fits the base: {"name", "archive", "manifest" (its bytes,
+    as checked here)}; else None. And what the image's venv comes from, or why not from the archive."""
+    from rig.python.venv_archive.manifest import MANIFEST_LIMIT, archive_name, kept_dir, read_manifest
+
+    where = kept_dir(cache, lock["lock_hash"], defaults.VENV)
+    name = archive_name(lock["lock_hash"], lock["python"], ARCH)
+    manifest_path, archive = where / f"{name}.manifest.json", where / f"{name}.tar.zst"
+    if not os.path.lexists(manifest_path):
+        return None, f"the lock's wheels (the controller keeps no archive of its venv at {where})"
+    try:
+        data = read_bytes(manifest_path, "venv archive manifest", MANIFEST_LIMIT, follow=False)
+        manifest = read_manifest(data)
+    except RigError as exc:
+        return None, f"the lock's wheels ({exc})"
+    theirs, ours = (tuple(map(int, g.split("."))) if g else () for g in (manifest["glibc"], base["glibc"]))
+    if (manifest["lock_hash"], manifest["archive"]["name"]) != (lock["lock_hash"], name):
+        why = "it holds another lock"
+    elif manifest["venv"] != defaults.VENV:
+        why = f"it was packed at {manifest['venv']}"
+    elif not theirs or not ours or theirs > ours:  # its compiled wheels need at most the glibc they were packed on
+        why = f"it was packed on glibc {manifest['glibc'] or 'none'}, the base has {base['glibc'] or 'none'}"
+    elif not base["zstd"]:
+        why = "the base has no zstd, which unpacks it"
+    elif archive.is_symlink() or not archive.is_file() or archive.stat().st_size != manifest["archive"]["size"]:
+        why = f"{archive} is a link, missing, or not the size its manifest gives"
+    else:
+        return {"name": name, "archive": archive, "manifest": data}, f"the controller's archive {archive}"
+    return None, f"the lock's wheels (the archive {manifest_path} does not fit: {why})"
+
+
 def probe_base(client, base: str, python: str, cuda_series: str) -> dict:
     """What the base brings, before anything builds: the python3 rig's steps run on (it must be
-    the lock's), and whether it has its own CUDA tree (NVIDIA's images), which the image keeps."""
+    the lock's) and its glibc, whether it has its own CUDA tree (NVIDIA's images), which the image keeps, and
+    zstd (a venv archive needs it)."""
     from docker.errors import DockerException
 
-    script = ("python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' 2>/dev/null || echo none; "
-              f"test -e /usr/local/cuda-{cuda_series} && echo base || echo wheels")
+    script = ("python3 -c 'import platform, sys; print(\"%d.%d\" % sys.version_info[:2], platform.libc_ver()[1] "
+              "or \"-\")' 2>/dev/null || echo none -; "
+              f"test -e /usr/local/cuda-{cuda_series} && echo base || echo wheels; "
+              "command -v zstd >/dev/null && echo zstd || echo -")
     try:
         out = client.containers.run(base, ["sh", "-c", script], entrypoint=[], remove=True).decode().split()
     except DockerException as exc:
         raise RigError(f"cannot run the base image {base}: {exc}; build it (scripts/base-image.sh) or pull it") from exc
-    found = {"python": out[0], "toolkit": out[1]}
+    found = {"python": out[0], "glibc": out[1].strip("-"), "toolkit": out[2], "zstd": out[3] == "zstd"}
     if found["python"] == "none":
         raise RigError(f"the base image {base} has no python3, which rig's build steps run on; use a base "
                        f"with Python {python} (for NVIDIA's CUDA images, one derived with python3 and python3-venv)")
@@ -193,7 +238,7 @@ def probe_base(client, base: str, python: str, cuda_series: str) -> dict:
 
 
 def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None = None, ca_certs: tuple = (),
-          no_cache: bool = False, check: bool = False) -> dict:
+          no_cache: bool = False, check: bool = False, archive: bool = True) -> dict:
     from rig.python import lock as locking
     from rig.python.wheelhouse import fetch
     from rig.stack.spec import load
@@ -213,6 +258,8 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
     patch_ids = expected_patches(lock, patch_dir, stack["patches"]["opt_in"])
     cuda_series = series(stack["cuda"]["version"])
     found = probe_base(client, base, lock["python"], cuda_series)
+    # the venv a host already installed and compiled, where the controller keeps it: 10 GB not installed again
+    kept, venv_from = kept_venv(cache, lock, found) if archive else (None, "the lock's wheels (--no-archive)")
     if check:  # the lock, the base and the cache are read; nothing is fetched, staged or built
         from docker.errors import ImageNotFound
 
@@ -223,9 +270,9 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
         except ImageNotFound:
             have = False
         return {"changed": not have, "tag": tag, "toolkit": found["toolkit"], "patches": patch_ids,
-                "compiled": [b["name"] for b in missing],
+                "compiled": [b["name"] for b in missing], "venv_from": venv_from,
                 "msg": (f"{tag} is already built from this lock and patch set" if have else
-                        f"would build {tag} from {base} (toolkit: {found['toolkit']}" +
+                        f"would build {tag} from {base} (toolkit: {found['toolkit']}; venv: {venv_from}" +
                         (f"; would compile {', '.join(b['name'] for b in missing)} in the builder stage" if missing
                          else "") + ")")}
     if found["toolkit"] == "base":
@@ -235,10 +282,12 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
         raise RigError(f"{place} is a link; rig keeps the build context there itself: remove the link")
     with held(place.with_suffix(".lock")), tempfile.TemporaryDirectory(prefix="rig-image-") as tmp:
         secrets = {"rig-ca": ca} if (ca := ca_bundle(list(ca_certs), Path(tmp) / "ca.crt")) else {}
-        progress("fetching the lock's wheels and the CUDA wheels into the cache")
-        fetch(lock, cache)
+        if not kept:
+            progress("fetching the lock's wheels into the cache")
+            fetch(lock, cache)
+        progress(f"the venv from {venv_from}")
         ctx = place / "context"
-        _context(ctx, stack, lock, cache, patch_dir)
+        _context(ctx, stack, lock, cache, patch_dir, kept)
         _builder_context(ctx, stack_path, lock, missing, cache, f"/usr/local/cuda-{cuda_series}")
         args = {"BASE": base, "CUDA_VERSION": stack["cuda"]["version"], "TOOLKIT": found["toolkit"],
                 "LOCK_HASH": lock["lock_hash"], "PYTHON_VERSION": stack["python"],
@@ -262,7 +311,7 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
                                 no_cache=no_cache and not missing)
     image = client.images.get(tag)
     return {"changed": True, "tag": tag, "id": image.id, "size": image.attrs["Size"], "patches": patch_ids,
-            "toolkit": found["toolkit"],
+            "toolkit": found["toolkit"], "venv_from": venv_from,
             "compiled": [b["name"] for b in missing], "builds": [b["key"] for b in builds],
             "steps": steps, "msg": f"built {tag} ({image.attrs['Size'] / 1e9:.2f} GB)"}
 

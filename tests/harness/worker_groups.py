@@ -37,7 +37,9 @@ FIRST = ("test_tune", "test_smoke_bench",
          "test_cuda_toolkit", "test_role_scenarios")
 # Each of these first in its group: the whole-stacks chain's last two tests were the site test (10 min) and
 # another, so a group given at their start (Molecule's, 6 min) ran after them, the box run's last (37.8 min;
-# with the site test first, the chain's last two tests take seconds and come after the queue is empty).
+# with the site test first, the chain's last two tests take seconds and come after the queue is empty). The
+# site test also leaves the default lock's venv archive in the controller's cache, which the default image's
+# build then unpacks instead of installing the wheels again.
 # The quick run's longest test (its stand-ins' modelled time, 106 s) came 84 s into a 200 s run and ended it.
 LEADS = ("test_python_stack::test_site_yml_with_the_default_stack_provisions_a_box_with_no_internet",
          "test_tune::test_free_offs_plain_step_0_is_measured_beside_sglangs_and_the_policy_runs_on_it")

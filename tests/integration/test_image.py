@@ -8,10 +8,11 @@ import shutil
 import pytest
 from harness.commands import rig, run
 from harness.images import in_image, prune
-from harness.paths import DEFAULT_LOCK, REPO
+from harness.paths import CACHE, DEFAULT_LOCK, REPO
 from packaging.utils import canonicalize_name
 
 from rig.python.lock import read
+from rig.python.venv_archive.manifest import FIXED_MTIME, kept_dir
 
 pytestmark = pytest.mark.box
 
@@ -45,8 +46,10 @@ def first(base_image, ca) -> dict:
     it: every test reads this one image (a second 11.7 GB build would sit on the suite's longest path)."""
     os.environ.setdefault("RIG_BASE_IMAGE", base_image)
     env = {**os.environ, "SGLANG_API_KEY": TOKEN, "RIG_TORCH_CU130_INDEX": f"https://ci:{TOKEN}@index.invalid/"}
+    # the site test, before this one on its worker, leaves the lock's venv archive in the controller's cache
+    kept = list(kept_dir(CACHE, read(DEFAULT_LOCK)["lock_hash"], "/opt/rig/venv").glob("*.manifest.json"))
     result = build("--ca-cert", str(ca[1]), env=env)
-    yield {**result, "content": installed(result["tag"])}
+    yield {**result, "content": installed(result["tag"]), "kept": kept}
     run(["docker", "rmi", "-f", result["tag"]])
     prune(DEFAULT_LOCK)
 
@@ -55,6 +58,14 @@ def test_the_default_stack_image_builds_and_verifies(first):
     lock = read(DEFAULT_LOCK)
     assert first["tag"] == f"rig/sm120-sglang-0.5.23:{lock['lock_hash'][:12]}"
     assert first["toolkit"] == "wheels" and first["compiled"] == []  # rig's toolkit; no source builds
+    # the venv a host installed and compiled, not the wheels again, where the controller keeps its archive: its
+    # files keep the archive's fixed time
+    mtime = in_image(first["tag"], "stat -c %Y /opt/rig/venv/lib/python3.11/site-packages/torch/__init__.py").strip()
+    if first["kept"]:
+        assert first["venv_from"] == f"the controller's archive {first['kept'][0].with_suffix('').with_suffix('.tar.zst')}"
+        assert mtime == str(FIXED_MTIME)
+    else:
+        assert first["venv_from"].startswith("the lock's wheels") and mtime != str(FIXED_MTIME), first["venv_from"]
     # its dry run, against the image just built from this lock: nothing to do, and nothing done
     again = json.loads(rig("image", "build", "--check", "--json").stdout)
     assert again["changed"] is False and again["tag"] == first["tag"] and "already built" in again["msg"]

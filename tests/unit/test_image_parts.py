@@ -1,7 +1,9 @@
 """Parts of `rig image build` that need no Docker engine: the tag and the labels, the CA secret, the wheels
-taken back from the builder, the BuildKit client rig picks and the steps it reads from BuildKit's progress."""
+taken back from the builder, the venv archive it takes, the BuildKit client rig picks and the steps it reads
+from BuildKit's progress."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -10,8 +12,9 @@ from harness.paths import DEFAULT_LOCK, REPO
 
 from rig.core import RigError
 from rig.engine import buildkit
-from rig.image import _take_back, ca_bundle, labels, tag_for
+from rig.image import _take_back, ca_bundle, kept_venv, labels, tag_for
 from rig.python.lock import read
+from rig.python.venv_archive.manifest import FORMAT, archive_name, kept_dir
 from rig.stack.spec import load
 
 CERT = "-----BEGIN CERTIFICATE-----\nMIIBcert\n-----END CERTIFICATE-----\n"
@@ -153,3 +156,43 @@ def test_a_build_relays_its_steps_and_a_failed_one_names_its_target_and_the_end_
         assert "--no-cache" in (tmp_path / "argv").read_text().split()
     finally:
         buildkit.cli.cache_clear()
+
+
+def test_the_image_takes_the_venv_archive_the_role_keeps_where_it_fits_the_base(tmp_path):
+    """The archive the python_stack role keeps for /opt/rig/venv (its directory named as the role names it) is
+    taken where it fits the base; else the wheels, and the reason is said. A manifest that is a link is not read."""
+    from ansible.plugins.filter.core import get_hash
+
+    lock, base = {"lock_hash": "b" * 64, "python": "3.11"}, {"glibc": "2.36", "zstd": True}
+    where = kept_dir(tmp_path, lock["lock_hash"], "/opt/rig/venv")
+    assert where.name == f"{lock['lock_hash']}-{get_hash('/opt/rig/venv', 'sha256')[:12]}"  # the role's vars/main.yml
+    assert kept_venv(tmp_path, lock, base) == (None, f"the lock's wheels (the controller keeps no archive of its "
+                                                     f"venv at {where})")
+    name = archive_name(lock["lock_hash"], "3.11.2", "x86_64")
+    manifest_path, archive = where / f"{name}.manifest.json", where / f"{name}.tar.zst"
+    where.mkdir(parents=True)
+    archive.write_bytes(b"z" * 10)
+
+    def keep(**changed) -> bytes:
+        manifest = {"format": FORMAT, "lock_hash": lock["lock_hash"], "python": "3.11.2", "glibc": "2.36",
+                    "arch": "x86_64", "venv": "/opt/rig/venv", "archive": {"name": name, "sha256": "c" * 64, "size": 10},
+                    "entries": [], **changed}
+        manifest_path.write_text(json.dumps(manifest))
+        return manifest_path.read_bytes()
+
+    data = keep()
+    assert kept_venv(tmp_path, lock, base) == ({"name": name, "archive": archive, "manifest": data},
+                                               f"the controller's archive {archive}")
+    for changed, why in (({"venv": "/srv/venv"}, "it was packed at /srv/venv"),
+                         ({"glibc": "2.39"}, "it was packed on glibc 2.39, the base has 2.36"),
+                         ({"archive": {"name": name, "sha256": "c" * 64, "size": 11}}, "not the size its manifest"),
+                         ({"python": "3.12.1"}, "archive.name")):
+        keep(**changed)
+        taken, said = kept_venv(tmp_path, lock, base)
+        assert taken is None and said.startswith("the lock's wheels (") and why in said, said
+    keep()
+    assert kept_venv(tmp_path, lock, {**base, "zstd": False})[1].endswith("the base has no zstd, which unpacks it)")
+    manifest_path.rename(tmp_path / "elsewhere.json")
+    manifest_path.symlink_to(tmp_path / "elsewhere.json")
+    taken, said = kept_venv(tmp_path, lock, base)
+    assert taken is None and "link" in said, said

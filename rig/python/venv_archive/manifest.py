@@ -34,6 +34,12 @@ def archive_name(lock_hash: str, python: str, arch: str) -> str:
     return f"venv-{lock_hash[:16]}-py{'.'.join(python.split('.')[:2])}-{arch}"
 
 
+def kept_dir(cache: str | Path, lock_hash: str, venv: str) -> Path:
+    """Where a controller keeps LOCK_HASH's archive of the venv at VENV: the python_stack role fetches what its
+    first host packed there (its _python_stack_archive_dir names the same), and `rig image build` takes it."""
+    return Path(cache) / "venv-archive" / f"{lock_hash}-{hashlib.sha256(venv.encode()).hexdigest()[:12]}"
+
+
 def host_glibc() -> str:
     lib, version = platform.libc_ver()
     return version if lib == "glibc" else ""
