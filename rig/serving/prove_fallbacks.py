@@ -62,8 +62,10 @@ def log_size(log: Path) -> int:
     return log.stat().st_size if log.is_file() else 0
 
 
-def grammar_backend(url: str, api_key_env: str) -> str:
-    return str(server_info(url, api_key_env).get("grammar_backend") or "none")
+def grammar_backend(url: str, api_key_env: str) -> str | None:
+    """The server's grammar backend as /server_info says it; None where it says none it knows of."""
+    said = server_info(url, api_key_env).get("grammar_backend")
+    return said if isinstance(said, str) and said else None
 
 
 def body(kind: str, prompt: list[int], stop: str | None = None) -> dict:
@@ -159,10 +161,11 @@ def run_step(url: str, api_key_env: str, log: Path, report: Runner) -> None:
     """The step on the running switching server whose log is LOG; a grammar backend of `none` skips that kind."""
     backend = grammar_backend(url, api_key_env)
     kinds = list(KINDS)
-    if backend == "none":
+    if backend in (None, "none"):  # unsaid is not "on": the grammar is not sent where it could not be followed
         kinds.remove("grammar")
-        report.skip(f"{FALLBACKS}: grammar", "the server runs without a grammar backend (--grammar-backend none): "
-                    "serve the stack without it to prove a grammar at step 0")
+        why = ("the server runs without a grammar backend (--grammar-backend none): serve the stack without it to "
+               "prove a grammar at step 0") if backend else "the server's /server_info names no grammar backend"
+        report.skip(f"{FALLBACKS}: grammar", why)
     report.run(FALLBACKS, lambda record: judge(*mix(url, api_key_env, log, kinds), record))
 
 
