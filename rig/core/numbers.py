@@ -18,6 +18,9 @@ from rig.core import RigError
 
 LIMIT = 10**18      # beyond any count, size, byte total, time or rate rig meets; within a signed 64-bit integer
 MAX_CHARS = 64      # the longest float repr is 24 characters; room for a human's zeros, none for an attack
+# the most requests a server runs at once (SGLang's max_running_requests, a batch, a histogram's running requests):
+# far beyond any GPU's batch, and still a number a bound check can hold
+MAX_RUNNING_REQUESTS = 1 << 20
 
 
 def problem(value: Any, low: float = -LIMIT, high: float = LIMIT, whole: bool = False,

@@ -21,7 +21,6 @@ from rig.core.documents import dump_json
 KNOBS = {"ema_alpha": (False, 1e-6, 1.0), "update_interval": (True, 1, 1 << 20), "warmup_batches": (True, 0, 1 << 20),
          "up_hysteresis": (False, -32.0, 32.0), "down_hysteresis": (False, -32.0, 32.0),
          "ceiling_coeff": (False, 0.0, 32.0)}
-MAX_BATCH = 1 << 20
 # server flags with which SGLang refuses adaptive speculation, and its reason for each
 REFUSING_FLAGS = {
     "--enable-dp-attention": "attention DP is not supported (adaptive tier decisions are not synchronized "
@@ -64,10 +63,11 @@ def slots(config: object, source: str) -> dict[int, list[int]]:
             if entry != "ema":
                 raise RigError(f"{source}: strategy {entry!r}: rig writes and reads only \"ema\" (SGLang's default)")
             continue
-        canonical = isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= len(str(MAX_BATCH)) \
+        most = numbers.MAX_RUNNING_REQUESTS  # a slot's batch size: at most a server's running requests
+        canonical = isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= len(str(most)) \
             and key == str(int(key))
-        if not (canonical and 0 < int(key) <= MAX_BATCH):
-            raise RigError(f"{source}: key {key!r} is neither a batch size (1-{MAX_BATCH}, as a string without leading "
+        if not (canonical and 0 < int(key) <= most):
+            raise RigError(f"{source}: key {key!r} is neither a batch size (1-{most}, as a string without leading "
                            f"zeros) nor one of SGLang's knobs ({', '.join(KNOBS)})")
         steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
         if not isinstance(steps, list) or not steps or \

@@ -58,7 +58,6 @@ BLOCK = 1 << 20  # bytes read at a time: what a line (however long) holds in mem
 MAX_BYTES = 1 << 34  # a log is read as it streams, up to 16 GiB
 MAX_LINES = 1 << 27  # a 16 GiB log of 200-byte lines has 86 million
 MAX_JSON = MAX_READ  # a histogram is read whole
-MAX_RUNNING = 1 << 20
 MAX_WEIGHT = 1e300  # a share in any unit (an hour in ns is 3.6e12): 16 MiB of entries this size sum below 1.8e308
 MAX_RANKS = 4096
 WINDOW = 16  # a rank's recent spans, whose median says what a line's span is while the server is busy
@@ -186,7 +185,7 @@ def _sample(text: str, where: str) -> int | None:
         raise RigError(f"{where}: a label is given twice; give the scrape as /metrics wrote it")
     if "priority" in labels:
         return None
-    return round(numbers.parse(found["value"], f"{where}: running requests", float, 0, MAX_RUNNING))
+    return round(numbers.parse(found["value"], f"{where}: running requests", float, 0, numbers.MAX_RUNNING_REQUESTS))
 
 
 class _DecodeLog:
@@ -201,7 +200,7 @@ class _DecodeLog:
         self.ranks: dict[str, _Rank] = {}
 
     def add(self, line: str, found: re.Match, where: str) -> None:
-        running = int(numbers.parse(found.group(1), where, int, 0, MAX_RUNNING, whole=True))
+        running = int(numbers.parse(found.group(1), where, int, 0, numbers.MAX_RUNNING_REQUESTS, whole=True))
         rate = THROUGHPUT.search(line)
         speed = numbers.parse(rate.group(1), where, float, 0, 1e9) if rate else 0
         self.paced[running] = self.paced.get(running, 0.0) + (running / speed if speed and running else 1.0)
@@ -266,8 +265,8 @@ def _histogram(histogram: object, source: str) -> dict[int, float]:
         raise RigError(f"{source}: a JSON load profile is {{\"histogram\": {{\"RUNNING\": WEIGHT, ...}}}}")
     counts: dict[int, float] = {}
     for key, weight in histogram.items():
-        running = int(numbers.parse(str(key), f"{source}: running requests {key!r}", int, 0, MAX_RUNNING,
-                                    whole=True))
+        running = int(numbers.parse(str(key), f"{source}: running requests {key!r}", int, 0,
+                                    numbers.MAX_RUNNING_REQUESTS, whole=True))
         if found := numbers.problem(weight, 0, MAX_WEIGHT, limit=MAX_WEIGHT):
             raise RigError(f"{source}: weight of {key}: {found}")
         counts[running] = counts.get(running, 0.0) + weight

@@ -216,7 +216,7 @@ SCHEMA = {
         # 0: SGLang's own; rig tune measures with the largest level it measures at (and proposes that)
         "cuda_graph_max_bs": Field(int, default=0, check=between(0, GRAPH_MAX)),
         # 0 leaves SGLang's own: under speculation it sets 48 when unset, below a large decode graph
-        "max_running_requests": Field(int, default=0, check=between(0, 1 << 20)),
+        "max_running_requests": Field(int, default=0, check=between(0, numbers.MAX_RUNNING_REQUESTS)),
         # the first is served (none: SGLang's default); rig tune measures each (triton, fa3, flashinfer, ...)
         "attention_backends": Field(list, default=[], check=once, item=Field(check=lambda v: None if re.fullmatch(
             r"[a-z0-9_]{1,40}", v) else f"{v!r} is not an attention backend name like triton or fa3")),
