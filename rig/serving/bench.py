@@ -22,9 +22,9 @@ from typing import Any
 
 from rig.core import RigError, outdir, progress
 from rig.core.markdown import cell, table
-from rig.core.schema import Field, between
+from rig.core.schema import Field
 from rig.serving.measure.plan import Plan, check_fits
-from rig.serving.measure.record import recorded
+from rig.serving.measure.record import FORMAT_FIELD, RUN, read, recorded, rounds_of
 from rig.serving.measure.stats import ms_key, shown
 from rig.serving.measure.sweep import Server, measure
 from rig.serving.measure.verdict import crossover, nothing_measured
@@ -44,12 +44,13 @@ def report_markdown(result: dict) -> str:
         lines += [f"## {cell(run['label'])}: {cell(run['url'])} (speculative_algorithm: "
                   f"{cell(run['speculative_algorithm'])})", ""]
         serial = run["serial"]
-        if serial and serial["median"]:
-            lines += [f"Serial, {serial['runs']} runs: median {serial['median']:.1f} tok/s "
-                      f"(range {shown(serial['min'], 1)}-{shown(serial['max'], 1)})", ""]
+        if serial and serial["output_throughput"]:
+            speeds = [v for v in rounds_of(serial, "output_throughput") if v is not None]
+            lines += [f"Serial, {serial['requests']} runs: median {serial['output_throughput']:.1f} tok/s "
+                      f"(range {shown(min(speeds), 1)}-{shown(max(speeds), 1)})", ""]
         lines += table(("C", "requests", "failed", "output tok/s", "per-request tok/s p50",
                         "TTFT median/p90/p99 (ms)", "TPOT median (ms)", "e2e median/p90/p99 (ms)", "accept length"),
-                       ((lv["concurrency"], lv["requests"], lv["failed"], shown(lv.get("output_throughput"), 1),
+                       ((lv["max_concurrency"], lv["requests"], lv["failed"], shown(lv.get("output_throughput"), 1),
                          shown((lv.get("per_request_speed") or {}).get("p50"), 1), _spread(lv, "ttft"),
                          shown(lv.get(ms_key("median", "tpot")), 1), _spread(lv, "e2e_latency"),
                          f"{shown(lv.get('accept_length'), 2)} / {shown(lv.get('server_accept_length'), 2)}")
@@ -63,7 +64,7 @@ def report_markdown(result: dict) -> str:
                   "with the two servers interleaved. A level is won or lost only when the whole range is on one side of 1.",
                   ""]
         lines += table(("C", "EAGLE-3 tok/s", "baseline tok/s", "ratio (range)", "verdict"),
-                       ((r["concurrency"], shown(r["eagle3"], 1), shown(r["baseline"], 1),
+                       ((r["max_concurrency"], shown(r["eagle3"], 1), shown(r["baseline"], 1),
                          f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})", r["verdict"])
                         for r in x["levels"]))
         lines += ["", f"Highest concurrency where EAGLE-3 still wins: {x['highest_winning_concurrency']}",
@@ -81,7 +82,8 @@ def figures(result: dict) -> dict:
     from matplotlib.figure import Figure
 
     drawn: dict = {}
-    measured = sorted({lv["concurrency"] for run in result["runs"] for lv in run["levels"] if lv.get("output_throughput")})
+    measured = sorted({lv["max_concurrency"] for run in result["runs"] for lv in run["levels"]
+                       if lv.get("output_throughput")})
     if not measured:  # nothing to draw: no empty plot stands for a measurement
         return drawn
     for name, title, value in (
@@ -90,7 +92,7 @@ def figures(result: dict) -> dict:
         fig = Figure(figsize=(7, 4.5))
         ax = fig.subplots()
         for run in result["runs"]:
-            points = [(lv["concurrency"], value(lv)) for lv in run["levels"] if value(lv)]
+            points = [(lv["max_concurrency"], value(lv)) for lv in run["levels"] if value(lv)]
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=run["label"])
         ax.set_xscale("log", base=2)
@@ -107,29 +109,15 @@ def figures(result: dict) -> dict:
     return drawn
 
 
-_NUMBER = Field((int, float, type(None)))
-_STATS = Field((dict, type(None)), values=_NUMBER)
-# what the report and the comparison read of an earlier run; the rest is kept as it is
-RESULTS_SPEC = Field(dict, open=True, fields={"runs": Field(list, required=True, check=lambda v: None if v else "no runs",
-                                                            item=Field(dict, open=True, fields={
-    "serial": Field((dict, type(None)), open=True, fields={
-        "runs": Field(int, required=True), "tok_s": Field(list, required=True, item=Field((int, float))),
-        "median": _NUMBER, "min": _NUMBER, "max": _NUMBER}),
-    "stopped": Field((str, type(None))), "url": Field(required=True), "speculative_algorithm": Field((str, type(None))),
-    "levels": Field(list, required=True, item=Field(dict, open=True, fields={
-        "concurrency": Field(int, required=True, check=between(1, 100_000)), "output_throughput": _NUMBER,
-        "round_output_throughput": Field(list, default=[], item=Field((int, float))), "requests": Field(int, default=0),
-        "failed": Field(int, default=0), "accept_length": _NUMBER, "per_request_speed": _STATS,
-        **{ms_key(q, name): _NUMBER for q in ("median", "p90", "p99") for name in ("ttft", "e2e_latency")},
-        ms_key("median", "tpot"): _NUMBER}))}))})
+# results.json: the plan, each server's run record, the crossover
+RESULTS = Field(dict, open=True, fields={"format": FORMAT_FIELD, "runs": Field(
+    list, required=True, check=lambda v: None if v else "no runs", item=RUN)})
 
 
 def _earlier(path: str) -> dict:
-    """The first run of an earlier results.json, checked for every field the comparison and report read."""
-    from rig.core.documents import load_json
-
+    """The first run of an earlier results.json, read through the run record (rig's older formats converted)."""
     try:
-        earlier = load_json(path, "results.json", RESULTS_SPEC)
+        earlier = read(path, "results.json", RESULTS)
     except RigError as exc:
         raise RigError(f"--baseline-results: {exc}: not a results.json of rig bench; give the results.json an "
                        "earlier `rig bench` wrote") from exc
@@ -139,7 +127,7 @@ def _earlier(path: str) -> dict:
 def outcome(result: dict, files: list[str]) -> dict:
     """What a run came to: failed requests, runs stopped early, the crossover; "ok" only with none of the first two."""
     failed = sum(lv["failed"] for run in result["runs"] for lv in run["levels"]) + \
-        sum(len(run["serial"]["tok_s"]) < run["serial"]["runs"] for run in result["runs"] if run["serial"])
+        sum(run["serial"]["failed"] for run in result["runs"] if run["serial"])
     stopped = [f"{run['label']}: {run['stopped']}" for run in result["runs"] if run["stopped"]]
     empty = [why for run in result["runs"] if (why := nothing_measured(run["label"], run["levels"]))]
     cross = result["crossover"]
@@ -172,7 +160,7 @@ def run(url: str, plan: Plan, out: str | Path, baseline_url: str | None = None, 
         progress(note)
     result: dict[str, Any] = {"plan": plan.record(), "notes": notes, "crossover": None,
                               "runs": [s.run for s in servers] + ([earlier] if earlier else [])}
-    with recorded(out, result, "results.json", report_markdown, figures) as written:
+    with recorded(out, result, "results.json", RESULTS, report_markdown, figures) as written:
         measure(servers, plan.levels, serial=True)
         runs = result["runs"]
         result["crossover"] = crossover(runs[0], runs[1]) if len(runs) > 1 else None

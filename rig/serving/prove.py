@@ -27,6 +27,7 @@ from typing import Any
 from rig.core import RigError, progress
 from rig.core.check import Check, Runner
 from rig.core.markdown import cell, table
+from rig.core.schema import Field
 from rig.python.introspect import held
 from rig.serving import numerics, testmodel
 from rig.serving import prove_free_off as free_off
@@ -39,7 +40,7 @@ from rig.serving.launch import (
     results_dir,
 )
 from rig.serving.measure.plan import Level, plan_from
-from rig.serving.measure.record import recorded
+from rig.serving.measure.record import FORMAT_FIELD, recorded
 from rig.serving.measure.stats import shown
 from rig.serving.measure.sweep import Server
 from rig.serving.measure.verdict import margin_problem
@@ -49,6 +50,7 @@ from rig.serving.sglang_api import call, expect_json
 from rig.stack.derive import with_server
 
 SCHEMA_VERSION = 1
+PROVE = Field(dict, open=True, fields={"format": FORMAT_FIELD})  # its bench steps' data: the run record's levels
 OUTPUTS = ("prove.json", "report.md", "prove.png", free_off.SLOTS_NAME)
 STEPS = ("doctor", "probe", "testmodel", "servers", "acceptance", "free-off")
 BASELINE, EAGLE = "baseline", "eagle3"
@@ -284,9 +286,7 @@ def _serve(servers: Servers, report: Runner, label: str, argv: list[str], url: s
                                min_requests=8, min_seconds=0, warmup=2, temperature=0.0)
         server = Server(url, label, bench_plan, api_key_env)
         measured(server, levels, label, log, {})
-        record.data = {lv["level"]: {k: lv.get(k) for k in ("output_throughput", "median_ttft_ms", "median_itl_ms",
-                                                             "server_accept_length", "failed")}
-                       for lv in server.run["levels"]}
+        record.data = {lv["level"]: lv for lv in server.run["levels"]}  # the run record's levels
         record.detail = ", ".join(f"{name}: {shown(lv['output_throughput'], 1)} tok/s" +
                                   (f", accept length {shown(lv['server_accept_length'], 2)}"
                                    if lv["server_accept_length"] else "") for name, lv in record.data.items())
@@ -335,7 +335,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
     def settle(result: dict) -> None:
         result.update(ok=report.ok and not result.get("stopped"), steps=[asdict(s) for s in report.checks])
 
-    with recorded(out, result, "prove.json", report_markdown, figures, settle) as written:
+    with recorded(out, result, "prove.json", PROVE, report_markdown, figures, settle) as written:
         listed = visible_gpus()[0]
         gpus = len(listed)
         result.update(gpus=gpus, driver=listed[0].get("driver") if listed else None, versions=versions(python),
@@ -449,8 +449,9 @@ def judge_acceptance(base: dict | None, spec: dict | None, record: Check) -> Non
             (("baseline", base), ("eagle3", spec))}
     accept = seen["eagle3"].get("server_accept_length")
     fast, slow = seen["eagle3"].get("output_throughput"), seen["baseline"].get("output_throughput")
-    record.data = {"accept_length": accept, "floor": ACCEPT_FLOOR, "steps": ACCEPT_STEPS, "eagle3_tok_s": fast,
-                   "baseline_tok_s": slow, "ratio": round(fast / slow, 3) if fast and slow else None}
+    record.data = {"accept_length": accept, "floor": ACCEPT_FLOOR, "steps": ACCEPT_STEPS,
+                   "eagle3_output_throughput": fast, "baseline_output_throughput": slow,
+                   "ratio": round(fast / slow, 3) if fast and slow else None}
     said = (f"accept length {shown(accept, 2)} with {ACCEPT_STEPS} steps (at least {ACCEPT_FLOOR:g} wanted), "
             f"EAGLE-3 {shown(fast, 1)} tok/s against the baseline's {shown(slow, 1)} at {level}")
     if not fast or not slow:

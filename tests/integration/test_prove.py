@@ -73,7 +73,7 @@ def test_a_box_that_serves_right_passes_every_step_it_can_run(prove_case):
     done = prove(stack, out, env, "--skip", "doctor", "--models", str(prove_case.models))
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((out / "prove.json").read_text())
-    assert result["schema_version"] == 1 and result["ok"] and result["tp_sizes"] == [1, 8]
+    assert result["schema_version"] == 1 and result["format"] == 1 and result["ok"] and result["tp_sizes"] == [1, 8]
     found = {name: s["status"] for name, s in steps(out).items()}
     assert found == {"doctor": "skip", "probe": "skip", "testmodel": "pass", "baseline tp1: start and smoke": "pass",
                      "baseline tp1: numerics": "pass", "baseline tp1: bench": "pass",

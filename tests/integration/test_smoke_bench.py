@@ -141,22 +141,26 @@ def test_bench_finds_the_crossover_where_it_is(serve, tmp_path):
     assert "up to concurrency 3" in summary["crossover"]["recommendation"]
     data = results(out)
     mine, theirs = data["runs"]
-    assert [lv["concurrency"] for lv in mine["levels"]] == [1, 2, 3, 5, 10]
+    assert data["format"] == 1 and [lv["max_concurrency"] for lv in mine["levels"]] == [1, 2, 3, 5, 10]
+    # the mean in flight (sglang.bench_serving's `concurrency`) stays at or below the level's C
+    assert all(0 < lv["concurrency"] <= lv["max_concurrency"] + 1e-6 for lv in mine["levels"])
     assert [lv["requests"] for lv in mine["levels"]] == [90] * 5  # 3 rounds of 30
     assert all(len(lv["round_output_throughput"]) == 3 for lv in mine["levels"] + theirs["levels"])
     assert [r["verdict"] for r in summary["crossover"]["levels"]] == ["won", "won", "won", "lost", "lost"]
     for level in mine["levels"] + theirs["levels"]:
-        assert level["failed"] == 0 and level["output_tokens"] == level["requests"] * CROSSOVER_TOKENS
+        assert level["failed"] == 0 and level["total_output_tokens"] == level["requests"] * CROSSOVER_TOKENS
         for metric in ("ttft", "tpot", "itl", "e2e_latency"):  # sglang.bench_serving's names, each number once
             assert level[f"median_{metric}_ms"] <= level[f"p90_{metric}_ms"] <= level[f"p99_{metric}_ms"]
         assert level["per_request_speed"]["p50"] <= level["per_request_speed"]["p90"]
-        assert not {"throughput", "ttft_s", "tpot_s", "e2e_s"} & set(level)
+        assert not {"throughput", "ttft_s", "tpot_s", "e2e_s", "value", "round_values", "in_flight"} & set(level)
     assert all(lv["accept_length"] == pytest.approx(2.5, abs=0.15) for lv in mine["levels"])
     assert all(lv["accept_length"] is None for lv in theirs["levels"])
     # per-request speed falls under load only where the capacity is shared out
     assert mine["levels"][-1]["per_request_speed"]["p50"] < 0.5 * mine["levels"][0]["per_request_speed"]["p50"]
-    assert mine["serial"]["runs"] == 3 and mine["serial"]["min"] <= mine["serial"]["median"] <= mine["serial"]["max"]
-    assert mine["serial"]["median"] > theirs["serial"]["median"]
+    serial = mine["serial"]
+    assert serial["requests"] == serial["completed"] == 3 and "tok_s" not in serial
+    assert min(serial["round_output_throughput"]) <= serial["output_throughput"] <= max(serial["round_output_throughput"])
+    assert serial["output_throughput"] > theirs["serial"]["output_throughput"]
     report = (out / "report.md").read_text()
     assert "Highest concurrency where EAGLE-3 still wins: 3" in report
     for png in ("throughput.png", "per_request.png"):
@@ -184,7 +188,7 @@ def test_bench_records_malformed_chunks_as_failed_requests(serve, tmp_path):
     done = bench("--url", url, "--concurrency", "2", *QUICK, "--out", str(tmp_path))
     assert done.returncode == 1
     level = results(tmp_path)["runs"][0]["levels"][0]
-    assert level["failed"] >= 5 and level["ok"] == level["requests"] - level["failed"] > 0
+    assert level["failed"] >= 5 and level["completed"] == level["requests"] - level["failed"] > 0
     assert any(e.startswith("malformed chunk") for e in level["errors"])
     assert "request(s) failed" in json.loads(done.stdout)["msg"]
 
@@ -208,7 +212,7 @@ def test_bench_goes_on_when_the_server_refuses_by_context_length(serve, tmp_path
                  "--serial-tokens", "400", "--rounds", "1", "--out", str(tmp_path))
     assert done.returncode == 1, done.stderr
     run = results(tmp_path)["runs"][0]
-    assert run["stopped"] is None and run["serial"]["ok"] == 0
+    assert run["stopped"] is None and run["serial"]["completed"] == 0 and run["serial"]["failed"] == 2
     assert run["serial"]["errors"][0].startswith("refused (HTTP 200): Requested token count exceeds the model's "
                                                  "maximum context length of 200 tokens")
     assert [lv["failed"] for lv in run["levels"]] == [0, 0] and run["levels"][1]["output_throughput"] > 0
@@ -262,7 +266,7 @@ def test_bench_outside_a_checkout_takes_the_schema_plan_the_default_url_and_a_pr
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     level = results(tmp_path / "out")["runs"][0]["levels"][0]
-    assert level["requests"] == level["ok"] == 2 and level["output_tokens"] == 10  # the file's 5 each, not 512
+    assert level["requests"] == level["completed"] == 2 and level["total_output_tokens"] == 10  # the file's 5 each
     shown = " ".join(subprocess.run([str(BIN / "rig"), "bench", "--help"], cwd=tmp_path, env=env,
                                     capture_output=True, text=True, check=False).stdout.split())
     assert "default: http://127.0.0.1:30000" in shown and "none found: the schema's defaults" in shown

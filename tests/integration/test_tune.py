@@ -20,6 +20,8 @@ from harness.commands import rig
 from harness.paths import REPO
 from harness.standin import MODEL, STANDIN, free_port, listening, servers_running, standin_case
 
+from rig.serving.measure import record
+
 
 def make_standin_venv(venv: Path, package: Path = STANDIN) -> Path:
     """A venv whose sglang is the stand-in PACKAGE (and the stand-in server and aiohttp beside it)."""
@@ -77,7 +79,7 @@ def test_crossing_curves_give_speculation_below_the_crossover_and_step_0_above(t
     done = tune(stack, out, env, "--load-profile", str(busy))
     assert done.returncode in (0, 1), done.stderr[-2000:]
     result = json.loads((out / "tune.json").read_text())
-    assert result["schema_version"] == 2 and result["levels"] == ["C=1", "C=64"]
+    assert result["schema_version"] == 2 and result["format"] == 1 and result["levels"] == ["C=1", "C=64"]
     mine = result["load_profile"]
     assert mine["weights"] == {"C=1": 0.1, "C=64": 0.9} and set(mine["expected"]) == set(result["variants"])
     assert mine["chosen"] == max(mine["expected"], key=mine["expected"].get)
@@ -184,7 +186,7 @@ def test_a_prompt_file_drives_the_requests(tune_case):
     done = tune(stack, out, env, "--prompts", str(prompts), "--concurrency", "1", "--rounds", "1")
     assert done.returncode in (0, 1), done.stderr[-2000:]
     level = json.loads((out / "tune.json").read_text())["variants"]["baseline"]["levels"]["C=1"]
-    assert level["failed"] == 0 and level["output_tokens"] == level["requests"] * 16
+    assert level["failed"] == 0 and level["total_output_tokens"] == level["requests"] * 16
 
 
 def test_a_server_that_dies_mid_tune_fails_that_step_and_leaves_nothing_running(tune_case):
@@ -298,7 +300,8 @@ def test_sampling_lowers_acceptance_and_a_capped_server_is_measured_uncapped_and
     capped, lifted = variants["eagle3-3"], variants["eagle3-3-uncapped"]
     assert capped["max_running_requests"] == 48 and capped["cuda_graph_bs"][-1] == 64
     assert lifted["max_running_requests"] == 64 and "--max-running-requests" in lifted["argv"]
-    assert capped["levels"]["C=64"]["capped_at"] == 48 and lifted["levels"]["C=64"]["capped_at"] is None
+    assert record.capped(capped, capped["levels"]["C=64"]) == 48 and record.capped(lifted, lifted["levels"]["C=64"]) \
+        is None and "max_running_requests" in result and "running_cap" not in result
     # 1 + 0.56 + 0.56^2 + 0.56^3 = 2.05 tokens a step at temperature 1 (greedy: 2.95)
     assert 1.7 < capped["levels"]["C=1"]["server_accept_length"] < 2.3
     assert variants["step0"]["argv"].count("--speculative-adaptive") == 1
@@ -394,7 +397,7 @@ def test_free_offs_plain_step_0_is_measured_beside_sglangs_and_the_policy_runs_o
     assert [n for n in variants if n != "policy"] == ["baseline", "eagle3-3", "step0", "step0-plain"]
     plain = {"RIG_FREE_OFF": "1", "RIG_FREE_OFF_DRAFT": "extend"}
     assert variants["step0"]["env"] == {"RIG_FREE_OFF": "0"} and variants["step0-plain"]["env"] == plain
-    value = {name: variants[name]["levels"]["C=64"]["value"] for name in ("baseline", "step0", "step0-plain")}
+    value = {name: variants[name]["levels"]["C=64"]["output_throughput"] for name in ("baseline", "step0", "step0-plain")}
     assert value["step0"] < 0.8 * value["step0-plain"], value  # the same level, the same load: half against all
     assert result["step0_stand_in"] in (None, "step0-plain")  # priced where the choice switches with load
     report = (out / "report.md").read_text()
@@ -404,7 +407,8 @@ def test_free_offs_plain_step_0_is_measured_beside_sglangs_and_the_policy_runs_o
         return
     assert result["step0_stand_in"] == "step0-plain"
     assert result["policy"]["slots"]["1"] == 3 and 0 in result["policy"]["slots"].values()
-    assert variants["policy"]["env"] == plain and variants["policy"]["levels"]["C=64"]["value"] > 0.7 * value["baseline"]
+    assert variants["policy"]["env"] == plain
+    assert variants["policy"]["levels"]["C=64"]["output_throughput"] > 0.7 * value["baseline"]
     # what the policy's server ran with is proposed with it, and said
     assert yaml.safe_load((out / "proposed-stack.yml").read_text())["environment"]["vars"] == plain
     if result["confirmation"]["confirmed"]:

@@ -3,7 +3,7 @@ from rig.serving.measure.verdict import crossover
 
 
 def run(levels: dict[int, list[float]]) -> dict:
-    return {"levels": [{"concurrency": c, "round_output_throughput": t, "output_throughput": sorted(t)[len(t) // 2]}
+    return {"levels": [{"max_concurrency": c, "round_output_throughput": t, "output_throughput": sorted(t)[len(t) // 2]}
                        for c, t in levels.items()]}
 
 
@@ -36,7 +36,7 @@ def test_a_noisy_first_level_is_no_win():
 
 
 def test_an_earlier_single_round_run_is_held_against_every_round():
-    earlier = {"levels": [{"concurrency": 1, "output_throughput": 100}]}
+    earlier = {"levels": [{"max_concurrency": 1, "output_throughput": 100}]}
     x = crossover(run({1: [130, 90, 110]}), earlier)
     assert x["levels"][0]["rounds"] == 3 and x["levels"][0]["verdict"] == "within noise"
     assert (x["levels"][0]["ratio_min"], x["levels"][0]["ratio_max"]) == (0.9, 1.3)

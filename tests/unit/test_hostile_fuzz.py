@@ -293,12 +293,12 @@ def test_a_tampered_venv_marker_is_refused_cleanly(marker):
         holds(*rig("venv", "verify", "--venv", str(tmp / "venv"))[::2], allowed=(0, 1, 2))
 
 
-RESULTS = {"plan": {}, "runs": [{"label": "baseline", "url": "http://127.0.0.1:30001",
-                                  "speculative_algorithm": None,
-                                  "serial": {"runs": 3, "tok_s": [48.0, 50.0, 51.5], "median": 50.0, "min": 48.0,
-                                             "max": 51.5},
-                                  "stopped": None, "levels": [
-    {"concurrency": 1, "output_throughput": 50.0, "round_output_throughput": [49.0, 50.0, 51.0], "requests": 30,
+RESULTS = {"format": 1, "plan": {}, "runs": [{"label": "baseline", "url": "http://127.0.0.1:30001",
+                                               "speculative_algorithm": None,
+                                               "serial": {"requests": 3, "completed": 3, "output_throughput": 50.0,
+                                                          "round_output_throughput": [48.0, 50.0, 51.5]},
+                                               "stopped": None, "levels": [
+    {"max_concurrency": 1, "output_throughput": 50.0, "round_output_throughput": [49.0, 50.0, 51.0], "requests": 30,
      "failed": 0, "accept_length": None, "median_ttft_ms": 100.0, "p90_ttft_ms": 200.0, "p99_ttft_ms": 300.0,
      "median_e2e_latency_ms": 1000.0, "median_tpot_ms": 20.0, "per_request_speed": {"p50": 50.0}}]}]}
 

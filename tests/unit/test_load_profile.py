@@ -272,19 +272,22 @@ def test_a_running_count_stands_at_the_measured_level_nearest_on_a_log_scale():
     assert [nearest(r, [1, 4, 16, 64]) for r in (1, 2, 3, 7, 9, 40, 500)] == [1, 1, 4, 4, 16, 64, 64]
 
 
+M = "output_throughput"  # the metric the load's server is chosen by
+
+
 def _measured(table):
-    return {name: {level: {"value": v} for level, v in levels.items()} for name, levels in table.items()}
+    return {name: {level: {M: v} for level, v in levels.items()} for name, levels in table.items()}
 
 
 def test_the_one_server_for_a_load_weighs_each_level_by_its_share_of_time():
     measured = _measured({"baseline": {"C=1": 100, "C=64": 1000}, "eagle3-3": {"C=1": 250, "C=64": 700}})
     levels = [Level(1), Level(64)]
-    busy = for_load(measured, list(measured), levels, {1: 0.2, 60: 0.8})  # mostly loaded: 820 against 610
+    busy = for_load(measured, list(measured), levels, {1: 0.2, 60: 0.8}, M)  # mostly loaded: 820 against 610
     assert busy["chosen"] == "baseline" and busy["expected"]["baseline"] == pytest.approx(820)
     assert busy["ratios"] == {"C=1": 0.4, "C=64": 1.0} and busy["of_per_level_best"] == pytest.approx(820 / 850)
-    quiet = for_load(measured, list(measured), levels, {1: 0.9, 64: 0.1})  # mostly one stream: 295 against 190
+    quiet = for_load(measured, list(measured), levels, {1: 0.9, 64: 0.1}, M)  # mostly one stream: 295 against 190
     assert quiet["chosen"] == "eagle3-3" and quiet["weights"] == {"C=1": 0.9, "C=64": 0.1}
-    partial = for_load(_measured({"baseline": {"C=1": 100}}), ["baseline"], levels, {64: 1.0})
+    partial = for_load(_measured({"baseline": {"C=1": 100}}), ["baseline"], levels, {64: 1.0}, M)
     assert partial["chosen"] is None and "every level" in partial["why"]
 
 

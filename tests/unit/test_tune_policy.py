@@ -74,8 +74,12 @@ def test_refusals_name_sglangs_reason():
     assert adaptive.unsupported_reason({"speculative_eagle_topk": 1, "extra_args": ["--enable-dp-attention-x"]}) is None
 
 
+M = "output_throughput"  # the metric these tables are judged by
+
+
 def _measured(table: dict[str, dict[str, list[float]]]) -> dict:
-    return {name: {level: {"value": sorted(v)[len(v) // 2], "round_values": v, "in_flight": None}
+    """Run-record levels from per-round values: each the median of its rounds, no mean in flight measured."""
+    return {name: {level: {M: sorted(v)[len(v) // 2], f"round_{M}": v, "concurrency": None}
                    for level, v in levels.items()} for name, levels in table.items()}
 
 
@@ -86,7 +90,7 @@ def test_ties_go_to_the_simpler_variant_and_clear_wins_to_the_best():
     measured = _measured({"baseline": {"C=1": [100, 101, 99], "C=64": [1000, 990, 1010]},
                           "eagle3-1": {"C=1": [150, 140, 160], "C=64": [1005, 1020, 980]},
                           "eagle3-3": {"C=1": [200, 210, 190], "C=64": [700, 710, 690]}})
-    rows = choose(measured, VARIANTS, [Level(1), Level(64)], cap=48)
+    rows = choose(measured, VARIANTS, [Level(1), Level(64)], M, 48)
     assert [(r["level"], r["best"], r["chosen"], r["batch"]) for r in rows] == [
         ("C=1", "eagle3-3", "eagle3-3", 1), ("C=64", "eagle3-1", "baseline", 48)]
     kind = policy(rows, GRAPHS)
@@ -116,12 +120,12 @@ def test_graph_sizes_come_from_either_spelling_and_garbage_is_ignored():
 def test_the_fallback_names_a_threshold_only_where_one_separates_the_choices():
     rows = [{"level": "C=1", "batch": 1, "steps": 3, "chosen": "eagle3-3", "best_value": 200},
             {"level": "C=64", "batch": 48, "steps": 0, "chosen": "baseline", "best_value": 1000}]
-    assert "at or below 1 requests in flight" in fallback(rows, {})
+    assert "at or below 1 requests in flight" in fallback(rows, {}, M)
     mixed = [{**rows[0]}, {"level": "C=4", "batch": 4, "steps": 0, "chosen": "baseline", "best_value": 400},
              {"level": "C=64", "batch": 48, "steps": 3, "chosen": "eagle3-3", "best_value": 1000}]
     measured = _measured({"baseline": {"C=1": [100], "C=4": [400], "C=64": [800]},
                           "eagle3-3": {"C=1": [200], "C=4": [300], "C=64": [1000]}})
-    said = fallback(mixed, measured)
+    said = fallback(mixed, measured, M)
     assert "no single load threshold" in said and "eagle3-3 comes closest" in said
 
 
@@ -228,11 +232,6 @@ def test_booleans_are_refused_where_a_number_is_wanted():
         validate({"name": "x", "cuda": {"version": "13.0.2"}, "bench": {"min_seconds": True}})
 
 
-def _rounds(table):
-    return {name: {level: {"value": sorted(v)[len(v) // 2], "round_values": v, "in_flight": None}
-                   for level, v in levels.items()} for name, levels in table.items()}
-
-
 def test_a_round_that_measured_zero_is_a_measurement_and_a_missing_one_is_not():
     from rig.serving.measure.stats import median
     from rig.serving.measure.verdict import ratios, within_range
@@ -270,20 +269,20 @@ def test_step_0_priced_as_measured_turns_a_switching_family_into_one_server_that
     stack = {"server": {"attention_backends": [], "max_running_requests": 0}}
     found = [Variant("baseline", 0, stack, "baseline", ""), Variant("eagle3-3", 3, stack, "eagle", ""),
              Variant("step0", 0, stack, "step0", "")]
-    measured = _rounds({"baseline": {"C=1": [100, 101, 99], "C=64": [1000, 990, 1010]},
+    measured = _measured({"baseline": {"C=1": [100, 101, 99], "C=64": [1000, 990, 1010]},
                         "eagle3-3": {"C=1": [250, 251, 249], "C=64": [700, 710, 690]},
                         "step0": {"C=1": [95, 96, 94], "C=64": [380, 385, 375]}})
     records = {name: {"max_running_requests": 48 if name != "baseline" else None} for name in measured}
-    chosen = family_choice(measured, found, [Level(1), Level(64)], records)
+    chosen = family_choice(measured, found, [Level(1), Level(64)], records, M)
     rows, plain = chosen.rows, chosen.plain
     assert [r["chosen"] for r in plain] == ["eagle3-3", "baseline"] and chosen.step0 == "step0"
     assert [r["chosen"] for r in rows] == ["eagle3-3", "eagle3-3"] and rows[1]["best"] == "baseline"
-    assert chosen.cap == 48 and chosen.baseline == "baseline"
+    assert chosen.max_running_requests == 48 and chosen.baseline == "baseline"
     kind = policy(rows, GRAPHS)
     assert kind == {"kind": "fixed", "steps": 3, "notes": []}
-    confirmation = confirm(measured, rows, "eagle3-3", "baseline")
+    confirmation = confirm(measured, rows, "eagle3-3", "baseline", M)
     assert not confirmation["confirmed"] and confirmation["levels"][1]["verdict"] == "lost"
-    said = recommend(kind, rows, confirmation, None, measured, plain)
+    said = recommend(kind, rows, confirmation, None, measured, plain, M)
     assert said.startswith("no single server holds the per-level best") and "at C=64 it ran 0.70 of baseline" in said
     assert "run eagle3-3 where load stays at or below 1 requests in flight" in said
 
@@ -291,9 +290,9 @@ def test_step_0_priced_as_measured_turns_a_switching_family_into_one_server_that
 def test_confirmation_with_several_backends_holds_the_policy_to_its_familys_baseline():
     from rig.serving.measure.verdict import confirm
 
-    measured = _rounds({"baseline@fa3": {"C=64": [1000, 1000]}, "policy": {"C=64": [380, 380]}})
+    measured = _measured({"baseline@fa3": {"C=64": [1000, 1000]}, "policy": {"C=64": [380, 380]}})
     rows = [{"level": "C=64", "best": "baseline@fa3", "best_value": 1000, "steps": 0}]
-    table = confirm(measured, rows, "policy", "baseline@fa3")["levels"][0]
+    table = confirm(measured, rows, "policy", "baseline@fa3", M)["levels"][0]
     assert table["ratio_baseline"] == 0.38 and table["vs_baseline"] == "lost"
 
 
@@ -329,11 +328,11 @@ def test_below_the_first_step_0_level_the_baseline_still_stands_for_no_drafting(
     stack = {"server": {"attention_backends": [], "max_running_requests": 0}}
     found = [Variant("baseline", 0, stack, "baseline", ""), Variant("eagle3-3", 3, stack, "eagle", ""),
              Variant("step0", 0, stack, "step0", "")]
-    measured = _rounds({"baseline": {"C=1": [100, 100], "C=16": [900, 900], "C=256": [1000, 1000]},
+    measured = _measured({"baseline": {"C=1": [100, 100], "C=16": [900, 900], "C=256": [1000, 1000]},
                         "eagle3-3": {"C=1": [60, 60], "C=16": [1500, 1500], "C=256": [700, 700]},
                         "step0": {"C=16": [850, 850], "C=256": [900, 900]}})
     records = {name: {"max_running_requests": None} for name in measured}
-    chosen = family_choice(measured, found, [Level(1), Level(16), Level(256)], records)
+    chosen = family_choice(measured, found, [Level(1), Level(16), Level(256)], records, M)
     assert [(r["level"], r["chosen"]) for r in chosen.rows] == [("C=1", "baseline"), ("C=16", "eagle3-3"),
                                                                   ("C=256", "step0")], chosen.rows
 
@@ -364,7 +363,7 @@ def test_the_policy_is_proposed_with_the_environment_its_server_was_confirmed_wi
     assert "# mine" in text and "# the cache" in text and "+  vars:" in diff
     assert yaml.safe_load(proposed_stack(str(stack), kind, "/srv/adaptive.json")[0])["environment"]["vars"] == {
         "HF_HOME": "/data/hf"}  # nothing to add: the user's line stays
-    said = recommend(kind, [], {"confirmed": True, "levels": []}, "/srv/adaptive.json", {}, [], env)
+    said = recommend(kind, [], {"confirmed": True, "levels": []}, "/srv/adaptive.json", {}, [], M, env)
     assert "RIG_FREE_OFF=1, RIG_FREE_OFF_DRAFT=ingest in environment.vars" in said
 
 
@@ -379,13 +378,13 @@ def test_one_lucky_round_cannot_confirm_a_level_its_median_lost(rounds, confirme
     from rig.serving.measure.verdict import confirm
     from rig.serving.tune.propose import recommend
 
-    measured = _rounds({"baseline": {"C=256": [1000, 1000, 1000]}, "policy": {"C=256": rounds}})
+    measured = _measured({"baseline": {"C=256": [1000, 1000, 1000]}, "policy": {"C=256": rounds}})
     rows = [{"level": "C=256", "best": "baseline", "best_value": 1000, "steps": 0, "chosen": "baseline", "batch": 256}]
-    result = confirm(measured, rows, "policy", "baseline")
+    result = confirm(measured, rows, "policy", "baseline", M)
     level = result["levels"][0]
     assert (result["confirmed"], level["confirmed"], level["verdict"]) == (confirmed, confirmed, verdict)
     assert level["rule"].startswith(rule)
-    said = recommend({"kind": "adaptive", "slots": {"1": 3}}, rows, result, "adaptive.json", measured, rows)
+    said = recommend({"kind": "adaptive", "slots": {"1": 3}}, rows, result, "adaptive.json", measured, rows, M)
     assert said.startswith("serve with the adaptive policy") == confirmed
     if not confirmed:
         assert f"at C=256 it ran {level['ratio_best']:.2f} of baseline ({level['rule']})" in said
@@ -398,5 +397,5 @@ def test_a_confirmation_written_before_the_median_rule_still_reads():
     old = {"confirmed": False, "levels": [{"level": "C=64", "verdict": "lost", "ratio_best": 0.7, "best": "baseline",
                                            "steps": 0, "vs_baseline": "lost", "ratio_baseline": 0.7}]}
     rows = [{"level": "C=64", "chosen": "step0", "steps": 0, "batch": 64, "kind": "step0"}]
-    said = recommend({"kind": "adaptive", "slots": {"1": 3, "64": 0}}, rows, old, "a.json", {}, rows)
+    said = recommend({"kind": "adaptive", "slots": {"1": 3, "64": 0}}, rows, old, "a.json", {}, rows, M)
     assert "at C=64 it ran 0.70 of baseline (lost)" in said

@@ -48,10 +48,12 @@ def _ms(name: str, values: list[float]) -> dict:
             **{ms_key(f"p{q}", name): (percentile(values, q) or 0) * 1000 for q in (90, 99)}}
 
 
-def summarize(results: list[dict], concurrency: int, plan: Plan | None = None) -> dict:
+def summarize(results: list[dict], max_concurrency: int, plan: Plan | None = None) -> dict:
+    """RESULTS (requests kept at most MAX_CONCURRENCY in flight) as one level of the run record
+    (rig.serving.measure.record.LEVEL)."""
     good = [r for r in results if r["ok"]]
     errors = sorted({r["error"] for r in results if not r["ok"]})
-    level = {"concurrency": concurrency, "requests": len(results), "ok": len(good),
+    level = {"max_concurrency": max_concurrency, "requests": len(results), "completed": len(good),
              "failed": len(results) - len(good), "errors": errors[:5]}
     if not good:
         return level
@@ -60,12 +62,12 @@ def summarize(results: list[dict], concurrency: int, plan: Plan | None = None) -
     tpots = [r["tpot"] for r in good if r["tpot"] is not None]
     per_second = (lambda x: x / span) if span > 0 else (lambda x: None)
     level.update({
-        "output_tokens": tokens, "duration_s": span,
+        "total_output_tokens": tokens, "duration": span,
         "output_throughput": per_second(tokens),
         "total_throughput": per_second(tokens + sum(r.get("prompt_tokens", 0) for r in good)),
         "request_throughput": per_second(len(good)),
-        # mean requests in flight (Little's law): the running batch the server saw at this level
-        "in_flight": per_second(sum(r["e2e"] for r in good)),
+        # the mean in flight (Little's law; sglang.bench_serving's `concurrency`): the running batch the server saw
+        "concurrency": per_second(sum(r["e2e"] for r in good)),
         "per_request_speed": spread([r["speed"] for r in good if r["speed"]]),
         **_ms("ttft", [r["ttft"] for r in good]), **_ms("tpot", tpots),
         **_ms("itl", [gap for r in good for gap in r.get("itl", [])]), **_ms("e2e_latency", [r["e2e"] for r in good]),
@@ -79,16 +81,16 @@ def summarize(results: list[dict], concurrency: int, plan: Plan | None = None) -
 
 
 def aggregate(rounds: list[list[dict]], c: int, plan: Plan, server_accept: list[float | None]) -> dict:
-    """One level over its rounds: latencies over all requests, throughput and the plan's metric per round and
-    their medians; the server's own accept length per round (its counters are flushed before each)."""
+    """One level over its rounds: latencies over all requests, output throughput and the plan's metric per round
+    (round_NAME) and their medians (NAME); the server's own accept length per round (its counters are flushed
+    before each)."""
     level = summarize([r for results in rounds for r in results], c, plan)
     per_round = [summarize(results, c, plan) for results in rounds]
-    level["round_output_throughput"] = [r.get("output_throughput") for r in per_round]
-    level["output_throughput"] = median(level["round_output_throughput"])
-    level["round_values"] = [r.get(plan.metric) for r in per_round]
-    level["value"] = median(level["round_values"])
+    for metric in dict.fromkeys(("output_throughput", plan.metric)):
+        level[f"round_{metric}"] = [r.get(metric) for r in per_round]
+        level[metric] = median(level[f"round_{metric}"])
     level["server_accept_length"] = mean([a for a in server_accept if a])
     level["round_server_accept_length"] = server_accept
-    if level.get("output_tokens") and level["accept_length"] is None:
+    if level.get("total_output_tokens") and level["accept_length"] is None:
         level["accept_length"] = level["server_accept_length"]
     return level

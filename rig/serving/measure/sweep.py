@@ -8,20 +8,20 @@ and rounds, so the prefix cache serves none.
 from __future__ import annotations
 
 import asyncio
-import statistics
 from typing import Any
 
-from rig.core import progress
+from rig.core import numbers, progress
 from rig.serving.measure import client, torch_profile
 from rig.serving.measure.plan import Level, Plan
-from rig.serving.measure.stats import aggregate
+from rig.serving.measure.stats import aggregate, median
 from rig.serving.sglang_api import context_length, generate_body, server_accept_length, server_info
 from rig.serving.workload import Workload, builtin
 
 
 def count(value: object) -> int | None:
-    """A positive whole number a server reports (a batch size, a cap), or None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 1 << 20 else None
+    """A positive whole number a server reports (a batch size, its max_running_requests), or None."""
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    return value if whole and 0 < value <= numbers.MAX_RUNNING_REQUESTS else None
 
 
 class Server:
@@ -45,9 +45,9 @@ class Server:
 
     def _send(self, body_for, n: int, concurrency: int, rate: float | None = None, min_seconds=None,
               when_full=None) -> list[dict]:
-        cap = self.run["max_running_requests"]  # a capped server never runs more at once
+        most = self.run["max_running_requests"]  # a server never runs more at once
         return asyncio.run(client.run_requests(self.url, self.plan, self.key, body_for, n, concurrency, rate,
-                                             min_seconds, when_full, min(concurrency, cap) if cap else None))
+                                             min_seconds, when_full, min(concurrency, most) if most else None))
 
     def body(self, text: str, tokens: int) -> dict:
         return generate_body(text, tokens, True, self.plan.sampling())
@@ -61,11 +61,11 @@ class Server:
         plan = self.plan
         progress(f"{self.label}: serial, {plan.serial_runs} x {plan.serial_tokens} tokens")
         runs = self._send(lambda i: self.body(builtin(10_000 + i), plan.serial_tokens), plan.serial_runs, 1)
-        speeds = [r["speed"] for r in runs if r["ok"]]
-        self.run["serial"] = {"runs": len(runs), "ok": len(speeds), "tok_s": speeds,
-                              "median": statistics.median(speeds) if speeds else None,
-                              "min": min(speeds, default=None), "max": max(speeds, default=None),
-                              "errors": sorted({r["error"] for r in runs if not r["ok"]})[:5]}
+        speeds = [r["speed"] for r in runs if r["ok"]]  # each run's output tokens/s: a round of one request
+        self.run["serial"] = {"requests": len(runs), "completed": len(speeds), "failed": len(runs) - len(speeds),
+                              "errors": sorted({r["error"] for r in runs if not r["ok"]})[:5],
+                              "output_throughput": median(speeds),
+                              "round_output_throughput": speeds}
         client.down_if_lost(runs)
 
     def round(self, level: Level, round_no: int) -> tuple[list[dict], float | None]:
@@ -128,9 +128,7 @@ def measure(servers: list[Server], levels: list[Level], serial: bool = False) ->
         for server in servers:
             if measured := rounds[server.label]:
                 result = aggregate([r for r, _ in measured], level.concurrency, plan, [a for _, a in measured])
-                cap = server.run["max_running_requests"]
                 result.update({"level": level.name, "rate": level.rate,
-                               "capped_at": cap if cap and cap < level.concurrency else None,
                                "profile": server.run.get("profiles", {}).get(level.name)})
                 server.run["levels"].append(result)
         if all(s.run["stopped"] for s in servers):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import statistics
 
+from rig.serving.measure.record import rounds_of
+
 # The policy's server runs after the others, not interleaved with them: the same line started twice differs by a
 # few percent (the stand-in) or more (a tiny model on the H200), so confirmation calls a level lost only when every
 # round is more than this below.
@@ -40,7 +42,7 @@ def closeness(values: dict[str, float | None], best: dict[str, float]) -> float:
 
 def nothing_measured(label: str, levels: list[dict]) -> str | None:
     """Why a server's run measured nothing (every request of every level failed), or None."""
-    if any(lv.get("value") or lv.get("output_throughput") for lv in levels):
+    if any(lv.get("output_throughput") for lv in levels):
         return None
     errors = sorted({e for lv in levels for e in lv.get("errors", [])})[:3]
     return f"{label}: nothing was measured (every request failed" + (f": {'; '.join(errors)}" if errors else "") + ")"
@@ -74,10 +76,10 @@ def crossover(eagle: dict, baseline: dict) -> dict:
     (below) 1. The crossover is the highest concurrency up to which every level is
     won; a win above the first level that is not is reported apart.
     """
-    base = {lv["concurrency"]: lv for lv in baseline["levels"]}
+    base = {lv["max_concurrency"]: lv for lv in baseline["levels"]}
     rows = []
     for lv in eagle["levels"]:
-        other = base.get(lv["concurrency"])
+        other = base.get(lv["max_concurrency"])
         mine = lv.get("round_output_throughput") or [lv.get("output_throughput")]
         theirs = (other or {}).get("round_output_throughput") or [(other or {}).get("output_throughput")]
         if len(theirs) == 1:  # an earlier run of one value: hold every round against it
@@ -87,15 +89,15 @@ def crossover(eagle: dict, baseline: dict) -> dict:
         found = ratios(mine, theirs)
         if not found or other is None:  # no baseline level: theirs is [None], so no ratio either
             continue
-        rows.append({"concurrency": lv["concurrency"], "eagle3": lv["output_throughput"],
+        rows.append({"max_concurrency": lv["max_concurrency"], "eagle3": lv["output_throughput"],
                      "baseline": other["output_throughput"],
                      "ratio": statistics.median(found), "ratio_min": min(found), "ratio_max": max(found),
                      "rounds": len(found), "verdict": within_range(found)})
     first_other = next((i for i, r in enumerate(rows) if r["verdict"] != "won"), len(rows))
-    highest = rows[first_other - 1]["concurrency"] if first_other else None
-    noisy = [r["concurrency"] for r in rows if r["verdict"] == "within noise"]
-    lost = [r["concurrency"] for r in rows if r["verdict"] == "lost"]
-    again = [r["concurrency"] for r in rows[first_other:] if r["verdict"] == "won"]
+    highest = rows[first_other - 1]["max_concurrency"] if first_other else None
+    noisy = [r["max_concurrency"] for r in rows if r["verdict"] == "within noise"]
+    lost = [r["max_concurrency"] for r in rows if r["verdict"] == "lost"]
+    again = [r["max_concurrency"] for r in rows[first_other:] if r["verdict"] == "won"]
     tail = (f"; within noise at C={', '.join(map(str, noisy))}" if noisy else "") + \
            (f"; it loses at C={', '.join(map(str, lost))}" if lost else "") + \
            (f"; it wins again at C={', '.join(map(str, again))}, above a level it did not win" if again else "")
@@ -118,25 +120,27 @@ def crossover(eagle: dict, baseline: dict) -> dict:
 # ------------------------------------------------------------------ tune: the per-level choice, confirmed
 
 
-def choose(measured: dict[str, dict], candidates: list, levels: list, cap: int | None = None) -> list[dict]:
-    """Per level: the best candidate by median, and the one chosen: the simplest not clearly below the best
-    (CANDIDATES in order of simplicity, each with .name and .steps). A level's running batch is its concurrency
-    (or, open-loop, its mean in flight), at most CAP: the policy server's max_running_requests."""
+def choose(measured: dict[str, dict], candidates: list, levels: list, metric: str,
+           max_running_requests: int | None = None) -> list[dict]:
+    """Per level: the best candidate by its median METRIC, and the one chosen: the simplest not clearly below the
+    best (CANDIDATES in order of simplicity, each with .name and .steps). A level's running batch is its
+    concurrency (or, open-loop, its mean in flight), at most the policy server's MAX_RUNNING_REQUESTS."""
     rows = []
     for level in levels:
-        have = [v for v in candidates if (measured.get(v.name, {}).get(level.name) or {}).get("value")]
+        have = [v for v in candidates if (measured.get(v.name, {}).get(level.name) or {}).get(metric)]
         if not have:
             continue
         at = {v.name: measured[v.name][level.name] for v in have}
-        best = max(have, key=lambda v: at[v.name]["value"])
+        best = max(have, key=lambda v: at[v.name][metric])
         chosen = next(v for v in have
                       # each variant is its own server run: lost only beyond the lifetimes' noise
-                      if v is best or within_range(ratios(at[v.name]["round_values"],
-                                                          at[best.name]["round_values"]) or [1.0], LIFETIMES) != "lost")
-        batch = level.concurrency if level.rate is None else max(1, round(at[chosen.name].get("in_flight") or 1))
-        batch = min(batch, cap) if cap else batch
-        rows.append({"level": level.name, "batch": batch, "best": best.name, "best_value": at[best.name]["value"],
-                     "chosen": chosen.name, "steps": chosen.steps, "chosen_value": at[chosen.name]["value"]})
+                      if v is best or within_range(ratios(rounds_of(at[v.name], metric),
+                                                          rounds_of(at[best.name], metric)) or [1.0],
+                                                   LIFETIMES) != "lost")
+        batch = level.concurrency if level.rate is None else max(1, round(at[chosen.name].get("concurrency") or 1))
+        batch = min(batch, max_running_requests) if max_running_requests else batch
+        rows.append({"level": level.name, "batch": batch, "best": best.name, "best_value": at[best.name][metric],
+                     "chosen": chosen.name, "steps": chosen.steps, "chosen_value": at[chosen.name][metric]})
     return rows
 
 
@@ -158,21 +162,21 @@ def level_confirmation(vs_best: list[float]) -> tuple[str, bool, str]:
     return verdict, True, f"median {median:.2f} at least {CONFIRM_MEDIAN:.2f} of the best, no round-by-round loss"
 
 
-def confirm(measured: dict[str, dict], rows: list[dict], policy: str, baseline: str) -> dict:
-    """The POLICY's measurements against the BASELINE's and the per-level best, per level, by per-round ratios:
-    confirmed where level_confirmation says so at every chosen level."""
+def confirm(measured: dict[str, dict], rows: list[dict], policy: str, baseline: str, metric: str) -> dict:
+    """The POLICY's measurements against the BASELINE's and the per-level best, per level, by per-round ratios of
+    METRIC: confirmed where level_confirmation says so at every chosen level."""
     mine = measured.get(policy, {})
     table = []
     for row in rows:
         own = mine.get(row["level"])
-        if not own or not own.get("value"):
+        if not own or not own.get(metric):
             continue
         best = measured[row["best"]][row["level"]]
         base = measured.get(baseline, {}).get(row["level"])
-        vs_best = ratios(own["round_values"], best["round_values"])
-        vs_base = ratios(own["round_values"], base["round_values"]) if base else []
+        vs_best = ratios(rounds_of(own, metric), rounds_of(best, metric))
+        vs_base = ratios(rounds_of(own, metric), rounds_of(base, metric)) if base else []
         verdict, confirmed, rule = level_confirmation(vs_best)
-        table.append({"level": row["level"], "policy": own["value"], "best": row["best"], "best_value": row["best_value"],
+        table.append({"level": row["level"], "policy": own[metric], "best": row["best"], "best_value": row["best_value"],
                       "steps": row["steps"], "ratio_best": statistics.median(vs_best) if vs_best else None,
                       "ratio_best_range": [min(vs_best), max(vs_best)] if vs_best else None,
                       "verdict": verdict, "confirmed": confirmed, "rule": rule,
@@ -185,19 +189,20 @@ def confirm(measured: dict[str, dict], rows: list[dict], policy: str, baseline: 
 # ------------------------------------------------------------------ tune: the best single server for a load
 
 
-def for_load(measured: dict[str, dict], candidates: list[str], levels: list, profile: dict[int, float]) -> dict:
-    """The one server (of CANDIDATES) with the highest expected output (or goodput) over PROFILE ({running
+def for_load(measured: dict[str, dict], candidates: list[str], levels: list, profile: dict[int, float],
+             metric: str) -> dict:
+    """The one server (of CANDIDATES) with the highest expected METRIC (output or goodput) over PROFILE ({running
     requests: share of time}), each share weighed at the measured closed-loop level nearest it; with each level's
     ratio to the per-level best, and its expectation's ratio to the per-level best's."""
     from rig.serving.load_profile import nearest
 
     closed = {lv.concurrency: lv.name for lv in levels if lv.rate is None}
     at = {running: closed[nearest(running, list(closed))] for running in profile} if closed else {}
-    best_at = {name: max((measured[v].get(name) or {}).get("value") or 0 for v in candidates)
+    best_at = {name: max((measured[v].get(name) or {}).get(metric) or 0 for v in candidates)
                for name in closed.values()}
     expected: dict[str, float] = {}
     for name in candidates:
-        values: dict[str, float] = {level: (measured[name].get(level) or {}).get("value") or 0.0
+        values: dict[str, float] = {level: (measured[name].get(level) or {}).get(metric) or 0.0
                                     for level in closed.values()}
         if all(values[at[r]] > 0 for r in profile):
             expected[name] = sum(share * values[at[r]] for r, share in profile.items())
@@ -208,5 +213,5 @@ def for_load(measured: dict[str, dict], candidates: list[str], levels: list, pro
     return {"chosen": chosen, "expected": expected, "weights": {closed_name: round(sum(
                 share for r, share in profile.items() if at[r] == closed_name), 4) for closed_name in closed.values()},
             "of_per_level_best": expected[chosen] / ceiling if ceiling else None,
-            "ratios": {level: ((measured[chosen].get(level) or {}).get("value") or 0) / best_at[level]
+            "ratios": {level: ((measured[chosen].get(level) or {}).get(metric) or 0) / best_at[level]
                        for level in closed.values() if best_at[level]}}

@@ -20,42 +20,43 @@ class FamilyChoice:
     score: float = 0.0  # its choices' closeness to the per-level best (geometric mean of the ratios)
     step0: str | None = None  # the step-0 server whose numbers priced step 0
     env: dict = field(default_factory=dict)  # what that server's environment added
-    cap: int | None = None  # the running-request cap its EAGLE-3 servers ran with
+    max_running_requests: int | None = None  # the least its EAGLE-3 servers ran with (SGLang's, or the line's)
     baseline: str | None = None  # its backend's baseline
     graphs: list[int] | None = None  # the decode CUDA-graph sizes its servers captured
     server: dict | None = None  # its EAGLE-3 line's server section (backend and cap)
 
 
-def family_choice(measured: dict[str, dict], found: list[Variant], levels: list[Level], records: dict) -> FamilyChoice:
-    """The family whose per-level choices come closest to the per-level best of every variant (geometric mean), its
-    rows and what its server line needs; ties go to the first family in name order."""
+def family_choice(measured: dict[str, dict], found: list[Variant], levels: list[Level], records: dict,
+                  metric: str) -> FamilyChoice:
+    """The family whose per-level choices (by METRIC) come closest to the per-level best of every variant (geometric
+    mean), its rows and what its server line needs; ties go to the first family in name order."""
     candidates = [v for v in found if v.candidate and measured.get(v.name)]
     if not candidates:
         return FamilyChoice()
-    overall = {r["level"]: r for r in choose(measured, candidates, levels)}
-    tried = [_one_family(family, candidates, measured, levels, records, overall)
+    overall = {r["level"]: r for r in choose(measured, candidates, levels, metric)}
+    tried = [_one_family(family, candidates, measured, levels, records, overall, metric)
              for family in sorted({v.family for v in candidates if not v.baseline})]
     best = max((c for c in tried if c.rows), key=lambda c: c.score, default=FamilyChoice())
     return replace(best, scores={c.family or "default": c.score for c in tried})
 
 
 def _one_family(family: str, candidates: list[Variant], measured: dict[str, dict], levels: list[Level],
-                records: dict, overall: dict[str, dict]) -> FamilyChoice:
+                records: dict, overall: dict[str, dict], metric: str) -> FamilyChoice:
     """FAMILY's choices: its baseline (its backend's) and its EAGLE-3 variants, in order of simplicity; where the
     choice changes with load, a step-0 slot is what SGLang's step 0 costs, so the rows are chosen again with the
     family's best-measured step-0 server in the baseline's place (`plain` keeps the rows before that)."""
     base, spec, step0 = _members(family, candidates)
-    caps = [c for v in spec if (c := records[v.name].get("max_running_requests"))]
-    cap = min(caps) if caps else None
+    running = [c for v in spec if (c := records[v.name].get("max_running_requests"))]
+    most = min(running) if running else None
     top = {level: row["best_value"] for level, row in overall.items()}
-    rows = plain = choose(measured, base + spec, levels, cap)
+    rows = plain = choose(measured, base + spec, levels, metric, most)
     # it switches with load: step 0 must be paid for as measured
-    stand_in = _stand_in(step0, measured, top) if step0 and len({r["steps"] for r in rows}) > 1 else None
+    stand_in = _stand_in(step0, measured, top, metric) if step0 and len({r["steps"] for r in rows}) > 1 else None
     if stand_in:
-        rows = choose(_priced(measured, base, stand_in), [stand_in, *base, *spec], levels, cap)
+        rows = choose(_priced(measured, base, stand_in), [stand_in, *base, *spec], levels, metric, most)
     _against_overall([*rows, *plain], candidates, overall)
     return FamilyChoice(rows=rows, plain=plain, family=family,
-                        score=closeness({r["level"]: r["chosen_value"] for r in rows}, top), cap=cap,
+                        score=closeness({r["level"]: r["chosen_value"] for r in rows}, top), max_running_requests=most,
                         step0=stand_in.name if stand_in else None, env=stand_in.env if stand_in else {},
                         baseline=base[0].name if base else None, graphs=_graphs(spec, records),
                         server=spec[0].stack["server"] if spec else None)
@@ -82,10 +83,10 @@ def _graphs(spec: list[Variant], records: dict) -> list[int] | None:
     return next((g for v in spec if (g := records[v.name].get("cuda_graph_bs"))), None)
 
 
-def _stand_in(step0: list[Variant], measured: dict[str, dict], top: dict[str, float]) -> Variant:
+def _stand_in(step0: list[Variant], measured: dict[str, dict], top: dict[str, float], metric: str) -> Variant:
     """The step-0 server closest to the per-level best, compared where they ran (from STEP0_FROM up): below it each
     would count as serving nothing."""
-    return max(step0, key=lambda v: closeness(values_of(measured[v.name]), {
+    return max(step0, key=lambda v: closeness(values_of(measured[v.name], metric), {
         level: value for level, value in top.items() if level in measured[v.name]}))
 
 
@@ -97,9 +98,9 @@ def _priced(measured: dict[str, dict], base: list[Variant], stand_in: Variant) -
                                     if level not in measured[stand_in.name]} for b in base}}
 
 
-def values_of(levels_of: dict) -> dict[str, float | None]:
-    """One server's value per level, from its measured levels."""
-    return {level: lv.get("value") for level, lv in levels_of.items()}
+def values_of(levels_of: dict, metric: str) -> dict[str, float | None]:
+    """One server's METRIC per level, from its measured levels."""
+    return {level: lv.get(metric) for level, lv in levels_of.items()}
 
 
 # ------------------------------------------------------------------ the policy

@@ -26,14 +26,14 @@ def serve_adaptive(measuring: Measuring, stack: dict, kind: dict, choice: Family
     return config
 
 
-def confirmation(records: dict, choice: FamilyChoice, kind: dict) -> dict | None:
+def confirmation(records: dict, choice: FamilyChoice, kind: dict, metric: str) -> dict | None:
     """What is served (the policy's own server, the family's baseline, or the one fixed variant chosen everywhere)
     held to the per-level best and the baseline at each chosen level; None where nothing was chosen."""
     if not choice.rows:
         return None
     served = {"adaptive": POLICY, "baseline": choice.baseline}.get(kind["kind"]) or choice.rows[0]["chosen"]
     return confirm({n: v.get("levels") or {} for n, v in records.items()}, choice.rows, served,
-                   choice.baseline or BASELINE)
+                   choice.baseline or BASELINE, metric)
 
 
 def for_the_load(records: dict, measuring: Measuring, profile: tuple[str, dict[int, float]]) -> dict:
@@ -41,5 +41,5 @@ def for_the_load(records: dict, measuring: Measuring, profile: tuple[str, dict[i
     included, with the highest expected output over it."""
     measured = usable(records)
     return {"file": profile[0], "histogram": profile[1],
-            **for_load(measured, list(measured), measuring.plan.levels, profile[1])}
+            **for_load(measured, list(measured), measuring.plan.levels, profile[1], measuring.plan.metric)}
 

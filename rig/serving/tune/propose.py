@@ -13,10 +13,10 @@ from rig.stack.edit import with_keys
 
 
 def recommend(kind: dict, rows: list[dict], confirmation: dict | None, config_path: str | None,
-              measured: dict[str, dict], plain: list[dict], env: dict | None = None) -> str:
+              measured: dict[str, dict], plain: list[dict], metric: str, env: dict | None = None) -> str:
     """What to serve, said from the confirmation: a single server (baseline, fixed) is held to the per-level best
     by its own rounds, an adaptive policy by its own server's (ENV: what its environment added). PLAIN: the
-    choices with the baseline for step 0, what the fallback reads when nothing single holds."""
+    choices with the baseline for step 0, what the fallback reads (by METRIC) when nothing single holds."""
     if kind["kind"] == "none":
         return "nothing was measured: no recommendation"
     # a confirmation written before issue 71 has no `confirmed` per level: its verdict decides, as it did
@@ -27,9 +27,9 @@ def recommend(kind: dict, rows: list[dict], confirmation: dict | None, config_pa
         return _confirmed(kind, rows, config_path, env)
     if kind["kind"] != "adaptive":
         return (f"no single server holds the per-level best ({kind['kind']}: " + "; ".join(said) + f"). What pays "
-                f"instead: {fallback(plain, measured)}")
+                f"instead: {fallback(plain, measured, metric)}")
     return "the adaptive policy was not confirmed: " + "; ".join(said + _step0_lost(lost, rows) or [
-        "its levels were not all measured"]) + f". What pays instead: {fallback(plain, measured)}"
+        "its levels were not all measured"]) + f". What pays instead: {fallback(plain, measured, metric)}"
 
 
 def _confirmed(kind: dict, rows: list[dict], config_path: str | None, env: dict | None) -> str:
@@ -57,7 +57,7 @@ def _step0_lost(lost: list[dict], rows: list[dict]) -> list[str]:
     return [(f"the step-0 state (as {measured_as})" if measured_as else "SGLang's step-0 state") +
             " lost to the plain baseline at " + ", ".join(t["level"] for t in step0) +
             f" ({ratios}): step 0 is not a free off"]
-def fallback(rows: list[dict], measured: dict[str, dict]) -> str:
+def fallback(rows: list[dict], measured: dict[str, dict], metric: str) -> str:
     """What to serve when no adaptive policy holds: a load threshold where speculation pays only below it, else
     the one fixed variant closest to the per-level best over all levels (geometric mean of its ratios)."""
     spec = [r for r in rows if r["steps"] > 0]
@@ -69,7 +69,7 @@ def fallback(rows: list[dict], measured: dict[str, dict]) -> str:
                 f"(--max-running-requests {last['batch']} caps it) and a server without speculation for more")
     where = ", ".join(f"{r['chosen']} at {r['level']}" for r in rows)
     top = {r["level"]: r["best_value"] for r in rows}
-    near = {name: closeness(values_of(levels_of), top) for name, levels_of in measured.items() if name != POLICY}
+    near = {name: closeness(values_of(levels_of, metric), top) for name, levels_of in measured.items() if name != POLICY}
     name = max(near, key=lambda n: near[n], default=None)
     if name is None or not near[name]:
         return f"the per-level choice is {where}; no single load threshold separates them"

@@ -1,19 +1,41 @@
-"""rig tune's report: report.md from tune.json (one section a function, in the order they are read) and tune.png."""
+"""tune.json: its shape (the run record's levels in each variant), how an earlier one is read, and what is drawn
+from it: report.md (one section a function, in the order they are read) and tune.png."""
 from __future__ import annotations
+
+from pathlib import Path
 
 from rig.core.documents import dump_json
 from rig.core.markdown import cell, table
+from rig.core.schema import Field
+from rig.serving.measure.record import FORMAT_FIELD, LEVEL, RUN, capped, read, rounds_of
 from rig.serving.measure.stats import shown
 
+# one server measured (tune/measure.py writes it; session.py its start and its levels, keyed by level name)
+VARIANT = Field(dict, open=True, fields={
+    "steps": Field((int, type(None))), "kind": Field((str, type(None))), "stopped": RUN.fields["stopped"],
+    "max_running_requests": RUN.fields["max_running_requests"], "levels": Field(dict, default={}, values=LEVEL)})
+TUNE = Field(dict, open=True, fields={
+    "format": FORMAT_FIELD, "metric": Field(default="output_throughput", choices=("output_throughput", "goodput")),
+    "levels": Field(list, default=[], item=Field()), "variants": Field(dict, default={}, values=VARIANT),
+    "max_running_requests": RUN.fields["max_running_requests"]})
 
-def _measured(level: dict | None) -> str | None:
-    """A variant's cell at a level: its value, the range over rounds, the server's accept length and cap."""
-    if not level or not level.get("value"):
+
+def read_tune(path: str | Path) -> dict:
+    """An earlier run's tune.json, read through TUNE (rig's older formats converted, and said)."""
+    return read(path, "tune.json", TUNE)
+
+
+def _measured(variant: dict, level_name: str, metric: str) -> str | None:
+    """VARIANT's cell at a level: its METRIC, the range over rounds, the server's accept length, and its
+    max_running_requests where that held the level below its concurrency."""
+    level = (variant.get("levels") or {}).get(level_name)
+    if not level or not level.get(metric):
         return None
-    values = [v for v in level.get("round_values", []) if v]
+    values = [v for v in rounds_of(level, metric) if v]
     accept = level.get("server_accept_length")
-    return (f"{level['value']:.1f} ({min(values):.1f}-{max(values):.1f})" + (f" acc {accept:.2f}" if accept else "")
-            + (f" cap {level['capped_at']}" if level.get("capped_at") else ""))
+    most = capped(variant, level)
+    return (f"{level[metric]:.1f} ({min(values):.1f}-{max(values):.1f})" + (f" acc {accept:.2f}" if accept else "")
+            + (f" max_running_requests {most}" if most else ""))
 
 
 def report_markdown(result: dict) -> str:
@@ -36,7 +58,7 @@ def _measurements(result: dict) -> list[str]:
             "rounds, the range over rounds in brackets; the server's own accept length under each, where it "
             "speculates).", "",
             *table(("level", *names, "chosen"),
-                   ((level, *(_measured(result["variants"][n].get("levels", {}).get(level)) for n in names),
+                   ((level, *(_measured(result["variants"][n], level, result["metric"]) for n in names),
                      chosen.get(level)) for level in result["levels"]))]
 
 
@@ -114,7 +136,7 @@ def figures(result: dict) -> dict:
     ax = fig.subplots()
     xs = list(range(len(result["levels"])))
     for name, variant in result["variants"].items():
-        if points := _against(variant, result["levels"], baseline):
+        if points := _against(variant, result["levels"], baseline, result["metric"]):
             ax.errorbar([x for x, _, _ in points], [r for _, r, _ in points],
                         yerr=[[r - min(rs) for _, r, rs in points], [max(rs) - r for _, r, rs in points]],
                         marker="o", capsize=3, label=name)
@@ -131,10 +153,10 @@ def figures(result: dict) -> dict:
     return {"tune.png": fig}
 
 
-def _against(variant: dict, levels: list[str], baseline: dict) -> list[tuple[int, float, list[float]]]:
-    """VARIANT's points against BASELINE's levels: (x, its median over the baseline's, each round's over the
+def _against(variant: dict, levels: list[str], baseline: dict, metric: str) -> list[tuple[int, float, list[float]]]:
+    """VARIANT's points against BASELINE's levels: (x, its median METRIC over the baseline's, each round's over the
     baseline's median), where both measured."""
-    return [(x, mine["value"] / under, [v / under for v in mine["round_values"] if v])
+    return [(x, mine[metric] / under, [v / under for v in rounds_of(mine, metric) if v])
             for x, level in enumerate(levels)
-            if (mine := variant.get("levels", {}).get(level)) and mine.get("value")
-            and (under := (baseline.get(level) or {}).get("value"))]
+            if (mine := variant.get("levels", {}).get(level)) and mine.get(metric)
+            and (under := (baseline.get(level) or {}).get(metric))]

@@ -12,7 +12,7 @@ from rig.serving.launch import Servers, inherited_said, inherited_switches, resu
 from rig.serving.measure.plan import Plan
 from rig.serving.measure.record import recorded
 from rig.serving.tune import choose, confirm, measure, propose
-from rig.serving.tune.report import figures, report_markdown
+from rig.serving.tune.report import TUNE, figures, report_markdown
 from rig.serving.tune.variants import Variant
 from rig.serving.workload import Workload
 from rig.stack.derive import sized_for
@@ -41,7 +41,7 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
                               "recommendation": "not finished", "testmodel": model, "inherited_env": inherited}
     for line in inherited_said(inherited):
         progress(line)
-    with recorded(out, result, "tune.json", report_markdown, figures) as written, \
+    with recorded(out, result, "tune.json", TUNE, report_markdown, figures) as written, \
             Servers(sized["server"]["start_timeout"], api_key_env) as servers:
         measuring = measure.Measuring(servers, venv, plan, out, workload, sized["tune"]["profile_levels"],
                                       sized["tune"]["profile_steps"])
@@ -55,16 +55,18 @@ def _tuned(measuring: measure.Measuring, stack: dict, stack_path: str, found: li
     beside the record (adaptive.json, proposed-stack.yml)."""
     records = result["variants"]
     found = measuring.every(found, records, stack["tune"]["uncapped"])
-    choice = choose.family_choice(measure.usable(records), found, measuring.plan.levels, records)
+    metric = measuring.plan.metric
+    choice = choose.family_choice(measure.usable(records), found, measuring.plan.levels, records, metric)
     kind = choose.policy(choice.rows, choice.graphs)
     result.update({"choices": choice.rows, "policy": kind, "family": choice.family, "family_scores": choice.scores,
-                   "cuda_graph_bs": choice.graphs, "running_cap": choice.cap, "step0_stand_in": choice.step0})
+                   "cuda_graph_bs": choice.graphs, "max_running_requests": choice.max_running_requests,
+                   "step0_stand_in": choice.step0})
     config = confirm.serve_adaptive(measuring, stack, kind, choice, records) if kind["kind"] == "adaptive" else None
-    result["confirmation"] = confirm.confirmation(records, choice, kind)
+    result["confirmation"] = confirm.confirmation(records, choice, kind, metric)
     # the environment the policy server was confirmed with (its step-0 server's), proposed with it
     step0_env = choice.env if kind["kind"] == "adaptive" else {}
     result["recommendation"] = propose.recommend(kind, choice.rows, result["confirmation"], config,
-                                                 measure.usable(records), choice.plain, step0_env)
+                                                 measure.usable(records), choice.plain, metric, step0_env)
     if profile:  # the one server that pays best for the user's own load
         result["load_profile"] = confirm.for_the_load(records, measuring, profile)
         result["recommendation"] += propose.for_the_load(result["load_profile"], profile[0], measuring.plan.metric)
