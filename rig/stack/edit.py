@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rig.core import RigError
@@ -110,46 +111,68 @@ def _nested(lines: list[str], i: int, stop: int, current: Any, value: Any) -> bo
             and stop > i + 1 and _opens_block(lines[i]))
 
 
-def _edit_block(lines: list[str], start: int, end: int, indent: int, current: dict, values: dict, path: str,
-                eol: str, source: str, exact: bool = False) -> int:
-    """The block mapping in LINES[START:END] given VALUES key by key (added at its end, at the indent of its keys,
-    else INDENT), and where EXACT without the keys VALUES lacks. Returns the block's new end."""
+@dataclass(frozen=True)
+class _Block:
+    """A block mapping being edited: LINES[start:end], the indent its keys take where it has none yet, its key path,
+    and the file's line ending and name."""
+    start: int
+    end: int
+    indent: int
+    path: str
+    eol: str
+    source: str
+
+
+def _edit_block(lines: list[str], block: _Block, current: dict, values: dict, exact: bool = False) -> int:
+    """BLOCK given VALUES key by key (added at its end, at the indent of its keys), and where EXACT without the keys
+    VALUES lacks (CURRENT: what it holds now). Returns the block's new end."""
     unset = [key for key in current if key not in values] if exact else []
+    end = block.end
     for key, value in [*values.items(), *((key, None) for key in unset)]:
         if key in values and key in current and _same(current[key], value):
             continue  # already so: its line stays as the user spelt it
-        body = [j for j in range(start, end) if not _blank(lines[j])]
-        keys_at = _indent(lines[body[0]]) if body else indent
-        at = [j for j in body if _indent(lines[j]) == keys_at and _key(lines[j]) == key]
-        if len(at) > 1:
-            raise RigError(f"{source}: {path}.{key} is written {len(at)} times; keep one and run again")
         before = len(lines)
-        if not at:
-            lines.insert(body[-1] + 1 if body else start, _written(key, value, keys_at, path) + eol)
-        elif (stop := _value_end(lines, at[0], end, keys_at)) and key not in values:
-            del lines[at[0]:stop]
-        elif _nested(lines, at[0], stop, current[key], value):
-            _edit_block(lines, at[0] + 1, stop, keys_at + 2, current[key], value, f"{path}.{key}", eol, source, True)
-        else:  # one line, the key as the user spelt it, its trailing comment kept where the old value was one line
-            line = lines[at[0]].rstrip()
-            spelt = line[:len(line) - len(_split(line)[1])]  # type: ignore[index]  # _key found a key there
-            comment = _comment(lines[at[0]].rstrip("\r\n")) if stop == at[0] + 1 else ""
-            lines[at[0]:stop] = [f"{spelt} {dump_json(value, f'{path}.{key}')}{comment}{eol}"]
+        _edit_key(lines, replace(block, end=end), key, value, current.get(key), key in values)
         end += len(lines) - before
     return end
 
 
-def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> str:
-    """TEXT with SECTION's keys set to VALUES (added at the block's end where absent; the block added at the end
-    where the document has none); a mapping value written as a block is edited key by key, its comments kept. A
-    RigError when the edit would not give exactly that document."""
-    data = parse_yaml(text, source)
-    if not isinstance(data, dict) or not isinstance(data.get(section) or {}, dict):
-        raise RigError(f"{source}: {section} is not a mapping; rig edits only a stack file's mapping sections")
+def _edit_key(lines: list[str], block: _Block, key: Any, value: Any, current: Any, kept: bool) -> None:
+    """KEY of BLOCK set to VALUE (CURRENT: its value now), added where the block lacks it; where not KEPT, its
+    lines removed."""
+    body = [j for j in range(block.start, block.end) if not _blank(lines[j])]
+    keys_at = _indent(lines[body[0]]) if body else block.indent
+    at = [j for j in body if _indent(lines[j]) == keys_at and _key(lines[j]) == key]
+    if len(at) > 1:
+        raise RigError(f"{block.source}: {block.path}.{key} is written {len(at)} times; keep one and run again")
+    if not at:
+        lines.insert(body[-1] + 1 if body else block.start, _written(key, value, keys_at, block.path) + block.eol)
+        return
+    stop = _value_end(lines, at[0], block.end, keys_at)
+    path = f"{block.path}.{key}"
+    if not kept:
+        del lines[at[0]:stop]
+    elif _nested(lines, at[0], stop, current, value):
+        _edit_block(lines, _Block(at[0] + 1, stop, keys_at + 2, path, block.eol, block.source), current, value, True)
+    else:  # one line, the key as the user spelt it, its trailing comment kept where the old value was one line
+        line = lines[at[0]].rstrip()
+        spelt = line[:len(line) - len(_split(line)[1])]  # type: ignore[index]  # _key found a key there
+        comment = _comment(lines[at[0]].rstrip("\r\n")) if stop == at[0] + 1 else ""
+        lines[at[0]:stop] = [f"{spelt} {dump_json(value, path)}{comment}{block.eol}"]
+
+
+def _lines(text: str) -> tuple[list[str], str]:
+    """TEXT's lines, the last one ended, and the file's own line ending."""
     lines = text.splitlines(keepends=True)
-    eol = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"  # the file's own line ending
+    eol = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += eol
+    return lines, eol
+
+
+def _section(lines: list[str], data: dict, section: str, eol: str, source: str) -> tuple[int, int]:
+    """Where SECTION's block is in LINES (its line added at the end where the document has none): its first line
+    after `SECTION:` and its end. A RigError where it is no block of its own line or writes a key as `? key`."""
     heads = [i for i, line in enumerate(lines) if re.match(rf"{re.escape(section)}\s*:\s*(#.*)?$", line.rstrip("\r\n"))]
     if section in data and len(heads) != 1:
         raise RigError(f"{source}: its {section} section is not a block of its own line ({section}: followed by "
@@ -163,7 +186,19 @@ def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> s
                         None):
         raise RigError(f"{source}: line {explicit + 1} writes a key of {section} in YAML's explicit form (`? key`); "
                        "rig edits `key: value` lines: write it so, or edit the file by hand")
-    _edit_block(lines, start, end, 2, data.get(section) or {}, values, section, eol, source)
+    return start, end
+
+
+def with_keys(text: str, section: str, values: dict[str, Any], source: str) -> str:
+    """TEXT with SECTION's keys set to VALUES (added at the block's end where absent; the block added at the end
+    where the document has none); a mapping value written as a block is edited key by key, its comments kept. A
+    RigError when the edit would not give exactly that document."""
+    data = parse_yaml(text, source)
+    if not isinstance(data, dict) or not isinstance(data.get(section) or {}, dict):
+        raise RigError(f"{source}: {section} is not a mapping; rig edits only a stack file's mapping sections")
+    lines, eol = _lines(text)
+    start, end = _section(lines, data, section, eol, source)
+    _edit_block(lines, _Block(start, end, 2, section, eol, source), data.get(section) or {}, values)
     edited = "".join(lines)
     wanted = copy.deepcopy(data)
     wanted[section] = {**(wanted.get(section) or {}), **values}
