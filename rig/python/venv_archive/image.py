@@ -33,21 +33,21 @@ from rig.python.venv_archive.manifest import (
 )
 
 FORMAT = "squashfs"
-COMPRESSION = {"algorithm": "zstd", "level": 3}
+ALGORITHM, LEVEL = "zstd", 3
+COMPRESSION = {"algorithm": ALGORITHM, "level": LEVEL}
 MKSQUASHFS_TIMEOUT = 3 * 3600.0  # seconds: 11 GB of venv built in 64 s on 2 busy cores; a hang must still end
 SQUASHFS_TOOLS = "install squashfs-tools 4.5 or later (apt install squashfs-tools)"
 # every choice that makes the same tar build the same bytes: fixed times (the pyc headers name FIXED_MTIME as
 # their sources' time, so a read-only tree never recompiles), root's, no xattrs, the root directory a venv's
-BUILD_OPTIONS = ["-tar", "-no-strip", "-comp", COMPRESSION["algorithm"], "-Xcompression-level",
-                 str(COMPRESSION["level"]), "-reproducible", "-mkfs-time", "0", "-all-time", str(FIXED_MTIME),
-                 "-root-time", str(FIXED_MTIME), "-root-mode", "0755", "-all-root", "-noappend", "-no-xattrs",
-                 "-quiet", "-no-progress"]
+BUILD_OPTIONS = ["-tar", "-no-strip", "-comp", ALGORITHM, "-Xcompression-level", str(LEVEL), "-reproducible",
+                 "-mkfs-time", "0", "-all-time", str(FIXED_MTIME), "-root-time", str(FIXED_MTIME),
+                 "-root-mode", "0755", "-all-root", "-noappend", "-no-xattrs", "-quiet", "-no-progress"]
 
 _FIELDS = MANIFEST_SPEC.fields
 IMAGE_SPEC = Field(dict, fields={
     "format": Field(required=True, choices=(FORMAT,)),
     "compression": Field(dict, required=True, fields={
-        "algorithm": Field(required=True, choices=(COMPRESSION["algorithm"],)),
+        "algorithm": Field(required=True, choices=(ALGORITHM,)),
         "level": Field(int, required=True, check=lambda v: None if 1 <= v <= 22 else "a zstd level is 1-22")}),
     **{key: _FIELDS[key] for key in ("lock_hash", "python", "glibc", "arch", "venv")},
     "interpreter": Field(required=True, check=lambda v: None if v == "" or v.startswith("/") else
@@ -101,7 +101,7 @@ def image(manifest_path: str | Path, out_dir: str | Path, archive: str | Path | 
     if old is not None:
         return {**result, "sha256": old["image"]["sha256"], "size": old["image"]["size"],
                 "msg": f"{built} already holds {name}"}
-    tools = [zstd_binary(), mksquashfs_binary()]
+    zstd, mksquashfs = zstd_binary(), mksquashfs_binary()
     if check:  # the archive the run reads, looked at whole: a check refuses what the run would
         with os.fdopen(open_plain(archive, os.O_RDONLY, "the venv archive", follow=False), "rb") as handle:
             if digest_of(handle) != (manifest["archive"]["sha256"], manifest["archive"]["size"]):
@@ -112,7 +112,8 @@ def image(manifest_path: str | Path, out_dir: str | Path, archive: str | Path | 
     # built in a directory only this run made, so mksquashfs never writes through a link; renamed into place
     scratch = Path(tempfile.mkdtemp(dir=out, prefix=f".{name}.rig-image-"))
     try:
-        digest, size = _build(*tools, archive, manifest, scratch / built.name)
+        digest, size = _build(zstd, mksquashfs, archive, manifest, scratch / built.name)
+        os.chmod(scratch / built.name, 0o644)
         os.replace(scratch / built.name, built)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
