@@ -35,6 +35,7 @@ from rig.cli.common import (
     INTERNAL,
     INTERRUPTED,
     OK,
+    REASONS,
     SIGNALLED,
     RigGroup,
     moved,
@@ -173,11 +174,12 @@ def _deleted_cwd() -> str | None:
             return os.environ.get("PWD") or "(unknown)"
 
 
-def _fail(line: str, code: int, as_json: bool, kind: str = "error: ", hint: str | None = None) -> None:
+def _fail(line: str, code: int, as_json: bool, kind: str = "error: ", hint: str | None = None,
+          reason: str | None = None) -> None:
     """The one way a run fails: `rig: error: LINE` on stderr (an interrupt, no error of input: `rig: LINE`), the
     remedy on a line of its own, `rig: hint: HINT`, as uv says it; under --json also {"error", "hint", "exit"} on
-    stdout (a machine reading stdout gets one JSON object either way; hint null where there is none), then exit
-    CODE."""
+    stdout (a machine reading stdout gets one JSON object either way; hint null where there is none; "reason" too
+    where the error names one a caller acts on), then exit CODE."""
     click.echo(rig_line(kind + line), err=True)
     if hint:
         click.echo(rig_line(f"hint: {hint}"), err=True)
@@ -185,7 +187,8 @@ def _fail(line: str, code: int, as_json: bool, kind: str = "error: ", hint: str 
         from rig.core.documents import dump_json
 
         try:
-            click.echo(dump_json({"error": line, "hint": hint, "exit": code}, "the error"))
+            said = {"error": line, "hint": hint, "exit": code, **({"reason": reason} if reason else {})}
+            click.echo(dump_json(said, "the error"))
         except OSError:  # stdout itself is what failed (a full disk, a closed pipe): the line above said so
             _quiet_stdout()
     sys.exit(code)
@@ -255,4 +258,5 @@ def main(argv: list[str] | None = None) -> None:
                   hint="a defect of rig's: rerun with --debug and report the traceback")
         else:
             line, hint = explained
-            _fail(line, ERROR, as_json, hint=hint)
+            reason = exc.reason if isinstance(exc, RigError) else None
+            _fail(line, REASONS.get(reason or "", ERROR), as_json, hint=hint, reason=reason)

@@ -48,9 +48,11 @@ OK = 0
 JUDGED_FAIL = 1  # the command ran and judged: a check failed (doctor, verify, audit, smoke, bench...)
 ERROR = 2  # bad input, or a host problem to fix (the one `rig: error:` line)
 PARTIAL = 3  # `rig lock` wrote a lock that could not be fully resolved
+CANNOT_HERE = 4  # this host cannot do it this way (`rig venv mount`: no root, loop device or squashfs): fall back
 INTERNAL = 70  # a defect of rig's own (EX_SOFTWARE)
 INTERRUPTED = 130  # Ctrl-C
 SIGNALLED = 128  # plus the signal's number: SIGTERM or SIGHUP
+REASONS = {"cannot-mount": CANNOT_HERE}  # a RigError's reason -> its exit status (else ERROR)
 
 
 class UsageError(click.UsageError):

@@ -14,22 +14,26 @@ from rig.cli.common import (
     lock_option,
     manifest_option,
     out_option,
+    shared,
     stack_option,
     venv_of,
     venv_option,
     wheelhouse_option,
 )
-from rig.cli.types import FILE, Choice, PathOrUrl, Seconds
+from rig.cli.types import FILE, Choice, Directory, PathOrUrl, Seconds
 from rig.python import lock as locking
 from rig.python.installer import INSTALLERS
 from rig.python.venv import add, install, verify
+from rig.python.venv_archive.image import IMAGE, image
 from rig.python.venv_archive.manifest import read_manifest
+from rig.python.venv_archive.mount import STORE, looked_at, mount, rig_link
 from rig.python.venv_archive.pack import pack
 from rig.python.venv_archive.pull import PULL_TIMEOUT, restore
 from rig.python.venv_archive.tree import verify_against
 
 # the stack is read for its `venv` key alone
 whose_stack = stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
+pull_timeout = shared("--timeout", type=Seconds(), default=PULL_TIMEOUT, show_default=True)
 
 
 @group()
@@ -70,17 +74,27 @@ def venv_install(venv_path, stack_path, lock_file, lock_hash, python_version, wh
 @venv.command("verify")
 @venv_option()
 @whose_stack
-@manifest_option(help="Also check the venv file by file against this archive manifest (rig venv pack wrote it): "
-                     "every entry there with its mode, size and sha256, nothing more but what Python caches.")
+@manifest_option(help="Also check the venv against this manifest: an archive's NAME.manifest.json (rig venv pack "
+                      "wrote it) file by file, every entry with its mode, size and sha256, nothing more but what Python "
+                      "caches; or an image's NAME.image.json (rig venv image wrote it): the venv is that image, "
+                      "mounted from its file, whose sha256 is the manifest's. A venv rig mounted is checked through "
+                      "its link.")
 @json_option
 def venv_verify(venv_path, stack_path, manifest, as_json) -> None:
-    """Check every locked package is installed at its locked version (and, with --manifest, every file)."""
+    """Check every locked package is installed at its locked version (and, with --manifest, every file or the image)."""
     venv_path = venv_of(venv_path, stack_path)
     result = verify(venv_path)
     said = [f"{venv_path}: {result['packages']} packages as locked" if result["ok"]
             else f"{venv_path}: differs from its lock: {result['mismatched']}"]
-    if manifest:
-        against = verify_against(venv_path, read_manifest(manifest))
+    if manifest and str(manifest).endswith(IMAGE.manifest_suffix):
+        seen = looked_at(venv_path, IMAGE.read(manifest, "venv image manifest"))
+        if not seen["image"]:
+            seen = {**seen, "ok": False, "problems": [f"{venv_path} is no venv image rig mounted (no link rig made)"]}
+        result = {**result, "ok": result["ok"] and seen["ok"], "image": seen}
+        said.append(f"image {seen['name']}, mounted at {seen['mount']}, its sha256 its manifest's" if seen["ok"] else
+                    "not the image its manifest describes: " + "; ".join(seen["problems"]))
+    elif manifest:
+        against = verify_against(rig_link(venv_path) or venv_path, read_manifest(manifest))
         result = {**result, "ok": result["ok"] and against["ok"], "archive": against}
         said.append(f"every one of its {against['entries']} archive entries as packed" if against["ok"] else
                     f"differs from the archive in {len(against['differs'])} places: " +
@@ -111,8 +125,7 @@ def venv_pack(venv_path, stack_path, out_dir, check, as_json) -> None:
               help="The NAME.tar.zst to unpack (default: the one beside --manifest, pulled when it is a URL).")
 @lock_option(help="The stack's lock: an archive of any other lock is refused before anything is pulled or written; "
                   "with a directory for --manifest, it names the archive to take there.")
-@click.option("--timeout", type=Seconds(), default=PULL_TIMEOUT, show_default=True,
-              help="Seconds the archive's download may take in all; run again to resume one cut off.")
+@pull_timeout(help="Seconds the archive's download may take in all; run again to resume one cut off.")
 @check_option
 @json_option
 def venv_unpack(venv_path, stack_path, manifest, archive, lock_file, timeout, check, as_json) -> None:
@@ -134,3 +147,42 @@ def venv_unpack(venv_path, stack_path, manifest, archive, lock_file, timeout, ch
 def venv_add(venv_path, stack_path, requirements_sha256, wheelhouse, find_links, check, as_json) -> None:
     """Install rig-built wheels into a stack venv, hash-checked; a no-op when already there."""
     emit(add(venv_of(venv_path, stack_path), wheelhouse, requirements_sha256, check, find_links), as_json)
+
+
+@venv.command("image")
+@manifest_option(required=True, help="The venv archive's NAME.manifest.json (rig venv pack wrote it), checked whole; "
+                                     "its NAME.tar.zst beside it is imaged, its sha256 checked as it is read.")
+@out_option(None, "NAME.sqfs and NAME.image.json go here (NAME: the archive's).", required=True)
+@check_option
+@json_option
+def venv_image(manifest, out_dir, check, as_json) -> None:
+    """Build a read-only squashfs image of a venv archive, reproducibly; a no-op when already built.
+
+    The archive's tar streams into mksquashfs (squashfs-tools 4.5+): no file of the venv is written out. Every time
+    is the archive's fixed one, so the bytecode stays fresh on a read-only mount. `rig venv mount` mounts it."""
+    emit(image(manifest, out_dir, check=check), as_json)
+
+
+@venv.command("mount")
+@venv_option(help="The venv's path: made a link to the image's mount point (a venv directory there is moved aside, "
+                  "never deleted).")
+@whose_stack
+@click.option("--image-manifest", type=PathOrUrl(), metavar="FILE_OR_URL", required=True,
+              help="The image's NAME.image.json: a file, or an http(s) URL whose image beside it is pulled (a pull "
+                   "cut short resumes); or the directory (URL) holding it, with --lock.")
+@lock_option(help="The stack's lock: an image of any other lock is refused before anything is pulled; with a "
+                  "directory for --image-manifest, it names the image to take there.")
+@click.option("--store", type=Directory(), default=str(STORE), show_default=True, metavar="DIR",
+              help="Where images are kept and mounted, a directory per venv path: the current image and the one "
+                   "before stay (a rollback mounts the previous manifest and only moves the link); older ones are "
+                   "unmounted and deleted.")
+@pull_timeout(help="Seconds the image's download may take in all; run again to resume one cut off.")
+@check_option
+@json_option
+def venv_mount(venv_path, stack_path, image_manifest, lock_file, store, timeout, check, as_json) -> None:
+    """Mount a venv image read-only (root) and link the venv's path to it; a no-op when already.
+
+    Where this host cannot mount it (not root, no loop device, no squashfs), exits 4 with `reason: cannot-mount`
+    under --json: unpack the archive instead (rig venv unpack)."""
+    lock_hash = locking.read(lock_file)["lock_hash"] if lock_file else None
+    emit(mount(image_manifest, venv_of(venv_path, stack_path), lock_hash, check, timeout, store), as_json)

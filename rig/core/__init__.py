@@ -13,7 +13,11 @@ def progress(message: str) -> None:
 class RigError(Exception):
     """A problem the user can fix: MESSAGE names it, HINT (where given) says how to fix it. The error boundary
     (rig.cli.main) prints the hint on a line of its own, `rig: hint: ...` (and as `hint` under --json); str() holds
-    both, so a caller that words the error into its own (a failed check, a wrapping error) keeps the remedy."""
+    both, so a caller that words the error into its own (a failed check, a wrapping error) keeps the remedy.
+    REASON, on a subclass, names a failure a caller acts on (`cannot-mount`: fall back): the boundary gives it its
+    own exit status and a `reason` key under --json."""
+
+    reason: str | None = None
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)

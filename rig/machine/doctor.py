@@ -178,6 +178,29 @@ def _venv(venv: str, lock: dict | None = None) -> Check:
                  f"({result['lock_hash'][:12]})")
 
 
+def _venv_image(venv: str) -> Check | None:
+    """Where the venv is a link rig made to a mounted image: PASS when that image's file is what is mounted and its
+    sha256 is its manifest's (the copy the store keeps); FAIL where either is not; WARN where a file could not be
+    read (not root). None for a venv that is no such link (a directory: nothing to say about an image)."""
+    from rig.python.venv_archive.mount import looked_at
+
+    try:
+        seen = looked_at(venv)
+    except RigError as exc:  # the mount table could not be read
+        return Check("python", "venv image", "warn", f"{venv}: could not look at its image: {exc}", IMAGE_FIX)
+    if not seen["image"]:
+        return None
+    if not seen["looked"]:
+        return Check("python", "venv image", "warn", f"{venv} links to image {seen['name']}, which could not be "
+                     f"checked: {'; '.join(seen['problems'])}", "run rig doctor as root to read the image's store")
+    if not seen["ok"]:
+        return Check("python", "venv image", "fail", f"{venv} links to image {seen['name']}: "
+                     f"{'; '.join(seen['problems'])}", IMAGE_FIX, problems=[f"{venv}: {p}" for p in seen["problems"]])
+    return Check("python", "venv image", "pass", f"{venv} is the mounted image {seen['name']} (sha256 "
+                 f"{seen['sha256'][:12]}, as its manifest says), mounted read-only at {seen['mount']}")
+
+
+IMAGE_FIX = "run the python_stack role again (rig venv mount puts the image back, or the role unpacks the archive)"
 ENV_FIX = "run `rig env install --venv VENV --stack STACK` (the python_stack role does)"
 VENV_FIX = f"give --venv where the stack's venv is, or {CREATE_VENV}"
 
@@ -307,6 +330,7 @@ def run(cuda_version: str, archs: list[str], prefix: str = "/usr/local", venv: s
     checks += _libraries(cuda_version)
     checks += _nvrtc(cuda_version, archs)
     if venv:
+        checks += [image] if (image := _venv_image(venv)) is not None else []
         checks.append(_venv(venv, lock))
         if checks[-1].status in ("pass", "warn"):  # the kernels are audited in a venv known to be whole or adopted
             from rig.python.runtime_env import seen_by

@@ -10,8 +10,9 @@ import re
 import shutil
 import sys
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rig.core import RigError, http
 from rig.core.documents import parse_json
@@ -134,9 +135,9 @@ def is_url(source: str) -> bool:
                        "http(s):// or file:// URL") from None
 
 
-def read_manifest(source: bytes | str | Path, what: str = "venv archive manifest") -> dict:
-    """A manifest (its bytes, a file, or an http(s):// or file:// URL), checked whole: its fields, every entry's
-    path confined to the venv, and its archive's name what its fields make it. Anything else is one RigError."""
+def read_bytes_of(source: bytes | str | Path, what: str) -> tuple[str, str]:
+    """(where, text) of a manifest given as its bytes, a file, or an http(s):// or file:// URL: at most
+    MANIFEST_LIMIT bytes of UTF-8, never a FIFO or a device."""
     if isinstance(source, bytes):
         where, data = what, source
     elif isinstance(source, str) and is_url(source):
@@ -146,15 +147,46 @@ def read_manifest(source: bytes | str | Path, what: str = "venv archive manifest
     else:
         where, data = str(source), read_bytes(source, what, MANIFEST_LIMIT)
     try:
-        text = data.decode("utf-8")
+        return where, data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RigError(f"{where}: not UTF-8 (byte {exc.start}); not a manifest rig wrote") from None
-    manifest = parse_json(text, where, MANIFEST_SPEC)
+
+
+def named(manifest: dict, where: str, field: str) -> dict:
+    """MANIFEST, once its FIELD.name (the archive's or the image's) is the name its lock, Python and arch give."""
     wanted = archive_name(manifest["lock_hash"], manifest["python"], manifest["arch"])
-    if manifest["archive"]["name"] != wanted:
-        raise RigError(f"{where}: archive.name {manifest['archive']['name'][:80]!r} is not {wanted!r}, the name its "
+    if manifest[field]["name"] != wanted:
+        raise RigError(f"{where}: {field}.name {manifest[field]['name'][:80]!r} is not {wanted!r}, the name its "
                        "lock, Python and arch give; not a manifest rig wrote")
     return manifest
+
+
+def read_manifest(source: bytes | str | Path, what: str = "venv archive manifest") -> dict:
+    """A manifest (its bytes, a file, or an http(s):// or file:// URL), checked whole: its fields, every entry's
+    path confined to the venv, and its archive's name what its fields make it. Anything else is one RigError."""
+    where, text = read_bytes_of(source, what)
+    return named(parse_json(text, where, MANIFEST_SPEC), where, "archive")
+
+
+class Artifact(NamedTuple):
+    """What a pull fetches: a file beside its manifest (NAME + MANIFEST_SUFFIX), read by READ, whose FIELD
+    ({"name", "sha256", "size"}) names the file NAME + SUFFIX."""
+    what: str
+    manifest_suffix: str
+    suffix: str
+    field: str
+    read: Callable[[bytes | str | Path, str], dict]
+
+
+ARCHIVE = Artifact("the venv archive", ".manifest.json", ".tar.zst", "archive", read_manifest)
+
+
+def interpreter_of(manifest: dict) -> str | None:
+    """The absolute path the venv's bin/python leads to: an image's manifest records it, an archive's links lead
+    to it (None where it leads nowhere outside the venv)."""
+    if "entries" not in manifest:
+        return manifest["interpreter"] or None
+    return _interpreter(manifest)
 
 
 def _interpreter(manifest: dict) -> str | None:
@@ -172,10 +204,10 @@ def _interpreter(manifest: dict) -> str | None:
 
 
 def fits(manifest: dict, lock_hash: str | None, venv: str | Path) -> str | None:
-    """Why MANIFEST's archive cannot be this host's venv at VENV (of lock LOCK_HASH, when given), or None."""
+    """Why MANIFEST's archive (or image) cannot be this host's venv at VENV (of lock LOCK_HASH, when given), or None."""
     here_python = f"{sys.version_info[0]}.{sys.version_info[1]}"
     glibc, theirs = host_glibc(), manifest["glibc"]
-    base = _interpreter(manifest)
+    base = interpreter_of(manifest)
     if lock_hash is not None and lock_hash != manifest["lock_hash"]:
         return f"it holds lock {manifest['lock_hash'][:16]}, not {lock_hash[:16]}, the lock given"
     if str(absolute(venv)) != manifest["venv"]:
@@ -209,17 +241,16 @@ def digest_of(handle) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def manifest_source(source: str, lock_hash: str | None) -> str:
-    """SOURCE where it names a manifest; where it names a directory (a URL not ending in .manifest.json, or a local
-    directory), the manifest in it of LOCK_HASH's archive for this host's Python and arch."""
+def manifest_source(source: str, lock_hash: str | None, artifact: Artifact = ARCHIVE) -> str:
+    """SOURCE where it names a manifest; where it names a directory (a URL not ending in the manifest's suffix, or a
+    local directory), the manifest in it of LOCK_HASH's archive (or image) for this host's Python and arch."""
     local = not is_url(source)
-    if source.endswith(".manifest.json") or (local and not Path(source).is_dir()):
+    ending = artifact.manifest_suffix
+    if source.endswith(ending) or (local and not Path(source).is_dir()):
         return source
     if not lock_hash:
-        raise RigError(f"{source} is a directory, not a manifest: give its NAME.manifest.json, or the lock (--lock) "
-                       "whose archive to take from it")
+        raise RigError(f"{source} is a directory, not a manifest: give its NAME{ending}, or the lock (--lock) "
+                       f"whose {artifact.what.removeprefix('the ')} to take from it")
     name = archive_name(lock_hash, f"{sys.version_info[0]}.{sys.version_info[1]}", platform.machine())
-    return str(Path(source) / f"{name}.manifest.json") if local else \
-        urllib.parse.urljoin(source.rstrip("/") + "/", f"{name}.manifest.json")
-
-
+    return str(Path(source) / f"{name}{ending}") if local else \
+        urllib.parse.urljoin(source.rstrip("/") + "/", f"{name}{ending}")

@@ -11,8 +11,10 @@ from pathlib import Path
 from rig.core import RigError, http
 from rig.core.fs import atomic_write, held, open_plain
 from rig.python.venv_archive.manifest import (
+    ARCHIVE,
     MANIFEST_LIMIT,
     MANIFEST_TIMEOUT,
+    Artifact,
     absolute,
     digest_of,
     is_url,
@@ -24,43 +26,47 @@ from rig.python.venv_archive.unpack import made_parents, settle, unpack
 PULL_TIMEOUT = 3600.0  # seconds for the whole archive; a pull cut off resumes where it stopped when run again
 
 
-def pull(source: str, dest_dir: str | Path, expected: dict | None = None, timeout: float = PULL_TIMEOUT) -> Path:
-    """An archive and its manifest from SOURCE (the manifest's URL, a directory's URL where EXPECTED names the
-    lock_hash, or a local path) into DEST_DIR; the archive's path. Each key of EXPECTED (the manifest already read,
-    or some of its fields) must equal the pulled manifest's, before the archive is downloaded. The archive grows in
-    NAME.tar.zst.part, resumed from its size where a pull was cut short, hashed as it streams, and takes its name
-    only once its sha256 and size are the manifest's; the manifest is written last: present means whole."""
+def pull(source: str, dest_dir: str | Path, expected: dict | None = None, timeout: float = PULL_TIMEOUT,
+         artifact: Artifact = ARCHIVE) -> Path:
+    """An archive (or, with ARTIFACT=IMAGE, an image) and its manifest from SOURCE (the manifest's URL, a
+    directory's URL where EXPECTED names the lock_hash, or a local path) into DEST_DIR; the file's path. Each key
+    of EXPECTED (the manifest already read, or some of its fields) must equal the pulled manifest's, before the
+    file is downloaded. The file grows in NAME.SUFFIX.part, resumed from its size where a pull was cut short,
+    hashed as it streams, and takes its name only once its sha256 and size are the manifest's; the manifest is
+    written last: present means whole."""
     wanted = expected or {}
-    source = manifest_source(source, wanted.get("lock_hash"))
+    source = manifest_source(source, wanted.get("lock_hash"), artifact)
     if not is_url(source):
         source = Path(source).absolute().as_uri()
     taken = io.BytesIO()
-    http.download(source, taken, "the venv archive's manifest", MANIFEST_LIMIT, MANIFEST_TIMEOUT)
-    manifest = read_manifest(taken.getvalue(), source)
+    http.download(source, taken, f"{artifact.what}'s manifest", MANIFEST_LIMIT, MANIFEST_TIMEOUT)
+    manifest = artifact.read(taken.getvalue(), source)
     for key, value in wanted.items():
         if manifest.get(key) != value:
             raise RigError(f"{source} is not the manifest expected: its {key} is {str(manifest.get(key))[:80]!r}, "
                            f"not {str(value)[:80]!r}")
-    name, want, size = manifest["archive"]["name"], manifest["archive"]["sha256"], manifest["archive"]["size"]
-    url = urllib.parse.urljoin(source, urllib.parse.quote(f"{name}.tar.zst"))
+    held_file = manifest[artifact.field]
+    name, want, size = held_file["name"], held_file["sha256"], held_file["size"]
+    url = urllib.parse.urljoin(source, urllib.parse.quote(f"{name}{artifact.suffix}"))
     dest = Path(dest_dir)
-    final, part = dest / f"{name}.tar.zst", dest / f"{name}.tar.zst.part"
+    final, part = dest / f"{name}{artifact.suffix}", dest / f"{name}{artifact.suffix}.part"
     if dest.is_symlink() or (os.path.lexists(dest) and not dest.is_dir()):
         raise RigError(f"{dest} is a link or not a directory; rig pulls only into a directory of its own: remove it")
     dest.mkdir(parents=True, exist_ok=True)
     with held(dest / f".{name}.pull.lock"):  # two pulls into one directory take turns; the second finds it whole
         if final.is_file() and not final.is_symlink() and final.stat().st_size == size:
-            with os.fdopen(open_plain(final, os.O_RDONLY, "the venv archive", follow=False), "rb") as handle:
+            with os.fdopen(open_plain(final, os.O_RDONLY, artifact.what, follow=False), "rb") as handle:
                 if digest_of(handle) == (want, size):
-                    atomic_write(dest / f"{name}.manifest.json", taken.getvalue())
+                    atomic_write(dest / f"{name}{artifact.manifest_suffix}", taken.getvalue())
                     return final
-        digest = http.resume(url, part, "the archive", size, timeout)
+        digest = http.resume(url, part, f"the {artifact.field}", size, timeout)
         if digest != want:
             part.unlink(missing_ok=True)
-            raise RigError(f"{url} is not the archive its manifest describes (sha256 or size differs); the partial "
-                           "download is removed: pull again, or pack the archive again where it is served")
+            raise RigError(f"{url} is not the {artifact.field} its manifest describes (sha256 or size differs); the "
+                           f"partial download is removed: pull again, or make the {artifact.field} again where it "
+                           "is served")
         os.replace(part, final)
-        atomic_write(dest / f"{name}.manifest.json", taken.getvalue())
+        atomic_write(dest / f"{name}{artifact.manifest_suffix}", taken.getvalue())
     return final
 
 

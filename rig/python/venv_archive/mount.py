@@ -1,0 +1,230 @@
+"""`rig venv mount`: a venv image pulled into the host's store, mounted read-only, and the venv's path made a link
+to it, switched in one rename. The store keeps the current image and the one before (mounted, for a rollback that
+only moves the link back: `rig venv mount` of the previous manifest); older ones are unmounted and deleted.
+
+Per venv path, the store directory STORE/VENVNAME-HASH holds NAME.sqfs, NAME.image.json, the mount point NAME/ and
+state.json ({"current", "previous"}); the venv path links to STORE/VENVNAME-HASH/NAME."""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import re
+import secrets
+import stat
+from pathlib import Path
+
+from rig.core import RigError, progress
+from rig.core.documents import dump_json, parse_json
+from rig.core.fs import atomic_write, open_regular, read_bytes
+from rig.core.schema import Field
+from rig.python.venv import MARKER
+from rig.python.venv_archive.image import IMAGE, read_image_manifest
+from rig.python.venv_archive.manifest import absolute, digest_of, fits, manifest_source
+from rig.python.venv_archive.mounts import CannotMount, attach, detach, mountable, mounted, mounted_from
+from rig.python.venv_archive.pull import PULL_TIMEOUT, pull
+
+STORE = Path("/var/lib/rig/venv-images")
+STATE = "state.json"
+IMAGE_NAME = re.compile(r"venv-[0-9a-f]{16}-py[0-9]+\.[0-9]+-[A-Za-z0-9_.-]{1,32}")
+
+
+def _image_name(value: str | None) -> str | None:
+    return None if value is None or IMAGE_NAME.fullmatch(value) else f"{value[:80]!r} is no image name"
+
+
+STATE_SPEC = Field(dict, fields={"current": Field(required=True, check=_image_name),
+                                 "previous": Field((str, type(None)), check=_image_name)})
+RIG_LINK_FIX = "remove the link (or move it) and run again, or give another --venv"
+
+
+def store_of(venv: Path, root: Path = STORE) -> Path:
+    """The store directory of the venv at VENV: one per venv path, so two venvs of one lock never share a mount."""
+    return root / f"{venv.name}-{hashlib.sha256(str(venv).encode()).hexdigest()[:12]}"
+
+
+def rig_link(venv: str | Path) -> Path | None:
+    """The mount point VENV links to where VENV is a link rig made (to a STORE/VENVNAME-HASH/NAME of its own path,
+    whatever the store's root), else None."""
+    venv = absolute(venv)
+    if not os.path.islink(venv):
+        return None
+    target = Path(os.readlink(venv))
+    if not target.is_absolute() or not IMAGE_NAME.fullmatch(target.name) or \
+            target.parent.name != store_of(venv, Path("/")).name:
+        return None
+    return target
+
+
+def mount(source: str, venv: str | Path, lock_hash: str | None = None, check: bool = False,
+          timeout: float = PULL_TIMEOUT, root: str | Path = STORE) -> dict:
+    """The image SOURCE describes (its manifest: a file, a URL, or a directory of either with LOCK_HASH) mounted
+    and linked at VENV. Every refusal comes before anything is pulled or changed; a no-op where it is already."""
+    venv = absolute(venv)
+    source = manifest_source(source, lock_hash, IMAGE)
+    manifest = read_image_manifest(source)
+    name = manifest["image"]["name"]
+    if why := fits(manifest, lock_hash, venv):
+        raise RigError(f"image {name} does not fit {venv}: {why}")
+    store = _store(Path(root), venv)
+    image, where = store / f"{name}{IMAGE.suffix}", store / name
+    linked = _venv_now(venv, store)
+    ours = _mount_point(where, image)
+    result = {"venv": str(venv), "image": str(image), "mount": str(where), "name": name}
+    if ours and linked == where:
+        return {**result, "changed": False, "msg": f"{venv} is image {name}, mounted at {where}"}
+    if not ours and (why := mountable()):
+        raise CannotMount(f"cannot mount image {name}: {why}", hint="unpack the venv archive instead (rig venv unpack)")
+    aside = _aside_name(venv) if linked == "dir" else None
+    steps = ([] if ours else [f"pull {name} into {store} and mount it at {where}"]) + \
+        ([f"move the directory {venv} aside to {aside}"] if aside else []) + [f"link {venv} to {where}"]
+    if check:
+        return {**result, "changed": True, "msg": "would " + "; ".join(steps)}
+    if not ours:
+        pulled = pull(source, store, manifest, timeout, IMAGE)
+        where.mkdir(mode=0o755, exist_ok=True)
+        progress(f"mounting {pulled} at {where}")
+        attach(pulled, where)
+    previous = _previous(store, name, linked if isinstance(linked, Path) else None)
+    _switch(venv, where, aside)
+    atomic_write(store / STATE, dump_json({"current": name, "previous": previous}, "the venv images' state") + "\n")
+    collected, busy = _collect(store, {name, previous})
+    said = [f"{venv} is now image {name}, mounted at {where}" + (f" (it was {linked.name})" if isinstance(linked, Path)
+                                                                   else "")]
+    said += [f"the directory that was there is moved aside to {aside}: remove it once the image serves"] if aside else []
+    said += [f"collected {', '.join(collected)}"] if collected else []
+    said += [f"kept {', '.join(busy)}: still in use, collected next time"] if busy else []
+    return {**result, "changed": True, "previous": previous, "moved_aside": str(aside) if aside else None,
+            "collected": collected, "msg": "; ".join(said)}
+
+
+def _store(root: Path, venv: Path) -> Path:
+    """The venv's store directory (made by the pull); a link along the way is refused, never written through."""
+    store = store_of(venv, root)
+    for path in (root, store):
+        if os.path.islink(path) or (os.path.lexists(path) and not path.is_dir()):
+            raise RigError(f"{path} is a link or not a directory; rig keeps venv images only in a directory of its "
+                           "own", hint=f"remove {path} and run again")
+    return store
+
+
+def _venv_now(venv: Path, store: Path) -> Path | str | None:
+    """What is at VENV: the mount point rig's link leads to, "dir" (a venv directory, to move aside), or None; a
+    link rig did not make, a file, a FIFO or a directory that is no venv is refused."""
+    try:
+        seen = os.lstat(venv)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(seen.st_mode):
+        target = rig_link(venv)
+        if target is None:
+            raise RigError(f"{venv} is a link to {os.readlink(venv)!r}, which rig did not make (rig links a venv "
+                           f"only into {store.parent}/{store.name}); it is left as it is", hint=RIG_LINK_FIX)
+        return target
+    if not stat.S_ISDIR(seen.st_mode):
+        raise RigError(f"{venv} is not a directory or a link (a file, a FIFO or a device); rig replaces only a venv",
+                       hint=f"remove {venv} and run again, or give another --venv")
+    if not any(os.path.lexists(venv / inner) for inner in (MARKER, "pyvenv.cfg")) and any(venv.iterdir()):
+        raise RigError(f"{venv} holds files but is no venv (no {MARKER}, no pyvenv.cfg); rig moves aside only a venv",
+                       hint=f"move what is in {venv} elsewhere, or give another --venv")
+    return "dir"
+
+
+def _mount_point(where: Path, image: Path) -> bool:
+    """Whether IMAGE is already mounted at WHERE; a link there, or anything else mounted there, is refused."""
+    if os.path.islink(where) or (os.path.lexists(where) and not where.is_dir()):
+        raise RigError(f"the mount point {where} is a link or not a directory; rig mounts only on a directory it made",
+                       hint=f"remove {where} and run again")
+    if mounted_from(where, image):
+        return True
+    other = mounted(where)
+    if other is not None:
+        raise RigError(f"{where} already has {other['backing'] or other['source']} ({other['type']}) mounted, not "
+                       f"{image}", hint=f"unmount it (umount {where}) and run again")
+    if os.path.lexists(where) and any(where.iterdir()):
+        raise RigError(f"the mount point {where} holds files; rig mounts only on an empty directory",
+                       hint=f"remove what is in {where} and run again")
+    return False
+
+
+def _aside_name(venv: Path) -> Path:
+    """Where a venv directory goes when an image takes its path: beside it, never over anything there."""
+    for count in itertools.count(1):
+        aside = venv.with_name(f"{venv.name}.rig-before-image" + (f"-{count}" if count > 1 else ""))
+        if not os.path.lexists(aside):
+            return aside
+    raise AssertionError("unreachable")
+
+
+def _switch(venv: Path, where: Path, aside: Path | None) -> None:
+    """VENV made a link to WHERE in one rename (a new link beside it replaces the old link); a venv directory is
+    moved ASIDE first (a rename cannot put a link over a directory: for that moment no venv is at VENV)."""
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    temporary = venv.with_name(f".{venv.name}.rig-link-{secrets.token_hex(6)}")  # symlink() fails where one is
+    os.symlink(where, temporary)
+    try:
+        if aside is not None:
+            progress(f"moving the directory {venv} aside to {aside}")
+            os.rename(venv, aside)
+        os.replace(temporary, venv)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _previous(store: Path, name: str, linked: Path | None) -> str | None:
+    """The image to keep beside NAME: the one the venv linked to before (LINKED), else the one the store's state
+    last held (after a fallback to a directory, the last image stays the one to go back to)."""
+    state = {"current": None, "previous": None}
+    if os.path.lexists(store / STATE):
+        state = parse_json(read_bytes(store / STATE, "the venv images' state", follow=False).decode(),
+                           str(store / STATE), STATE_SPEC)
+    candidates = [linked.name if linked else None, state["current"], state["previous"]]
+    return next((candidate for candidate in candidates if candidate and candidate != name), None)
+
+
+def _collect(store: Path, kept: set) -> tuple[list[str], list[str]]:
+    """Every image in STORE but KEPT's unmounted and deleted (image, manifest, mount point, partial download): the
+    names collected, and those still in use (kept, to collect next time)."""
+    names = {entry.name.removesuffix(IMAGE.suffix).removesuffix(IMAGE.manifest_suffix).removesuffix(".sqfs.part")
+             for entry in store.iterdir()}
+    collected, busy = [], []
+    for name in sorted(n for n in names if IMAGE_NAME.fullmatch(n) and n not in kept):
+        where = store / name
+        if mounted(where) is not None and (why := detach(where)):
+            busy.append(f"{name} ({why})")
+            continue
+        if where.is_dir() and not where.is_symlink():
+            where.rmdir()
+        for leftover in (f"{name}{IMAGE.suffix}", f"{name}{IMAGE.manifest_suffix}", f"{name}.sqfs.part",
+                         f".{name}.pull.lock"):
+            (store / leftover).unlink(missing_ok=True)
+        collected.append(name)
+    return collected, busy
+
+
+def looked_at(venv: str | Path, manifest: dict | None = None) -> dict:
+    """VENV as an image: {"image": False} where it is no link rig made; else its image's name, mount point and
+    file, and "ok" with the "problems" found: whether that file is what is mounted there, and whether its sha256 is
+    MANIFEST's (else the store's copy of it). "looked" False where a file could not be read (not root)."""
+    target = rig_link(venv)
+    if target is None:
+        return {"image": False}
+    name, store = target.name, target.parent
+    image, described = store / f"{name}{IMAGE.suffix}", store / f"{name}{IMAGE.manifest_suffix}"
+    said = {"image": True, "name": name, "mount": str(target), "file": str(image), "looked": True}
+    problems = []
+    if not mounted_from(target, image):
+        other = mounted(target)
+        problems.append(f"nothing is mounted at {target}" if other is None else
+                        f"{target} has {other['backing'] or other['source']} mounted, not {image}")
+    try:
+        manifest = manifest or read_image_manifest(described)
+        if manifest["image"]["name"] != name:
+            problems.append(f"it is image {name}, the manifest describes {manifest['image']['name']}")
+        with open_regular(image, "the venv image", follow=False) as handle:
+            if digest_of(handle) != (manifest["image"]["sha256"], manifest["image"]["size"]):
+                problems.append(f"{image}'s bytes are not its manifest's (sha256 or size differs)")
+    except RigError as exc:
+        return {**said, "looked": False, "ok": False, "problems": [*problems, str(exc)]}
+    return {**said, "sha256": manifest["image"]["sha256"], "ok": not problems, "problems": problems}
