@@ -22,7 +22,7 @@ import json
 import os
 from pathlib import Path
 
-from rig.core import RigError, progress
+from rig.core import RigError
 from rig.core.cuda_releases import series
 from rig.core.documents import converge_file
 from rig.core.fs import confined
@@ -172,6 +172,22 @@ def _site_for(venv: str | Path, check: bool) -> tuple[Path, bool]:
     return site, True
 
 
+def _runtime_cache(check: bool) -> str | None:
+    """RUNTIME_CACHE made as /tmp is (root's, 1777: each user makes a directory of its own in it, and the module
+    takes only one that is its user's); what was done, or None where it already is."""
+    root = Path(RUNTIME_CACHE)
+    if os.path.islink(root) or (os.path.lexists(root) and not root.is_dir()):
+        raise RigError(f"{root} is a link or not a directory; an image venv's run-time caches go only in a "
+                       "directory of rig's", hint=f"remove {root} and run again")
+    if root.is_dir() and (root.stat().st_mode & 0o7777, root.stat().st_uid) == (0o1777, 0):
+        return None
+    if not check:
+        root.mkdir(parents=True, exist_ok=True)
+        os.chown(root, 0, 0)
+        os.chmod(root, 0o1777)
+    return f"{'would make' if check else 'made'} {root} (mode 1777) for the run-time caches"
+
+
 def read_if(path: Path) -> str | None:
     """PATH's text where it is a regular file (never through a link), else None."""
     return path.read_text() if path.is_file() and not path.is_symlink() else None
@@ -182,21 +198,22 @@ def install(venv: str | Path, env: dict, stack_name: str, check: bool = False) -
     A directory venv's former site dir (it was an image before) is emptied: one environment per venv."""
     site, image = _site_for(venv, check)
     env = image_env(env) if image else env
-    wanted = {site / f"{MODULE}.py": render(env, stack_name), site / PTH: f"import {MODULE}\n"}
+    said = [made] if image and (made := _runtime_cache(check)) else []
     if not image and (left := [p for p in _env_files(env_site(venv)) if os.path.lexists(p)]):
         if not check:
             for path in left:
                 path.unlink()
-        progress(f"{'would remove' if check else 'removed'} {', '.join(map(str, left))}: {venv} is a directory now")
+        said.append(f"{'would remove' if check else 'removed'} {', '.join(map(str, left))} ({venv} is a directory)")
+    wanted = {site / f"{MODULE}.py": render(env, stack_name), site / PTH: f"import {MODULE}\n"}
     written = {path: converge_file(path, text, "the environment module", check) for path, text in wanted.items()}
     stale = [path for path, result in written.items() if result["changed"]]
     diff = "".join(result["diff"] for result in written.values())
     if stale and not check:
         _drop_bytecode(site)
-    verb = "would write" if check else "wrote"
-    return {"changed": bool(stale), "files": [str(p) for p in stale], "diff": diff,
-            "msg": f"{verb} {', '.join(p.name for p in stale)} in {site}" if stale else
-                   f"{site} already has the stack's environment"}
+    if stale:
+        said.insert(0, f"{'would write' if check else 'wrote'} {', '.join(p.name for p in stale)} in {site}")
+    return {"changed": bool(said), "files": [str(p) for p in stale], "diff": diff,
+            "msg": "; ".join(said) if said else f"{site} already has the stack's environment"}
 
 
 def _drop_bytecode(site: Path) -> None:
