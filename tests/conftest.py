@@ -105,13 +105,13 @@ def systemd_image(base_image) -> str:
 
 @pytest.fixture
 def start_box(base_image, request):
-    """A factory of fresh boxes (systemd=True: systemd as PID 1); every box it started is removed when the
-    test ends."""
+    """A factory of fresh boxes (systemd=True: systemd as PID 1; loop=True: it can loop-mount a venv image); every
+    box it started is removed when the test ends."""
     started: list[Box] = []
 
-    def start(network: str = "bridge", systemd: bool = False) -> Box:
+    def start(network: str = "bridge", systemd: bool = False, loop: bool = False) -> Box:
         image = request.getfixturevalue("systemd_image") if systemd else base_image
-        started.append(new_box(image, network, systemd))
+        started.append(new_box(image, network, systemd, loop))
         return started[-1]
 
     yield start

@@ -17,7 +17,7 @@ from rig.cli.common import (
 from rig.core import RigError
 from rig.core.documents import dump_json, parse_json
 from rig.core.schema import Field, distribution
-from rig.python.runtime_env import environment, install, remove, render
+from rig.python.runtime_env import environment, hook, install, remove, render
 from rig.stack.spec import load
 
 
@@ -81,3 +81,15 @@ def env_install(venv_path, stack_path, env_json, prefix, check, as_json) -> None
 def env_remove(venv_path, stack_path, check, as_json) -> None:
     """Take rig's environment module out of the venv."""
     emit(remove(venv_of(venv_path, stack_path), check), as_json)
+
+
+@env_group.command("hook")
+@venv_option(help="The venv directory about to be packed (rig venv pack) for a read-only image.")
+@stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
+@check_option
+@json_option
+def env_hook(venv_path, stack_path, check, as_json) -> None:
+    """Ready a venv for packing into a read-only image: a .pth that reads the environment from the venv path's
+    own writable site directory, and rig's environment module taken out (each host writes its own there).
+    """
+    emit(hook(venv_of(venv_path, stack_path), check), as_json)

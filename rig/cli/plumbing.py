@@ -1,8 +1,9 @@
-"""`rig plumbing`: what roles and images use under the hood (the engine bundle, NVIDIA tools' paths)."""
+"""`rig plumbing`: what roles and images use under the hood (the engine bundle, NVIDIA tools' paths, a venv image's mount unit)."""
 from __future__ import annotations
 
 from rig.cli.bundle import bundle
 from rig.cli.common import group
+from rig.cli.mount_unit import mount_unit
 from rig.cli.tool import tool
 
 
@@ -13,3 +14,4 @@ def plumbing() -> None:
 
 plumbing.add_command(bundle)
 plumbing.add_command(tool)
+plumbing.add_command(mount_unit)

@@ -7,11 +7,19 @@ ahead of the venv on sys.path, so the venv's copy is never imported. Loaded
 from a .pth, rig's module runs first and any sitecustomize already there
 (the system's, or one in the venv) still runs after it: the chain is kept.
 Only that venv's interpreter reads its site-packages, so no other one sees it.
+
+A venv that is a read-only image (`rig venv mount`) cannot be written, and its environment is not its lock's (a
+stack's environment changes without its lock): the image carries only a hook, HOOK, a .pth that adds the venv
+path's own writable site directory (env_site(), outside the image) as a site dir, and `rig env install` writes
+the module and its .pth there. The hook goes into a venv before it is packed (`rig env hook`, with the module
+taken out, so the image never carries an environment of its own); in a directory venv it names a directory
+that does not exist, which Python skips.
 """
 from __future__ import annotations
 
 import importlib.resources
 import json
+import os
 from pathlib import Path
 
 from rig.core import RigError
@@ -23,6 +31,20 @@ from rig.core.proc import ask
 
 MODULE = "rig_sitecustomize"
 PTH = f"{MODULE}.pth"
+HOOK = "rig_env_site.pth"  # sorts before PTH: the writable site dir is on sys.path when PTH imports MODULE
+ENV_SITE_ROOT = Path("/var/lib/rig/venv-env")  # one site dir per venv path, as the image store names them
+# An image venv's run-time caches, in a directory of the user's own under RUNTIME_CACHE (the role makes it
+# like /tmp: mode 1777), never in the read-only venv or a home the server's user may not have. Each is what
+# its package reads (checked upstream):
+RUNTIME_CACHE = "/var/cache/rig/venv-runtime"
+IMAGE_CACHES = {
+    "TRITON_CACHE_DIR": "triton",  # triton/runtime/cache.py default_cache_dir(): else ~/.triton/cache
+    "TORCHINDUCTOR_CACHE_DIR": "torchinductor",  # torch/_inductor/runtime/cache_dir_utils.py: else /tmp/torchinductor_USER
+}
+# FLASHINFER_WORKSPACE_BASE (flashinfer/jit/env.py: else ~/.cache/flashinfer) moves there from HOME: jit_cache().
+# Not PYTHONPYCACHEPREFIX: with a prefix set, Python reads bytecode only under it, never the image's own
+# __pycache__ (importlib's cache_from_source), so every module would compile again; a module the image holds no
+# bytecode for is compiled in memory and its write refused quietly (SourceLoader._cache_bytecode).
 
 # PCIe-only boxes: no InfiniBand to probe, no NVLink SHARP (multicast needs NVLink),
 # and peer-to-peer allowed across the CPU root complex, which NCCL otherwise refuses.
@@ -71,9 +93,10 @@ def render(env: dict, stack_name: str) -> str:
     # keeps two lone surrogates), so characters beyond the BMP are written as they are
     renderer.filters["literal"] = lambda value: json.dumps(value, ensure_ascii=False)
     template = renderer.from_string(text)
-    home = env.get("home", {})
-    _refuse_unwritable(env["pinned"], env["defaults"], home)
-    return template.render(stack=stack_name, pinned=env["pinned"], defaults=env["defaults"], home=home)
+    home, caches = env.get("home", {}), env.get("caches", {})
+    _refuse_unwritable(env["pinned"], env["defaults"], {**home, **caches})
+    return template.render(stack=stack_name, pinned=env["pinned"], defaults=env["defaults"], home=home,
+                           caches=caches, cache_root=RUNTIME_CACHE)
 
 
 def _refuse_unwritable(pinned: dict, defaults: dict, home: dict) -> None:
@@ -110,19 +133,87 @@ def site_packages(venv: str | Path) -> Path:
     return confined(venv, str(found[0].relative_to(venv)), "the venv's site-packages")  # never a link out
 
 
+def env_site(venv: str | Path) -> Path:
+    """The writable site directory of the venv at VENV's path, which its HOOK adds (an image venv's environment)."""
+    from rig.python.venv_archive.mount import store_of
+
+    return store_of(Path(os.path.abspath(venv)), ENV_SITE_ROOT)
+
+
+def hook_text(venv: str | Path) -> str:
+    return f"import site; site.addsitedir({str(env_site(venv))!r})\n"
+
+
+def image_env(env: dict) -> dict:
+    """ENV for a venv that is a read-only image: its home paths and run-time caches under RUNTIME_CACHE."""
+    moved = {name: value.removeprefix(".cache/rig/") for name, value in env.get("home", {}).items()}
+    return {**env, "home": {}, "caches": {**IMAGE_CACHES, **moved}}
+
+
+def _site_for(venv: str | Path, check: bool) -> tuple[Path, bool]:
+    """Where VENV's environment module goes: its site-packages, or (an image rig mounted) its writable site dir,
+    whose hook the image must carry and whose own site-packages must hold no module of rig's."""
+    from rig.python.venv_archive.mount import rig_link
+
+    if rig_link(venv) is None:
+        return site_packages(venv), False
+    inner = site_packages(venv)
+    if read_if(inner / HOOK) != hook_text(venv) or os.path.lexists(inner / f"{MODULE}.py"):
+        raise RigError(f"{venv} is a read-only venv image without rig's hook ({inner / HOOK} naming "
+                       f"{env_site(venv)}), or with an environment module of its own; its environment cannot be "
+                       "set", hint="pack the venv again after `rig env hook --venv VENV` (the python_stack role "
+                       "does), image it and mount that image")
+    site = env_site(venv)
+    if os.path.islink(site) or os.path.islink(site.parent) or (os.path.lexists(site) and not site.is_dir()):
+        raise RigError(f"{site} is a link or not a directory; rig writes a venv's environment only in a directory "
+                       "of its own", hint=f"remove {site} and run again")
+    if not check:
+        site.mkdir(mode=0o755, parents=True, exist_ok=True)
+    return site, True
+
+
+def _runtime_cache(check: bool) -> str | None:
+    """RUNTIME_CACHE made as /tmp is (root's, 1777: each user makes a directory of its own in it, and the module
+    takes only one that is its user's); what was done, or None where it already is."""
+    root = Path(RUNTIME_CACHE)
+    if os.path.islink(root) or (os.path.lexists(root) and not root.is_dir()):
+        raise RigError(f"{root} is a link or not a directory; an image venv's run-time caches go only in a "
+                       "directory of rig's", hint=f"remove {root} and run again")
+    if root.is_dir() and (root.stat().st_mode & 0o7777, root.stat().st_uid) == (0o1777, 0):
+        return None
+    if not check:
+        root.mkdir(parents=True, exist_ok=True)
+        os.chown(root, 0, 0)
+        os.chmod(root, 0o1777)
+    return f"{'would make' if check else 'made'} {root} (mode 1777) for the run-time caches"
+
+
+def read_if(path: Path) -> str | None:
+    """PATH's text where it is a regular file (never through a link), else None."""
+    return path.read_text() if path.is_file() and not path.is_symlink() else None
+
+
 def install(venv: str | Path, env: dict, stack_name: str, check: bool = False) -> dict:
-    """Write the module and its .pth; unchanged files are left alone."""
-    site = site_packages(venv)
+    """Write the module and its .pth (into an image venv's writable site dir); unchanged files are left alone.
+    A directory venv's former site dir (it was an image before) is emptied: one environment per venv."""
+    site, image = _site_for(venv, check)
+    env = image_env(env) if image else env
+    said = [made] if image and (made := _runtime_cache(check)) else []
+    if not image and (left := [p for p in _env_files(env_site(venv)) if os.path.lexists(p)]):
+        if not check:
+            for path in left:
+                path.unlink()
+        said.append(f"{'would remove' if check else 'removed'} {', '.join(map(str, left))} ({venv} is a directory)")
     wanted = {site / f"{MODULE}.py": render(env, stack_name), site / PTH: f"import {MODULE}\n"}
     written = {path: converge_file(path, text, "the environment module", check) for path, text in wanted.items()}
     stale = [path for path, result in written.items() if result["changed"]]
     diff = "".join(result["diff"] for result in written.values())
     if stale and not check:
         _drop_bytecode(site)
-    verb = "would write" if check else "wrote"
-    return {"changed": bool(stale), "files": [str(p) for p in stale], "diff": diff,
-            "msg": f"{verb} {', '.join(p.name for p in stale)} in {site}" if stale else
-                   f"{site} already has the stack's environment"}
+    if stale:
+        said.insert(0, f"{'would write' if check else 'wrote'} {', '.join(p.name for p in stale)} in {site}")
+    return {"changed": bool(said), "files": [str(p) for p in stale], "diff": diff,
+            "msg": "; ".join(said) if said else f"{site} already has the stack's environment"}
 
 
 def _drop_bytecode(site: Path) -> None:
@@ -134,9 +225,32 @@ def _drop_bytecode(site: Path) -> None:
             compiled.unlink(missing_ok=True)
 
 
-def remove(venv: str | Path, check: bool = False) -> dict:
+def _env_files(site: Path) -> list[Path]:
+    return [site / PTH, site / f"{MODULE}.py"]
+
+
+def hook(venv: str | Path, check: bool = False) -> dict:
+    """VENV (a directory) made ready to pack into an image: the HOOK in its site-packages and rig's module out of
+    it (the environment is each host's, written after: `rig env install`)."""
+    from rig.python.venv_archive.mount import rig_link
+
+    if rig_link(venv) is not None:
+        raise RigError(f"{venv} is a venv image, read-only; the hook goes into a venv directory before it is packed")
     site = site_packages(venv)
-    present = [p for p in (site / PTH, site / f"{MODULE}.py") if p.exists()]
+    written = converge_file(site / HOOK, hook_text(venv), "the environment hook", check)
+    taken = [path for path in _env_files(site) if os.path.lexists(path)]
+    if not check:
+        for path in taken:
+            path.unlink()
+        _drop_bytecode(site)
+    steps = ([f"write {site / HOOK}"] if written["changed"] else []) + [f"remove {p}" for p in taken]
+    return {"changed": bool(steps), "diff": written["diff"],
+            "msg": ("would " if check else "did: ") + "; ".join(steps) if steps else f"{site} has the hook alone"}
+
+
+def remove(venv: str | Path, check: bool = False) -> dict:
+    site, _ = _site_for(venv, check=True)
+    present = [p for p in _env_files(site) if p.exists()]
     if not check:
         for path in present:
             path.unlink()

@@ -82,23 +82,37 @@ SYSTEMD_RUN = ["--tmpfs", "/run", "--tmpfs", "/run/lock", "-v", "/sys/fs/cgroup:
                "--restart", "unless-stopped"]
 
 
-def new_box(image: str, network: str = "bridge", systemd: bool = False) -> Box:
-    """A new box of IMAGE on NETWORK (systemd=True: systemd as PID 1, running once this returns); the caller
-    removes it (remove_boxes)."""
+def loop_run() -> list[str]:
+    """What a box needs to loop-mount an image (a venv image): CAP_SYS_ADMIN, mount(2) past the default seccomp
+    and AppArmor profiles, and the host's loop devices (a container's /dev holds no node made after it started).
+    Not --privileged: an engine that itself runs with fewer capabilities cannot start one."""
+    loops = sorted(str(p) for p in Path("/dev").glob("loop[0-9]*")) + ["/dev/loop-control"]
+    return ["--cap-add", "SYS_ADMIN", "--security-opt", "apparmor=unconfined", "--security-opt", "seccomp=unconfined",
+            *(part for loop in loops for part in ("--device", loop))]
+
+
+def new_box(image: str, network: str = "bridge", systemd: bool = False, loop: bool = False) -> Box:
+    """A new box of IMAGE on NETWORK (systemd=True: systemd as PID 1, running once this returns; loop=True: it can
+    loop-mount); the caller removes it (remove_boxes)."""
     name = f"rig-test-{uuid.uuid4().hex[:8]}"
-    command = SYSTEMD_RUN + [image] if systemd else [image, "sleep", "infinity"]
+    command = (loop_run() if loop else []) + (SYSTEMD_RUN + [image] if systemd else [image, "sleep", "infinity"])
     done = run(["docker", "run", "-d", "--name", name, "--network", network, "--label", "rig.test=1", *command])
     assert done.returncode == 0, done.stderr
     box = Box(name)
     if systemd:
-        # until systemd answers on its socket, systemctl cannot even ask
-        state = box.sh("for i in $(seq 120); do s=$(systemctl is-system-running 2>/dev/null); case $s in "
-                       "running|degraded) break;; esac; sleep 0.5; done; echo $s", check=False).stdout.strip()
-        if state not in ("running", "degraded"):
-            why = box.sh("systemctl --failed --no-legend; journalctl -b --no-pager | tail -20", check=False).stdout
-            run(["docker", "rm", "-f", name])
-            raise AssertionError(f"systemd in {name} is {state!r}:\n{why}")
+        running(box)
     return box
+
+
+def running(box: Box) -> None:
+    """Wait until systemd in BOX runs (started, or back from a reboot); a box whose systemd does not is removed."""
+    # until systemd answers on its socket, systemctl cannot even ask
+    state = box.sh("for i in $(seq 120); do s=$(systemctl is-system-running 2>/dev/null); case $s in "
+                   "running|degraded) break;; esac; sleep 0.5; done; echo $s", check=False).stdout.strip()
+    if state not in ("running", "degraded"):
+        why = box.sh("systemctl --failed --no-legend; journalctl -b --no-pager | tail -20", check=False).stdout
+        run(["docker", "rm", "-f", box.name])
+        raise AssertionError(f"systemd in {box.name} is {state!r}:\n{why}")
 
 
 def remove_boxes(boxes: list[Box]) -> None:

@@ -1,0 +1,137 @@
+"""A mounted venv image on its host: the systemd mount unit that survives a reboot, and the environment that lives
+outside the read-only image (its hook, its writable site dir, its run-time caches)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rig.core import RigError
+from rig.python import runtime_env
+from rig.python.runtime_env import HOOK, MODULE, hook, hook_text, install
+from rig.python.venv_archive import unit
+from rig.python.venv_archive.unit import escape_path, persist, unit_name, unit_text
+
+NAME = "venv-0123456789abcdef-py3.11-x86_64"
+ENV = {"pinned": {"CUDA_HOME": "/usr/local/cuda-13.0"}, "defaults": {"NCCL_P2P_LEVEL": "SYS"},
+       "home": {"FLASHINFER_WORKSPACE_BASE": ".cache/rig/flashinfer-jit/cuda-13.0.2-flashinfer-0.7.2"}}
+
+
+@pytest.mark.parametrize("path", ["/", "/opt/rig/venv", "/var/lib/rig/venv-images/venv-0a1b2c3d4e5f/" + NAME,
+                                  "/srv/.hidden/x y", "/a//b/", "/opt/ünï/v@1+2"])
+def test_a_unit_is_named_by_systemds_path_escaping(path):
+    known = {"/": "-", "/opt/rig/venv": "opt-rig-venv", "/a//b/": "a-b",
+             "/srv/.hidden/x y": "srv-.hidden-x\\x20y"}
+    if path in known:
+        assert escape_path(path) == known[path]
+    if shutil.which("systemd-escape"):  # the same as systemd's own, byte for byte
+        said = subprocess.run(["systemd-escape", "--path", path], capture_output=True, text=True, check=True)
+        assert escape_path(path) == said.stdout.strip()
+    assert unit_name(path).endswith(".mount")
+
+
+def test_a_path_a_unit_file_would_read_otherwise_is_refused_not_pasted():
+    fields = {"What": "/var/lib/rig/x.sqfs", "Where": "/var/lib/rig/x", "Type": "squashfs",
+              "Options": "ro,loop,nodev,nosuid"}
+    text = unit_text(fields, "x")
+    assert "\nWhat=/var/lib/rig/x.sqfs\nWhere=/var/lib/rig/x\nType=squashfs\nOptions=ro,loop,nodev,nosuid\n" in text
+    assert text.endswith("[Install]\nWantedBy=local-fs.target\n")
+    for bad in ("/var/lib/rig/%n.sqfs", "/var/lib/rig/a b", "/var/lib/../etc/x", "/x\nExecStart=/bin/sh"):
+        with pytest.raises(RigError, match="no unit written"):
+            unit_text({**fields, "What": bad}, "x")
+    with pytest.raises(RigError, match="not an absolute, normalized path"):
+        escape_path("/a/../b")
+
+
+def image_venv(tmp_path: Path) -> tuple[Path, Path]:
+    """A venv path linked as rig venv mount links it: to STORE/VENVNAME-HASH/NAME (a plain directory here)."""
+    venv = tmp_path / "opt" / "venv"
+    store = tmp_path / "store" / f"venv-{hashlib.sha256(str(venv).encode()).hexdigest()[:12]}"
+    mounted = store / NAME
+    (mounted / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    venv.parent.mkdir(parents=True)
+    venv.symlink_to(mounted)
+    return venv, mounted
+
+
+def test_the_mount_unit_is_written_enabled_once_and_an_old_images_unit_goes(tmp_path, monkeypatch):
+    venv, mounted = image_venv(tmp_path)
+    units, booted = tmp_path / "units", tmp_path / "run-systemd"
+    units.mkdir()
+    said: list = []
+
+    def systemctl(*argv):
+        said.append(argv)
+        if argv[0] == "enable":  # what systemctl enable makes for WantedBy=local-fs.target
+            (units / "local-fs.target.wants").mkdir(exist_ok=True)
+            (units / "local-fs.target.wants" / argv[1]).symlink_to(units / argv[1])
+
+    monkeypatch.setattr(unit, "_systemctl", systemctl)
+    absent = persist(venv, unit_dir=units, booted=booted)
+    assert not absent["changed"] and "will not survive a reboot" in absent["msg"] and not list(units.iterdir())
+    booted.mkdir()
+    old = units / unit_name(mounted.with_name("venv-fedcba9876543210-py3.11-x86_64"))
+    old.write_text("# Written by rig: the venv image, an older one\n")
+    other = units / unit_name(mounted.with_name("elsewhere"))
+    other.write_text("[Mount]\n")  # not rig's: left alone
+    dry = persist(venv, check=True, unit_dir=units, booted=booted)
+    assert dry["changed"] and dry["msg"].startswith("would write") and "disable and remove" in dry["msg"]
+    assert said == [] and old.exists() and "+What=" in dry["diff"]
+    done = persist(venv, unit_dir=units, booted=booted)
+    name = unit_name(mounted)
+    assert done["changed"] and said == [("disable", old.name), ("daemon-reload",), ("enable", name)]
+    assert not old.exists() and other.exists()
+    text = (units / name).read_text()
+    assert f"What={mounted}.sqfs\nWhere={mounted}\n" in text and "Options=ro,loop,nodev,nosuid" in text
+    again = persist(venv, unit_dir=units, booted=booted)
+    assert not again["changed"] and len(said) == 3 and "enabled" in again["msg"]
+
+
+def fake_python_venv(root: Path) -> Path:
+    """A real venv of this Python (no pip) under ROOT."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    return root
+
+
+def test_the_hook_goes_in_before_packing_and_the_environment_comes_from_a_writable_site_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(runtime_env, "ENV_SITE_ROOT", tmp_path / "venv-env")
+    monkeypatch.setattr(runtime_env, "RUNTIME_CACHE", str(tmp_path / "runtime"))
+    (tmp_path / "runtime").mkdir(mode=0o755)
+    built = fake_python_venv(tmp_path / "built")
+    site = runtime_env.site_packages(built)
+    install(built, ENV, "tiny")  # a packer's venv that had an environment before
+    venv = tmp_path / "opt" / "venv"
+    venv.parent.mkdir()
+    ready = hook(built)
+    assert ready["changed"] and not (site / f"{MODULE}.py").exists() and (site / HOOK).read_text() == hook_text(built)
+    assert not hook(built)["changed"]
+    # the image: the packed tree behind a link rig made; its hook names the venv path's site dir
+    store = tmp_path / "store" / f"venv-{hashlib.sha256(str(venv).encode()).hexdigest()[:12]}"
+    store.mkdir(parents=True)
+    shutil.copytree(built, store / NAME, symlinks=True)
+    inner = runtime_env.site_packages(store / NAME)
+    (inner / HOOK).write_text(hook_text(venv))
+    venv.symlink_to(store / NAME)
+    first = install(venv, ENV, "tiny")
+    assert first["changed"] and all(str(runtime_env.env_site(venv)) in f for f in first["files"])
+    assert not install(venv, ENV, "tiny")["changed"]
+    code = "import os; print(os.environ['CUDA_HOME'], os.environ['TRITON_CACHE_DIR'], " \
+           "os.environ['FLASHINFER_WORKSPACE_BASE'])"
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], env={}, capture_output=True, text=True, check=False)
+    own = tmp_path / "runtime" / f"uid-{os.geteuid()}"
+    assert out.stdout.split() == ["/usr/local/cuda-13.0", f"{own}/triton",
+                                  f"{own}/flashinfer-jit/cuda-13.0.2-flashinfer-0.7.2"], out.stderr
+    assert own.is_dir() and (own.stat().st_mode & 0o777) == 0o700
+    # a cache directory someone else could write is never taken: the packages' defaults apply
+    own.chmod(0o777)
+    code = "import os; print(os.environ.get('TRITON_CACHE_DIR'), os.environ['CUDA_HOME'])"
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], env={}, capture_output=True, text=True, check=False)
+    assert out.stdout.split() == ["None", "/usr/local/cuda-13.0"], out.stderr
+    (inner / HOOK).unlink()
+    with pytest.raises(RigError, match="without rig's hook"):
+        install(venv, ENV, "tiny")
