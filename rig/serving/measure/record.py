@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 from rig.core import RigError, numbers, outdir, progress
 from rig.core.schema import Field, between, validate
@@ -87,6 +87,7 @@ def _level(old: Any, metric: str) -> Any:
     schema to refuse."""
     if not isinstance(old, dict):
         return old
+    old = cast(dict[str, Any], old)
     level: dict[str, Any] = {}
     for key, value in old.items():
         if key not in ("value", "round_values", "capped_at", *PRE_1_SPREADS):
@@ -101,7 +102,7 @@ def _level(old: Any, metric: str) -> Any:
     return level
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -109,6 +110,7 @@ def _serial(old: Any) -> Any:
     """Pre-1 serial runs (runs, ok, tok_s, median, min, max) in format 1."""
     if not isinstance(old, dict) or "tok_s" not in old:
         return old
+    old = cast(dict[str, Any], old)
     runs, ok = old.get("runs"), old.get("ok")
     return {"requests": runs, "completed": ok, "failed": runs - ok if _number(runs) and _number(ok) else None,
             "errors": old.get("errors", []), "output_throughput": old.get("median"),
@@ -129,7 +131,7 @@ def upgraded(document: Any) -> Any:
     levels and serial runs, the crossover's rows and tune's cap renamed."""
     if not isinstance(document, dict):
         return document
-    metric = document.get("metric") if document.get("metric") in METRICS else METRICS[0]
+    metric: str = document["metric"] if document.get("metric") in METRICS else METRICS[0]
 
     def run(old: Any) -> Any:  # bench's run (levels a list) or tune's variant (levels by name)
         if not isinstance(old, dict):

@@ -20,8 +20,9 @@ from rig.serving.workload import Workload, builtin
 
 def count(value: object) -> int | None:
     """A positive whole number a server reports (a batch size, its max_running_requests), or None."""
-    whole = isinstance(value, int) and not isinstance(value, bool)
-    return value if whole and 0 < value <= numbers.MAX_RUNNING_REQUESTS else None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= numbers.MAX_RUNNING_REQUESTS:
+        return value
+    return None
 
 
 class Server:
