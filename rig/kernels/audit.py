@@ -219,7 +219,7 @@ def _coverage(label: str, archs: list[str], union_cubins: set[str], union_ptx: s
               cubins: list[tuple[str, str]], errors: list[str]) -> dict:
     """Whether the artifact's SASS or PTX covers each of ARCHS (where it has any); an error into ERRORS for each
     it does not."""
-    coverage = {}
+    coverage: dict[str, str | None] = {}
     if not (union_cubins or union_ptx):
         return coverage
     for target in archs:
