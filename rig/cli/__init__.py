@@ -243,20 +243,31 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - this is the boundary
         if debug:
             traceback.print_exc()
-        explained = _explain(exc)
-        gone = _deleted_cwd()
-        if gone is not None and isinstance(exc, OSError) and exc.filename is None:  # what os.getcwd() raises
-            explained = (f"the current directory {gone} has been deleted",
-                         "cd to a directory that exists and run rig again")
-        elif isinstance(exc, OSError) and exc.filename is None and _stdout_failed(exc):
-            explained = f"cannot write the output to stdout: {exc.strerror or exc}", "give it somewhere that takes it"
-        elif gone is not None and explained is not None:
-            explained = (f"{explained[0]} (the current directory {gone} has been deleted)",
-                         "; ".join(filter(None, [explained[1], "cd to a directory that exists"])))
-        if explained is None:
-            _fail(f"internal error: {type(exc).__name__}: {exc}", INTERNAL, as_json,
-                  hint="a defect of rig's: rerun with --debug and report the traceback")
-        else:
-            line, hint = explained
-            reason = exc.reason if isinstance(exc, RigError) else None
-            _fail(line, REASONS.get(reason or "", ERROR), as_json, hint=hint, reason=reason)
+        _fail_with(exc, as_json)
+
+
+def _fail_with(exc: Exception, as_json: bool) -> None:
+    """EXC as its one error line and hint: explained (rig's own errors, a host's), or rig's defect."""
+    explained = _explained_here(exc)
+    if explained is None:
+        _fail(f"internal error: {type(exc).__name__}: {exc}", INTERNAL, as_json,
+              hint="a defect of rig's: rerun with --debug and report the traceback")
+    else:
+        line, hint = explained
+        reason = exc.reason if isinstance(exc, RigError) else None
+        _fail(line, REASONS.get(reason or "", ERROR), as_json, hint=hint, reason=reason)
+
+
+def _explained_here(exc: Exception) -> tuple[str, str | None] | None:
+    """_explain's line and hint for EXC, told where the working directory or stdout is the cause."""
+    explained = _explain(exc)
+    gone = _deleted_cwd()
+    if gone is not None and isinstance(exc, OSError) and exc.filename is None:  # what os.getcwd() raises
+        return (f"the current directory {gone} has been deleted",
+                "cd to a directory that exists and run rig again")
+    if isinstance(exc, OSError) and exc.filename is None and _stdout_failed(exc):
+        return f"cannot write the output to stdout: {exc.strerror or exc}", "give it somewhere that takes it"
+    if gone is not None and explained is not None:
+        return (f"{explained[0]} (the current directory {gone} has been deleted)",
+                "; ".join(filter(None, [explained[1], "cd to a directory that exists"])))
+    return explained

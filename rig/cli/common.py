@@ -251,6 +251,26 @@ junit_option = click.option("--junit", type=OutFile(),
                             help="Also write the checks as a JUnit XML file (CI systems list each one).")
 
 
+# --stack where a command works on one venv: the stack only says which venv, when --venv does not
+whose_stack = stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
+
+
+def one_venv_change(**venv_settings: Any):
+    """A command that changes one venv and says what it did: --venv (VENV_SETTINGS: its own help), else the stack's
+    (whose_stack), --check and --json; resolve the venv with venv_of."""
+    return options_of(venv_option(**venv_settings), whose_stack, check_option, json_option)
+
+
+def options_of(*options):
+    """One decorator for OPTIONS, applied in their order (the first stands first in --help)."""
+    def declare(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return declare
+
+
 def out_option(default: str | None, what: str, outputs: tuple[str, ...] = (), **settings):
     """--out DIR, declared once: the directory a command writes its results to (a new one or a directory),
     OUTPUTS the files it writes there; checked by the one output rule (OutDir)."""
@@ -344,14 +364,7 @@ def plan_option(key: str, **said: Any):
 def plan_options(serial: bool = False):
     """The measurement plan's options for bench and tune: each left out means the stack's bench section, and each
     given is checked by the same schema field as that key (rig.serving.measure.plan)."""
-    options = [plan_option(key) for key in [*PLAN_OPTIONS, *(SERIAL_OPTIONS if serial else ())]]
-
-    def declare(command):
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return declare
+    return options_of(*(plan_option(key) for key in [*PLAN_OPTIONS, *(SERIAL_OPTIONS if serial else ())]))
 
 
 # ------------------------------------------------------------------ running and printing

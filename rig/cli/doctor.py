@@ -67,16 +67,8 @@ def doctor(stack_path, cuda_version, archs, backends, venv_path, prefix, contain
         emit(found, as_json)
         judged(not found["findings"])
 
-    # the stack is read when a check needs what only it says, or when it was named (option or $RIG_STACK)
-    stack_given = click.get_current_context().get_parameter_source("stack_path") is not ParameterSource.DEFAULT
-    default_gpus = pcie_only = None
-    if not cuda_version or (not archs and layer in (None, "nvrtc")) or stack_given:
-        data = load(need_stack(stack_path))
-        cuda_version = cuda_version or data["cuda"]["version"]
-        archs = archs or data["archs"]
-        backends = backends or data["server"]["attention_backends"]
-        venv_path = venv_path or (data["venv"] if pins_packages(data) else None)
-        default_gpus, pcie_only = data["server"]["tp"], data["environment"]["nccl_pcie_only"]
+    cuda_version, archs, backends, venv_path, default_gpus, pcie_only = _with_stack(
+        stack_path, cuda_version, archs, backends, venv_path, layer)
     if container:
         result = checks.run_in_container(container, DEFAULT_BUNDLE, cuda_version, archs, prefix, venv_path,
                                          expect_gpus, layer, list(backends))
@@ -95,3 +87,17 @@ def doctor(stack_path, cuda_version, archs, backends, venv_path, prefix, contain
     click.echo(dump_json(report.as_json(result), "the checks", indent=2) if as_json else
                checks.render(result, unprovisioned))
     judged(not report.failed(result))
+
+
+def _with_stack(stack_path: str | None, cuda_version: str | None, archs: tuple, backends: tuple,
+                venv_path: str | None, layer: str | None) -> tuple:
+    """(CUDA version, archs, backends, venv, default GPUs, PCIe-only): the options, the stack's where they do not
+    say. The stack is read when a check needs what only it says, or when it was named (option or $RIG_STACK)."""
+    stack_given = click.get_current_context().get_parameter_source("stack_path") is not ParameterSource.DEFAULT
+    if cuda_version and (archs or layer not in (None, "nvrtc")) and not stack_given:
+        return cuda_version, archs, backends, venv_path, None, None
+    data = load(need_stack(stack_path))
+    return (cuda_version or data["cuda"]["version"], archs or data["archs"],
+            backends or data["server"]["attention_backends"],
+            venv_path or (data["venv"] if pins_packages(data) else None),
+            data["server"]["tp"], data["environment"]["nccl_pcie_only"])

@@ -9,6 +9,7 @@ from rig.cli.common import (
     group,
     json_option,
     need_stack,
+    one_venv_change,
     prefix_option,
     stack_option,
     venv_of,
@@ -74,20 +75,14 @@ def env_install(venv_path, stack_path, env_json, prefix, check, as_json) -> None
 
 
 @env_group.command("remove")
-@venv_option()
-@stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
-@check_option
-@json_option
+@one_venv_change()
 def env_remove(venv_path, stack_path, check, as_json) -> None:
     """Take rig's environment module out of the venv."""
     emit(remove(venv_of(venv_path, stack_path), check), as_json)
 
 
 @env_group.command("hook")
-@venv_option(help="The venv directory about to be packed (rig venv pack) for a read-only image.")
-@stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
-@check_option
-@json_option
+@one_venv_change(help="The venv directory about to be packed (rig venv pack) for a read-only image.")
 def env_hook(venv_path, stack_path, check, as_json) -> None:
     """Ready a venv for packing into a read-only image: a .pth that reads the environment from the venv path's
     own writable site directory, and rig's environment module taken out (each host writes its own there).

@@ -18,6 +18,7 @@ from rig.cli.common import (
     to_file_or_stdout,
     venv_of,
     venv_option,
+    whose_stack,
 )
 from rig.cli.types import PathArg
 from rig.core import RigError
@@ -28,7 +29,7 @@ from rig.image.sbom import cyclonedx
 
 @click.command()
 @venv_option()
-@stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
+@whose_stack
 @click.option("--requirements", required=True, multiple=True, type=PathArg(exists=True, dir_okay=False), metavar="FILE",
               help="The hash-pinned requirements the venv was installed from (the wheels' sha256); "
                    "repeat it for the wheels rig built.")

@@ -3,15 +3,12 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import check_option, emit, json_option, stack_option, venv_of, venv_option
+from rig.cli.common import emit, one_venv_change, venv_of
 from rig.python.venv_archive.unit import persist
 
 
 @click.command("mount-unit")
-@venv_option(help="The venv rig venv mount linked to its image.")
-@stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
-@check_option
-@json_option
+@one_venv_change(help="The venv rig venv mount linked to its image.")
 def mount_unit(venv_path, stack_path, check, as_json) -> None:
     """Mount the venv's image at every boot: an enabled systemd .mount unit of the mount rig venv mount made (where
     systemd is PID 1; else it says the mount will not survive a reboot). Units of images the venv left go."""

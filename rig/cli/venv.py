@@ -15,10 +15,10 @@ from rig.cli.common import (
     manifest_option,
     out_option,
     shared,
-    stack_option,
     venv_of,
     venv_option,
     wheelhouse_option,
+    whose_stack,
 )
 from rig.cli.types import FILE, Choice, Directory, PathOrUrl, Seconds
 from rig.python import lock as locking
@@ -31,8 +31,6 @@ from rig.python.venv_archive.pack import pack
 from rig.python.venv_archive.pull import PULL_TIMEOUT, restore
 from rig.python.venv_archive.tree import verify_against
 
-# the stack is read for its `venv` key alone
-whose_stack = stack_option(required=False, help="The stack whose venv it is (when --venv is not given).")
 pull_timeout = shared("--timeout", type=Seconds(), default=PULL_TIMEOUT, show_default=True)
 
 

@@ -204,20 +204,57 @@ def _dynamic(data, header: tuple, bad: Bad) -> tuple[list[str], list[str], set[s
     if phentsize != SEGMENT.size or phoff + phnum * SEGMENT.size > len(data):
         raise bad("its program header table lies outside the file")
     segments = [SEGMENT.unpack_from(data, phoff + i * SEGMENT.size) for i in range(phnum)]
+    mapped = _mapper(data, segments, bad)
+    dynamic = [s for s in segments if s[0] == PT_DYNAMIC]
+    if not dynamic:
+        return [], [], set(), set(), []  # a static object: it needs nothing
+    _, _, offset, _, _, filesz, _, _ = dynamic[0]
+    tags, libraries, paths = _dynamic_entries(_piece(data, offset, filesz, bad, "its dynamic segment"), bad)
+    if DT_STRTAB not in tags or DT_STRSZ not in tags:
+        if libraries or paths or DT_SYMTAB in tags:
+            raise bad("its dynamic segment names strings but has no string table (DT_STRTAB, DT_STRSZ)")
+        return [], [], set(), set(), []
+    at, _ = mapped(tags[DT_STRTAB], tags[DT_STRSZ], "dynamic string table")
+    name = _Names(data[at:at + tags[DT_STRSZ]], bad)
+    needed = [name(value) for value in libraries]
+    runpath = [part for value in paths for part in name(value).split(":")]
+    return (needed, runpath, *_symbols(data, tags, mapped, name, bad))
+
+
+def _symbols(data, tags: dict[int, int], mapped, name: _Names, bad: Bad) -> tuple[set[str], set[str], list[str]]:
+    """(undefined, defined dynamic symbols, what was not read) from the dynamic symbol table, where there is one."""
+    undefined: set[str] = set()
+    defined: set[str] = set()
+    if DT_SYMTAB not in tags:
+        return undefined, defined, []
+    table, table_end = mapped(tags[DT_SYMTAB], 0, "dynamic symbol table")
+    count = _symbol_count(data, tags, mapped, (table_end - table) // SYMBOL.size, bad)
+    if count is None:
+        return undefined, defined, ["its dynamic symbols were not read: no DT_HASH or DT_GNU_HASH says how many there are"]
+    symbols = data[table:table + count * SYMBOL.size]
+    for name_at, _, _, shndx, _, _ in SYMBOL.iter_unpack(symbols):
+        if name_at:
+            (defined if shndx else undefined).add(name(name_at))
+    return undefined, defined, []
+
+
+def _mapper(data, segments: list[tuple], bad: Bad) -> Callable[[int, int, str], tuple[int, int]]:
+    """mapped(ADDRESS, SIZE, WHAT): the file offset of ADDRESS, and where its loaded segment's bytes in the file
+    end; an address in no loaded segment is BAD."""
     loads = [(vaddr, filesz, offset) for kind, _, offset, vaddr, _, filesz, _, _ in segments if kind == PT_LOAD]
 
     def mapped(address: int, size: int, what: str) -> tuple[int, int]:
-        """The file offset of ADDRESS, and where its loaded segment's bytes in the file end."""
         for vaddr, filesz, offset in loads:
             if vaddr <= address and address + size <= vaddr + filesz and offset + filesz <= len(data):
                 return offset + address - vaddr, offset + filesz
         raise bad(f"its {what} lies in no loaded segment of the file")
 
-    dynamic = [s for s in segments if s[0] == PT_DYNAMIC]
-    if not dynamic:
-        return [], [], set(), set(), []  # a static object: it needs nothing
-    _, _, offset, _, _, filesz, _, _ = dynamic[0]
-    entries = _piece(data, offset, filesz, bad, "its dynamic segment")
+    return mapped
+
+
+def _dynamic_entries(entries, bad: Bad) -> tuple[dict[int, int], list[int], list[int]]:
+    """The dynamic segment's entries up to DT_NULL: (the first value of each other tag, the DT_NEEDED string
+    offsets, the run paths' string offsets)."""
     tags: dict[int, int] = {}
     libraries, paths = [], []
     for tag, value in DYNAMIC.iter_unpack(entries[:len(entries) - len(entries) % DYNAMIC.size]):
@@ -232,28 +269,7 @@ def _dynamic(data, header: tuple, bad: Bad) -> tuple[list[str], list[str], set[s
     if len(libraries) + len(paths) > MAX_NEEDED:
         raise bad(f"its dynamic segment has {len(libraries)} DT_NEEDED and {len(paths)} run path entries, more "
                   f"than the {MAX_NEEDED} rig reads (torch's largest library needs a few dozen)")
-    if DT_STRTAB not in tags or DT_STRSZ not in tags:
-        if libraries or paths or DT_SYMTAB in tags:
-            raise bad("its dynamic segment names strings but has no string table (DT_STRTAB, DT_STRSZ)")
-        return [], [], set(), set(), []
-    at, _ = mapped(tags[DT_STRTAB], tags[DT_STRSZ], "dynamic string table")
-    name = _Names(data[at:at + tags[DT_STRSZ]], bad)
-    needed = [name(value) for value in libraries]
-    runpath = [part for value in paths for part in name(value).split(":")]
-    undefined: set[str] = set()
-    defined: set[str] = set()
-    if DT_SYMTAB not in tags:
-        return needed, runpath, undefined, defined, []
-    table, table_end = mapped(tags[DT_SYMTAB], 0, "dynamic symbol table")
-    count = _symbol_count(data, tags, mapped, (table_end - table) // SYMBOL.size, bad)
-    if count is None:
-        return needed, runpath, undefined, defined, [
-            "its dynamic symbols were not read: no DT_HASH or DT_GNU_HASH says how many there are"]
-    symbols = data[table:table + count * SYMBOL.size]
-    for name_at, _, _, shndx, _, _ in SYMBOL.iter_unpack(symbols):
-        if name_at:
-            (defined if shndx else undefined).add(name(name_at))
-    return needed, runpath, undefined, defined, []
+    return tags, libraries, paths
 
 
 def _symbol_count(data, tags: dict[int, int], mapped, most: int, bad: Bad) -> int | None:

@@ -43,38 +43,47 @@ def validate(value: Any, spec: Field, source: str, where: str = "") -> Any:
         value = spec.default
         if isinstance(value, (dict, list)):
             value = type(value)(value)
-    kinds = spec.kind if isinstance(spec.kind, tuple) else (spec.kind,)
-    if isinstance(value, bool) and bool not in kinds:
-        raise fail(f"expected {'/'.join(k.__name__ for k in kinds)}, got a boolean")
-    if not isinstance(value, spec.kind):
-        names = spec.kind.__name__ if isinstance(spec.kind, type) else "/".join(k.__name__ for k in spec.kind)
-        raise fail(f"expected {names}, got {type(value).__name__} {_short(value)}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and (wrong := numbers.problem(value)):
-        raise fail(wrong)  # a field rig reads: the document's reader bounded only its text
-    if spec.choices and value not in spec.choices:
-        raise fail(f"{_short(value)} is not allowed; choose one of: {', '.join(map(str, spec.choices))}")
+    if wrong := _kind_problem(value, spec):
+        raise fail(wrong)
     if isinstance(value, list) and spec.item:  # the items first: a check of the whole list reads checked items
         value = [validate(v, spec.item, source, f"{where}[{i}]") for i, v in enumerate(value)]
     if spec.check and (msg := spec.check(value)):
         raise fail(msg)
     if isinstance(value, str) and ("\0" in value or (not spec.multiline and ("\n" in value or "\r" in value))):
         raise fail(f"{_short(value)} must be one line of text (no newline, carriage return or NUL)")
-    if isinstance(value, list):
-        return value
-    if isinstance(value, dict):
-        if spec.values:
-            return {validate(k, Field(), source, f"{where} key"): validate(v, spec.values, source, f"{where}.{k}")
-                    for k, v in value.items()}
-        if spec.fields:
-            unknown = sorted(map(str, set(value) - set(spec.fields)))
-            if unknown and not spec.open:
-                raise fail(f"unknown key {unknown[0]!r}; allowed: {', '.join(spec.fields)}")
-            if empty := [k for k, f in spec.fields.items() if f.nonempty and k in value and value[k] in (None, "")]:
-                raise fail(f"{empty[0]!r} is empty: give it a value, or leave the key out")
-            known = {k: validate(value.get(k), f, source, f"{where}.{k}" if where else k)
-                     for k, f in spec.fields.items()}
-            return {**value, **known} if spec.open else known
+    if isinstance(value, dict) and (spec.values or spec.fields):
+        return _mapping(value, spec, source, where, fail)
     return value
+
+
+def _kind_problem(value: Any, spec: Field) -> str | None:
+    """What is wrong with VALUE's kind, its number or its choice, or None."""
+    kinds = spec.kind if isinstance(spec.kind, tuple) else (spec.kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        return f"expected {'/'.join(k.__name__ for k in kinds)}, got a boolean"
+    if not isinstance(value, spec.kind):
+        names = spec.kind.__name__ if isinstance(spec.kind, type) else "/".join(k.__name__ for k in spec.kind)
+        return f"expected {names}, got {type(value).__name__} {_short(value)}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and (wrong := numbers.problem(value)):
+        return wrong  # a field rig reads: the document's reader bounded only its text
+    if spec.choices and value not in spec.choices:
+        return f"{_short(value)} is not allowed; choose one of: {', '.join(map(str, spec.choices))}"
+    return None
+
+
+def _mapping(value: dict, spec: Field, source: str, where: str, fail: Callable[[str], RigError]) -> dict:
+    """A mapping's keys and values checked: free keys against SPEC.values, or the known FIELDS (and no other key
+    unless SPEC is open)."""
+    if spec.values:
+        return {validate(k, Field(), source, f"{where} key"): validate(v, spec.values, source, f"{where}.{k}")
+                for k, v in value.items()}
+    unknown = sorted(map(str, set(value) - set(spec.fields)))
+    if unknown and not spec.open:
+        raise fail(f"unknown key {unknown[0]!r}; allowed: {', '.join(spec.fields)}")
+    if empty := [k for k, f in spec.fields.items() if f.nonempty and k in value and value[k] in (None, "")]:
+        raise fail(f"{empty[0]!r} is empty: give it a value, or leave the key out")
+    known = {k: validate(value.get(k), f, source, f"{where}.{k}" if where else k) for k, f in spec.fields.items()}
+    return {**value, **known} if spec.open else known
 
 
 def _short(value: Any) -> str:

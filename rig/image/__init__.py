@@ -239,17 +239,11 @@ def probe_base(client, base: str, python: str, cuda_series: str) -> dict:
 
 def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None = None, ca_certs: tuple = (),
           no_cache: bool = False, check: bool = False, archive: bool = True) -> dict:
-    from rig.python import lock as locking
     from rig.python.wheelhouse import fetch
     from rig.stack.spec import load
 
     stack = load(stack_path)
-    lock_file = locking.lock_path(stack_path)
-    if not lock_file.exists():
-        raise RigError(f"{lock_file} is missing: run `rig lock --stack {stack_path}` first")
-    lock = locking.read(lock_file)
-    if not lock.get("complete"):
-        raise RigError(f"{lock_file} is a partial lock; an image is built only from a complete one")
+    lock = _complete_lock(stack_path)
     cache = Path(cache)
     builds = source_builds(stack_path, stack, lock, cache)
     missing = [b for b in builds if not b["kept"]]
@@ -261,20 +255,7 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
     # the venv a host already installed and compiled, where the controller keeps it: 10 GB not installed again
     kept, venv_from = kept_venv(cache, lock, found) if archive else (None, "the lock's wheels (--no-archive)")
     if check:  # the lock, the base and the cache are read; nothing is fetched, staged or built
-        from docker.errors import ImageNotFound
-
-        try:
-            built = client.images.get(tag).labels
-            have = (built.get(f"{LABEL}.lock-hash"), built.get(f"{LABEL}.patches")) == (lock["lock_hash"],
-                                                                                       ",".join(patch_ids))
-        except ImageNotFound:
-            have = False
-        return {"changed": not have, "tag": tag, "toolkit": found["toolkit"], "patches": patch_ids,
-                "compiled": [b["name"] for b in missing], "venv_from": venv_from,
-                "msg": (f"{tag} is already built from this lock and patch set" if have else
-                        f"would build {tag} from {base} (toolkit: {found['toolkit']}; venv: {venv_from}" +
-                        (f"; would compile {', '.join(b['name'] for b in missing)} in the builder stage" if missing
-                         else "") + ")")}
+        return _would_build(client, tag, base, lock, found, patch_ids, missing, venv_from)
     if found["toolkit"] == "base":
         progress(f"the base brings /usr/local/cuda-{cuda_series}; the image keeps it instead of rig's toolkit")
     place = confined(cache, f"image/{lock['lock_hash'][:16]}", "the image build's place", follow=False)
@@ -294,17 +275,10 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
                 "SERVER_PORT": str(stack["server"]["port"]),
                 # feature names (the schema's: lowercase words and hyphens), split into --opt-in options there
                 "PATCH_OPT_IN": " ".join(stack["patches"]["opt_in"])}
-        steps = []
+        steps: list[dict] = []
         if missing:  # compile first, and keep the wheels as the wheel_build role does
-            progress(f"compiling {', '.join(b['name'] for b in missing)} in the builder stage")
-            out = Path(tmp) / "wheels"
-            steps += buildkit.build(ctx, "wheels", output=out, args=args, secrets=secrets, no_cache=no_cache)
-            _take_back(out, [b["key"] for b in missing], cache)
-            builds = source_builds(stack_path, stack, lock, cache)
-            lost = [b["name"] for b in builds if not b["kept"]]
-            if lost:
-                raise RigError(f"the builder stage built {', '.join(lost)} but no wheel came back under "
-                               "the keys the controller expects; did the source change during the build?")
+            steps, builds = _compiled(ctx, args, secrets, no_cache, Path(tmp) / "wheels", missing, stack_path, stack,
+                                      lock, cache)
         _built_context(ctx, builds, cache)
         # --no-cache: the wheels target has just built the shared stages anew in this run; the runtime takes them
         steps += buildkit.build(ctx, "runtime", tag=tag, args=args, labels=labels(stack, lock, patch_ids),
@@ -314,6 +288,53 @@ def build(stack_path: str, cache: str | Path, base: str, patch_dir: str | None =
             "toolkit": found["toolkit"], "venv_from": venv_from,
             "compiled": [b["name"] for b in missing], "builds": [b["key"] for b in builds],
             "steps": steps, "msg": f"built {tag} ({image.attrs['Size'] / 1e9:.2f} GB)"}
+
+
+def _complete_lock(stack_path: str) -> dict:
+    """The stack's lock, which must be there and complete."""
+    from rig.python import lock as locking
+
+    lock_file = locking.lock_path(stack_path)
+    if not lock_file.exists():
+        raise RigError(f"{lock_file} is missing: run `rig lock --stack {stack_path}` first")
+    lock = locking.read(lock_file)
+    if not lock.get("complete"):
+        raise RigError(f"{lock_file} is a partial lock; an image is built only from a complete one")
+    return lock
+
+
+def _would_build(client, tag: str, base: str, lock: dict, found: dict, patch_ids: list[str], missing: list[dict],
+                 venv_from: str) -> dict:
+    """build()'s --check answer: whether TAG is built from this lock and patch set, else what a build would do."""
+    from docker.errors import ImageNotFound
+
+    try:
+        built = client.images.get(tag).labels
+        have = (built.get(f"{LABEL}.lock-hash"), built.get(f"{LABEL}.patches")) == (lock["lock_hash"],
+                                                                                   ",".join(patch_ids))
+    except ImageNotFound:
+        have = False
+    return {"changed": not have, "tag": tag, "toolkit": found["toolkit"], "patches": patch_ids,
+            "compiled": [b["name"] for b in missing], "venv_from": venv_from,
+            "msg": (f"{tag} is already built from this lock and patch set" if have else
+                    f"would build {tag} from {base} (toolkit: {found['toolkit']}; venv: {venv_from}" +
+                    (f"; would compile {', '.join(b['name'] for b in missing)} in the builder stage" if missing
+                     else "") + ")")}
+
+
+def _compiled(ctx: Path, args: dict, secrets: dict, no_cache: bool, out: Path, missing: list[dict], stack_path: str,
+              stack: dict, lock: dict, cache: Path) -> tuple[list[dict], list[dict]]:
+    """The builder stage's wheels for MISSING, compiled into OUT and kept in the cache as the wheel_build role keeps
+    them: (its steps, the source builds as they now are)."""
+    progress(f"compiling {', '.join(b['name'] for b in missing)} in the builder stage")
+    steps = buildkit.build(ctx, "wheels", output=out, args=args, secrets=secrets, no_cache=no_cache)
+    _take_back(out, [b["key"] for b in missing], cache)
+    builds = source_builds(stack_path, stack, lock, cache)
+    lost = [b["name"] for b in builds if not b["kept"]]
+    if lost:
+        raise RigError(f"the builder stage built {', '.join(lost)} but no wheel came back under "
+                       "the keys the controller expects; did the source change during the build?")
+    return steps, builds
 
 
 def verify(tag: str) -> dict:

@@ -18,7 +18,7 @@ from typing import Any
 
 from rig.core import RigError, progress, wheelfile
 from rig.core.check import Check
-from rig.core.elf import cubin_arch, read_shared_object
+from rig.core.elf import SharedObject, cubin_arch, read_shared_object
 from rig.core.escape import inline
 from rig.core.fs import MAX_READ
 from rig.core.proc import run, venv_python
@@ -161,27 +161,9 @@ def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None,
         search = [Path(d.replace("$ORIGIN", str(path.parent))) for d in so.runpath] + extra_dirs
         row: dict[str, Any] = {"object": rel, "needed_cuda": [], "unresolved_sonames": [], "unresolved_torch": [],
                                "cubins": [], "ptx": []}
-        for soname in so.needed:
-            match = CUDA_SONAME.match(soname)
-            if match:
-                row["needed_cuda"].append(soname)
-                if int(match[2]) != cuda_major:
-                    errors.append(f"{rel} needs {soname}, a CUDA {match[2]} library, in a CUDA {cuda_major} stack")
-            if resolve and not _resolvable(soname, search, cache) and not (
-                    soname == "libcuda.so.1" or torch and re.match(r"lib(torch|c10|shm)", soname)):
-                row["unresolved_sonames"].append(soname)
-                errors.append(f"{rel} needs {soname}, which resolves nowhere on this host")
+        errors += _needed(so, rel, row, cuda_major, search if resolve else None, cache, torch)
         if torch:
-            missing = sorted(s for s in so.undefined if TORCH_SYMBOL.match(s) and s not in torch.exported)
-            if missing:
-                row["unresolved_torch"] = demangle(missing)
-                errors.append(f"{rel}: {len(missing)} torch symbol(s) that torch {torch.version} does not export, "
-                              f"e.g. {row['unresolved_torch'][0]}")
-            mine = abi_of(so.undefined)
-            if mine is not None and torch.cxx11_abi is not None and mine != torch.cxx11_abi:
-                errors.append(f"{rel} uses _GLIBCXX_USE_CXX11_ABI={int(mine)}, torch {torch.version} "
-                              f"uses {int(torch.cxx11_abi)}")
-            row["cxx11_abi"] = mine
+            errors += _against_torch(so, rel, row, torch)
         if so.has_fatbin:
             row["cubins"], row["ptx"] = so.cubins, so.ptx
             union_cubins |= set(row["cubins"])
@@ -191,23 +173,66 @@ def audit_files(files: list[tuple[Path, str]], label: str, metadata: str | None,
     pin = _torch_pin(metadata, label)
     if pin and torch and not pin.specifier.contains(torch.version.split("+")[0], prereleases=True):
         errors.append(f"{label} requires {pin}, the torch in use is {torch.version}")
-    coverage = {}
-    if union_cubins or union_ptx:
-        for target in archs:
-            coverage[target] = covers(target, sorted(union_cubins), sorted(union_ptx))
-            if not coverage[target]:
-                # prebuilt .cubin files are not rebuilt for another arch: the fix is to leave them out
-                fix = (f" ({len(cubins)} .cubin files): leave the prebuilt kernels out (for flashinfer-cubin, "
-                       f"flashinfer.cubin: false in the stack, and flashinfer JIT-compiles for {target}) or lock a "
-                       f"version that ships SASS for {target}") if cubins else ""
-                errors.append(f"no kernel image for {target}: {label} has cubins "
-                              f"{', '.join('sm_' + a for a in sorted(union_cubins)) or 'none'} and PTX "
-                              f"{', '.join('compute_' + a for a in sorted(union_ptx)) or 'none'}{fix}")
+    coverage = _coverage(label, archs, union_cubins, union_ptx, cubins, errors)
     per_arch = Counter(arch for _, arch in cubins)
     return {"artifact": label, "ok": not errors, "errors": errors, "torch_pin": str(pin) if pin else None,
             "torch": torch.version if torch else None, "cuda_major": cuda_major,
             "cubins": sorted(union_cubins), "ptx": sorted(union_ptx), "archs": coverage, "objects": objects,
             "cubin_files": dict(sorted(per_arch.items())), "notes": notes, "unread": unread}
+
+
+def _needed(so: SharedObject, rel: str, row: dict, cuda_major: int, search: list[Path] | None, cache: set[str],
+            torch: Torch | None) -> list[str]:
+    """The errors of SO's needed sonames: another CUDA major's library, or (SEARCH given) one that resolves nowhere
+    on this host (the driver's libcuda.so.1 and, with TORCH, torch's own libraries aside); ROW notes them."""
+    errors = []
+    for soname in so.needed:
+        match = CUDA_SONAME.match(soname)
+        if match:
+            row["needed_cuda"].append(soname)
+            if int(match[2]) != cuda_major:
+                errors.append(f"{rel} needs {soname}, a CUDA {match[2]} library, in a CUDA {cuda_major} stack")
+        if search is not None and not _resolvable(soname, search, cache) and not (
+                soname == "libcuda.so.1" or torch and re.match(r"lib(torch|c10|shm)", soname)):
+            row["unresolved_sonames"].append(soname)
+            errors.append(f"{rel} needs {soname}, which resolves nowhere on this host")
+    return errors
+
+
+def _against_torch(so: SharedObject, rel: str, row: dict, torch: Torch) -> list[str]:
+    """The errors of SO against TORCH: symbols it does not export, another C++11 ABI; ROW notes them."""
+    errors = []
+    missing = sorted(s for s in so.undefined if TORCH_SYMBOL.match(s) and s not in torch.exported)
+    if missing:
+        row["unresolved_torch"] = demangle(missing)
+        errors.append(f"{rel}: {len(missing)} torch symbol(s) that torch {torch.version} does not export, "
+                      f"e.g. {row['unresolved_torch'][0]}")
+    mine = abi_of(so.undefined)
+    if mine is not None and torch.cxx11_abi is not None and mine != torch.cxx11_abi:
+        errors.append(f"{rel} uses _GLIBCXX_USE_CXX11_ABI={int(mine)}, torch {torch.version} "
+                      f"uses {int(torch.cxx11_abi)}")
+    row["cxx11_abi"] = mine
+    return errors
+
+
+def _coverage(label: str, archs: list[str], union_cubins: set[str], union_ptx: set[str],
+              cubins: list[tuple[str, str]], errors: list[str]) -> dict:
+    """Whether the artifact's SASS or PTX covers each of ARCHS (where it has any); an error into ERRORS for each
+    it does not."""
+    coverage: dict[str, str | None] = {}
+    if not (union_cubins or union_ptx):
+        return coverage
+    for target in archs:
+        coverage[target] = covers(target, sorted(union_cubins), sorted(union_ptx))
+        if not coverage[target]:
+            # prebuilt .cubin files are not rebuilt for another arch: the fix is to leave them out
+            fix = (f" ({len(cubins)} .cubin files): leave the prebuilt kernels out (for flashinfer-cubin, "
+                   f"flashinfer.cubin: false in the stack, and flashinfer JIT-compiles for {target}) or lock a "
+                   f"version that ships SASS for {target}") if cubins else ""
+            errors.append(f"no kernel image for {target}: {label} has cubins "
+                          f"{', '.join('sm_' + a for a in sorted(union_cubins)) or 'none'} and PTX "
+                          f"{', '.join('compute_' + a for a in sorted(union_ptx)) or 'none'}{fix}")
+    return coverage
 
 
 def _torch_pin(metadata: str | None, label: str):

@@ -63,6 +63,20 @@ def cdi_missing(spec: str) -> list[str] | None:
     return sorted(path for path in paths if not path.startswith("/") or not Path(path).exists())
 
 
+def _below_cuda(branch: str, version: str, cuda: str) -> str | None:
+    """Why the driver (BRANCH, or VERSION where given) is below what CUDA needs, or None."""
+    series = ".".join((cuda.split(".") + ["0"])[:2])  # "13" is 13.0
+    known = [s for s in MIN_DRIVER if _numbers(s) <= _numbers(series)] if VERSION.fullmatch(series) else []
+    if not known or not VERSION.fullmatch(cuda):
+        raise RigError(f"CUDA {cuda!r} is not a release rig knows a driver for; give 12.0 or newer")
+    needed = MIN_DRIVER[max(known, key=_numbers)]
+    have = upstream(version) or branch
+    if _numbers(have)[:1] < _numbers(needed)[:1] or (version and _numbers(have) < _numbers(needed)):
+        return (f"driver {have} is below what CUDA {cuda} needs ({needed}, the "
+                f"{needed.split('.')[0]} branch): set nvidia_driver_branch and nvidia_driver_version to it")
+    return None
+
+
 def refusals(branch: str, version: str, flavour: str, cuda: str | None, archs: list[str]) -> list[str]:
     """Why a driver must not go onto a host serving this stack ([] when it may): below what the stack's CUDA
     needs, or the proprietary kernel modules where the stack's GPUs are Blackwell."""
@@ -73,16 +87,8 @@ def refusals(branch: str, version: str, flavour: str, cuda: str | None, archs: l
     if version and upstream(version).split(".")[0] != branch:
         return [f"driver {upstream(version)} is not of the {branch} branch: set nvidia_driver_branch to "
                 f"{upstream(version).split('.')[0]}, or a version of the {branch} branch"]
-    if cuda is not None:
-        series = ".".join((cuda.split(".") + ["0"])[:2])  # "13" is 13.0
-        known = [s for s in MIN_DRIVER if _numbers(s) <= _numbers(series)] if VERSION.fullmatch(series) else []
-        if not known or not VERSION.fullmatch(cuda):
-            raise RigError(f"CUDA {cuda!r} is not a release rig knows a driver for; give 12.0 or newer")
-        needed = MIN_DRIVER[max(known, key=_numbers)]
-        have = upstream(version) or branch
-        if _numbers(have)[:1] < _numbers(needed)[:1] or (version and _numbers(have) < _numbers(needed)):
-            found.append(f"driver {have} is below what CUDA {cuda} needs ({needed}, the "
-                         f"{needed.split('.')[0]} branch): set nvidia_driver_branch and nvidia_driver_version to it")
+    if cuda is not None and (below := _below_cuda(branch, version, cuda)):
+        found.append(below)
     blackwell = sorted(a for a in archs if (major := re.match(r"[0-9]+", a)) and int(major[0]) >= OPEN_ONLY_FROM)
     if blackwell and flavour != "open":
         found.append(f"the {flavour!r} kernel modules do not run Blackwell GPUs (the stack targets "

@@ -387,6 +387,11 @@ def peer_check(raw: dict) -> list[Check]:
     if not _peer_record(path):
         return [Check("machine", "pcie-p2p", "skip", "the record's peer_path is not one rig.machine.gpu_health "
                       "wrote (record the machine again)", required=False)]
+    return [_peer_path_check(path)]
+
+
+def _peer_path_check(path: dict) -> Check:
+    """The verdict on PCIe peers from their recorded PCI path: the IOMMU's mode per GPU, ACS above them."""
     types = {g["gpu"]: g.get("iommu_type") for g in path["gpus"]}
     translated = sorted(gpu for gpu, kind_ in types.items() if kind_ in ("DMA", "DMA-FQ"))
     redirecting = sorted(b for b, line in (path.get("acs") or {}).items()
@@ -396,17 +401,17 @@ def peer_check(raw: dict) -> list[Check]:
     mode = (f"IOMMU translating for {len(translated)} of {len(types)} GPU(s)" if translated else
             "IOMMU in passthrough or off") + (f" (kernel: {kernel})" if kernel else "")
     if translated and redirecting:
-        return [Check("machine", "pcie-p2p", "fail", f"{mode} and ACS redirecting on {', '.join(redirecting)}: "
-                      "PCIe peer-to-peer can hang or return corrupt data", P2P_IOMMU_FIX + "; and " + P2P_ACS_FIX
-                      + P2P_AT_A_COST)]
+        return Check("machine", "pcie-p2p", "fail", f"{mode} and ACS redirecting on {', '.join(redirecting)}: "
+                     "PCIe peer-to-peer can hang or return corrupt data", P2P_IOMMU_FIX + "; and " + P2P_ACS_FIX
+                     + P2P_AT_A_COST)
     if translated:
-        return [Check("machine", "pcie-p2p", "warn", f"{mode}: peer traffic is translated (slower)" + unknown,
-                      P2P_IOMMU_FIX, required=False)]
+        return Check("machine", "pcie-p2p", "warn", f"{mode}: peer traffic is translated (slower)" + unknown,
+                     P2P_IOMMU_FIX, required=False)
     if redirecting:
-        return [Check("machine", "pcie-p2p", "warn", f"{mode}, ACS redirecting on {', '.join(redirecting)}: peer "
-                      "traffic goes up to the root complex", P2P_ACS_FIX, required=False)]
-    return [Check("machine", "pcie-p2p", "pass", f"{mode}, no ACS redirection above the GPUs" + unknown,
-                  required=False)]
+        return Check("machine", "pcie-p2p", "warn", f"{mode}, ACS redirecting on {', '.join(redirecting)}: peer "
+                     "traffic goes up to the root complex", P2P_ACS_FIX, required=False)
+    return Check("machine", "pcie-p2p", "pass", f"{mode}, no ACS redirection above the GPUs" + unknown,
+                 required=False)
 
 
 def checks(raw: dict, expect_gpus: int | None = None, nvswitch: bool | None = None,

@@ -41,20 +41,7 @@ def held(python: str | Path, names: list[str] | tuple[str, ...] = (), *, files: 
                  timeout=timeout)
     try:
         broken = [(_text(path), _text(why)) for path, why in answer.get("broken", [])]
-        asked = [key for key, wanted in (("files", files), ("metadata", metadata)) if wanted]
-        packages = {name: _package(name, answer["packages"][name], asked) for name in answer["packages"]}
-        if (every and "every" not in answer) or (torch and not isinstance(answer.get("torch"), dict)):
-            raise KeyError("an answer that was asked for")
-        listed = answer.get("every", [])
-        for entry in listed:
-            if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(v, str) for v in entry)):
-                raise ValueError(f"a distribution listed as {entry!r:.80}, without a name or a version")
-        found = Held(python=_text(answer["python"]), prefix=Path(_text(answer["prefix"])),
-                     site=Path(_text(answer["site"])), packages=packages,
-                     every=[(name, version) for name, version in listed],
-                     torch=dict(answer.get("torch") or {}),
-                     modules={name: _dirs(answer["modules"][name]["dirs"]) for name in modules},
-                     namespaces=frozenset(n for n in modules if answer["modules"][n]["namespace"] is True))
+        found = _read_answer(answer, files, metadata, every, torch, modules)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RigError(f"{python} reported its environment in a shape rig did not write ({exc}); is it a Python "
                        "with intact package metadata?") from exc
@@ -63,6 +50,26 @@ def held(python: str | Path, names: list[str] | tuple[str, ...] = (), *, files: 
                        f"({broken[0][1]}){f' and {len(broken) - 1} more' if len(broken) > 1 else ''}; remove it or "
                        "reinstall that package")
     return found
+
+
+def _read_answer(answer: dict, files: bool, metadata: bool, every: bool, torch: bool,
+                 modules: tuple[str, ...]) -> Held:
+    """The answer of held()'s worker, each part checked against what was asked; a KeyError, TypeError or
+    ValueError where it is not in the shape the worker writes."""
+    asked = [key for key, wanted in (("files", files), ("metadata", metadata)) if wanted]
+    packages = {name: _package(name, answer["packages"][name], asked) for name in answer["packages"]}
+    if (every and "every" not in answer) or (torch and not isinstance(answer.get("torch"), dict)):
+        raise KeyError("an answer that was asked for")
+    listed = answer.get("every", [])
+    for entry in listed:
+        if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(v, str) for v in entry)):
+            raise ValueError(f"a distribution listed as {entry!r:.80}, without a name or a version")
+    return Held(python=_text(answer["python"]), prefix=Path(_text(answer["prefix"])),
+                site=Path(_text(answer["site"])), packages=packages,
+                every=[(name, version) for name, version in listed],
+                torch=dict(answer.get("torch") or {}),
+                modules={name: _dirs(answer["modules"][name]["dirs"]) for name in modules},
+                namespaces=frozenset(n for n in modules if answer["modules"][n]["namespace"] is True))
 
 
 def import_dirs(python: str | Path, names: tuple[str, ...], regular: bool = False) -> dict[str, list[Path]]:

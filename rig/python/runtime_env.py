@@ -199,11 +199,8 @@ def install(venv: str | Path, env: dict, stack_name: str, check: bool = False) -
     site, image = _site_for(venv, check)
     env = image_env(env) if image else env
     said = [made] if image and (made := _runtime_cache(check)) else []
-    if not image and (left := [p for p in _env_files(env_site(venv)) if os.path.lexists(p)]):
-        if not check:
-            for path in left:
-                path.unlink()
-        said.append(f"{'would remove' if check else 'removed'} {', '.join(map(str, left))} ({venv} is a directory)")
+    if not image and (emptied := _empty_former_site(venv, check)):
+        said.append(emptied)
     wanted = {site / f"{MODULE}.py": render(env, stack_name), site / PTH: f"import {MODULE}\n"}
     written = {path: converge_file(path, text, "the environment module", check) for path, text in wanted.items()}
     stale = [path for path, result in written.items() if result["changed"]]
@@ -214,6 +211,17 @@ def install(venv: str | Path, env: dict, stack_name: str, check: bool = False) -
         said.insert(0, f"{'would write' if check else 'wrote'} {', '.join(p.name for p in stale)} in {site}")
     return {"changed": bool(said), "files": [str(p) for p in stale], "diff": diff,
             "msg": "; ".join(said) if said else f"{site} already has the stack's environment"}
+
+
+def _empty_former_site(venv: str | Path, check: bool) -> str | None:
+    """A directory VENV's environment files in the site dir it had as an image, removed: what was, or None."""
+    left = [p for p in _env_files(env_site(venv)) if os.path.lexists(p)]
+    if not left:
+        return None
+    if not check:
+        for path in left:
+            path.unlink()
+    return f"{'would remove' if check else 'removed'} {', '.join(map(str, left))} ({venv} is a directory)"
 
 
 def _drop_bytecode(site: Path) -> None:

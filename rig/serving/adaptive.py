@@ -63,27 +63,38 @@ def slots(config: object, source: str) -> dict[int, list[int]]:
             if entry != "ema":
                 raise RigError(f"{source}: strategy {entry!r}: rig writes and reads only \"ema\" (SGLang's default)")
             continue
-        most = numbers.MAX_RUNNING_REQUESTS  # a slot's batch size: at most a server's running requests
-        canonical = isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= len(str(most)) \
-            and key == str(int(key))
-        if not (canonical and 0 < int(key) <= most):
-            raise RigError(f"{source}: key {key!r} is neither a batch size (1-{most}, as a string without leading "
-                           f"zeros) nor one of SGLang's knobs ({', '.join(KNOBS)})")
-        steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
-        if not isinstance(steps, list) or not steps or \
-                not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= 32 for s in steps):
-            raise RigError(f"{source}: batch size {key}: candidate_steps must be a non-empty list of whole numbers "
-                           f"from 0 to 32 (0 = no drafting), got {steps!r}")
-        for name, value in entry.items():
-            if name in KNOBS:
-                _knob(name, value, f"{source}: batch size {key}: ")
-            elif name != "candidate_steps":  # a typo would leave the top-level value in force, unsaid
-                raise RigError(f"{source}: batch size {key}: {name!r} is neither candidate_steps nor one of SGLang's "
-                               f"knobs ({', '.join(KNOBS)})")
-        found[int(key)] = sorted(set(steps))
+        batch = _batch_size(key, source)  # the key first, then what it holds
+        found[batch] = _slot_steps(key, entry, source)
     if not found:
         raise RigError(f'{source}: no batch-size key; give at least one, e.g. {{"1": {{"candidate_steps": [3]}}}}')
     return dict(sorted(found.items()))
+
+
+def _batch_size(key: object, source: str) -> int:
+    """A slot's key as SGLang reads it: a batch size from 1 to a server's running requests, as a canonical string."""
+    most = numbers.MAX_RUNNING_REQUESTS  # a slot's batch size: at most a server's running requests
+    if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= len(str(most)) \
+            and key == str(int(key)) and 0 < int(key) <= most:
+        return int(key)
+    raise RigError(f"{source}: key {key!r} is neither a batch size (1-{most}, as a string without leading "
+                   f"zeros) nor one of SGLang's knobs ({', '.join(KNOBS)})")
+
+
+def _slot_steps(key: object, entry: object, source: str) -> list[int]:
+    """A slot's sorted candidate steps, its knobs checked and no other key in it."""
+    steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
+    if not isinstance(steps, list) or not steps or \
+            not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= 32 for s in steps):
+        raise RigError(f"{source}: batch size {key}: candidate_steps must be a non-empty list of whole numbers "
+                       f"from 0 to 32 (0 = no drafting), got {steps!r}")
+    assert isinstance(entry, dict)  # its candidate_steps were read
+    for name, value in entry.items():
+        if name in KNOBS:
+            _knob(name, value, f"{source}: batch size {key}: ")
+        elif name != "candidate_steps":  # a typo would leave the top-level value in force, unsaid
+            raise RigError(f"{source}: batch size {key}: {name!r} is neither candidate_steps nor one of SGLang's "
+                           f"knobs ({', '.join(KNOBS)})")
+    return sorted(set(steps))
 
 
 def parse(text: str, source: str) -> dict[int, list[int]]:

@@ -9,10 +9,10 @@ and stopped. The numerics hold when the baseline generates the rule's tokens (ri
 and EAGLE-3 generates the baseline's: the numerics draft proposes what the target rejects, so that
 proves the rejection path lossless, not that speculation accepts anything.
 
-Then acceptance: a serving test model whose draft agrees with its target (the stack's own test model
-when its server serves one, else the tiny one), baseline and EAGLE-3 (3 steps, topk 1) at one stream,
-greedy. Its accept length, the server's own, must reach ACCEPT_FLOOR and EAGLE-3 must beat the baseline;
-an accept length near 1 is never a pass for a step that claims speculation works.
+Then acceptance (rig/serving/prove_acceptance.py): a serving test model whose draft agrees with its target,
+baseline and EAGLE-3 at one stream, greedy; its accept length must reach a floor and EAGLE-3 must beat the
+baseline. Then free-off, where the stack opts in (rig/serving/prove_free_off.py). The report and figure are
+rig/serving/prove_report.py's.
 
 A step that cannot run here is skipped with its reason; the run passes only when no step fails.
 """
@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rig.core import RigError, progress
 from rig.core.check import Check, Runner
-from rig.core.markdown import cell, table
 from rig.core.schema import Field
 from rig.python.introspect import held
-from rig.serving import numerics, testmodel
+from rig.serving import numerics, prove_acceptance, testmodel
 from rig.serving import prove_free_off as free_off
 from rig.serving.launch import (
     Servers,
@@ -44,6 +43,8 @@ from rig.serving.measure.record import FORMAT_FIELD, recorded
 from rig.serving.measure.stats import shown
 from rig.serving.measure.sweep import Server
 from rig.serving.measure.verdict import margin_problem
+from rig.serving.prove_acceptance import AGREE, BASELINE, EAGLE, agree_model, agreeing
+from rig.serving.prove_report import BENCH_LEVELS, figures, report_markdown
 from rig.serving.server import close_parsers, health_url, render
 from rig.serving.session import measured, serving
 from rig.serving.sglang_api import call, expect_json
@@ -53,12 +54,6 @@ SCHEMA_VERSION = 1
 PROVE = Field(dict, open=True, fields={"format": FORMAT_FIELD})  # its bench steps' data: the run record's levels
 OUTPUTS = ("prove.json", "report.md", "prove.png", free_off.SLOTS_NAME)
 STEPS = ("doctor", "probe", "testmodel", "servers", "acceptance", "free-off")
-BASELINE, EAGLE = "baseline", "eagle3"
-BENCH_LEVELS = [Level(1), Level(8)]
-# acceptance: an agreeing draft, greedy, 3 steps: every drafted token is accepted (accept length 4); below the floor
-# the server does not accept what it should
-ACCEPT_STEPS, ACCEPT_FLOOR = 3, 3.5
-AGREE = "agree"
 
 
 # ------------------------------------------------------------------ numerics against a server
@@ -136,18 +131,6 @@ def _with_model(stack: dict, models: Path, tp: int) -> dict:
 
 def tp_sizes(stack: dict, tp: int | None) -> list[int]:
     return sorted({1, tp or stack["server"]["tp"]})
-
-
-def agreeing(stack: dict, out: Path) -> dict:
-    """The stack served with a serving test model whose draft agrees: the stack's own test model where its server
-    serves one (its shape and acceptance), else the tiny one under OUT; EAGLE-3 at ACCEPT_STEPS, topk 1, TP 1."""
-    server = stack["server"]
-    own = server["model"] == "testmodel"
-    model = {k: server[k] for k in ("testmodel_dir", "testmodel_shape", "testmodel_accept")} if own else \
-        {"testmodel_dir": str(out / "models-agree"), "testmodel_shape": "tiny", "testmodel_accept": 1.0}
-    return with_server(stack, model="testmodel", draft_model="testmodel", tp=1, speculative_num_steps=ACCEPT_STEPS,
-                       speculative_eagle_topk=1, speculative_num_draft_tokens=ACCEPT_STEPS + 1,
-                       speculative_adaptive_config="", **model)
 
 
 def plan(stack: dict, venv: str, models: Path, tps: list[int], out: Path) -> dict[str, list[str]]:
@@ -308,7 +291,6 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
         models: str | Path | None = None, api_key_env: str = "SGLANG_API_KEY", check: bool = False) -> dict:
     out = results_dir(out, OUTPUTS)
     models = Path(models).absolute() if models else out / "models"
-    python = Path(venv) / "bin" / "python"
     tps = tp_sizes(stack, tp)
     if unknown := [s for s in skip if s not in STEPS]:
         raise RigError(f"--skip {', '.join(unknown)}: choose from {', '.join(STEPS)}")
@@ -317,63 +299,115 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, tp: int | None
     given = [given_model(models, tps)] if check and "testmodel" in skip else []
     lines = plan(stack, venv, models, tps, out)
     if check:
-        steps = [s for s in STEPS if s not in skip]
-        return {"ok": True, "changed": False, "steps": steps, "servers": lines, "inherited_env": inherited,
-                "msg": "\n".join([*given, *inherited_said(inherited),
-                                  f"would run {', '.join(steps)}; the servers one at a time at {health_url(stack)}, "
-                                  f"with the numerics test model in {models}:",
-                                  *(f"  {name}: {' '.join(argv)}" for name, argv in lines.items())])}
-    from rig.machine.doctor import visible_gpus
-
+        return _would_run(stack, skip, models, lines, inherited, given)
+    proving = _Proving(stack, stack_path, venv, out, models, tps, skip, lines, api_key_env)
     make_logs(out)
-    report = Runner("prove")
     result: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "stack": stack_path, "tp_sizes": tps, "gpus": 0,
                               "driver": None, "ok": False, "steps": [], "inherited_env": inherited}
     for line in inherited_said(inherited):
         progress(line)
+    report = proving.report
 
     def settle(result: dict) -> None:
         result.update(ok=report.ok and not result.get("stopped"), steps=[asdict(s) for s in report.checks])
 
     with recorded(out, result, "prove.json", PROVE, report_markdown, figures, settle) as written:
-        listed = visible_gpus()[0]
-        gpus = len(listed)
-        result.update(gpus=gpus, driver=listed[0].get("driver") if listed else None, versions=versions(python),
-                      machine=_machine())
-        if "doctor" in skip:
-            report.skip("doctor", "not asked for (--skip doctor)")
-        else:
-            report.run("doctor", lambda r: _doctor(stack, stack_path, venv, r))
-        if "probe" in skip:
-            report.skip("probe", "not asked for (--skip probe)")
-        elif gpus < 1:
-            report.skip("probe", "no GPU is visible (nvidia-smi lists none)")
-        else:
-            report.run("probe", lambda r: _probe(python, gpus, r))
-        if "testmodel" in skip:
-            built = report.run("testmodel (given)", lambda r: _given_step(models, tps, r))
-        else:
-            built = report.run("testmodel", lambda r: _testmodel(python, models, tps, r))
-        if "servers" in skip:
-            report.skip("servers", "not asked for (--skip servers)")
-        elif built.status == "fail":
-            report.skip("servers", "no numerics test model to serve")
-        else:
-            with Servers(stack["server"]["start_timeout"], api_key_env) as servers:
-                for size in tps:
-                    _serve_size(servers, report, lines, health_url(stack), size, gpus, out, api_key_env,
-                                stack["bench"])
-        if "acceptance" in skip:
-            report.skip("acceptance", "not asked for (--skip acceptance)")
-        else:
-            _acceptance(stack, python, lines, out, report, api_key_env)
-        _free_off(stack, python, lines, out, report, api_key_env, skip, built.status,
-                  max(size for size in tps if size == 1 or gpus >= size))
+        proving.steps(result)
     failed = [s.name for s in report.checks if s.status == "fail"]
     return {"ok": report.ok, "files": written, "steps": [asdict(s) for s in report.checks],
             "msg": "\n".join([f"wrote {', '.join(written)}",
                               *(_line(s) for s in report.checks),
                               "every step passed or was skipped" if report.ok else f"FAILED: {', '.join(failed)}"])}
+
+
+def _would_run(stack: dict, skip: tuple[str, ...], models: Path, lines: dict[str, list[str]], inherited: dict,
+               given: list[str]) -> dict:
+    """--check's answer: the steps that would run and every server's line."""
+    steps = [s for s in STEPS if s not in skip]
+    return {"ok": True, "changed": False, "steps": steps, "servers": lines, "inherited_env": inherited,
+            "msg": "\n".join([*given, *inherited_said(inherited),
+                              f"would run {', '.join(steps)}; the servers one at a time at {health_url(stack)}, "
+                              f"with the numerics test model in {models}:",
+                              *(f"  {name}: {' '.join(argv)}" for name, argv in lines.items())])}
+
+
+@dataclass
+class _Proving:
+    """One run's inputs, and its steps in order into REPORT, each skipped with its reason where it cannot run."""
+    stack: dict
+    stack_path: str
+    venv: str
+    out: Path
+    models: Path
+    tps: list[int]
+    skip: tuple[str, ...]
+    lines: dict[str, list[str]]
+    api_key_env: str
+    report: Runner = field(default_factory=lambda: Runner("prove"))
+    gpus: int = 0
+
+    @property
+    def python(self) -> Path:
+        return Path(self.venv) / "bin" / "python"
+
+    def steps(self, result: dict) -> None:
+        """Every step, the machine's facts into RESULT first."""
+        from rig.machine.doctor import visible_gpus
+
+        listed = visible_gpus()[0]
+        self.gpus = len(listed)
+        result.update(gpus=self.gpus, driver=listed[0].get("driver") if listed else None,
+                      versions=versions(self.python), machine=_machine())
+        self.doctor()
+        self.probe()
+        built = self.testmodel()
+        self.servers(built)
+        self.acceptance()
+        _free_off(self.stack, self.python, self.lines, self.out, self.report, self.api_key_env, self.skip, built,
+                  max(size for size in self.tps if size == 1 or self.gpus >= size))
+
+    def doctor(self) -> None:
+        if "doctor" in self.skip:
+            self.report.skip("doctor", "not asked for (--skip doctor)")
+        else:
+            self.report.run("doctor", lambda r: _doctor(self.stack, self.stack_path, self.venv, r))
+
+    def probe(self) -> None:
+        if "probe" in self.skip:
+            self.report.skip("probe", "not asked for (--skip probe)")
+        elif self.gpus < 1:
+            self.report.skip("probe", "no GPU is visible (nvidia-smi lists none)")
+        else:
+            self.report.run("probe", lambda r: _probe(self.python, self.gpus, r))
+
+    def testmodel(self) -> str:
+        """The numerics test model, built or given; the step's status."""
+        if "testmodel" in self.skip:
+            return self.report.run("testmodel (given)", lambda r: _given_step(self.models, self.tps, r)).status
+        return self.report.run("testmodel", lambda r: _testmodel(self.python, self.models, self.tps, r)).status
+
+    def servers(self, numerics_model: str) -> None:
+        if "servers" in self.skip:
+            self.report.skip("servers", "not asked for (--skip servers)")
+        elif numerics_model == "fail":
+            self.report.skip("servers", "no numerics test model to serve")
+        else:
+            with Servers(self.stack["server"]["start_timeout"], self.api_key_env) as servers:
+                for size in self.tps:
+                    _serve_size(servers, self.report, self.lines, health_url(self.stack), size, self.gpus, self.out,
+                                self.api_key_env, self.stack["bench"])
+
+    def acceptance(self) -> None:
+        if "acceptance" in self.skip:
+            self.report.skip("acceptance", "not asked for (--skip acceptance)")
+            return
+
+        def serve(servers: Servers, label: str, baseline: bool) -> dict | None:
+            return _serve(servers, self.report, label, self.lines[label], health_url(self.stack), baseline,
+                          self.out, self.api_key_env, None, self.stack["bench"], numerics_check=False,
+                          levels=[Level(1)])
+
+        prove_acceptance.run_steps(self.stack, self.python, self.out, self.report, self.api_key_env, serve)
 
 
 def _line(s: Check) -> str:
@@ -398,22 +432,6 @@ def _serve_size(servers: Servers, report: Runner, lines: dict[str, list[str]], u
         _serve(servers, report, eagle_label, lines[eagle_label], url, False, out, api_key_env, base["tokens"], bench)
 
 
-def _acceptance(stack: dict, python: Path, lines: dict[str, list[str]], out: Path, report: Runner,
-                api_key_env: str) -> None:
-    """The agreeing draft's model, its baseline and EAGLE-3 at one stream, then the verdict on what they measured."""
-    built = report.run(f"{AGREE} testmodel", lambda r: _agree_model(stack, out, python, r))
-    if built.status == "fail":
-        report.skip(f"{AGREE}: acceptance", "no agreeing test model to serve")
-        return
-    url, one = health_url(stack), [Level(1)]
-    with Servers(stack["server"]["start_timeout"], api_key_env) as servers:
-        base = _serve(servers, report, f"{BASELINE} {AGREE}", lines[f"{BASELINE} {AGREE}"], url, True, out,
-                      api_key_env, None, stack["bench"], numerics_check=False, levels=one)
-        spec = _serve(servers, report, f"{EAGLE} {AGREE}", lines[f"{EAGLE} {AGREE}"], url, False, out, api_key_env,
-                      None, stack["bench"], numerics_check=False, levels=one)
-    report.run(f"{AGREE}: acceptance", lambda r: judge_acceptance(base, spec, r))
-
-
 def _free_off(stack: dict, python: Path, lines: dict[str, list[str]], out: Path, report: Runner, api_key_env: str,
               skip: tuple[str, ...], numerics_model: str, tp: int) -> None:
     """rig.serving.prove_free_off's steps, where the stack opts into free-off and both test models are there; the
@@ -425,44 +443,11 @@ def _free_off(stack: dict, python: Path, lines: dict[str, list[str]], out: Path,
     elif numerics_model == "fail":
         report.skip("free-off", "no numerics test model to serve")
     elif report.run(f"{free_off.AFTER_OFF}: {AGREE} testmodel",
-                    lambda r: _agree_model(stack, out, python, r)).status != "fail":
+                    lambda r: agree_model(stack, out, python, r)).status != "fail":
         free_off.slots_file(out)  # where _free_off_lines named it
         free_off.run_steps(lines, tp, health_url(stack), out, report, api_key_env, stack["bench"],
                            stack["server"]["start_timeout"],
                            lambda url, prompt, count: greedy_tokens(url, prompt, count, api_key_env, logprobs=False))
-
-
-def _agree_model(stack: dict, out: Path, python: Path, record: Check) -> None:
-    # the stack's own test model is held to the stack's own record (its TP's heads), never rebuilt for TP 1
-    own = stack["server"]["model"] == "testmodel"
-    made = testmodel.ensure(stack["server"] if own else agreeing(stack, out)["server"], python)
-    assert made is not None  # agreeing() serves the test model
-    record.data = {k: made[k] for k in ("shape", "accept", "expected_accept_length") if k in made}
-    record.detail = made["msg"]
-
-
-def judge_acceptance(base: dict | None, spec: dict | None, record: Check) -> None:
-    """EAGLE-3 with an agreeing draft must accept (its server's accept length at least ACCEPT_FLOOR) and beat the
-    baseline at one stream; what was seen is said either way."""
-    level = Level(1).name
-    seen = {name: ((answer or {}).get("bench") or {}).get(level) or {} for name, answer in
-            (("baseline", base), ("eagle3", spec))}
-    accept = seen["eagle3"].get("server_accept_length")
-    fast, slow = seen["eagle3"].get("output_throughput"), seen["baseline"].get("output_throughput")
-    record.data = {"accept_length": accept, "floor": ACCEPT_FLOOR, "steps": ACCEPT_STEPS,
-                   "eagle3_output_throughput": fast, "baseline_output_throughput": slow,
-                   "ratio": round(fast / slow, 3) if fast and slow else None}
-    said = (f"accept length {shown(accept, 2)} with {ACCEPT_STEPS} steps (at least {ACCEPT_FLOOR:g} wanted), "
-            f"EAGLE-3 {shown(fast, 1)} tok/s against the baseline's {shown(slow, 1)} at {level}")
-    if not fast or not slow:
-        raise RigError(f"nothing to judge: {said} (a server did not serve or measure; see the steps above)")
-    if accept is None or accept < ACCEPT_FLOOR:
-        raise RigError(f"the agreeing draft is not accepted: {said}; speculation runs but accepts "
-                       f"{'nothing rig could read' if accept is None else 'too little'} (check the draft model and the "
-                       "server log)")
-    if fast <= slow:
-        raise RigError(f"speculation accepts but does not pay: {said}")
-    record.detail = said + f": {fast / slow:.2f}x"
 
 
 def _machine() -> dict:
@@ -472,45 +457,3 @@ def _machine() -> dict:
         return gpu_health.collect()
     except (OSError, RigError) as exc:
         return {"error": str(exc)}
-
-
-# ------------------------------------------------------------------ the report
-
-
-
-def report_markdown(result: dict) -> str:
-    v = result.get("versions", {})
-    lines = [f"# rig prove: {result['stack']}", "",
-             f"{'PASSED' if result['ok'] else 'FAILED'}: {sum(s['status'] == 'pass' for s in result['steps'])} "
-             f"passed, {sum(s['status'] == 'fail' for s in result['steps'])} failed, "
-             f"{sum(s['status'] == 'skip' for s in result['steps'])} skipped; TP sizes {result['tp_sizes']}, "
-             f"{result['gpus']} GPU(s) visible.", "",
-             *table(("versions", ""), [*((k, v.get(k)) for k in ("torch", "torch_cuda", "nccl", "sglang", "kernel",
-                                                                  "flashinfer", "transformers")),
-                                       ("driver", result.get("driver") or None)]),
-             "", *table(("step", "verdict", "s", "detail"),
-                        ((s["name"], s["status"], f"{s['seconds']:g}", s["detail"][:400]) for s in result["steps"]))]
-    if result.get("stopped"):
-        lines += ["", f"Stopped early: {cell(result['stopped'])}"]
-    return "\n".join(lines) + "\n"
-
-
-def figures(result: dict) -> dict:
-    """prove.png: each server's throughput at the bench levels (none when no bench passed)."""
-    benches = {s["name"].rsplit(":", 1)[0]: s["data"] for s in result["steps"]
-               if s["name"].endswith(": bench") and s["status"] == "pass"}
-    if not benches:
-        return {}
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6, 3.5))
-    ax = fig.subplots()
-    names = [lv.name for lv in BENCH_LEVELS]
-    width = 0.8 / len(benches)
-    for i, (label, data) in enumerate(benches.items()):
-        ax.bar([x + i * width for x in range(len(names))],
-               [(data.get(n) or {}).get("output_throughput") or 0 for n in names], width, label=label)
-    ax.set_xticks([x + width * (len(benches) - 1) / 2 for x in range(len(names))], names)
-    ax.set_ylabel("output tok/s (numerics model)")
-    ax.legend(fontsize=8)
-    return {"prove.png": fig}

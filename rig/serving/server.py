@@ -178,15 +178,8 @@ def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: b
     if "error" in parsed:
         raise RigError(f"sglang {version} rejects the server command line: {parsed['error']}")
     config = stack["server"]["speculative_adaptive_config"]
-    if config and not baseline:  # rig's own reading first (a regular file, its shape), then sglang's loader
-        slots = adaptive.parse(read_text(config, "adaptive speculation config"), config)
-        if problem := adaptive.launch_problem(slots, stack["server"]["speculative_num_steps"]):
-            raise RigError(f"sglang refuses to start this line with {config}: {problem}")
-        loaded = parser.ask({"mode": "adaptive", "path": config, "argv": parsed_argv})
-        if "error" in loaded:
-            raise RigError(f"sglang {version} refuses the adaptive speculation config {config}: {loaded['error']}")
-        if "note" in loaded:
-            progress(f"sglang {version}: {loaded['note']}")
+    if config and not baseline:
+        _adaptive_loads(stack, config, parser, version, parsed_argv)
     # argparse takes unique prefixes; a release that adds a flag can make one ambiguous (as 0.5.23 did)
     for flag in (t.split("=", 1)[0] for t in argv if t.startswith("--")):
         if flag not in options:
@@ -195,6 +188,19 @@ def _render(stack: dict, pairs: list, parser: _Parser, python: Path, baseline: b
     full = [str(python), "-m", "sglang.launch_server", *argv]
     return {"sglang": version, "baseline": baseline, "python": str(python), "argv": full,
             "exec_start": _exec_start(full, key_env if api_key else None), "api_key_env": key_env if api_key else None}
+
+
+def _adaptive_loads(stack: dict, config: str, parser: _Parser, version: str, parsed_argv: list[str]) -> None:
+    """The adaptive speculation CONFIG as the line would start with it: rig's own reading first (a regular file, its
+    shape, the launch's steps among its candidates), then sglang's loader."""
+    slots = adaptive.parse(read_text(config, "adaptive speculation config"), config)
+    if problem := adaptive.launch_problem(slots, stack["server"]["speculative_num_steps"]):
+        raise RigError(f"sglang refuses to start this line with {config}: {problem}")
+    loaded = parser.ask({"mode": "adaptive", "path": config, "argv": parsed_argv})
+    if "error" in loaded:
+        raise RigError(f"sglang {version} refuses the adaptive speculation config {config}: {loaded['error']}")
+    if "note" in loaded:
+        progress(f"sglang {version}: {loaded['note']}")
 
 
 def health_url(stack: dict) -> str:

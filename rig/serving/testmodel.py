@@ -218,18 +218,22 @@ def build(out: str | Path, python: str | Path, tp: int = 1, draft: str = "agree"
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     verb = ("would write" if check else "wrote") if changed else "unchanged:"
+    return {**info, "changed": changed, "target": str(out / "target"), "draft": str(out / "draft"),
+            "kind": spec["draft"], "model": kind, "msg": _said(verb, out, kind, shape, draft, accept, info)}
+
+
+def _said(verb: str, out: Path, kind: str, shape: str, draft: str, accept: float, info: dict) -> str:
+    """What build() wrote (or would, or found), in a line."""
     if kind == "numerics":
         margin = min(info["reference"][d]["min_margin"] for d in ("float32", "bfloat16"))
-        msg = (f"{verb} {out}/target (numerics: transformers follows the rule in float32 and bfloat16, smallest "
-               f"logit margin {margin}) and {out}/draft (it proposes the rule's lowest token)")
-    else:
-        msg = (f"{verb} {out}/target ({shape}, {info['bytes'] / 1e9:.2f} GB; greedy token {info['greedy_text']!r}) and "
-               f"{out}/draft ({draft}: the draft proposes {'that token' if draft == 'agree' else 'another token'})")
-        if accept < 1:
-            msg += (f"; at temperature 1 the target gives it probability {info['t_probability']:.3f} (asked "
-                    f"{accept:g}): expected accept length {info['expected_accept_length']['3']:.2f} with 3 steps")
-    return {**info, "changed": changed, "target": str(out / "target"), "draft": str(out / "draft"),
-            "kind": spec["draft"], "model": kind, "msg": msg}
+        return (f"{verb} {out}/target (numerics: transformers follows the rule in float32 and bfloat16, smallest "
+                f"logit margin {margin}) and {out}/draft (it proposes the rule's lowest token)")
+    msg = (f"{verb} {out}/target ({shape}, {info['bytes'] / 1e9:.2f} GB; greedy token {info['greedy_text']!r}) and "
+           f"{out}/draft ({draft}: the draft proposes {'that token' if draft == 'agree' else 'another token'})")
+    if accept < 1:
+        msg += (f"; at temperature 1 the target gives it probability {info['t_probability']:.3f} (asked "
+                f"{accept:g}): expected accept length {info['expected_accept_length']['3']:.2f} with 3 steps")
+    return msg
 
 
 def ensure(server: dict, python: str | Path, check: bool = False) -> dict | None:

@@ -651,6 +651,31 @@ CHECK_METHODS = '''    # -- rig free-off check (opt-in free-off-check; RIG_FREE_
 
 '''
 
+def step0(keyword: str) -> dict:
+    """The step-0 branch of the draft worker's forward and its free-off replacement: the same in both releases but
+    for the KEYWORD it opens with (`if` in 0.5.17, `elif` in 0.5.23)."""
+    trivial = (
+        f"            {keyword} self.speculative_num_steps == 0:\n"
+        "                # Drafting disabled (high batch size). _draft_extend below still\n"
+        "                # runs, keeping draft KV warm for when the batch shrinks.\n"
+        "                verify_input = self._build_trivial_verify_input(batch)\n"
+        "            else:\n"
+    )
+    return {
+        "step0_find": trivial + "                with (\n",
+        "step0_replace": (
+            f"            {keyword} self.speculative_num_steps == 0 and self._rig_free_off_ready(batch):\n"
+            "                # rig free-off: step 0 is a plain decode\n"
+            "                return self._rig_free_off_step(batch, on_publish)\n"
+            + trivial +
+            "                if getattr(self, \"_rig_ingest_pending\", False):\n"
+            "                    # rig free-off: the first drafting step after ingest steps\n"
+            "                    self._rig_repair_after_ingest(batch)\n"
+            "                with (\n"
+        ),
+    }
+
+
 # the GPU runs of 0.5.17's patched files (docs/validation/real-cost-h200/README.md)
 RUN_0517 = "2026-12-06: 0.5.17 served on an H200 and an H100 with these patches applied (real-cost runs 3-10)"
 
@@ -666,28 +691,7 @@ VERSIONS = {
         "INGEST_EXTRA": "        if self.server_args.enable_unified_memory:\n"
                         "            return \"the unified memory pool\"\n",
         "module_anchor": "logger = logging.getLogger(__name__)\n\n\nclass EagleDraftWorker(EagleDraftWorkerBase):\n",
-        "step0_find": (
-            "            if self.speculative_num_steps == 0:\n"
-            "                # Drafting disabled (high batch size). _draft_extend below still\n"
-            "                # runs, keeping draft KV warm for when the batch shrinks.\n"
-            "                verify_input = self._build_trivial_verify_input(batch)\n"
-            "            else:\n"
-            "                with (\n"
-        ),
-        "step0_replace": (
-            "            if self.speculative_num_steps == 0 and self._rig_free_off_ready(batch):\n"
-            "                # rig free-off: step 0 is a plain decode\n"
-            "                return self._rig_free_off_step(batch, on_publish)\n"
-            "            if self.speculative_num_steps == 0:\n"
-            "                # Drafting disabled (high batch size). _draft_extend below still\n"
-            "                # runs, keeping draft KV warm for when the batch shrinks.\n"
-            "                verify_input = self._build_trivial_verify_input(batch)\n"
-            "            else:\n"
-            "                if getattr(self, \"_rig_ingest_pending\", False):\n"
-            "                    # rig free-off: the first drafting step after ingest steps\n"
-            "                    self._rig_repair_after_ingest(batch)\n"
-            "                with (\n"
-        ),
+        **step0("if"),
     },
     "0523": {
         "version": "0.5.23",
@@ -708,28 +712,7 @@ VERSIONS = {
                         "        if getattr(draft_runner.token_to_kv_pool, \"requires_physical_write_loc\", False):\n"
                         "            return \"the draft's KV pool takes physical write locations\"\n",
         "module_anchor": "logger = logging.getLogger(__name__)\n\n\ndef _select_spec_graph_runner_cls(\n",
-        "step0_find": (
-            "            elif self.speculative_num_steps == 0:\n"
-            "                # Drafting disabled (high batch size). _draft_extend below still\n"
-            "                # runs, keeping draft KV warm for when the batch shrinks.\n"
-            "                verify_input = self._build_trivial_verify_input(batch)\n"
-            "            else:\n"
-            "                with (\n"
-        ),
-        "step0_replace": (
-            "            elif self.speculative_num_steps == 0 and self._rig_free_off_ready(batch):\n"
-            "                # rig free-off: step 0 is a plain decode\n"
-            "                return self._rig_free_off_step(batch, on_publish)\n"
-            "            elif self.speculative_num_steps == 0:\n"
-            "                # Drafting disabled (high batch size). _draft_extend below still\n"
-            "                # runs, keeping draft KV warm for when the batch shrinks.\n"
-            "                verify_input = self._build_trivial_verify_input(batch)\n"
-            "            else:\n"
-            "                if getattr(self, \"_rig_ingest_pending\", False):\n"
-            "                    # rig free-off: the first drafting step after ingest steps\n"
-            "                    self._rig_repair_after_ingest(batch)\n"
-            "                with (\n"
-        ),
+        **step0("elif"),
     },
 }
 

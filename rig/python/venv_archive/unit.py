@@ -91,6 +91,13 @@ def persist(venv: str | Path, check: bool = False, unit_dir: Path = UNIT_DIR, bo
                 f"{venv} is no venv image rig mounted; no mount unit"}
     if check:
         return {**result, "msg": "would " + "; ".join(f"{verb} {what}" for verb, what in steps)}
+    _apply(unit_dir, stale, wanted, text, enabled)
+    done = {"write": "wrote", "enable": "enabled", "disable and remove": "disabled and removed"}
+    return {**result, "msg": "; ".join(f"{done[verb]} {what}" for verb, what in steps)}
+
+
+def _apply(unit_dir: Path, stale: list[str], wanted: str | None, text: str, enabled: bool) -> None:
+    """The STALE units disabled and removed, WANTED written with TEXT and enabled where it is not."""
     for unit in stale:
         _systemctl("disable", unit)
         (unit_dir / unit).unlink(missing_ok=True)
@@ -99,8 +106,6 @@ def persist(venv: str | Path, check: bool = False, unit_dir: Path = UNIT_DIR, bo
     _systemctl("daemon-reload")
     if wanted and not enabled:
         _systemctl("enable", wanted)
-    done = {"write": "wrote", "enable": "enabled", "disable and remove": "disabled and removed"}
-    return {**result, "msg": "; ".join(f"{done[verb]} {what}" for verb, what in steps)}
 
 
 def _units_of(unit_dir: Path, store: Path) -> list[str]:

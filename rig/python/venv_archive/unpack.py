@@ -42,12 +42,30 @@ def settle(manifest: dict, venv: Path, lock_hash: str | None, check: bool,
         raise RigError(f"archive {name} does not fit {venv}: {why}")
     if venv.parent == venv:
         raise RigError(f"{venv} is the root directory, no venv's path; give the venv's own directory")
+    _none_inside(venv, {**(inputs or {}), "working directory": os.getcwd()})
+    seen = _venv_place(venv)
+    marker = read_marker(venv) if seen else None
+    if seen and marker is None and not os.path.lexists(venv / "pyvenv.cfg") and any(venv.iterdir()):
+        raise RigError(f"{venv} holds files but is no venv (no {MARKER}, no pyvenv.cfg); rig replaces only a venv: "
+                       "move what is there, or give another --venv")
+    if marker and marker["lock_hash"] == manifest["lock_hash"]:
+        return {"changed": False, "venv": str(venv), "msg": f"{venv} already has lock {manifest['lock_hash'][:12]}"}
+    return None
+
+
+def _none_inside(venv: Path, paths: dict[str, str | Path]) -> None:
+    """The old venv is moved aside and removed, and its files with it: none of PATHS (the run's inputs, and where
+    it runs from) may be inside it."""
     real = Path(os.path.realpath(venv))
-    # the old venv is moved aside and removed, and its files with it: the run's inputs, and where it runs from
-    for what, path in {**(inputs or {}), "working directory": os.getcwd()}.items():
+    for what, path in paths.items():
         if real == Path(os.path.realpath(path)) or real in Path(os.path.realpath(path)).parents:
             raise RigError(f"the {what} {path} is inside {venv}, which the unpack replaces (and removes with the old "
                            f"venv): move it out of {venv} first")
+
+
+def _venv_place(venv: Path) -> os.stat_result | None:
+    """VENV's lstat where it is a directory; None where it is not there yet and can be made (its nearest existing
+    parent a directory); refused otherwise."""
     try:
         seen = os.lstat(venv)
     except (FileNotFoundError, NotADirectoryError):  # a file above it: said below
@@ -61,13 +79,7 @@ def settle(manifest: dict, venv: Path, lock_hash: str | None, check: bool,
         if not above.is_dir():
             raise RigError(f"{above} is not a directory (a file, or a link to nothing), so {venv} cannot be made "
                            "under it: remove it or give another --venv")
-    marker = read_marker(venv) if seen else None
-    if seen and marker is None and not os.path.lexists(venv / "pyvenv.cfg") and any(venv.iterdir()):
-        raise RigError(f"{venv} holds files but is no venv (no {MARKER}, no pyvenv.cfg); rig replaces only a venv: "
-                       "move what is there, or give another --venv")
-    if marker and marker["lock_hash"] == manifest["lock_hash"]:
-        return {"changed": False, "venv": str(venv), "msg": f"{venv} already has lock {manifest['lock_hash'][:12]}"}
-    return None
+    return seen
 
 
 def unpack(archive: str | Path, manifest: dict, venv: str | Path, lock_hash: str | None = None,
@@ -214,18 +226,12 @@ def _extract(tar: tarfile.TarFile, stream: _Bounded, entries: list, staging: Pat
     """Each member of TAR (read through STREAM), which must be the next of ENTRIES (kind, path, mode, size, bytes,
     link text), into STAGING: files created new and never through a link, links only after every file, every time
     FIXED_MTIME."""
-    expected, dirs, linked, links = iter(entries), [], False, set()
+    expected, dirs, linked = iter(entries), [], False
+    links: set[str] = set()
     for member in tar:
-        entry = next(expected, None)
         kind = _kind(member)
         stream.admit(member, kind)
-        if entry is None or [kind, member.name, member.mode] != entry[:3] or \
-                (kind == "file" and member.size != entry[3]) or (kind == "link" and member.linkname != entry[4]):
-            listed = f"the manifest's next entry is {entry[1]!r} ({entry[0]})" if entry else "the manifest lists no more"
-            if entry and [kind, member.name] == entry[:2]:
-                listed = f"its {'mode' if member.mode != entry[2] else 'size' if kind == 'file' else 'link text'} differs"
-            raise RigError(f"{source}: member {member.name[:200]!r} ({kind}) is not its manifest's: {listed}; the "
-                           "archive and its manifest do not belong together")
+        entry = _the_manifests(member, kind, next(expected, None), source)
         if kind != "link" and linked:
             raise RigError(f"{source}: {member.name[:200]!r} comes after a link: the links come last")
         # no resolve() per member (it was half the unpack's time): a name with no absolute start and no `..` part,
@@ -242,13 +248,7 @@ def _extract(tar: tarfile.TarFile, stream: _Bounded, entries: list, staging: Pat
                 _write(tar, member, target, entry[4], source)
             else:
                 linked = True
-                parts = member.name.split("/")  # a link under a link made here would be made through it, outside
-                if any("/".join(parts[:end]) in links for end in range(1, len(parts))):
-                    raise RigError(f"{source}: {member.name[:200]!r} lies under a link of the archive; the links of "
-                                   "a venv lie in its directories")
-                links.add(member.name)
-                os.symlink(member.linkname, target)
-                os.utime(target, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
+                _link(member, target, links, source)
         except OSError as exc:
             raise RigError(f"{source}: cannot write {member.name[:200]!r}: {exc.strerror or exc}") from None
     if (missing := next(expected, None)) is not None:
@@ -256,6 +256,29 @@ def _extract(tar: tarfile.TarFile, stream: _Bounded, entries: list, staging: Pat
     for path in [*reversed(dirs), staging]:  # innermost first: filling a directory changes its mtime
         os.chmod(path, 0o755)
         os.utime(path, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
+
+
+def _the_manifests(member: tarfile.TarInfo, kind: str, entry: list | None, source: str) -> list:
+    """ENTRY, the manifest's next, which MEMBER must be: its kind, path and mode, a file's size, a link's text."""
+    if entry is not None and [kind, member.name, member.mode] == entry[:3] and \
+            (kind != "file" or member.size == entry[3]) and (kind != "link" or member.linkname == entry[4]):
+        return entry
+    listed = f"the manifest's next entry is {entry[1]!r} ({entry[0]})" if entry else "the manifest lists no more"
+    if entry and [kind, member.name] == entry[:2]:
+        listed = f"its {'mode' if member.mode != entry[2] else 'size' if kind == 'file' else 'link text'} differs"
+    raise RigError(f"{source}: member {member.name[:200]!r} ({kind}) is not its manifest's: {listed}; the "
+                   "archive and its manifest do not belong together")
+
+
+def _link(member: tarfile.TarInfo, target: Path, links: set[str], source: str) -> None:
+    """MEMBER, a link, made at TARGET, never under another link of the archive (LINKS: those made so far)."""
+    parts = member.name.split("/")  # a link under a link made here would be made through it, outside
+    if any("/".join(parts[:end]) in links for end in range(1, len(parts))):
+        raise RigError(f"{source}: {member.name[:200]!r} lies under a link of the archive; the links of "
+                       "a venv lie in its directories")
+    links.add(member.name)
+    os.symlink(member.linkname, target)
+    os.utime(target, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
 
 
 def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, sha: str, source: str) -> None:

@@ -16,6 +16,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 from rig.core import RigError, http
@@ -55,18 +56,26 @@ def _asked_tokens(body: dict) -> int:
     return int(body.get("sampling_params", {}).get("max_new_tokens") or 1)
 
 
+@dataclass
+class _Chunks:
+    """What one stream has brought so far: its first and last chunk (the only ones parsed in full), each chunk's
+    arrival, and whether [DONE] came; at most MOST chunks."""
+    start: float
+    most: int
+    first: bytes | None = None
+    last: bytes | None = None
+    ttft: float | None = None
+    done: bool = False
+    arrivals: list[float] = field(default_factory=list)  # the inter-token latencies (a chunk may carry several)
+
+
 async def stream(session, url: str, body: dict, decoding: Callable[[], None] | None = None) -> dict:
     """One streamed /generate: timings from the client's clock, counts from the last chunk; DECODING is called
     at its first chunk (the request has left prefill)."""
     import aiohttp
 
-    start = time.perf_counter()
-    first: bytes | None = None
-    last: bytes | None = None
-    ttft: float | None = None
-    done = False
-    most = _asked_tokens(body) + 1  # one more for a final chunk that repeats the last
-    arrivals: list[float] = []  # each chunk's time: the inter-token latencies (a chunk may carry several tokens)
+    # one more chunk than tokens, for a final chunk that repeats the last
+    chunks = _Chunks(start=time.perf_counter(), most=_asked_tokens(body) + 1)
     try:
         # a redirect is answered as it is: followed, the request (and its API key) would reach another origin
         async with session.post(url + "/generate", json=body, allow_redirects=False) as response:
@@ -74,23 +83,8 @@ async def stream(session, url: str, body: dict, decoding: Callable[[], None] | N
                 raise Redirected(f"HTTP {response.status} {http.redirect_note(response.headers.get('Location'))}")
             if response.status != 200:
                 return refused(response.status, await response.content.read(65536))
-            # SGLang's chunks carry the cumulative text: a token is a few bytes of text and of ids
-            async for payload in _events(response, max(1 << 20, 64 * most)):
-                if payload == b"[DONE]":
-                    done = True
-                    break
-                # a cheap shape check on every chunk; full parsing of the first and last only
-                if not (payload.startswith(b"{") and payload.endswith(b"}")):
-                    return {"ok": False, "error": f"malformed chunk: {payload[:80]!r}"}
-                arrivals.append(time.perf_counter())
-                if len(arrivals) > most:
-                    return {"ok": False, "error": f"the server streamed more than {most} chunks for "
-                            f"{most - 1} tokens (max_new_tokens): it went on past the request's end"}
-                if first is None:
-                    first, ttft = payload, arrivals[-1] - start
-                    if decoding:
-                        decoding()
-                last = payload
+            if failed := await _read(response, chunks, decoding):
+                return failed
     except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
         raise ServerDown(str(exc)) from exc
     except asyncio.TimeoutError:  # a server that accepts and never answers is as good as gone
@@ -99,8 +93,35 @@ async def stream(session, url: str, body: dict, decoding: Callable[[], None] | N
         return {"ok": False, "error": f"malformed stream: {exc}"}
     except (aiohttp.ClientError, ConnectionError) as exc:
         return {"ok": False, "lost": True, "error": f"connection lost: {exc.__class__.__name__}: {exc}"}
-    end = time.perf_counter()
-    if not done or first is None or last is None or ttft is None:  # the first chunk sets all three
+    return _measured(chunks, time.perf_counter())
+
+
+async def _read(response, chunks: _Chunks, decoding: Callable[[], None] | None) -> dict | None:
+    """The stream's chunks into CHUNKS until [DONE]; a failed request's answer where a chunk is not one."""
+    # SGLang's chunks carry the cumulative text: a token is a few bytes of text and of ids
+    async for payload in _events(response, max(1 << 20, 64 * chunks.most)):
+        if payload == b"[DONE]":
+            chunks.done = True
+            return None
+        # a cheap shape check on every chunk; full parsing of the first and last only
+        if not (payload.startswith(b"{") and payload.endswith(b"}")):
+            return {"ok": False, "error": f"malformed chunk: {payload[:80]!r}"}
+        chunks.arrivals.append(time.perf_counter())
+        if len(chunks.arrivals) > chunks.most:
+            return {"ok": False, "error": f"the server streamed more than {chunks.most} chunks for "
+                    f"{chunks.most - 1} tokens (max_new_tokens): it went on past the request's end"}
+        if chunks.first is None:
+            chunks.first, chunks.ttft = payload, chunks.arrivals[-1] - chunks.start
+            if decoding:
+                decoding()
+        chunks.last = payload
+    return None
+
+
+def _measured(chunks: _Chunks, end: float) -> dict:
+    """A finished stream's request: its timings, and its counts from the last chunk."""
+    first, last, ttft, start = chunks.first, chunks.last, chunks.ttft, chunks.start
+    if not chunks.done or first is None or last is None or ttft is None:  # the first chunk sets all three
         return {"ok": False, "lost": True, "error": "the stream ended before [DONE] (the server closed it)"}
     try:
         parse_json(first.decode(errors="replace"), "the first chunk")
@@ -109,13 +130,14 @@ async def stream(session, url: str, body: dict, decoding: Callable[[], None] | N
             return refused(200, last)
         meta = final["meta_info"]
         tokens = number(meta["completion_tokens"])
-        if tokens is None or tokens != int(tokens) or tokens > most - 1:  # no more than asked for
+        if tokens is None or tokens != int(tokens) or tokens > chunks.most - 1:  # no more than asked for
             raise ValueError(f"completion_tokens {str(meta['completion_tokens'])[:40]}")
         prompt_tokens = number(meta.get("prompt_tokens")) or 0
     except (RigError, ValueError, KeyError, TypeError) as exc:
         return {"ok": False, "error": f"malformed chunk: {exc.__class__.__name__}: {str(exc)[:200]}"}
     e2e = end - start
     tokens = int(tokens)
+    arrivals = chunks.arrivals
     return {"ok": True, "tokens": tokens, "prompt_tokens": int(prompt_tokens), "start": start, "end": end,
             "ttft": ttft, "e2e": e2e, "tpot": (e2e - ttft) / (tokens - 1) if tokens > 1 else None,
             "itl": [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)],

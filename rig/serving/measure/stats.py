@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 
 from rig.core.numbers import mean
 from rig.serving.measure.plan import Plan
@@ -58,10 +59,18 @@ def summarize(results: list[dict], max_concurrency: int, plan: Plan | None = Non
     if not good:
         return level
     span = max(r["end"] for r in good) - min(r["start"] for r in good)
-    tokens = sum(r["tokens"] for r in good)
-    tpots = [r["tpot"] for r in good if r["tpot"] is not None]
     per_second = (lambda x: x / span) if span > 0 else (lambda x: None)
-    level.update({
+    level.update({**_rates(good, span, per_second), **_latencies(good),
+                  "accept_length": mean([r["accept_length"] for r in good if r["accept_length"]])})
+    if plan and (plan.slo_ttft_ms or plan.slo_tpot_ms):
+        level["goodput"] = per_second(len(_within_slo(good, plan)))
+    return level
+
+
+def _rates(good: list[dict], span: float, per_second: Callable[[float], float | None]) -> dict:
+    """The completed requests' tokens and throughputs over SPAN seconds."""
+    tokens = sum(r["tokens"] for r in good)
+    return {
         "total_output_tokens": tokens, "duration": span,
         "output_throughput": per_second(tokens),
         "total_throughput": per_second(tokens + sum(r.get("prompt_tokens", 0) for r in good)),
@@ -69,15 +78,20 @@ def summarize(results: list[dict], max_concurrency: int, plan: Plan | None = Non
         # the mean in flight (Little's law; sglang.bench_serving's `concurrency`): the running batch the server saw
         "concurrency": per_second(sum(r["e2e"] for r in good)),
         "per_request_speed": spread([r["speed"] for r in good if r["speed"]]),
-        **_ms("ttft", [r["ttft"] for r in good]), **_ms("tpot", tpots),
-        **_ms("itl", [gap for r in good for gap in r.get("itl", [])]), **_ms("e2e_latency", [r["e2e"] for r in good]),
-        "accept_length": mean([r["accept_length"] for r in good if r["accept_length"]]),
-    })
-    if plan and (plan.slo_ttft_ms or plan.slo_tpot_ms):
-        within = [r for r in good if (not plan.slo_ttft_ms or r["ttft"] * 1000 <= plan.slo_ttft_ms) and
-                  (not plan.slo_tpot_ms or (r["tpot"] or 0) * 1000 <= plan.slo_tpot_ms)]
-        level["goodput"] = per_second(len(within))
-    return level
+    }
+
+
+def _latencies(good: list[dict]) -> dict:
+    """The completed requests' latency statistics, in sglang.bench_serving's names."""
+    return {**_ms("ttft", [r["ttft"] for r in good]), **_ms("tpot", [r["tpot"] for r in good if r["tpot"] is not None]),
+            **_ms("itl", [gap for r in good for gap in r.get("itl", [])]),
+            **_ms("e2e_latency", [r["e2e"] for r in good])}
+
+
+def _within_slo(good: list[dict], plan: Plan) -> list[dict]:
+    """The completed requests within the plan's TTFT and TPOT objectives (those it sets)."""
+    return [r for r in good if (not plan.slo_ttft_ms or r["ttft"] * 1000 <= plan.slo_ttft_ms) and
+            (not plan.slo_tpot_ms or (r["tpot"] or 0) * 1000 <= plan.slo_tpot_ms)]
 
 
 def aggregate(rounds: list[list[dict]], c: int, plan: Plan, server_accept: list[float | None]) -> dict:

@@ -76,23 +76,7 @@ def crossover(eagle: dict, baseline: dict) -> dict:
     (below) 1. The crossover is the highest concurrency up to which every level is
     won; a win above the first level that is not is reported apart.
     """
-    base = {lv["max_concurrency"]: lv for lv in baseline["levels"]}
-    rows = []
-    for lv in eagle["levels"]:
-        other = base.get(lv["max_concurrency"])
-        mine = lv.get("round_output_throughput") or [lv.get("output_throughput")]
-        theirs = (other or {}).get("round_output_throughput") or [(other or {}).get("output_throughput")]
-        if len(theirs) == 1:  # an earlier run of one value: hold every round against it
-            theirs = theirs * len(mine)
-        elif len(mine) == 1:
-            mine = mine * len(theirs)
-        found = ratios(mine, theirs)
-        if not found or other is None:  # no baseline level: theirs is [None], so no ratio either
-            continue
-        rows.append({"max_concurrency": lv["max_concurrency"], "eagle3": lv["output_throughput"],
-                     "baseline": other["output_throughput"],
-                     "ratio": statistics.median(found), "ratio_min": min(found), "ratio_max": max(found),
-                     "rounds": len(found), "verdict": within_range(found)})
+    rows = _compared_levels(eagle, baseline)
     first_other = next((i for i, r in enumerate(rows) if r["verdict"] != "won"), len(rows))
     highest = rows[first_other - 1]["max_concurrency"] if first_other else None
     noisy = [r["max_concurrency"] for r in rows if r["verdict"] == "within noise"]
@@ -101,20 +85,51 @@ def crossover(eagle: dict, baseline: dict) -> dict:
     tail = (f"; within noise at C={', '.join(map(str, noisy))}" if noisy else "") + \
            (f"; it loses at C={', '.join(map(str, lost))}" if lost else "") + \
            (f"; it wins again at C={', '.join(map(str, again))}, above a level it did not win" if again else "")
-    if not rows:
-        advice = "no level has results from both servers; nothing to compare"
-    elif highest is None and not noisy:
-        advice = "EAGLE-3 loses at every measured concurrency: serve without speculation"
-    elif highest is None:
-        advice = "EAGLE-3 wins clearly at no measured concurrency" + tail + \
-                 ": serve without speculation, or measure with more rounds"
-    elif first_other == len(rows):
-        advice = f"EAGLE-3 wins at every measured concurrency (up to {highest}), in every round: serve with it"
-    else:
-        advice = (f"EAGLE-3 wins in every round up to concurrency {highest}{tail}: serve with it where load "
-                  f"stays at or below {highest} request{'s' if highest > 1 else ''} in flight, without it above")
-    return {"highest_winning_concurrency": highest, "levels": rows, "recommendation": advice,
+    return {"highest_winning_concurrency": highest, "levels": rows,
+            "recommendation": _crossover_advice(rows, highest, noisy, tail, won_all=first_other == len(rows)),
             "within_noise": noisy, "wins_after_a_loss": again}
+
+
+def _compared_levels(eagle: dict, baseline: dict) -> list[dict]:
+    """Each EAGLE-3 level that the baseline measured too: both throughputs and the per-round ratios' verdict."""
+    base = {lv["max_concurrency"]: lv for lv in baseline["levels"]}
+    rows = []
+    for lv in eagle["levels"]:
+        other = base.get(lv["max_concurrency"])
+        found = ratios(*_paired_rounds(lv, other))
+        if not found or other is None:  # no baseline level: theirs is [None], so no ratio either
+            continue
+        rows.append({"max_concurrency": lv["max_concurrency"], "eagle3": lv["output_throughput"],
+                     "baseline": other["output_throughput"],
+                     "ratio": statistics.median(found), "ratio_min": min(found), "ratio_max": max(found),
+                     "rounds": len(found), "verdict": within_range(found)})
+    return rows
+
+
+def _paired_rounds(lv: dict, other: dict | None) -> tuple[list, list]:
+    """LV's and OTHER's per-round output throughputs, as many of each: an earlier run's one value is held against
+    every round of the other."""
+    mine = lv.get("round_output_throughput") or [lv.get("output_throughput")]
+    theirs = (other or {}).get("round_output_throughput") or [(other or {}).get("output_throughput")]
+    if len(theirs) == 1:  # an earlier run of one value: hold every round against it
+        theirs = theirs * len(mine)
+    elif len(mine) == 1:
+        mine = mine * len(theirs)
+    return mine, theirs
+
+
+def _crossover_advice(rows: list[dict], highest: int | None, noisy: list[int], tail: str, won_all: bool) -> str:
+    if not rows:
+        return "no level has results from both servers; nothing to compare"
+    if highest is None and not noisy:
+        return "EAGLE-3 loses at every measured concurrency: serve without speculation"
+    if highest is None:
+        return "EAGLE-3 wins clearly at no measured concurrency" + tail + \
+               ": serve without speculation, or measure with more rounds"
+    if won_all:
+        return f"EAGLE-3 wins at every measured concurrency (up to {highest}), in every round: serve with it"
+    return (f"EAGLE-3 wins in every round up to concurrency {highest}{tail}: serve with it where load "
+            f"stays at or below {highest} request{'s' if highest > 1 else ''} in flight, without it above")
 
 
 # ------------------------------------------------------------------ tune: the per-level choice, confirmed
@@ -198,14 +213,8 @@ def for_load(measured: dict[str, dict], candidates: list[str], levels: list, pro
 
     closed = {lv.concurrency: lv.name for lv in levels if lv.rate is None}
     at = {running: closed[nearest(running, list(closed))] for running in profile} if closed else {}
-    best_at = {name: max((measured[v].get(name) or {}).get(metric) or 0 for v in candidates)
-               for name in closed.values()}
-    expected: dict[str, float] = {}
-    for name in candidates:
-        values: dict[str, float] = {level: (measured[name].get(level) or {}).get(metric) or 0.0
-                                    for level in closed.values()}
-        if all(values[at[r]] > 0 for r in profile):
-            expected[name] = sum(share * values[at[r]] for r, share in profile.items())
+    best_at = {name: max(_value(measured[v], name, metric) for v in candidates) for name in closed.values()}
+    expected = _expected(measured, candidates, list(closed.values()), at, profile, metric)
     if not expected:
         return {"chosen": None, "expected": {}, "why": "no server was measured at every level the profile needs"}
     chosen = max(expected, key=lambda n: expected[n])
@@ -213,5 +222,22 @@ def for_load(measured: dict[str, dict], candidates: list[str], levels: list, pro
     return {"chosen": chosen, "expected": expected, "weights": {closed_name: round(sum(
                 share for r, share in profile.items() if at[r] == closed_name), 4) for closed_name in closed.values()},
             "of_per_level_best": expected[chosen] / ceiling if ceiling else None,
-            "ratios": {level: ((measured[chosen].get(level) or {}).get(metric) or 0) / best_at[level]
+            "ratios": {level: _value(measured[chosen], level, metric) / best_at[level]
                        for level in closed.values() if best_at[level]}}
+
+
+def _value(measured: dict, level: str, metric: str) -> float:
+    """One server's METRIC at LEVEL, 0 where it has none."""
+    return (measured.get(level) or {}).get(metric) or 0.0
+
+
+def _expected(measured: dict[str, dict], candidates: list[str], closed: list[str], at: dict[int, str],
+              profile: dict[int, float], metric: str) -> dict[str, float]:
+    """Each candidate's METRIC expected over PROFILE, each share at its level in AT; of those measured at every
+    level the profile needs."""
+    expected: dict[str, float] = {}
+    for name in candidates:
+        values = {level: _value(measured[name], level, metric) for level in closed}
+        if all(values[at[r]] > 0 for r in profile):
+            expected[name] = sum(share * values[at[r]] for r, share in profile.items())
+    return expected

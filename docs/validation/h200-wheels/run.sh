@@ -7,7 +7,7 @@ out=${OUT:-/tmp/out}; mkdir -p "$out"
 exec > >(tee "$out/wheels-h200.log") 2>&1
 RIG_SRC=$PWD/build/rig.pyz  # python3 imports rig from the zipapp as from a folder
 # shellcheck source-path=SCRIPTDIR
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
 nvcc --version | tail -2
 venv=${RIG_H200_VENV:-/opt/torch/.venv}   # the machine's own torch
