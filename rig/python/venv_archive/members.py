@@ -35,6 +35,7 @@ class Bounded(io.RawIOBase):
     def __init__(self, stream, sink=None) -> None:
         super().__init__()
         self.stream, self.taken, self.allowed = stream, 0, HEADERS_LIMIT
+        # held: the bytes read and not yet passed on, from offset passed; those before passable may pass
         self.sink, self.held, self.passed, self.passable = sink, bytearray(), 0, 0
 
     def readable(self) -> bool:
@@ -46,7 +47,6 @@ class Bounded(io.RawIOBase):
         data = -(-member.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE if kind == "file" else 0
         self.allowed = self.taken + data + HEADERS_LIMIT
         self.passable = member.offset_data + data
-        self._pass()
 
     def read(self, size: int = -1) -> bytes:
         room = self.allowed - self.taken
@@ -56,23 +56,21 @@ class Bounded(io.RawIOBase):
         data = self.stream.read(room if size < 0 else min(size, room))
         self.taken += len(data)
         if self.sink is not None:
-            if not self.held and self.passed + len(data) <= self.passable:  # a file's data: on at once, uncopied
-                self.sink.write(data)
-                self.passed += len(data)
-            else:
-                self.held += data
+            self.held += data
+            if self.passable - self.passed >= READ:  # passed on in large writes: one per member cost a fifth
                 self._pass()
         return data
 
     def finish(self, trailer: bytes) -> None:
         """The tar's end (its zero blocks, read or not yet) passed on: nothing after it is a member."""
         if self.sink is not None:
-            self.sink.write(bytes(self.held) + trailer)
-            self.held.clear()
+            self.held += trailer
+            self.passable = self.passed + len(self.held)
+            self._pass()
 
     def _pass(self) -> None:
         count = min(len(self.held), self.passable - self.passed)
-        if self.sink is not None and count > 0:
+        if count > 0:
             self.sink.write(self.held[:count])
             del self.held[:count]
             self.passed += count
