@@ -7,17 +7,24 @@ import copy
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from test_venv_archive import make_venv, zstd_of
+from test_venv_image import imaged, three_images
 
 from rig.core import RigError
 from rig.python.venv import MARKER
+from rig.python.venv_archive import mount as mounting
 from rig.python.venv_archive.image import image
+from rig.python.venv_archive.mount import mount, store_of
+from rig.python.venv_archive.mounts import detach, mountable, mounted
 from rig.python.venv_archive.pack import pack
 
 pytestmark = pytest.mark.skipif(not (shutil.which("zstd") and shutil.which("mksquashfs")),
@@ -124,3 +131,133 @@ def test_an_archive_whose_marker_names_another_lock_is_imaged_to_nothing(packed_
     with pytest.raises(RigError, match=f"marker {MARKER} names lock b{{16}}, its manifest lock a{{16}}"):
         image(crafted_pair(tmp_path / "crafted", told, swapped), tmp_path / "images")
     assert list((tmp_path / "images").iterdir()) == []
+
+
+# ------------------------------------------------------------------ rig venv mount: the store, its state, the runs
+
+CANNOT = mountable()
+needs_mount = pytest.mark.skipif(CANNOT is not None, reason=f"cannot loop-mount squashfs here: {CANNOT}")
+
+
+@pytest.fixture
+def unmounted_after(tmp_path):
+    """Every mount this test left under tmp_path unmounted (the last made first), pass or fail."""
+    yield
+    for _ in range(8):
+        points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                  if line.split()[4].startswith(str(tmp_path))]
+        if not points:
+            return
+        detach(points[-1])
+
+
+def mounts_at(where: Path) -> int:
+    return sum(line.split()[4] == str(where) for line in Path("/proc/self/mountinfo").read_text().splitlines())
+
+
+def nothing_changed(venv: Path, store: Path) -> None:
+    assert not os.path.lexists(venv) and list(store.rglob("*.sqfs")) == [] and list(store.rglob("*.part")) == []
+    assert not any(line.split()[4].startswith(str(store)) for line in
+                   Path("/proc/self/mountinfo").read_text().splitlines())
+
+
+@pytest.mark.parametrize("state", ["garbage", "fifo", "link"])
+def test_a_state_file_rig_did_not_write_is_refused_before_anything_is_pulled_or_mounted(tmp_path, state, unmounted_after):
+    """state.json was read after the pull and the mount: a broken one left the image mounted and the venv unlinked,
+    and every run after did the same."""
+    built = imaged(tmp_path)
+    venv, store = tmp_path / "venv", tmp_path / "store"
+    kept = store_of(venv, store)
+    kept.mkdir(parents=True)
+    if state == "garbage":
+        (kept / "state.json").write_text('{"current": "../../etc"}')
+    elif state == "fifo":
+        os.mkfifo(kept / "state.json")
+    else:
+        (tmp_path / "elsewhere.json").write_text('{"current": null}')
+        (kept / "state.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(RigError) as refused:
+        mount(built["image_manifest"], venv, root=store)
+    assert "state.json" in refused.value.message and "remove" in f"{refused.value.message} {refused.value.hint}"
+    nothing_changed(venv, store)
+
+
+@needs_mount
+def test_collecting_an_old_image_leaves_what_someone_else_mounted_there(tmp_path, unmounted_after):
+    """A bind mount of / over an old image's mount point: collecting the image unmounted it (umount of whatever
+    was there), then could not remove the directory (EBUSY, a traceback after the link had moved)."""
+    first, second, third = three_images(tmp_path)
+    venv, store = tmp_path / "venv", tmp_path / "store"
+    where = Path(mount(str(first), venv, root=store)["mount"])
+    mount(str(second), venv, root=store)
+    subprocess.run(["mount", "--bind", "-o", "ro", "/", str(where)], check=True)  # over the first image's mount
+    done = mount(str(third), venv, root=store)
+    assert os.readlink(venv).endswith(third.name.removesuffix(".image.json"))
+    assert mounts_at(where) == 2 and mounted(where)["type"] != "squashfs"  # the bind stays, on the image
+    assert done["collected"] == [] and "not its image" in done["msg"]
+
+
+@needs_mount
+def test_two_mounts_at_once_mount_the_image_once(tmp_path, unmounted_after, monkeypatch):
+    """The second run looked while the first was between its look and its mount: both mounted, one over the other
+    (a loop device lost, and the later collection could not remove the mount point)."""
+    built = imaged(tmp_path)
+    venv, store = tmp_path / "venv", tmp_path / "store"
+    first_mounting, answers = threading.Event(), []
+    said = mounting.progress
+
+    def slow(message: str) -> None:  # the first run pauses between its look and its mount
+        said(message)
+        if message.startswith("mounting") and not first_mounting.is_set():
+            first_mounting.set()
+            time.sleep(1.5)
+
+    monkeypatch.setattr(mounting, "progress", slow)
+    first = threading.Thread(target=lambda: answers.append(mount(built["image_manifest"], venv, root=store)))
+    first.start()
+    assert first_mounting.wait(60)
+    answers.append(mount(built["image_manifest"], venv, root=store))
+    first.join(60)
+    where = Path(answers[0]["mount"])
+    assert mounts_at(where) == 1 and os.readlink(venv) == str(where)
+    assert sorted(answer["changed"] for answer in answers) == [False, True]
+
+
+@needs_mount
+def test_a_store_inside_the_venv_is_refused_before_anything_changes(tmp_path, unmounted_after):
+    """Moved aside with the venv directory, the mount went with it and the venv linked to nothing; under an image
+    venv, the store was to be made inside the read-only image."""
+    first, second, _ = three_images(tmp_path)
+    venv = tmp_path / "venv"
+    make_venv(venv)
+    with pytest.raises(RigError, match="inside the venv"):
+        mount(str(first), venv, root=venv / "store")
+    assert not (venv / "store").exists() and (venv / "pyvenv.cfg").exists()
+    mount(str(first), venv, root=tmp_path / "store")
+    with pytest.raises(RigError, match="inside the venv"):
+        mount(str(second), venv, root=venv / "store")
+
+
+@pytest.mark.parametrize("who, mode", [(65534, 0o755), (0, 0o777), (0, 0o775)])
+def test_a_store_someone_else_may_change_is_refused_before_anything_is_pulled(tmp_path, who, mode, unmounted_after):
+    """Whoever may write the store (or a directory above it) may swap the image between its check and its mount:
+    the venv's code, run by the server, would be theirs."""
+    built = imaged(tmp_path)
+    venv, store = tmp_path / "venv", tmp_path / "store"
+    store.mkdir()
+    os.chown(store, who, -1)
+    store.chmod(mode)
+    with pytest.raises(RigError, match=f"{store} is (owned by uid {who}|writable by group or others)"):
+        mount(built["image_manifest"], venv, root=store)
+    nothing_changed(venv, store)
+
+
+def test_an_image_larger_than_the_stores_free_space_is_refused_before_it_is_pulled(tmp_path, unmounted_after):
+    built = imaged(tmp_path)
+    described = json.loads(Path(built["image_manifest"]).read_text())
+    described["image"]["size"] = 1 << 50  # a petabyte: a server's endless answer would fill the disk first
+    Path(built["image_manifest"]).write_text(json.dumps(described))
+    venv, store = tmp_path / "venv", tmp_path / "store"
+    with pytest.raises(RigError, match="free"):
+        mount(built["image_manifest"], venv, root=store)
+    nothing_changed(venv, store)

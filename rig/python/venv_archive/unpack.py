@@ -21,7 +21,7 @@ from rig.core import RigError, progress
 from rig.core.fs import open_plain
 from rig.core.proc import PIPE, spawn
 from rig.python.venv import MARKER, read_marker
-from rig.python.venv_archive.manifest import FIXED_MTIME, absolute, digest_of, fits, zstd_binary
+from rig.python.venv_archive.manifest import FIXED_MTIME, absolute, digest_of, fits, lies_inside, zstd_binary
 from rig.python.venv_archive.members import hashed, marked, read_tar, said
 
 
@@ -35,10 +35,9 @@ def settle(manifest: dict, venv: Path, lock_hash: str | None, check: bool,
         raise RigError(f"archive {name} does not fit {venv}: {why}")
     if venv.parent == venv:
         raise RigError(f"{venv} is the root directory, no venv's path; give the venv's own directory")
-    real = Path(os.path.realpath(venv))
     # the old venv is moved aside and removed, and its files with it: the run's inputs, and where it runs from
     for what, path in {**(inputs or {}), "working directory": os.getcwd()}.items():
-        if real == Path(os.path.realpath(path)) or real in Path(os.path.realpath(path)).parents:
+        if lies_inside(path, venv):
             raise RigError(f"the {what} {path} is inside {venv}, which the unpack replaces (and removes with the old "
                            f"venv): move it out of {venv} first")
     try:
