@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -18,8 +19,11 @@ from pathlib import Path
 import pytest
 from test_venv_archive import make_venv, zstd_of
 from test_venv_image import imaged, three_images
+from test_venv_image_host import ENV, NAME
 
 from rig.core import RigError
+from rig.python import runtime_env
+from rig.python.runtime_env import HOOK, hook_text
 from rig.python.venv import MARKER
 from rig.python.venv_archive import mount as mounting
 from rig.python.venv_archive.image import image
@@ -261,3 +265,39 @@ def test_an_image_larger_than_the_stores_free_space_is_refused_before_it_is_pull
     with pytest.raises(RigError, match="free"):
         mount(built["image_manifest"], venv, root=store)
     nothing_changed(venv, store)
+
+
+# ------------------------------------------------------------------ the environment outside the image
+
+@pytest.fixture
+def hooked_image_venv(tmp_path, monkeypatch) -> Path:
+    """A venv path linked (as rig links it) to a copy of a real venv that carries rig's hook: an image venv, as
+    `rig env install` sees one; its site dir and run-time caches under tmp_path."""
+    monkeypatch.setattr(runtime_env, "ENV_SITE_ROOT", tmp_path / "venv-env")
+    monkeypatch.setattr(runtime_env, "RUNTIME_CACHE", str(tmp_path / "cache" / "runtime"))
+    venv = tmp_path / "opt" / "venv"
+    venv.parent.mkdir()
+    inside = store_of(venv, tmp_path / "store") / NAME
+    inside.parent.mkdir(parents=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(inside)], check=True)
+    (runtime_env.site_packages(inside) / HOOK).write_text(hook_text(venv))
+    venv.symlink_to(inside)
+    return venv
+
+
+@pytest.mark.parametrize("where, who, mode", [("site", 65534, 0o755), ("site", 0, 0o777), ("root", 0, 0o777),
+                                              ("root", 65534, 0o755), ("cache", 0, 0o777), ("cache", 65534, 0o755)])
+def test_an_environment_dir_someone_else_may_change_is_refused_and_nothing_is_written(hooked_image_venv, tmp_path,
+                                                                                      where, who, mode):
+    """The site dir's .pth runs at every start of the venv, as whoever starts it, and triton loads the kernels its
+    cache holds: a directory another user may write (or one above it) would run their code."""
+    venv = hooked_image_venv
+    site = runtime_env.env_site(venv)
+    target = {"site": site, "root": site.parent, "cache": Path(runtime_env.RUNTIME_CACHE).parent}[where]
+    target.mkdir(parents=True)
+    os.chown(target, who, -1)
+    target.chmod(mode)
+    with pytest.raises(RigError, match=f"{target} is (owned by uid {who}|writable by group or others)"):
+        runtime_env.install(venv, ENV, "tiny")
+    assert not site.exists() or list(site.iterdir()) == []
+    assert not Path(runtime_env.RUNTIME_CACHE).exists()
