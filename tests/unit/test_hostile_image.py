@@ -30,6 +30,7 @@ from rig.python.venv_archive.image import image
 from rig.python.venv_archive.mount import mount, store_of
 from rig.python.venv_archive.mounts import detach, mountable, mounted
 from rig.python.venv_archive.pack import pack
+from rig.python.venv_archive.unit import unit_name
 
 pytestmark = pytest.mark.skipif(not (shutil.which("zstd") and shutil.which("mksquashfs")),
                                 reason="needs zstd and mksquashfs (apt install zstd squashfs-tools)")
@@ -301,3 +302,12 @@ def test_an_environment_dir_someone_else_may_change_is_refused_and_nothing_is_wr
         runtime_env.install(venv, ENV, "tiny")
     assert not site.exists() or list(site.iterdir()) == []
     assert not Path(runtime_env.RUNTIME_CACHE).exists()
+
+
+def test_a_mount_point_too_long_for_a_unit_name_is_refused_naming_the_fix():
+    """systemd names a mount unit by its escaped path, at most 255 bytes: a venv named 200 characters long made a
+    name of 294, and the unit file's write failed with "File name too long"."""
+    where = store_of(Path("/opt") / ("v" * 200), Path("/var/lib/rig/venv-images")) / NAME
+    with pytest.raises(RigError) as refused:
+        unit_name(where)
+    assert "longer than the 255 bytes" in refused.value.message and "shorter" in refused.value.hint
