@@ -1,4 +1,5 @@
-"""`rig plumbing`: what roles and images use under the hood (the engine bundle, NVIDIA tools' paths, a venv image's mount unit)."""
+"""`rig plumbing`: what roles and images use under the hood (the engine bundle, NVIDIA tools' paths, a venv
+image's mount unit)."""
 from __future__ import annotations
 
 from rig.cli.bundle import bundle
