@@ -247,6 +247,30 @@ def copy_tree(src: str | Path, dest: str | Path, what: str,
     return dest
 
 
+def private_dir(path: str | Path, what: str) -> None:
+    """PATH (where it exists) and every directory above it, as written and once links are followed, owned by root
+    or this user and writable by nobody else (a directory above may be sticky, as /tmp is): else a RigError. What
+    rig keeps there (an image to mount, a .pth every start of a venv runs) cannot be swapped by another user
+    between rig's check and its use."""
+    path = Path(os.path.abspath(path))
+    trusted = {0, os.geteuid()}
+    for chain in (path, Path(os.path.realpath(path))):
+        for inner in (chain, *chain.parents):
+            try:
+                seen = os.lstat(inner)
+            except FileNotFoundError:
+                continue  # made by rig, after
+            if stat.S_ISLNK(seen.st_mode):
+                continue  # its target is in the resolved chain; the link itself, in the directory above
+            if seen.st_uid not in trusted:
+                raise RigError(f"{what}: {inner} is owned by uid {seen.st_uid}, not root; whoever owns it may change "
+                               f"what rig keeps in {path}", hint=f"chown root {inner}, or give another directory")
+            if seen.st_mode & 0o022 and not (inner != path and seen.st_mode & stat.S_ISVTX):
+                raise RigError(f"{what}: {inner} is writable by group or others (mode {seen.st_mode & 0o7777:o}); "
+                               f"they may change what rig keeps in {path}",
+                               hint=f"chmod go-w {inner}, or give another directory")
+
+
 @contextmanager
 def held(path: str | Path) -> Iterator[None]:
     """An exclusive lock on the lock file PATH while the block runs (another run waits, saying so).

@@ -25,7 +25,7 @@ from pathlib import Path
 from rig.core import RigError
 from rig.core.cuda_releases import series
 from rig.core.documents import converge_file
-from rig.core.fs import confined
+from rig.core.fs import confined, private_dir
 from rig.core.hints import CREATE_VENV
 from rig.core.proc import ask
 
@@ -150,7 +150,7 @@ def image_env(env: dict) -> dict:
     return {**env, "home": {}, "caches": {**IMAGE_CACHES, **moved}}
 
 
-def _site_for(venv: str | Path, check: bool) -> tuple[Path, bool]:
+def _site_for(venv: str | Path) -> tuple[Path, bool]:
     """Where VENV's environment module goes: its site-packages, or (an image rig mounted) its writable site dir,
     whose hook the image must carry and whose own site-packages must hold no module of rig's."""
     from rig.python.venv_archive.mount import rig_link
@@ -167,8 +167,7 @@ def _site_for(venv: str | Path, check: bool) -> tuple[Path, bool]:
     if os.path.islink(site) or os.path.islink(site.parent) or (os.path.lexists(site) and not site.is_dir()):
         raise RigError(f"{site} is a link or not a directory; rig writes a venv's environment only in a directory "
                        "of its own", hint=f"remove {site} and run again")
-    if not check:
-        site.mkdir(mode=0o755, parents=True, exist_ok=True)
+    private_dir(site, "the venv's environment site dir")  # its .pth runs at every start of the venv
     return site, True
 
 
@@ -179,6 +178,8 @@ def _runtime_cache(check: bool) -> str | None:
     if os.path.islink(root) or (os.path.lexists(root) and not root.is_dir()):
         raise RigError(f"{root} is a link or not a directory; an image venv's run-time caches go only in a "
                        "directory of rig's", hint=f"remove {root} and run again")
+    # ROOT itself is sticky and open to all, as /tmp is; above it, whoever may write could swap it for their own
+    private_dir(root.parent, "the run-time caches' directory")
     if root.is_dir() and (root.stat().st_mode & 0o7777, root.stat().st_uid) == (0o1777, 0):
         return None
     if not check:
@@ -196,9 +197,11 @@ def read_if(path: Path) -> str | None:
 def install(venv: str | Path, env: dict, stack_name: str, check: bool = False) -> dict:
     """Write the module and its .pth (into an image venv's writable site dir); unchanged files are left alone.
     A directory venv's former site dir (it was an image before) is emptied: one environment per venv."""
-    site, image = _site_for(venv, check)
+    site, image = _site_for(venv)
     env = image_env(env) if image else env
     said = [made] if image and (made := _runtime_cache(check)) else []
+    if image and not check:  # made once every refusal is behind
+        site.mkdir(mode=0o755, parents=True, exist_ok=True)
     if not image and (emptied := _empty_former_site(venv, check)):
         said.append(emptied)
     wanted = {site / f"{MODULE}.py": render(env, stack_name), site / PTH: f"import {MODULE}\n"}
@@ -257,7 +260,7 @@ def hook(venv: str | Path, check: bool = False) -> dict:
 
 
 def remove(venv: str | Path, check: bool = False) -> dict:
-    site, _ = _site_for(venv, check=True)
+    site, _ = _site_for(venv)
     present = [p for p in _env_files(site) if p.exists()]
     if not check:
         for path in present:

@@ -7,5 +7,6 @@ both, writing into a staging directory that takes the venv's place only once eve
 holds its own absolute path (its scripts' #! lines, activate), so an archive fits only the path it was packed at.
 
 manifest: the format, and whether an archive fits this host; tree: a venv's entries, and a venv compared with a
-manifest; pack: a venv into an archive; pull: an archive from a server; unpack: an archive into a venv.
+manifest; pack: a venv into an archive; pull: an archive from a server; members: the archive's tar read member by
+member against the manifest (unpack and image both read it so); unpack: an archive into a venv.
 """

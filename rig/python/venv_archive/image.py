@@ -5,19 +5,25 @@ the same bytes; a host mounts the image at the venv's path instead of unpacking 
 squashfs with zstd level 3 was chosen by measurement (docs/BENCHMARKS.md, "The venv as one read-only image")."""
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import io
 import os
 import re
 import shutil
+import tarfile
 import tempfile
 import threading
 from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.documents import dump_json, parse_json
-from rig.core.fs import atomic_write, open_plain, read_bytes, sha256_data
+from rig.core.fs import MAX_READ, atomic_write, open_plain, read_bytes, sha256_data
 from rig.core.proc import PIPE, run, spawn
 from rig.core.schema import Field, sha256
+from rig.python.venv import MARKER, MARKER_SPEC
+from rig.python.venv_archive import members
 from rig.python.venv_archive.manifest import (
     FIXED_MTIME,
     MANIFEST_LIMIT,
@@ -31,6 +37,7 @@ from rig.python.venv_archive.manifest import (
     read_manifest,
     zstd_binary,
 )
+from rig.python.venv_archive.members import read_tar
 
 FORMAT = "squashfs"
 ALGORITHM, LEVEL = "zstd", 3
@@ -141,64 +148,94 @@ def _not_its(archive: Path) -> RigError:
 
 
 def _build(zstd: str, mksquashfs: str, archive: Path, manifest: dict, target: Path) -> tuple[str, int]:
-    """ARCHIVE, read once and hashed as it is read, through `zstd -dc` into `mksquashfs - TARGET -tar`: TARGET's
-    sha256 and size once both succeeded and the bytes read were the manifest's (else a RigError)."""
+    """ARCHIVE, read once and hashed as it is read, through `zstd -dc`, each member checked against the manifest's
+    next entry (members.read_tar, as unpack reads it) as it is passed on to `mksquashfs - TARGET -tar`: TARGET's
+    sha256 and size once all three succeeded (else a RigError). mksquashfs images whatever tar it is given (a
+    device node, a set-id bit, a hard link out, bytes the manifest does not list) and is no parser for a hostile
+    one (4.5.1 crashed on a hard link to /etc/passwd): it sees only members that were checked."""
     source = os.fdopen(open_plain(archive, os.O_RDONLY, "the venv archive", follow=False), "rb")
     with source, tempfile.TemporaryFile() as zstd_said, tempfile.TemporaryFile() as mksquashfs_said:
         unzstd = spawn([zstd, "-q", "-dc"], "decompressing the venv archive", stdin=PIPE, stdout=PIPE,
                        stderr=zstd_said)
-        builder = spawn([mksquashfs, "-", str(target), *BUILD_OPTIONS], "building the venv image",
-                        stdin=unzstd.stdout, stdout=mksquashfs_said, stderr=mksquashfs_said)
-        assert unzstd.stdin and unzstd.stdout  # pipes
-        unzstd.stdout.close()  # mksquashfs holds it now: zstd sees a closed pipe when mksquashfs fails
-        read: list = []
+        builder = spawn([mksquashfs, "-", str(target), *BUILD_OPTIONS], "building the venv image", stdin=PIPE,
+                        stdout=mksquashfs_said, stderr=mksquashfs_said)
+        assert unzstd.stdin and unzstd.stdout and builder.stdin  # pipes
+        read, marker = [], io.BytesIO()
         feeder = threading.Thread(target=_feed, args=(source, unzstd.stdin, read), daemon=True)
         feeder.start()
+        refused, built = None, None
         try:
-            built = builder.wait(MKSQUASHFS_TIMEOUT)
-            unzstd.wait(MKSQUASHFS_TIMEOUT)
+            try:
+                read_tar(unzstd, manifest["entries"], str(archive), functools.partial(_hash_file, str(archive), marker),
+                         zstd_said, builder.stdin)
+                members.marked(lambda: _marker(marker, str(archive)), manifest, str(archive))
+            except RigError as exc:
+                refused = exc
+            except BrokenPipeError:
+                pass  # mksquashfs ended early: its status says why
+            for end in (builder.stdin, unzstd.stdout):
+                with contextlib.suppress(BrokenPipeError):
+                    end.close()
+            if refused is None:
+                built = builder.wait(MKSQUASHFS_TIMEOUT)
+                unzstd.wait(MKSQUASHFS_TIMEOUT)
         finally:
             for child in (unzstd, builder):
                 if child.poll() is None:
                     child.kill()
                     child.wait()
             feeder.join()
+            with contextlib.suppress(BrokenPipeError):
+                unzstd.stdin.close()
         fed, expected = read[0], (manifest["archive"]["sha256"], manifest["archive"]["size"])
         if isinstance(fed, BaseException):
             raise fed
-        if fed != expected and fed[1] >= 0:  # read whole, and not the manifest's: whatever the tools made of it
+        if fed != expected:  # read whole: whatever the tools or the members said, it is not the manifest's
             raise _not_its(archive)
+        if refused is not None:
+            raise refused
         if unzstd.returncode or built:
-            zstd_said.seek(0)
-            mksquashfs_said.seek(0)
-            said = (zstd_said.read(2000) + mksquashfs_said.read(4000)).decode(errors="replace").strip()
+            said = (members.said(zstd_said) + " " + members.said(mksquashfs_said, 4000)).strip()
             raise RigError(f"cannot image {archive}: zstd exited {unzstd.returncode}, mksquashfs {built}: "
                            f"{said[-2000:]}")
-        if fed != expected:
-            raise _not_its(archive)
     with os.fdopen(open_plain(target, os.O_RDONLY, "the venv image", follow=False), "rb") as handle:
         os.fsync(handle.fileno())
         return digest_of(handle)
 
 
+def _hash_file(source: str, marker: io.BytesIO, tar: tarfile.TarFile, member: tarfile.TarInfo, kind: str,
+               entry: list) -> None:
+    """A file's bytes, as they pass on to mksquashfs, must be its entry's; the venv's marker is kept in MARKER
+    (one rig wrote is a few kB), to be checked for the manifest's lock, as unpack checks it."""
+    if kind == "file":
+        keep = member.name == MARKER and member.size <= MAX_READ
+        members.hashed(tar, member, entry[4], source, marker if keep else None)
+
+
+def _marker(kept: io.BytesIO, source: str) -> dict | None:
+    """The venv's marker as kept while it passed (None where none did), read as read_marker reads one."""
+    data = kept.getvalue()
+    return parse_json(data.decode(errors="replace"), f"{source}: {MARKER}", MARKER_SPEC) if data else None
+
+
 def _feed(source, sink, read: list) -> None:
     """SOURCE's bytes into SINK, hashed: READ gets (sha256, size), or the error that stopped it. A sink that
-    closed early (zstd or mksquashfs failed) stops the feed; their statuses say why."""
+    closed early (the read refused, zstd or mksquashfs failed) stops the feed, not the hash: the archive is still
+    read whole, so that one that is not its manifest's is named so, whatever else went wrong."""
     digest, size = hashlib.sha256(), 0
     try:
         while block := source.read(1 << 20):
             digest.update(block)
             size += len(block)
-            sink.write(block)
-        sink.close()
+            if sink is not None:
+                try:
+                    sink.write(block)
+                except BrokenPipeError:
+                    sink = None
         read.append((digest.hexdigest(), size))
-    except BrokenPipeError:
-        read.append(("", -1))
     except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
         read.append(exc)
     finally:
-        if not sink.closed:
-            try:
+        if sink is not None:
+            with contextlib.suppress(BrokenPipeError):
                 sink.close()
-            except BrokenPipeError:
-                pass

@@ -127,6 +127,12 @@ def absolute(path: str | Path) -> Path:
     return Path(os.path.abspath(path))
 
 
+def lies_inside(path: str | Path, directory: str | Path) -> bool:
+    """Whether PATH is DIRECTORY or lies under it, as written or once links are followed."""
+    pairs = ((absolute(path), absolute(directory)), (Path(os.path.realpath(path)), Path(os.path.realpath(directory))))
+    return any(inner == outer or outer in inner.parents for inner, outer in pairs)
+
+
 def is_url(source: str) -> bool:
     try:
         return urllib.parse.urlsplit(source).scheme.lower() in ("http", "https", "file")

@@ -16,16 +16,17 @@ from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.documents import dump_json, parse_json
-from rig.core.fs import atomic_write, open_regular, read_bytes
+from rig.core.fs import atomic_write, held, open_regular, private_dir, read_bytes
 from rig.core.schema import Field
 from rig.python.venv import MARKER
 from rig.python.venv_archive.image import IMAGE, read_image_manifest
-from rig.python.venv_archive.manifest import absolute, digest_of, fits, manifest_source
+from rig.python.venv_archive.manifest import absolute, digest_of, fits, lies_inside, manifest_source
 from rig.python.venv_archive.mounts import CannotMount, attach, detach, mountable, mounted, mounted_from
 from rig.python.venv_archive.pull import PULL_TIMEOUT, pull
 
 STORE = Path("/var/lib/rig/venv-images")
 STATE = "state.json"
+LOCK = ".mount.lock"  # held while a run looks and mounts: two runs take turns
 IMAGE_NAME = re.compile(r"venv-[0-9a-f]{16}-py[0-9]+\.[0-9]+-[A-Za-z0-9_.-]{1,32}")
 
 
@@ -63,13 +64,24 @@ def mount(source: str, venv: str | Path, lock_hash: str | None = None, check: bo
     venv = absolute(venv)
     source = manifest_source(source, lock_hash, IMAGE)
     manifest = read_image_manifest(source)
-    name = manifest["image"]["name"]
     if why := fits(manifest, lock_hash, venv):
-        raise RigError(f"image {name} does not fit {venv}: {why}")
+        raise RigError(f"image {manifest['image']['name']} does not fit {venv}: {why}")
     store = _store(Path(root), venv)
+    looked = _mounted_at(source, manifest, venv, store, True, timeout)  # every refusal, before the store is made
+    if check or not looked["changed"]:
+        return looked
+    _made(store)
+    with held(store / LOCK):  # a second run looks once the first has mounted and linked: one mount, not two
+        return _mounted_at(source, manifest, venv, store, check, timeout)
+
+
+def _mounted_at(source: str, manifest: dict, venv: Path, store: Path, check: bool, timeout: float) -> dict:
+    """mount()'s look at VENV and STORE, and what it does, once the manifest fits and the store is rig's."""
+    name = manifest["image"]["name"]
     image, where = store / f"{name}{IMAGE.suffix}", store / name
     linked = _venv_now(venv, store)
     ours = _mount_point(where, image)
+    state = _state(store)
     result = {"venv": str(venv), "image": str(image), "mount": str(where), "name": name}
     if ours and linked == where:
         return {**result, "changed": False, "msg": f"{venv} is image {name}, mounted at {where}"}
@@ -85,7 +97,7 @@ def mount(source: str, venv: str | Path, lock_hash: str | None = None, check: bo
         where.mkdir(mode=0o755, exist_ok=True)
         progress(f"mounting {pulled} at {where}")
         attach(pulled, where)
-    previous = _previous(store, name, linked if isinstance(linked, Path) else None)
+    previous = _previous(state, name, linked if isinstance(linked, Path) else None)
     _switch(venv, where, aside)
     atomic_write(store / STATE, dump_json({"current": name, "previous": previous}, "the venv images' state") + "\n")
     collected, busy = _collect(store, {name, previous})
@@ -99,13 +111,41 @@ def mount(source: str, venv: str | Path, lock_hash: str | None = None, check: bo
 
 
 def _store(root: Path, venv: Path) -> Path:
-    """The venv's store directory (made by the pull); a link along the way is refused, never written through."""
+    """The venv's store directory; refused where it is a link or no directory, where someone but root may change
+    it or a directory above it (the image could be swapped between its check and its mount), or where it lies
+    inside the venv (moved aside with a venv directory, or inside the read-only image)."""
     store = store_of(venv, root)
     for path in (root, store):
         if os.path.islink(path) or (os.path.lexists(path) and not path.is_dir()):
             raise RigError(f"{path} is a link or not a directory; rig keeps venv images only in a directory of its "
                            "own", hint=f"remove {path} and run again")
+    private_dir(store, "the venv image store")
+    if lies_inside(store, venv):
+        raise RigError(f"the image store {store} lies inside the venv {venv}, which the image replaces",
+                       hint="give a --store outside the venv")
     return store
+
+
+def _made(store: Path) -> None:
+    """STORE and its root made (mode 0755 whatever the umask: nobody else may write where images are kept)."""
+    store.parent.parent.mkdir(parents=True, exist_ok=True)
+    for path in (store.parent, store):
+        if not os.path.lexists(path):
+            path.mkdir(mode=0o755)
+            os.chmod(path, 0o755)
+
+
+def _state(store: Path) -> dict:
+    """The store's state.json ({"current", "previous"}: the image to keep for a rollback), read before anything
+    changes; one rig did not write (a link, a FIFO, not its shape) is refused, naming the fix."""
+    if not os.path.lexists(store / STATE):
+        return {"current": None, "previous": None}
+    try:
+        return parse_json(read_bytes(store / STATE, "the venv images' state", follow=False).decode(errors="replace"),
+                          str(store / STATE), STATE_SPEC)
+    except RigError as exc:
+        raise RigError(f"{exc}; {store / STATE} is not a state rig wrote",
+                       hint=f"remove {store / STATE} (it names only the image a rollback keeps) and run again") from None
 
 
 def _venv_now(venv: Path, store: Path) -> Path | str | None:
@@ -172,13 +212,9 @@ def _switch(venv: Path, where: Path, aside: Path | None) -> None:
         raise
 
 
-def _previous(store: Path, name: str, linked: Path | None) -> str | None:
-    """The image to keep beside NAME: the one the venv linked to before (LINKED), else the one the store's state
+def _previous(state: dict, name: str, linked: Path | None) -> str | None:
+    """The image to keep beside NAME: the one the venv linked to before (LINKED), else the one the store's STATE
     last held (after a fallback to a directory, the last image stays the one to go back to)."""
-    state = {"current": None, "previous": None}
-    if os.path.lexists(store / STATE):
-        state = parse_json(read_bytes(store / STATE, "the venv images' state", follow=False).decode(),
-                           str(store / STATE), STATE_SPEC)
     candidates = [linked.name if linked else None, state["current"], state["previous"]]
     return next((candidate for candidate in candidates if candidate and candidate != name), None)
 
@@ -191,16 +227,34 @@ def _collect(store: Path, kept: set) -> tuple[list[str], list[str]]:
     collected, busy = [], []
     for name in sorted(n for n in names if IMAGE_NAME.fullmatch(n) and n not in kept):
         where = store / name
-        if mounted(where) is not None and (why := detach(where)):
+        if why := _unmounted(where, store / f"{name}{IMAGE.suffix}"):
             busy.append(f"{name} ({why})")
             continue
-        if where.is_dir() and not where.is_symlink():
-            where.rmdir()
+        try:
+            if where.is_dir() and not where.is_symlink():
+                where.rmdir()
+        except OSError as exc:
+            busy.append(f"{name} ({where}: {exc.strerror or exc})")
+            continue
         for leftover in (f"{name}{IMAGE.suffix}", f"{name}{IMAGE.manifest_suffix}", f"{name}.sqfs.part",
                          f".{name}.pull.lock"):
             (store / leftover).unlink(missing_ok=True)
         collected.append(name)
     return collected, busy
+
+
+def _unmounted(where: Path, image: Path) -> str | None:
+    """WHERE with nothing mounted on it: rig's mounts of IMAGE there undone; why not (busy), or None. Whatever
+    else is mounted there (a bind mount someone made) stays: rig unmounts only what it mounted."""
+    for _ in range(8):  # each pass undoes one mount; rig never mounts one image twice at one point
+        seen = mounted(where)
+        if seen is None:
+            return None
+        if not mounted_from(where, image):
+            return f"{seen['backing'] or seen['source']} ({seen['type']}) is mounted there, not its image"
+        if why := detach(where):
+            return why
+    return f"{where} is still mounted"
 
 
 def looked_at(venv: str | Path, manifest: dict | None = None) -> dict:

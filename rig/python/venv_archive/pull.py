@@ -59,6 +59,7 @@ def pull(source: str, dest_dir: str | Path, expected: dict | None = None, timeou
                 if digest_of(handle) == (want, size):
                     atomic_write(dest / f"{name}{artifact.manifest_suffix}", taken.getvalue())
                     return final
+        _room(dest, part, size, artifact.what)
         digest = http.resume(url, part, f"the {artifact.field}", size, timeout)
         if digest != want:
             part.unlink(missing_ok=True)
@@ -68,6 +69,16 @@ def pull(source: str, dest_dir: str | Path, expected: dict | None = None, timeou
         os.replace(part, final)
         atomic_write(dest / f"{name}{artifact.manifest_suffix}", taken.getvalue())
     return final
+
+
+def _room(dest: Path, part: Path, size: int, what: str) -> None:
+    """DEST must have room for what is left to pull of SIZE bytes: a manifest's size is not believed into a full
+    disk (the server's answer is cut at SIZE, but SIZE is the manifest's word)."""
+    have = part.stat().st_size if part.is_file() and not part.is_symlink() else 0
+    free = shutil.disk_usage(dest).free
+    if size - have > free:
+        raise RigError(f"{what} is {size} bytes ({size - have} to pull), {dest} has {free} free; nothing is pulled",
+                       hint=f"free space on {dest}'s filesystem, or check the manifest's size")
 
 
 def restore(manifest_from: str, venv: str | Path, archive: str | Path | None = None, lock_hash: str | None = None,

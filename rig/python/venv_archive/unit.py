@@ -44,8 +44,16 @@ def escape_path(path: str) -> str:
     return "".join(escaped)
 
 
+UNIT_NAME_MAX = 255  # bytes: systemd's limit, and a file name's
+
+
 def unit_name(where: str | Path) -> str:
-    return f"{escape_path(str(where))}.mount"
+    name = f"{escape_path(str(where))}.mount"
+    if len(name.encode()) > UNIT_NAME_MAX:
+        raise RigError(f"the mount unit of {str(where)[:120]}... would be named {len(name.encode())} bytes, longer "
+                       f"than the {UNIT_NAME_MAX} bytes systemd takes; no unit written",
+                       hint="give the venv a shorter path (its last part names the store directory)")
+    return name
 
 
 def unit_text(fields: dict[str, str], name: str) -> str:

@@ -9,8 +9,6 @@ Python 3.11 before 3.11.4, which rig supports, has no filters."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import io
 import os
 import shutil
 import stat
@@ -21,15 +19,10 @@ from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.fs import open_plain
-from rig.core.proc import PIPE, TimeoutExpired, spawn
+from rig.core.proc import PIPE, spawn
 from rig.python.venv import MARKER, read_marker
-from rig.python.venv_archive.manifest import FIXED_MTIME, absolute, digest_of, fits, path_problem, zstd_binary
-
-# bytes of headers before one member: rig packs a PAX header of a few kB at most (a path and a link text of 4096);
-# a chain of the smallest headers this long is ~128 deep, well within Python's recursion limit
-HEADERS_LIMIT = 64 << 10
-ZSTD_EXIT = 5.0  # seconds zstd takes to exit once it has failed and closed its output
-TRAILER_LIMIT = 1 << 20  # bytes after the tar's end: tar pads its last record (10 kB); not a stream to drain
+from rig.python.venv_archive.manifest import FIXED_MTIME, absolute, digest_of, fits, lies_inside, zstd_binary
+from rig.python.venv_archive.members import hashed, marked, read_tar, said
 
 
 def settle(manifest: dict, venv: Path, lock_hash: str | None, check: bool,
@@ -56,9 +49,8 @@ def settle(manifest: dict, venv: Path, lock_hash: str | None, check: bool,
 def _none_inside(venv: Path, paths: dict[str, str | Path]) -> None:
     """The old venv is moved aside and removed, and its files with it: none of PATHS (the run's inputs, and where
     it runs from) may be inside it."""
-    real = Path(os.path.realpath(venv))
     for what, path in paths.items():
-        if real == Path(os.path.realpath(path)) or real in Path(os.path.realpath(path)).parents:
+        if lies_inside(path, venv):
             raise RigError(f"the {what} {path} is inside {venv}, which the unpack replaces (and removes with the old "
                            f"venv): move it out of {venv} first")
 
@@ -109,7 +101,7 @@ def unpack(archive: str | Path, manifest: dict, venv: str | Path, lock_hash: str
             try:
                 progress(f"unpacking {name} ({len(manifest['entries'])} entries) into {venv}")
                 _decompress(zstd, handle, manifest, staging, str(archive))
-                _marked(staging, manifest, str(archive))
+                marked(lambda: read_marker(staging), manifest, str(archive))
                 _swap(staging, venv)
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -137,109 +129,13 @@ def made_parents(directory: Path) -> Iterator[None]:
         raise
 
 
-class _Bounded(io.RawIOBase):
-    """The tar stream as tarfile reads it, never more than HEADERS_LIMIT bytes past the data of the member before.
-    tarfile reads what precedes a member (a PAX header, a GNU long name, a sparse map) whole into memory and
-    follows a chain of headers by recursion, so a few kB of zstd could claim gigabytes or a chain thousands deep;
-    bounded where tarfile reads, neither can happen, whatever tarfile's parsing does within the bound."""
-
-    def __init__(self, stream) -> None:
-        super().__init__()
-        self.stream, self.taken, self.allowed = stream, 0, HEADERS_LIMIT
-
-    def readable(self) -> bool:
-        return True
-
-    def admit(self, member: tarfile.TarInfo, kind: str) -> None:
-        """MEMBER has come: its data (a file's, in whole blocks) may be read, then the next member's headers."""
-        data = -(-member.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE if kind == "file" else 0
-        self.allowed = self.taken + data + HEADERS_LIMIT
-
-    def read(self, size: int = -1) -> bytes:
-        room = self.allowed - self.taken
-        if room <= 0:
-            raise tarfile.ReadError(f"more than {HEADERS_LIMIT >> 10} kB of headers before one member (rig packs a "
-                                    "few kB)")
-        data = self.stream.read(room if size < 0 else min(size, room))
-        self.taken += len(data)
-        return data
-
-
-def _marked(staging: Path, manifest: dict, source: str) -> None:
-    """The unpacked venv's marker, which says which lock a venv holds (a later unpack, verify, install read it),
-    must name the manifest's lock: a manifest that claims a lock its archive does not hold is refused."""
-    try:
-        marker = read_marker(staging)
-    except RigError as exc:
-        raise RigError(f"{source}: its venv's marker {MARKER} is not one rig wrote ({exc}); the archive is not one "
-                       "rig packs: pack the venv again") from None
-    if marker is None or marker["lock_hash"] != manifest["lock_hash"]:
-        said = f"names lock {marker['lock_hash'][:16]}" if marker else "is missing"
-        raise RigError(f"{source}: its venv's marker {MARKER} {said}, its manifest lock {manifest['lock_hash'][:16]}; "
-                       "the archive and its manifest do not belong together: pack the venv again")
-
-
 def _decompress(zstd: str, handle, manifest: dict, staging: Path, source: str) -> None:
-    """`zstd -dc` of HANDLE piped into tarfile, each member written into STAGING (decompressing and writing on
-    two cores)."""
-    with tempfile.TemporaryFile() as errors:
-        child = spawn([zstd, "-dc"], "decompressing the venv archive", stdin=handle, stdout=PIPE, stderr=errors)
-        assert child.stdout  # a pipe
-        try:
-            try:
-                # reads of 1 MiB: tarfile's default 10 KiB record made a third of the unpack's time
-                stream = _Bounded(child.stdout)
-                with tarfile.open(fileobj=stream, mode="r|", bufsize=1 << 20) as tar:
-                    _extract(tar, stream, manifest["entries"], staging, source)
-                # the tar's end padding: zstd ends once it is read; more is no tar rig packs, and is not drained (a
-                # few kB of zstd decompress to terabytes)
-                if len(child.stdout.read(TRAILER_LIMIT + 1)) > TRAILER_LIMIT:
-                    raise RigError(f"{source}: holds more than {TRAILER_LIMIT >> 20} MiB after the tar's end; not an "
-                                   "archive rig packs: pack it again")
-            except (tarfile.TarError, EOFError, ValueError) as exc:  # ValueError: tarfile's of a malformed header
-                try:  # zstd that failed has ended; zstd still writing what nobody reads would wait for good
-                    code = child.wait(ZSTD_EXIT)
-                except TimeoutExpired:
-                    code = 0  # it decompresses: the tar is what is wrong (finally kills it)
-                errors.seek(0)
-                said = errors.read(2000).decode(errors="replace").strip()
-                raise RigError(f"{source}: " + (f"zstd could not decompress it (exit {code}): {said}" if code else
-                                                f"not a tar as rig packs it ({exc})")) from None
-            code = child.wait()
-            if code:
-                errors.seek(0)
-                raise RigError(f"{source}: zstd could not decompress it (exit {code}): "
-                               f"{errors.read(2000).decode(errors='replace').strip()}")
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-            child.stdout.close()
+    """`zstd -dc` of HANDLE read member by member (members.read_tar), each one written into STAGING
+    (decompressing and writing on two cores); directories take their mode and time once filled."""
+    dirs: list[Path] = []
 
-
-def _kind(member: tarfile.TarInfo) -> str:
-    return "dir" if member.isdir() else "link" if member.issym() else \
-        "file" if member.type in (tarfile.REGTYPE, tarfile.AREGTYPE) and not member.issparse() else "other"
-
-
-def _extract(tar: tarfile.TarFile, stream: _Bounded, entries: list, staging: Path, source: str) -> None:
-    """Each member of TAR (read through STREAM), which must be the next of ENTRIES (kind, path, mode, size, bytes,
-    link text), into STAGING: files created new and never through a link, links only after every file, every time
-    FIXED_MTIME."""
-    expected, dirs, linked = iter(entries), [], False
-    links: set[str] = set()
-    for member in tar:
-        kind = _kind(member)
-        stream.admit(member, kind)
-        entry = _the_manifests(member, kind, next(expected, None), source)
-        if kind != "link" and linked:
-            raise RigError(f"{source}: {member.name[:200]!r} comes after a link: the links come last")
-        # no resolve() per member (it was half the unpack's time): a name with no absolute start and no `..` part,
-        # in a STAGING that is new and holds no link until the last members (the links), with every file created
-        # new (O_EXCL | O_NOFOLLOW), cannot land outside STAGING
-        if problem := path_problem(member.name):
-            raise RigError(f"{source}: member {problem} (it leads outside the venv)")
-        target = staging / member.name
+    def write(tar: tarfile.TarFile, member: tarfile.TarInfo, kind: str, entry: list) -> None:
+        target = staging / member.name  # checked: inside STAGING, under no link
         try:
             if kind == "dir":
                 os.mkdir(target, 0o700)  # its mode once it is filled: a directory packed read-only still takes its files
@@ -247,55 +143,34 @@ def _extract(tar: tarfile.TarFile, stream: _Bounded, entries: list, staging: Pat
             elif kind == "file":
                 _write(tar, member, target, entry[4], source)
             else:
-                linked = True
-                _link(member, target, links, source)
+                os.symlink(member.linkname, target)
+                os.utime(target, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
         except OSError as exc:
             raise RigError(f"{source}: cannot write {member.name[:200]!r}: {exc.strerror or exc}") from None
-    if (missing := next(expected, None)) is not None:
-        raise RigError(f"{source}: ends before {missing[1]!r}, which its manifest lists; the archive is not whole")
+
+    with tempfile.TemporaryFile() as errors:
+        child = spawn([zstd, "-dc"], "decompressing the venv archive", stdin=handle, stdout=PIPE, stderr=errors)
+        try:
+            read_tar(child, manifest["entries"], source, write, errors)
+            if code := child.wait():
+                raise RigError(f"{source}: zstd could not decompress it (exit {code}): {said(errors)}")
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            child.stdout.close()
     for path in [*reversed(dirs), staging]:  # innermost first: filling a directory changes its mtime
         os.chmod(path, 0o755)
         os.utime(path, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
 
 
-def _the_manifests(member: tarfile.TarInfo, kind: str, entry: list | None, source: str) -> list:
-    """ENTRY, the manifest's next, which MEMBER must be: its kind, path and mode, a file's size, a link's text."""
-    if entry is not None and [kind, member.name, member.mode] == entry[:3] and \
-            (kind != "file" or member.size == entry[3]) and (kind != "link" or member.linkname == entry[4]):
-        return entry
-    listed = f"the manifest's next entry is {entry[1]!r} ({entry[0]})" if entry else "the manifest lists no more"
-    if entry and [kind, member.name] == entry[:2]:
-        listed = f"its {'mode' if member.mode != entry[2] else 'size' if kind == 'file' else 'link text'} differs"
-    raise RigError(f"{source}: member {member.name[:200]!r} ({kind}) is not its manifest's: {listed}; the "
-                   "archive and its manifest do not belong together")
-
-
-def _link(member: tarfile.TarInfo, target: Path, links: set[str], source: str) -> None:
-    """MEMBER, a link, made at TARGET, never under another link of the archive (LINKS: those made so far)."""
-    parts = member.name.split("/")  # a link under a link made here would be made through it, outside
-    if any("/".join(parts[:end]) in links for end in range(1, len(parts))):
-        raise RigError(f"{source}: {member.name[:200]!r} lies under a link of the archive; the links of "
-                       "a venv lie in its directories")
-    links.add(member.name)
-    os.symlink(member.linkname, target)
-    os.utime(target, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
-
-
 def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, sha: str, source: str) -> None:
     """MEMBER's bytes into TARGET, a new file (O_EXCL, no link followed), hashed as written."""
-    digest = hashlib.sha256()
-    reader = tar.extractfile(member)
-    assert reader is not None  # a regular file
     # created here, never opened before (O_EXCL): open_plain's checks of an existing file have nothing to look at
     made = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, member.mode)
     with os.fdopen(made, "wb") as out:
-        while chunk := reader.read(1 << 20):
-            digest.update(chunk)
-            out.write(chunk)
+        hashed(tar, member, sha, source, out)
         os.fchmod(out.fileno(), member.mode)
-    if digest.hexdigest() != sha:
-        raise RigError(f"{source}: {member.name[:200]!r} is not the file its manifest describes (sha256 differs); "
-                       "the archive and its manifest do not belong together")
     os.utime(target, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
 
 
