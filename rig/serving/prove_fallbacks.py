@@ -91,11 +91,12 @@ def generate(url: str, request: dict, api_key_env: str, what: str) -> list[dict]
 
 
 def stop_string(text: str) -> str:
-    """Three characters of a drafted text, from its middle on, that first occur past its start: a stop string the
-    answer meets part-way (a numerics text repeats, so the middle's may first occur at the very start)."""
-    for start in range(len(text) // 2, len(text) - 2):
-        if text.find(text[start:start + 3]) > 0:
-            return text[start:start + 3]
+    """The three characters of a drafted text that first occur latest in it: a stop string the answer meets as
+    far in as its text allows (a numerics text repeats, so any string first occurs within its first period; run 14
+    stopped after one character with the middle's)."""
+    first = {text.find(text[at:at + 3]): text[at:at + 3] for at in range(len(text) - 2)}
+    if max(first, default=0) > 0:
+        return first[max(first)]
     raise RigError(f"no stop string can be cut from the drafted text {text!r}: it is too short, or one character "
                    "repeated")
 

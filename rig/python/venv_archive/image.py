@@ -160,7 +160,8 @@ def _build(zstd: str, mksquashfs: str, archive: Path, manifest: dict, target: Pa
         builder = spawn([mksquashfs, "-", str(target), *BUILD_OPTIONS], "building the venv image", stdin=PIPE,
                         stdout=mksquashfs_said, stderr=mksquashfs_said)
         assert unzstd.stdin and unzstd.stdout and builder.stdin  # pipes
-        read, marker = [], io.BytesIO()
+        read: list[tuple[str, int] | BaseException] = []  # what _feed read, or why it stopped
+        marker = io.BytesIO()
         feeder = threading.Thread(target=_feed, args=(source, unzstd.stdin, read), daemon=True)
         feeder.start()
         refused, built = None, None

@@ -158,7 +158,8 @@ def _decompress(zstd: str, handle, manifest: dict, staging: Path, source: str) -
             if child.poll() is None:
                 child.kill()
                 child.wait()
-            child.stdout.close()
+            if child.stdout is not None:  # a pipe: spawn was given stdout=PIPE
+                child.stdout.close()
     for path in [*reversed(dirs), staging]:  # innermost first: filling a directory changes its mtime
         os.chmod(path, 0o755)
         os.utime(path, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
