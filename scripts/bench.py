@@ -33,18 +33,31 @@ from __future__ import annotations
 import argparse
 
 # scripts/ is on sys.path when this file runs: each benchmark is a module of scripts/benchmarks/
-from benchmarks import checks, client, cubins, hostile, image, installer, lock, provision, suite, tasks, wheels
+from benchmarks import (
+    checks,
+    client,
+    cubins,
+    hostile,
+    image,
+    installer,
+    lock,
+    provision,
+    suite,
+    tasks,
+    venv_take,
+    wheels,
+)
 
 RUNS = {"provision": provision.bench_provision, "lock": lock.bench_lock, "wheels": wheels.bench_wheels,
         "client": client.bench_client, "image": image.bench_image, "installer": installer.bench_installer,
         "checks": checks.bench_checks, "cubins": cubins.bench_cubins, "tasks": tasks.bench_tasks,
-        "suite": suite.bench_suite}
+        "suite": suite.bench_suite, "venv-take": venv_take.bench_venv_take}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("which", choices=["provision", "lock", "wheels", "client", "image", "hostile", "installer",
-                                          "checks", "cubins", "tasks", "suite"])
+                                          "checks", "cubins", "tasks", "suite", "venv-take"])
     parser.add_argument("--examples", type=int, default=200, help="hostile: examples per generated property")
     parser.add_argument("--rounds", type=int, help="default 3; 1 for image (a cold build takes minutes)")
     args = parser.parse_args()

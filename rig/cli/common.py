@@ -288,6 +288,11 @@ cache_option = shared("--cache", default=DEFAULT_CACHE, show_default=True, type=
                       help="The controller's cache.")
 patches_option = shared("--patches", "patch_dir", type=DIR, metavar="DIR",
                         help="Directory of patch files (default: rig's own patch set).")
+opt_in_option = shared("--opt-in", "opt_in", multiple=True, metavar="FEATURE",
+                       help="Ask for the opt-in patches of FEATURE (e.g. free-off), beside the stack's "
+                            "patches.opt_in; repeatable.")
+patched_option = shared("--patched/--unpatched", "patched", default=None,
+                        help="The venv carries rig's patch set (the opt-in patches of each --opt-in too), or none.")
 python_option = shared("--python", "python", type=FILE, metavar="PATH",
                        help="Use this interpreter instead of the venv's.")
 # the CUDA toolkit

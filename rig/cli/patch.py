@@ -9,6 +9,7 @@ from rig.cli.common import (
     force_option,
     group,
     json_option,
+    opt_in_option,
     patches_option,
     python_option,
     stack_option,
@@ -32,9 +33,7 @@ def patch() -> None:
     """
 
 
-_opt_in = click.option("--opt-in", "opt_in", multiple=True, metavar="FEATURE",
-                       help="Ask for the opt-in patches of FEATURE (e.g. free-off), beside the stack's "
-                            "patches.opt_in; repeatable.")
+_opt_in = opt_in_option()
 
 
 def _patch_target(func):

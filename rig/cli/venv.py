@@ -13,7 +13,10 @@ from rig.cli.common import (
     lock_hash_option,
     lock_option,
     manifest_option,
+    opt_in_option,
     out_option,
+    patched_option,
+    patches_option,
     shared,
     venv_of,
     venv_option,
@@ -21,17 +24,47 @@ from rig.cli.common import (
     whose_stack,
 )
 from rig.cli.types import FILE, Choice, Directory, PathOrUrl, Seconds
+from rig.patches.actions import carried
+from rig.patches.env import environment
+from rig.patches.patchset import asked, identity, load
 from rig.python import lock as locking
 from rig.python.installer import INSTALLERS
 from rig.python.venv import add, install, verify
 from rig.python.venv_archive.image import IMAGE, image
-from rig.python.venv_archive.manifest import read_manifest
+from rig.python.venv_archive.manifest import ANY_PATCHES, read_manifest
 from rig.python.venv_archive.mount import STORE, looked_at, mount, rig_link
 from rig.python.venv_archive.pack import pack
 from rig.python.venv_archive.pull import PULL_TIMEOUT, restore
 from rig.python.venv_archive.tree import verify_against
 
 pull_timeout = shared("--timeout", type=Seconds(), default=PULL_TIMEOUT, show_default=True)
+
+
+_ASKED = ("The rig patch set the venv is to carry (--patched, with each --opt-in) or none (--unpatched): one of another "
+          "set, as its manifest records it, is refused before anything is pulled. Default: not asked.")
+
+
+def _patch_set(said: str):
+    """--patched/--unpatched, --opt-in and --patches, SAID saying what the patch set is to the command."""
+    def options(func):
+        func = patches_option(help="The patch set's directory (default: rig's own).")(func)
+        func = opt_in_option(help="With --patched: the opt-in patches of FEATURE too; repeatable.")(func)
+        return patched_option(help=said)(func)
+    return options
+
+
+def _patches(patched: bool | None, opt_in: tuple[str, ...], patch_dir: str | None, venv: str | None = None):
+    """The patch set asked for: ANY_PATCHES without --patched/--unpatched, None with --unpatched, else the set's
+    identity (rig.patches.patchset.identity), where VENV is given once the venv holds it exactly."""
+    if not patched:
+        if opt_in:
+            raise click.UsageError("--opt-in names patches: give it with --patched")
+        return ANY_PATCHES if patched is None else None
+    if venv is not None:
+        env, found, opted = environment(venv, None, None, patch_dir, opt_in)
+        return carried(env, found, asked(found, opted))
+    found = load(patch_dir)
+    return identity(found, asked(found, opt_in))
 
 
 @group()
@@ -105,11 +138,16 @@ def venv_verify(venv_path, stack_path, manifest, as_json) -> None:
 @venv_option()
 @whose_stack
 @out_option(None, "NAME.tar.zst and NAME.manifest.json go here (NAME: venv-LOCK-pyX.Y-ARCH).", required=True)
+@_patch_set("--patched: the venv holds rig's patch set exactly (checked: an apply would change nothing), and the "
+            "manifest records it (an image made from the archive too); a host asking for another set takes neither. "
+            "Default: none recorded.")
 @check_option
 @json_option
-def venv_pack(venv_path, stack_path, out_dir, check, as_json) -> None:
+def venv_pack(venv_path, stack_path, out_dir, patched, opt_in, patch_dir, check, as_json) -> None:
     """Pack a venv rig installed as one reproducible zstd tar and its manifest; a no-op when already packed."""
-    emit(pack(venv_of(venv_path, stack_path), out_dir, check), as_json)
+    venv_path = venv_of(venv_path, stack_path)
+    patches = _patches(patched, opt_in, patch_dir, venv_path)
+    emit(pack(venv_path, out_dir, check, None if patches == ANY_PATCHES else patches), as_json)
 
 
 @venv.command("unpack")
@@ -124,13 +162,16 @@ def venv_pack(venv_path, stack_path, out_dir, check, as_json) -> None:
 @lock_option(help="The stack's lock: an archive of any other lock is refused before anything is pulled or written; "
                   "with a directory for --manifest, it names the archive to take there.")
 @pull_timeout(help="Seconds the archive's download may take in all; run again to resume one cut off.")
+@_patch_set(_ASKED)
 @check_option
 @json_option
-def venv_unpack(venv_path, stack_path, manifest, archive, lock_file, timeout, check, as_json) -> None:
+def venv_unpack(venv_path, stack_path, manifest, archive, lock_file, timeout, patched, opt_in, patch_dir, check,
+                as_json) -> None:
     """Unpack a venv archive as the venv, checked byte for byte against its manifest; a no-op when current."""
     lock_hash = locking.read(lock_file)["lock_hash"] if lock_file else None
     read = {what: path for what, path in (("stack", stack_path), ("lock", lock_file)) if path}
-    emit(restore(manifest, venv_of(venv_path, stack_path), archive, lock_hash, check, timeout, read), as_json)
+    emit(restore(manifest, venv_of(venv_path, stack_path), archive, lock_hash, check, timeout, read,
+                 _patches(patched, opt_in, patch_dir)), as_json)
 
 
 @venv.command("add")
@@ -175,12 +216,15 @@ def venv_image(manifest, out_dir, check, as_json) -> None:
                    "before stay (a rollback mounts the previous manifest and only moves the link); older ones are "
                    "unmounted and deleted.")
 @pull_timeout(help="Seconds the image's download may take in all; run again to resume one cut off.")
+@_patch_set(_ASKED)
 @check_option
 @json_option
-def venv_mount(venv_path, stack_path, image_manifest, lock_file, store, timeout, check, as_json) -> None:
+def venv_mount(venv_path, stack_path, image_manifest, lock_file, store, timeout, patched, opt_in, patch_dir, check,
+               as_json) -> None:
     """Mount a venv image read-only (root) and link the venv's path to it; a no-op when already.
 
     Where this host cannot mount it (not root, no loop device, no squashfs), exits 4 with `reason: cannot-mount`
     under --json: unpack the archive instead (rig venv unpack)."""
     lock_hash = locking.read(lock_file)["lock_hash"] if lock_file else None
-    emit(mount(image_manifest, venv_of(venv_path, stack_path), lock_hash, check, timeout, store), as_json)
+    emit(mount(image_manifest, venv_of(venv_path, stack_path), lock_hash, check, timeout, store,
+               _patches(patched, opt_in, patch_dir)), as_json)

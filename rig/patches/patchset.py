@@ -104,6 +104,21 @@ def load(source: str | Path | None = None) -> list[Patch]:
     return patches
 
 
+def identity(patches: list[Patch], opted: frozenset[str]) -> dict:
+    """The patch set asked for (every patch an environment gets where its versions need it: the set's own, and the
+    opt-in ones of OPTED), as a venv archive or image records it: {"ids", "opt_in", "sha256"}. The sha256 covers
+    what decides the bytes a patch writes (its package, ranges, file and hunks), not its prose: two rigs whose
+    patches write the same, hash the same."""
+    import hashlib
+    import json
+
+    wanted = sorted((p for p in patches if p.wanted(opted)), key=lambda p: p.id)
+    said = [[p.id, p.package, p.needed, p.upstream, p.file, [list(hunk) for hunk in p.hunks], p.opt_in]
+            for p in wanted]
+    digest = hashlib.sha256(json.dumps(said, separators=(",", ":")).encode()).hexdigest()
+    return {"ids": [p.id for p in wanted], "opt_in": sorted(opted), "sha256": digest}
+
+
 def asked(patches: list[Patch], opted: Iterable[str]) -> frozenset[str]:
     """The opt-in features OPTED, each one some patch of the set turns on (else a RigError naming those it knows)."""
     opted = sorted(opted)

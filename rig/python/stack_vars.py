@@ -17,7 +17,9 @@ def ansible_vars(stack: dict, path: str | Path | None = None) -> dict:
         python = {"python_stack_lock": str(Path(path).resolve().with_suffix(".lock")),
                   "python_stack_locks": {py: str(lock) for py, _, lock in variants(stack, path)},
                   "python_stack_venv": stack["venv"],
-                  "python_stack_environment": {**environment(stack), "stack": stack["name"]}}
+                  "python_stack_environment": {**environment(stack), "stack": stack["name"]},
+                  # the patches sglang_patches applies after python_stack: the archive and image carry them
+                  "python_stack_patches": {"opt_in": stack["patches"]["opt_in"]}}
     return {**python,
         "rig_stack_data": stack,
         "rig_stack_name": stack["name"],

@@ -4,6 +4,9 @@ brings it back after a reboot; a host that cannot mount, or an image that is not
 archive instead and the play says why."""
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 import yaml
 from harness.boxes import running
@@ -116,3 +119,26 @@ def test_an_image_that_is_not_its_manifests_is_refused_and_the_archive_taken(ima
     assert "taking the archive instead" in said, took.output[-4000:]
     assert any(UNPACK in t for t in took.changed_tasks(host.name)), took.changed_tasks()
     assert host.sh(CLICK).stdout.strip() == "8.1.7" and host.sh(f"test -d {VENV} -a ! -L {VENV}").returncode == 0
+
+
+def test_an_image_and_archive_of_another_patch_set_are_refused_said_and_the_wheels_packed_anew(
+        imaged, start_box, tmp_path, monkeypatch):
+    """The controller's image and archive carry no patch set (packed without python_stack_patches); a host asking for
+    the stack's takes neither, says why, installs the wheels, and its venv (patched) is packed and imaged anew."""
+    cache = tmp_path / "cache"
+    shutil.copytree(imaged["cache"], cache)  # the module's cache stays as the other tests read it
+    monkeypatch.setenv("RIG_CACHE", str(cache))
+    kept = kept_dir(cache, read(imaged["lock"])["lock_hash"], VENV)
+    host = start_box(loop=True)
+    asked = {**image_vars(imaged), "python_stack_patches": {"opt_in": []}}
+    took = host.play("python.yml", **asked).expect_ok()
+    said = " ".join(took.output.replace("''", "'").split())  # the callback wraps a long message, quotes a quote
+    assert "image venv-" in said and "archive venv-" in said, took.output[-4000:]  # both refused, each said
+    assert "does not fit /opt/rig/venv: it carries no rig patch set, the host asks for rig patch set" in said
+    assert "taking the archive instead" in said and "installing the lock's wheels" in said, took.output[-4000:]
+    changed = took.changed_tasks(host.name)
+    assert any(WHEELS in t for t in changed) and any("Pack the venv into one archive" in t for t in changed), changed
+    manifests = [*kept.glob("*.manifest.json"), *kept.glob("*.image.json")]
+    assert len(manifests) == 2 and all(json.loads(m.read_text())["patches"]["opt_in"] == [] for m in manifests)
+    again = start_box(loop=True)  # the next host mounts the image packed anew
+    assert any(MOUNT in t for t in again.play("python.yml", **asked).expect_ok().changed_tasks(again.name))

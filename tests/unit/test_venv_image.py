@@ -274,3 +274,22 @@ def test_verify_and_doctor_follow_the_link_to_the_mounted_image_and_catch_a_chan
     detach(Path(os.readlink(venv)))
     assert "nothing is mounted at" in _venv_image(str(venv)).detail
     assert _venv_image(str(tmp_path / "archive-aaaa")) is None  # a directory: no image to speak of
+
+
+@needs_mount
+def test_an_archive_replaces_rigs_link_to_an_image_and_the_image_stays_mounted(tmp_path, unmounted_after):
+    """The archive's fallback where the venv is an image rig mounted (built wheels go into a directory): the link is
+    replaced, even by an archive of the image's own lock, and the image stays in the store, mounted, for a rollback."""
+    built = imaged(tmp_path)
+    venv, store = tmp_path / "venv", tmp_path / "store"
+    where = Path(mount(built["image_manifest"], venv, root=store)["mount"])
+    done = rig("venv", "unpack", "--venv", str(venv), "--manifest", built["archive_manifest"], "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["changed"], done.stdout + done.stderr
+    assert venv.is_dir() and not venv.is_symlink() and mounted(where)["type"] == "squashfs"
+    assert (site_of(venv) / "tiny" / "__init__.py").read_text() == "VALUE = 42\n"
+    planted = tmp_path / "planted"
+    venv.rename(tmp_path / "unpacked")
+    planted.mkdir()
+    venv.symlink_to(planted)  # a link rig did not make is never replaced
+    refused = rig("venv", "unpack", "--venv", str(venv), "--manifest", built["archive_manifest"])
+    assert refused.returncode == 2 and "is a link or not a directory" in refused.stderr and venv.is_symlink()

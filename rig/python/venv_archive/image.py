@@ -56,7 +56,7 @@ IMAGE_SPEC = Field(dict, fields={
     "compression": Field(dict, required=True, fields={
         "algorithm": Field(required=True, choices=(ALGORITHM,)),
         "level": Field(int, required=True, check=lambda v: None if 1 <= v <= 22 else "a zstd level is 1-22")}),
-    **{key: _FIELDS[key] for key in ("lock_hash", "python", "glibc", "arch", "venv")},
+    **{key: _FIELDS[key] for key in ("lock_hash", "python", "glibc", "arch", "venv", "patches")},
     "interpreter": Field(required=True, check=lambda v: None if v == "" or v.startswith("/") else
                          f"{v[:120]!r} is not an absolute path (or empty: bin/python stays in the venv)"),
     "image": _FIELDS["archive"],
@@ -100,7 +100,7 @@ def image(manifest_path: str | Path, out_dir: str | Path, archive: str | Path | 
     out = absolute(out_dir)
     built, described = out / f"{name}{IMAGE.suffix}", out / f"{name}{IMAGE.manifest_suffix}"
     head = {"format": FORMAT, "compression": dict(COMPRESSION),
-            **{key: manifest[key] for key in ("lock_hash", "python", "glibc", "arch", "venv")},
+            **{key: manifest[key] for key in ("lock_hash", "python", "glibc", "arch", "venv", "patches")},
             "interpreter": interpreter_of(manifest) or "",
             "archive": {"name": name, "sha256": manifest["archive"]["sha256"], "manifest_sha256": sha256_data(raw)}}
     result = {"changed": False, "image": str(built), "image_manifest": str(described), "archive": str(archive)}

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from rig.core import RigError, http
 from rig.core.documents import parse_json
 from rig.core.fs import read_bytes
-from rig.core.schema import Field, sha256
+from rig.core.schema import Field, distribution, feature, sha256
 
 FORMAT = 1
 FIXED_MTIME = 1_577_836_800  # 2020-01-01: every entry's time in the tar, so that the same venv packs to the same bytes
@@ -106,6 +106,14 @@ def _tree(entries: list) -> str | None:
     return None
 
 
+# the rig patch set the venv carries (rig.patches.patchset.identity, checked by rig.patches.actions.carried when it
+# was packed), null where it was packed without one: a host asking for another set takes neither archive nor image
+PATCHES_SPEC = Field((dict, type(None)), fields={
+    "ids": Field(list, required=True, item=Field(check=distribution)),
+    "opt_in": Field(list, required=True, item=Field(check=feature)),
+    "sha256": Field(required=True, check=sha256)})
+ANY_PATCHES = "any"  # fits(): the patch set is not asked about
+
 MANIFEST_SPEC = Field(dict, fields={
     "format": Field(int, required=True, check=lambda v: None if v == FORMAT else
                     f"format {v} is not one this rig reads ({FORMAT}): unpack it with the rig that packed it"),
@@ -118,6 +126,7 @@ MANIFEST_SPEC = Field(dict, fields={
     "archive": Field(dict, required=True, fields={
         "name": Field(required=True), "sha256": Field(required=True, check=sha256),
         "size": Field(int, required=True, check=lambda v: None if v >= 0 else "a size is at least 0")}),
+    "patches": PATCHES_SPEC,
     "entries": Field(list, required=True, check=_tree, item=Field(list, check=_entry)),
 })
 
@@ -209,8 +218,9 @@ def _interpreter(manifest: dict) -> str | None:
     return None
 
 
-def fits(manifest: dict, lock_hash: str | None, venv: str | Path) -> str | None:
-    """Why MANIFEST's archive (or image) cannot be this host's venv at VENV (of lock LOCK_HASH, when given), or None."""
+def fits(manifest: dict, lock_hash: str | None, venv: str | Path, patches: dict | str | None = ANY_PATCHES) -> str | None:
+    """Why MANIFEST's archive (or image) cannot be this host's venv at VENV (of lock LOCK_HASH, when given, carrying
+    the patch set PATCHES, when not ANY_PATCHES: None for none), or None."""
     here_python = f"{sys.version_info[0]}.{sys.version_info[1]}"
     glibc, theirs = host_glibc(), manifest["glibc"]
     base = interpreter_of(manifest)
@@ -219,6 +229,10 @@ def fits(manifest: dict, lock_hash: str | None, venv: str | Path) -> str | None:
     if str(absolute(venv)) != manifest["venv"]:
         return (f"it was packed at {manifest['venv']}, not {absolute(venv)} (a venv's scripts name its path): "
                 "pack one at that path")
+    if patches != ANY_PATCHES and _sha(manifest["patches"]) != _sha(patches):
+        asked = patch_set(patches if isinstance(patches, dict) else None)
+        return (f"it carries {patch_set(manifest['patches'])}, the host asks for {asked} (a venv patched with another "
+                "set would need writing over): pack one with the stack's patches")
     if ".".join(manifest["python"].split(".")[:2]) != here_python:
         return f"it is for Python {manifest['python']}, this host runs {here_python}"
     if manifest["arch"] != platform.machine():
@@ -230,6 +244,18 @@ def fits(manifest: dict, lock_hash: str | None, venv: str | Path) -> str | None:
     if base and not os.path.exists(base):
         return f"its bin/python leads to {base}, which this host lacks: install Python {manifest['python']} there"
     return None
+
+
+def _sha(patches: Any) -> str | None:
+    return patches["sha256"] if isinstance(patches, dict) else None
+
+
+def patch_set(patches: dict | None) -> str:
+    """A patch set as the messages name it."""
+    if patches is None:
+        return "no rig patch set"
+    opted = f", opt-in {', '.join(patches['opt_in'])}" if patches["opt_in"] else ""
+    return f"rig patch set {patches['sha256'][:12]} ({len(patches['ids'])} patches{opted})"
 
 
 def zstd_binary() -> str:

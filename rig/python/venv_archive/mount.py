@@ -20,7 +20,7 @@ from rig.core.fs import atomic_write, held, open_regular, private_dir, read_byte
 from rig.core.schema import Field
 from rig.python.venv import MARKER
 from rig.python.venv_archive.image import IMAGE, read_image_manifest
-from rig.python.venv_archive.manifest import absolute, digest_of, fits, lies_inside, manifest_source
+from rig.python.venv_archive.manifest import ANY_PATCHES, absolute, digest_of, fits, lies_inside, manifest_source
 from rig.python.venv_archive.mounts import CannotMount, attach, detach, mountable, mounted, mounted_from
 from rig.python.venv_archive.pull import PULL_TIMEOUT, pull
 
@@ -58,13 +58,13 @@ def rig_link(venv: str | Path) -> Path | None:
 
 
 def mount(source: str, venv: str | Path, lock_hash: str | None = None, check: bool = False,
-          timeout: float = PULL_TIMEOUT, root: str | Path = STORE) -> dict:
+          timeout: float = PULL_TIMEOUT, root: str | Path = STORE, patches: dict | str | None = ANY_PATCHES) -> dict:
     """The image SOURCE describes (its manifest: a file, a URL, or a directory of either with LOCK_HASH) mounted
     and linked at VENV. Every refusal comes before anything is pulled or changed; a no-op where it is already."""
     venv = absolute(venv)
     source = manifest_source(source, lock_hash, IMAGE)
     manifest = read_image_manifest(source)
-    if why := fits(manifest, lock_hash, venv):
+    if why := fits(manifest, lock_hash, venv, patches):
         raise RigError(f"image {manifest['image']['name']} does not fit {venv}: {why}")
     store = _store(Path(root), venv)
     looked = _mounted_at(source, manifest, venv, store, True, timeout)  # every refusal, before the store is made

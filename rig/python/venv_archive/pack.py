@@ -110,9 +110,10 @@ def _python_of(venv: Path) -> str:
     return said[1]
 
 
-def pack(venv: str | Path, out_dir: str | Path, check: bool = False) -> dict:
+def pack(venv: str | Path, out_dir: str | Path, check: bool = False, patches: dict | None = None) -> dict:
     """VENV, which rig installed (its marker names the lock), as OUT_DIR/NAME.tar.zst and NAME.manifest.json;
-    a no-op where OUT_DIR already holds them for this lock, Python, arch and path."""
+    a no-op where OUT_DIR already holds them for this lock, Python, arch, path and patch set. PATCHES: the rig
+    patch set the venv was checked to hold (rig.patches.actions.carried), recorded; None: none recorded."""
     venv, out = absolute(venv), absolute(out_dir)
     if venv.is_symlink() or not venv.is_dir():
         raise RigError(f"{venv} is not a venv directory; give --venv the venv itself")
@@ -124,7 +125,7 @@ def pack(venv: str | Path, out_dir: str | Path, check: bool = False) -> dict:
     if marker is None:
         raise RigError(f"{venv} has no rig marker: pack a venv rig installed (rig venv install)")
     head = {"format": FORMAT, "lock_hash": marker["lock_hash"], "python": _python_of(venv), "glibc": host_glibc(),
-            "arch": platform.machine(), "venv": str(venv)}
+            "arch": platform.machine(), "venv": str(venv), "patches": patches}
     name = archive_name(head["lock_hash"], head["python"], head["arch"])
     archive, manifest_path = out / f"{name}.tar.zst", out / f"{name}.manifest.json"
     result = {"changed": False, "archive": str(archive), "manifest": str(manifest_path), "venv": str(venv)}
@@ -156,7 +157,7 @@ def _packed(manifest_path: Path, archive: Path, head: dict) -> dict | None:
         old = read_manifest(manifest_path)
     except RigError:
         return None
-    same = all(old[key] == head[key] for key in ("lock_hash", "python", "arch", "venv"))
+    same = all(old[key] == head[key] for key in ("lock_hash", "python", "arch", "venv", "patches"))
     return old if same and archive.stat().st_size == old["archive"]["size"] else None
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from rig.core import RigError, http
 from rig.core.fs import atomic_write, held, open_plain
 from rig.python.venv_archive.manifest import (
+    ANY_PATCHES,
     ARCHIVE,
     MANIFEST_LIMIT,
     MANIFEST_TIMEOUT,
@@ -82,22 +83,25 @@ def _room(dest: Path, part: Path, size: int, what: str) -> None:
 
 
 def restore(manifest_from: str, venv: str | Path, archive: str | Path | None = None, lock_hash: str | None = None,
-            check: bool = False, timeout: float = PULL_TIMEOUT, read: dict[str, str | Path] | None = None) -> dict:
+            check: bool = False, timeout: float = PULL_TIMEOUT, read: dict[str, str | Path] | None = None,
+            patches: dict | str | None = ANY_PATCHES) -> dict:
     """`rig venv unpack`: the manifest from a file (its archive beside it, or ARCHIVE) or a URL (its archive
     pulled beside the venv, resumable, removed once unpacked), or from a directory of either kind where LOCK_HASH
-    names the archive; everything that can refuse without the archive refuses before it is pulled. READ: the other
-    files the command read ({"stack": path, ...}), held with the manifest and archive to lie outside the venv."""
+    names the archive; everything that can refuse without the archive (one of another lock or patch set, PATCHES)
+    refuses before it is pulled. READ: the other files the command read ({"stack": path, ...}), held with the
+    manifest and archive to lie outside the venv."""
     venv = absolute(venv)
     manifest_from = manifest_source(manifest_from, lock_hash)
     manifest = read_manifest(manifest_from)
     if archive is None and not is_url(manifest_from):
         archive = Path(manifest_from).with_name(f"{manifest['archive']['name']}.tar.zst")
     local = {"manifest": manifest_from} if not is_url(manifest_from) else {}
-    done = settle(manifest, venv, lock_hash, check, {**(read or {}), **local, **({"archive": archive} if archive else {})})
+    done = settle(manifest, venv, lock_hash, check, {**(read or {}), **local, **({"archive": archive} if archive else {})},
+                  patches)
     if done is not None:
         return done
     if archive is not None:
-        return unpack(archive, manifest, venv, lock_hash, check)
+        return unpack(archive, manifest, venv, lock_hash, check, patches)
     if check:  # the pull is the run's first action: the archive is looked at once it is here
         return {"changed": True, "venv": str(venv), "msg": f"would pull {manifest['archive']['name']} from "
                 f"{manifest_from} and unpack it into {venv}"}
@@ -109,7 +113,7 @@ def restore(manifest_from: str, venv: str | Path, archive: str | Path | None = N
             _drop(pulled, keep_part=True)  # a pull cut short leaves its .part to resume from, and nothing else
             raise
         try:
-            result = unpack(got, manifest, venv, lock_hash)
+            result = unpack(got, manifest, venv, lock_hash, patches=patches)
         except RigError:
             _drop(pulled)  # an archive that does not unpack would not unpack next time either
             raise
