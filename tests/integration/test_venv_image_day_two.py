@@ -13,14 +13,10 @@ import pytest
 import yaml
 from harness.commands import ok, rig
 from harness.plays import play
+from harness.venv_takes import CLICK, MOUNT, UNPACK, VENV, WHEELS
 
 pytestmark = pytest.mark.box
 
-VENV = "/opt/rig/venv"
-CLICK = f"{VENV}/bin/python -c 'import click; print(click.__version__)'"
-MOUNT = "Mount the lock's venv image read-only at the venv, pulled and checked"
-UNPACK = "Unpack the archive into the venv, pulled and checked while it streams"
-WHEELS = "Install the lock into the venv, pulling its wheels"
 PACK = "Pack the venv into one archive and its manifest"
 PATCH = "Apply or revert the patches"
 NO_CUDA = ("--skip-tags", "cuda_toolkit,cuda_ldconfig")

@@ -12,17 +12,13 @@ import yaml
 from harness.boxes import running
 from harness.commands import rig, run
 from harness.plays import play
+from harness.venv_takes import CLICK, MOUNT, UNPACK, VENV, WHEELS
 
 from rig.python.lock import read
 from rig.python.venv_archive.manifest import kept_dir
 
 pytestmark = pytest.mark.box
 
-VENV = "/opt/rig/venv"
-CLICK = f"{VENV}/bin/python -c 'import click; print(click.__version__)'"
-MOUNT = "Mount the lock's venv image read-only at the venv, pulled and checked"
-UNPACK = "Unpack the archive into the venv, pulled and checked while it streams"
-WHEELS = "Install the lock into the venv, pulling its wheels"
 ENVIRONMENT = {"pinned": {"CUDA_HOME": "/usr/local/cuda-13.0"}, "defaults": {"NCCL_P2P_LEVEL": "SYS"},
                "home": {"FLASHINFER_WORKSPACE_BASE": ".cache/rig/flashinfer-jit/cuda-13.0.2-flashinfer-0.7.2"},
                "stack": "tiny"}
