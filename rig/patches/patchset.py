@@ -1,12 +1,14 @@
 """The patch set: patch files read strictly into Patch records, and the opt-in features they offer."""
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rig.core import RigError
+from rig.core.documents import dump_json
 from rig.core.schema import Field, distribution, feature, validate
 
 PATCH_SET = importlib.resources.files("rig.patches") / "set"  # a directory, or a folder inside the zipapp
@@ -109,13 +111,10 @@ def identity(patches: list[Patch], opted: frozenset[str]) -> dict:
     opt-in ones of OPTED), as a venv archive or image records it: {"ids", "opt_in", "sha256"}. The sha256 covers
     what decides the bytes a patch writes (its package, ranges, file and hunks), not its prose: two rigs whose
     patches write the same, hash the same."""
-    import hashlib
-    import json
-
     wanted = sorted((p for p in patches if p.wanted(opted)), key=lambda p: p.id)
     said = [[p.id, p.package, p.needed, p.upstream, p.file, [list(hunk) for hunk in p.hunks], p.opt_in]
             for p in wanted]
-    digest = hashlib.sha256(json.dumps(said, separators=(",", ":")).encode()).hexdigest()
+    digest = hashlib.sha256(dump_json(said, "the patch set").encode()).hexdigest()
     return {"ids": [p.id for p in wanted], "opt_in": sorted(opted), "sha256": digest}
 
 
