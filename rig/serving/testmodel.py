@@ -37,7 +37,9 @@ MIN_MARGIN = 4.0  # logits: half the numerics model's designed margin (testmodel
 HEADS = 8  # divisible by every TP size up to 8; larger TP sizes get one head per rank
 # Llama-3.2-1B's and Llama-3-8B's shapes (their config.json); tiny's heads follow --tp, its vocab the tokenizer's
 SHAPES: dict[str, dict] = {
-    "tiny": {"layers": 4, "head_dim": 32, "vocab": 0, "draft_vocab": 256},
+    # tiny's head dim is the smallest every attention backend takes: flashinfer 0.6.15's ragged prefill has no kernel
+    # for 32 (run 14), FA3's smallest is 64
+    "tiny": {"layers": 4, "head_dim": 64, "vocab": 0, "draft_vocab": 256},
     "1b": {"layers": 16, "heads": 32, "kv_heads": 8, "head_dim": 64, "hidden": 2048, "inter": 8192, "vocab": 128256,
            "draft_vocab": 32000, "rope_theta": 500000.0},
     "8b": {"layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128, "hidden": 4096, "inter": 14336,
@@ -54,7 +56,8 @@ def shape_of(name: str, tp: int, kind: str) -> dict:
     if name == "tiny":
         heads = max(HEADS, tp)
         # the numerics target's MLP units (528 pairs over 4 layers) need the wider intermediate size
-        shape.update(heads=heads, kv_heads=heads, hidden=heads * 32, inter=(4 if kind == "numerics" else 2) * heads * 32)
+        shape.update(heads=heads, kv_heads=heads, hidden=heads * shape["head_dim"],
+                     inter=(4 if kind == "numerics" else 2) * heads * 32)
     elif kind == "numerics":
         raise RigError(f"--shape {name} is for --kind serving: the numerics model is tiny by design")
     elif tp > shape["kv_heads"]:
