@@ -3,19 +3,7 @@ from __future__ import annotations
 
 import click
 
-from rig.cli.common import (
-    api_key_env_option,
-    check_option,
-    emit,
-    json_option,
-    judged,
-    out_option,
-    plan_options,
-    prompts_option,
-    stack_option,
-    venv_of,
-    venv_option,
-)
+from rig.cli import common as cli
 from rig.cli.types import FILE, Number
 from rig.core.schema import validate
 from rig.serving import load_profile as loads
@@ -26,11 +14,11 @@ from rig.stack.spec import SCHEMA, load
 
 
 @click.command()
-@stack_option(help="The stack: its server line, bench (levels, rounds, sampling) and tune sections.")
-@venv_option(help="The venv whose sglang serves.")
-@out_option("tune-results", "tune.json, report.md, tune.png, adaptive.json, proposed-stack.yml and logs/.",
-            tuning.OUTPUTS)
-@prompts_option
+@cli.stack_option(help="The stack: its server line, bench (levels, rounds, sampling) and tune sections.")
+@cli.venv_option(help="The venv whose sglang serves.")
+@cli.out_option("tune-results", "tune.json, report.md, tune.png, adaptive.json, proposed-stack.yml and logs/.",
+                tuning.OUTPUTS)
+@cli.prompts_option
 @click.option("--request-rate", "request_rates", type=Number(float, many=True, letter="R"),
               help="Open-loop Poisson levels in requests/s, e.g. 2,8 (default: tune.request_rates), at most the "
                    "largest concurrency in flight.")
@@ -38,10 +26,10 @@ from rig.stack.spec import SCHEMA, load
               help="Your server's load over time (its log's #running-req lines, a scrape of its "
                    "sglang:num_running_reqs metric, or {\"histogram\": {...}}): also name the one server that pays "
                    "best for it.")
-@plan_options()
-@api_key_env_option
-@check_option
-@json_option
+@cli.plan_options()
+@cli.api_key_env_option
+@cli.check_option
+@cli.json_option
 def tune(stack_path, venv_path, out_dir, prompts_path, request_rates, load_profile, api_key_env, check, as_json,
          **given) -> None:
     """Find where EAGLE-3 pays on this box and how to serve so that it always does.
@@ -69,7 +57,7 @@ def tune(stack_path, venv_path, out_dir, prompts_path, request_rates, load_profi
                      request_rates=stack["tune"]["request_rates"] if request_rates is None else request_rates)
     workload = Workload.of(prompts_path, plan.max_tokens, plan.seed)
     profile = (load_profile, loads.load(load_profile)) if load_profile else None  # read before anything starts
-    result = tuning.run(stack, stack_path, venv_of(venv_path, stack_path), out_dir, plan, workload, api_key_env, check,
-                        profile)
-    emit(result, as_json)
-    judged(result["ok"])
+    venv = cli.venv_of(venv_path, stack_path)
+    result = tuning.run(stack, stack_path, venv, out_dir, plan, workload, api_key_env, check, profile)
+    cli.emit(result, as_json)
+    cli.judged(result["ok"])

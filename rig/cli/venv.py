@@ -53,6 +53,21 @@ def _patch_set(said: str):
     return options
 
 
+def _taken(thing: str, manifest: str):
+    """What unpack and mount share, THING (archive, image) taken by its MANIFEST option: --lock, --timeout, the patch
+    set asked for, --check and --json."""
+    def options(func):
+        for option in (json_option, check_option, _patch_set(_ASKED),
+                       pull_timeout(help=f"Seconds the {thing}'s download may take in all; run again to resume one "
+                                         "cut off."),
+                       lock_option(help=f"The stack's lock: an {thing} of any other lock is refused before anything "
+                                        f"is pulled or written; with a directory for {manifest}, it names the {thing} "
+                                        "to take there.")):
+            func = option(func)
+        return func
+    return options
+
+
 def _patches(patched: bool | None, opt_in: tuple[str, ...], patch_dir: str | None, venv: str | None = None):
     """The patch set asked for: ANY_PATCHES without --patched/--unpatched, None with --unpatched, else the set's
     identity (rig.patches.patchset.identity), where VENV is given once the venv holds it exactly."""
@@ -159,12 +174,7 @@ def venv_pack(venv_path, stack_path, out_dir, patched, opt_in, patch_dir, check,
                       "--lock.")
 @click.option("--archive", type=FILE, metavar="FILE",
               help="The NAME.tar.zst to unpack (default: the one beside --manifest, pulled when it is a URL).")
-@lock_option(help="The stack's lock: an archive of any other lock is refused before anything is pulled or written; "
-                  "with a directory for --manifest, it names the archive to take there.")
-@pull_timeout(help="Seconds the archive's download may take in all; run again to resume one cut off.")
-@_patch_set(_ASKED)
-@check_option
-@json_option
+@_taken("archive", "--manifest")
 def venv_unpack(venv_path, stack_path, manifest, archive, lock_file, timeout, patched, opt_in, patch_dir, check,
                 as_json) -> None:
     """Unpack a venv archive as the venv, checked byte for byte against its manifest; a no-op when current."""
@@ -209,16 +219,11 @@ def venv_image(manifest, out_dir, check, as_json) -> None:
 @click.option("--image-manifest", type=PathOrUrl(), metavar="FILE_OR_URL", required=True,
               help="The image's NAME.image.json: a file, or an http(s) URL whose image beside it is pulled (a pull "
                    "cut short resumes); or the directory (URL) holding it, with --lock.")
-@lock_option(help="The stack's lock: an image of any other lock is refused before anything is pulled; with a "
-                  "directory for --image-manifest, it names the image to take there.")
 @click.option("--store", type=Directory(), default=str(STORE), show_default=True, metavar="DIR",
               help="Where images are kept and mounted, a directory per venv path: the current image and the one "
                    "before stay (a rollback mounts the previous manifest and only moves the link); older ones are "
                    "unmounted and deleted.")
-@pull_timeout(help="Seconds the image's download may take in all; run again to resume one cut off.")
-@_patch_set(_ASKED)
-@check_option
-@json_option
+@_taken("image", "--image-manifest")
 def venv_mount(venv_path, stack_path, image_manifest, lock_file, store, timeout, patched, opt_in, patch_dir, check,
                as_json) -> None:
     """Mount a venv image read-only (root) and link the venv's path to it; a no-op when already.
