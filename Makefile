@@ -8,6 +8,8 @@ STACK ?= stacks/default.yml
 BOX ?= rig-box
 # FRESH=0 re-runs on the box left by the last `make provision` instead of a new one.
 FRESH ?= 1
+# LOOP=0 gives the box no loop devices: the python_stack role then unpacks the venv archive instead of mounting its image.
+LOOP ?= 1
 export RIG_CACHE ?= $(HOME)/.cache/rig
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
@@ -41,7 +43,7 @@ base-image: docker  ## Build or reuse the base image boxes start from
 provision: venv docker  ## Provision a throwaway local box with STACK, then run rig doctor in it
 	image=$$(bash scripts/base-image.sh) && \
 	  ansible-playbook -i inventory/local playbooks/local-box.yml \
-	    -e rig_box_image=$$image -e rig_box_name=$(BOX) -e rig_box_fresh=$(FRESH)
+	    -e rig_box_image=$$image -e rig_box_name=$(BOX) -e rig_box_fresh=$(FRESH) -e rig_box_loop=$(LOOP)
 	ansible-playbook -i inventory/local playbooks/site.yml -e rig_stack=$(STACK) -e rig_box_name=$(BOX)
 	rig doctor --container $(BOX) --stack $(STACK)
 	@echo "make provision: rig is $(VENV)/bin/rig; put it on the PATH with: . $(VENV)/bin/activate"
