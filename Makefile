@@ -14,7 +14,7 @@ export RIG_CACHE ?= $(HOME)/.cache/rig
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help venv docker base-image provision test test-quick unit lint lint-ansible lint-python lint-ci bench clean-box
+.PHONY: help venv docker image-tools base-image provision test test-quick unit lint lint-ansible lint-python lint-ci bench clean-box
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -37,10 +37,13 @@ venv: $(VENV)/.installed  ## Create the virtualenv with rig and its pinned tools
 docker:  ## Make sure a Docker engine answers (installs docker.io as root if needed)
 	bash scripts/ensure-docker.sh
 
+image-tools:  ## Make sure this controller can image a venv archive (installs zstd and squashfs-tools as root if needed)
+	bash scripts/ensure-image-tools.sh
+
 base-image: docker  ## Build or reuse the base image boxes start from
 	bash scripts/base-image.sh
 
-provision: venv docker  ## Provision a throwaway local box with STACK, then run rig doctor in it
+provision: venv docker image-tools  ## Provision a throwaway local box with STACK, then run rig doctor in it
 	image=$$(bash scripts/base-image.sh) && \
 	  ansible-playbook -i inventory/local playbooks/local-box.yml \
 	    -e rig_box_image=$$image -e rig_box_name=$(BOX) -e rig_box_fresh=$(FRESH) -e rig_box_loop=$(LOOP)
@@ -60,7 +63,7 @@ PYTEST := pytest -ra --durations=25 -n $(WORKERS)
 # run of consecutive tests, and the first one held every slow quick test (validate, bench, tune) in turn
 QUICK := $(PYTEST) --dist load --maxschedchunk 1 -m 'not box and not venv'
 BOXES := $(PYTEST) --dist loadscope -m 'box or venv'
-test: venv  ## Run the whole suite: quick tests and the lint gates, then role scenarios and end to end in boxes
+test: venv image-tools  ## Run the whole suite: quick tests and the lint gates, then role scenarios and end to end in boxes
 	mkdir -p build && rm -f build/gates.log  # a new file: never written through what stood there
 	$(MAKE) --no-print-directory lint base-image > build/gates.log 2>&1 & gates=$$!; \
 	  quick=0; $(QUICK) --junitxml=build/junit-quick.xml tests || quick=$$?; \

@@ -138,3 +138,23 @@ def test_an_image_and_archive_of_another_patch_set_are_refused_said_and_the_whee
     assert len(manifests) == 2 and all(json.loads(m.read_text())["patches"]["opt_in"] == [] for m in manifests)
     again = start_box(loop=True)  # the next host mounts the image packed anew
     assert any(MOUNT in t for t in again.play("python.yml", **asked).expect_ok().changed_tasks(again.name))
+
+
+def test_an_archive_kept_without_its_image_is_imaged_on_the_controller_and_mounted(imaged, start_box, tmp_path,
+                                                                                   monkeypatch):
+    """A controller cache from before images (the archive alone): the play images it there once, and the host
+    mounts it."""
+    cache = tmp_path / "cache"
+    shutil.copytree(imaged["cache"], cache)
+    monkeypatch.setenv("RIG_CACHE", str(cache))
+    kept = kept_dir(cache, read(imaged["lock"])["lock_hash"], VENV)
+    for made in [*kept.glob("*.sqfs"), *kept.glob("*.image.json")]:
+        made.unlink()
+    host = start_box(loop=True)
+    took = host.play("python.yml", **image_vars(imaged)).expect_ok()
+    changed = took.changed_tasks(host.name)
+    assert any("Image the controller's archive" in t for t in changed), changed
+    assert any(MOUNT in t for t in changed) and not any(UNPACK in t or WHEELS in t for t in changed), changed
+    assert [p.read_bytes() for p in kept.glob("*.image.json")] == [
+        p.read_bytes() for p in imaged["kept"].glob("*.image.json")]  # the same image the packer made
+    assert host.sh(CLICK).stdout.strip() == "8.1.7"
