@@ -9,6 +9,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_venv_archive import make_venv, zstd_of
+from test_venv_archive import make_venv, padded, unreadable, zstd_of
 from test_venv_image import imaged, three_images
 from test_venv_image_host import ENV, NAME
 
@@ -55,13 +56,17 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", mode: i
     return info, data
 
 
-def crafted_pair(where: Path, manifest: dict, members: list[tuple[tarfile.TarInfo, bytes]]) -> Path:
-    """MEMBERS as WHERE/NAME.tar.zst and the (unchanged, valid) entries of MANIFEST beside it, the archive's sha256
-    and size right: a hostile packer's self-consistent pair, whose tar alone says what the venv holds."""
+def crafted_pair(where: Path, manifest: dict, members: list[tuple[tarfile.TarInfo, bytes]] | bytes) -> Path:
+    """MEMBERS (or a tar's bytes) as WHERE/NAME.tar.zst and the (unchanged, valid) entries of MANIFEST beside it,
+    the archive's sha256 and size right: a hostile packer's self-consistent pair, whose tar alone says what the
+    venv holds."""
     raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for info, data in members:
-            tar.addfile(info, io.BytesIO(data) if info.isfile() else None)
+    if isinstance(members, bytes):
+        raw.write(members)
+    else:
+        with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for info, data in members:
+                tar.addfile(info, io.BytesIO(data) if info.isfile() else None)
     archive = zstd_of(raw.getvalue())
     where.mkdir(parents=True, exist_ok=True)
     name = manifest["archive"]["name"]
@@ -92,6 +97,20 @@ def _before_links(members: list, *extra: tuple) -> list:
     return [*members[:last + 1], *extra, *members[last + 1:]]
 
 
+def _unended(members: list) -> bytes:
+    """MEMBERS' tar without its end (its zero blocks)."""
+    return b"".join(info.tobuf(tarfile.PAX_FORMAT) + padded(data) for info, data in members)
+
+
+def _two_names(members: list, name: str, other: str) -> bytes:
+    """MEMBERS' tar, NAME's header preceded by a PAX path NAME (what tarfile reads) and a GNU long name OTHER
+    (what mksquashfs 4.5 reads)."""
+    told = {"path": tarfile.TarInfo._create_pax_generic_header({"path": name}, tarfile.XHDTYPE, "utf-8"),
+            "long": tarfile.TarInfo._create_gnu_long_header(other, tarfile.GNUTYPE_LONGNAME, "utf-8", "strict")}
+    return b"".join((told["path"] + told["long"] if info.name == name else b"") + _unended([(info, data)])
+                    for info, data in members) + bytes(1024)
+
+
 HOSTILE = {
     "a FIFO": lambda m: _before_links(m, _member("bin/fifo", tarfile.FIFOTYPE)),
     "a device": lambda m: _before_links(m, _member("bin/null", tarfile.CHRTYPE, mode=0o666, devmajor=1, devminor=3)),
@@ -104,6 +123,8 @@ HOSTILE = {
     "a member missing": lambda m: [(i, d) for i, d in m if i.name != "bin/tool"],
     "a link elsewhere": lambda m: _swapped(m, "bin/python", lambda i, d: (_member("bin/python", tarfile.SYMTYPE,
                                                                                    mode=0o777, linkname="/bin/sh")[0], d)),
+    # tarfile ends the tar at the unreadable header; mksquashfs 4.5.1 imaged it as a set-uid bin/evil
+    "a member after the tar's end": lambda m: _unended(m) + unreadable("bin/evil", b"#!/bin/sh\n") + bytes(1024),
 }
 
 
@@ -114,7 +135,8 @@ def test_an_archive_whose_members_are_not_its_manifests_entries_is_imaged_to_not
     a device node, a set-id bit or other bytes were imaged as the tar said)."""
     _, manifest, members = packed_once
     crafted = crafted_pair(tmp_path / "crafted", manifest, HOSTILE[attack](list(members)))
-    with pytest.raises(RigError, match="not its manifest's|do not belong together|leads outside|not whole"):
+    with pytest.raises(RigError, match="not its manifest's|do not belong together|leads outside|not whole|other "
+                                       "than zeros after its last member"):
         image(crafted, tmp_path / "images")
     assert not (tmp_path / "images").exists() or list((tmp_path / "images").iterdir()) == []
 
@@ -122,7 +144,30 @@ def test_an_archive_whose_members_are_not_its_manifests_entries_is_imaged_to_not
 def test_the_untouched_members_still_image(packed_once, tmp_path):
     _, manifest, members = packed_once
     built = image(crafted_pair(tmp_path / "crafted", manifest, list(members)), tmp_path / "images")
-    assert built["changed"] and Path(built["image"]).is_file()
+    assert built["changed"] and listed(built["image"]) == entries_of(manifest)
+
+
+def listed(image_path: str) -> dict[str, str]:
+    """Each path in the image (unsquashfs -lln), with its mode as ls writes it."""
+    out = subprocess.run(["unsquashfs", "-lln", image_path], capture_output=True, text=True, check=True).stdout
+    return {line.split(" squashfs-root", 1)[1].lstrip("/").split(" -> ")[0]: line.split()[0]
+            for line in out.splitlines() if " squashfs-root" in line}
+
+
+def entries_of(manifest: dict) -> dict[str, str]:
+    """What the image of MANIFEST's archive holds: its entries, each with its mode, and the venv's directory."""
+    kinds = {"dir": stat.S_IFDIR, "file": stat.S_IFREG, "link": stat.S_IFLNK}
+    return {"": "drwxr-xr-x", **{path: stat.filemode(kinds[kind] | mode) for kind, path, mode, *_ in manifest["entries"]}}
+
+
+def test_a_name_only_mksquashfs_would_read_never_reaches_the_image(packed_once, tmp_path):
+    """A PAX path and a GNU long name for one member: tarfile reads the path (the manifest's bin/tool, checked),
+    mksquashfs 4.5.1 read the long name, and the image held bin/evil. Built from the checked members written anew,
+    the image holds the manifest's entries, each with its mode, and nothing else."""
+    _, manifest, members = packed_once
+    built = image(crafted_pair(tmp_path / "crafted", manifest, _two_names(members, "bin/tool", "bin/evil")),
+                  tmp_path / "images")
+    assert listed(built["image"]) == entries_of(manifest)
 
 
 def test_an_archive_whose_marker_names_another_lock_is_imaged_to_nothing(packed_once, tmp_path):

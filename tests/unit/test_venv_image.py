@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from harness.commands import rig
-from test_venv_archive import LOCK, cached, make_venv, site_of
+from test_venv_archive import LOCK, cached, flip_a_byte, make_venv, site_of
 
 from rig.core import RigError
 from rig.machine.doctor import _venv_image
@@ -65,6 +65,15 @@ def test_the_same_archive_images_to_the_same_bytes_and_its_manifest_says_what_it
     assert image(first["archive_manifest"], tmp_path / "images")["changed"] is False
     dry = image(first["archive_manifest"], tmp_path / "dry", check=True)
     assert dry["msg"].startswith("would image") and not (tmp_path / "dry").exists()
+
+
+def test_an_image_changed_at_its_size_is_built_again(tmp_path):
+    """An image run that finds its image already built hashes it: one of the manifest's size whose bytes changed
+    was taken as built, and every host mounting it was refused."""
+    first = imaged(tmp_path)
+    before = flip_a_byte(Path(first["image"]))
+    again = image(first["archive_manifest"], tmp_path / "images")
+    assert again["changed"] and Path(first["image"]).read_bytes() == before
 
 
 def test_the_image_holds_the_venv_as_packed_its_bytecode_fresh(tmp_path):

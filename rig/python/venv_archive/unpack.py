@@ -19,7 +19,6 @@ from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.fs import open_plain
-from rig.core.proc import PIPE, spawn
 from rig.python.venv import MARKER, read_marker
 from rig.python.venv_archive.manifest import (
     ANY_PATCHES,
@@ -30,7 +29,7 @@ from rig.python.venv_archive.manifest import (
     lies_inside,
     zstd_binary,
 )
-from rig.python.venv_archive.members import hashed, marked, read_tar, said
+from rig.python.venv_archive.members import hashed, marked, read_tar, unzstd, unzstd_ended
 
 
 def settle(manifest: dict, venv: Path, lock_hash: str | None, check: bool,
@@ -160,18 +159,9 @@ def _decompress(zstd: str, handle, manifest: dict, staging: Path, source: str) -
         except OSError as exc:
             raise RigError(f"{source}: cannot write {member.name[:200]!r}: {exc.strerror or exc}") from None
 
-    with tempfile.TemporaryFile() as errors:
-        child = spawn([zstd, "-dc"], "decompressing the venv archive", stdin=handle, stdout=PIPE, stderr=errors)
-        try:
-            read_tar(child, manifest["entries"], source, write, errors)
-            if code := child.wait():
-                raise RigError(f"{source}: zstd could not decompress it (exit {code}): {said(errors)}")
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-            if child.stdout is not None:  # a pipe: spawn was given stdout=PIPE
-                child.stdout.close()
+    with unzstd(zstd, handle) as child:
+        read_tar(child, manifest["entries"], source, write)
+        unzstd_ended(child, source)
     for path in [*reversed(dirs), staging]:  # innermost first: filling a directory changes its mtime
         os.chmod(path, 0o755)
         os.utime(path, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
