@@ -25,7 +25,7 @@ from pathlib import Path
 from rig.core import RigError
 from rig.core.cuda_releases import series
 from rig.core.documents import converge_file
-from rig.core.fs import confined, private_dir
+from rig.core.fs import confined, plain_dir, private_dir
 from rig.core.hints import CREATE_VENV
 from rig.core.proc import ask
 
@@ -164,9 +164,8 @@ def _site_for(venv: str | Path) -> tuple[Path, bool]:
                        "set", hint="pack the venv again after `rig env hook --venv VENV` (the python_stack role "
                        "does), image it and mount that image")
     site = env_site(venv)
-    if os.path.islink(site) or os.path.islink(site.parent) or (os.path.lexists(site) and not site.is_dir()):
-        raise RigError(f"{site} is a link or not a directory; rig writes a venv's environment only in a directory "
-                       "of its own", hint=f"remove {site} and run again")
+    for path in (site.parent, site):
+        plain_dir(path, "rig writes a venv's environment only in a directory of its own")
     private_dir(site, "the venv's environment site dir")  # its .pth runs at every start of the venv
     return site, True
 
@@ -175,9 +174,7 @@ def _runtime_cache(check: bool) -> str | None:
     """RUNTIME_CACHE made as /tmp is (root's, 1777: each user makes a directory of its own in it, and the module
     takes only one that is its user's); what was done, or None where it already is."""
     root = Path(RUNTIME_CACHE)
-    if os.path.islink(root) or (os.path.lexists(root) and not root.is_dir()):
-        raise RigError(f"{root} is a link or not a directory; an image venv's run-time caches go only in a "
-                       "directory of rig's", hint=f"remove {root} and run again")
+    plain_dir(root, "an image venv's run-time caches go only in a directory of rig's")
     # ROOT itself is sticky and open to all, as /tmp is; above it, whoever may write could swap it for their own
     private_dir(root.parent, "the run-time caches' directory")
     if root.is_dir() and (root.stat().st_mode & 0o7777, root.stat().st_uid) == (0o1777, 0):

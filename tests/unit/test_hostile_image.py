@@ -268,6 +268,24 @@ def test_an_image_larger_than_the_stores_free_space_is_refused_before_it_is_pull
     nothing_changed(venv, store)
 
 
+def test_a_venv_directory_the_link_cannot_replace_is_put_back(tmp_path, monkeypatch):
+    """The directory was moved aside, then the link's rename failed: the venv path was left empty, the directory
+    beside it under another name."""
+    venv, where = make_venv(tmp_path / "venv"), tmp_path / "store" / NAME
+    real = os.replace
+
+    def refused(src, dst):
+        if Path(dst) == venv:
+            raise OSError(5, "Input/output error")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", refused)
+    with pytest.raises(OSError, match="Input/output error"):
+        mounting._switch(venv, where, mounting._aside_name(venv))
+    assert (venv / "pyvenv.cfg").is_file() and not venv.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["venv"]  # nothing aside, no link left beside it
+
+
 # ------------------------------------------------------------------ the environment outside the image
 
 @pytest.fixture

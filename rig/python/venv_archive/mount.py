@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.documents import dump_json, parse_json
-from rig.core.fs import atomic_write, held, open_regular, private_dir, read_bytes
+from rig.core.fs import atomic_write, held, open_regular, plain_dir, private_dir, read_bytes, take_place
 from rig.core.schema import Field
 from rig.python.venv import MARKER
 from rig.python.venv_archive.image import IMAGE, read_image_manifest
@@ -116,9 +116,7 @@ def _store(root: Path, venv: Path) -> Path:
     inside the venv (moved aside with a venv directory, or inside the read-only image)."""
     store = store_of(venv, root)
     for path in (root, store):
-        if os.path.islink(path) or (os.path.lexists(path) and not path.is_dir()):
-            raise RigError(f"{path} is a link or not a directory; rig keeps venv images only in a directory of its "
-                           "own", hint=f"remove {path} and run again")
+        plain_dir(path, "rig keeps venv images only in a directory of its own")
     private_dir(store, "the venv image store")
     if lies_inside(store, venv):
         raise RigError(f"the image store {store} lies inside the venv {venv}, which the image replaces",
@@ -172,9 +170,7 @@ def _venv_now(venv: Path, store: Path) -> Path | str | None:
 
 def _mount_point(where: Path, image: Path) -> bool:
     """Whether IMAGE is already mounted at WHERE; a link there, or anything else mounted there, is refused."""
-    if os.path.islink(where) or (os.path.lexists(where) and not where.is_dir()):
-        raise RigError(f"the mount point {where} is a link or not a directory; rig mounts only on a directory it made",
-                       hint=f"remove {where} and run again")
+    plain_dir(where, "the mount point must be a directory rig made")
     if mounted_from(where, image):
         return True
     other = mounted(where)
@@ -198,15 +194,15 @@ def _aside_name(venv: Path) -> Path:
 
 def _switch(venv: Path, where: Path, aside: Path | None) -> None:
     """VENV made a link to WHERE in one rename (a new link beside it replaces the old link); a venv directory is
-    moved ASIDE first (a rename cannot put a link over a directory: for that moment no venv is at VENV)."""
+    moved ASIDE first (a rename cannot put a link over a directory: for that moment no venv is at VENV), and put
+    back where the link cannot take its place (take_place)."""
     venv.parent.mkdir(parents=True, exist_ok=True)
     temporary = venv.with_name(f".{venv.name}.rig-link-{secrets.token_hex(6)}")  # symlink() fails where one is
     os.symlink(where, temporary)
+    if aside is not None:
+        progress(f"moving the directory {venv} aside to {aside}")
     try:
-        if aside is not None:
-            progress(f"moving the directory {venv} aside to {aside}")
-            os.rename(venv, aside)
-        os.replace(temporary, venv)
+        take_place(temporary, venv, aside, "the venv directory")
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rig.core import RigError, progress
-from rig.core.fs import open_plain
+from rig.core.fs import open_plain, take_place
 from rig.core.proc import PIPE, spawn
 from rig.python.venv import MARKER, read_marker
 from rig.python.venv_archive.manifest import (
@@ -188,22 +188,16 @@ def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, sha: str
 
 
 def _swap(staging: Path, venv: Path) -> None:
-    """STAGING, whole and checked, takes VENV's place; the old venv is removed after. The two renames leave a
-    moment with no venv at VENV: Python has no RENAME_EXCHANGE (renameat2), which would swap them in one step."""
-    old = None
-    if os.path.lexists(venv):
-        old = Path(tempfile.mkdtemp(dir=venv.parent, prefix=f".{venv.name}.rig-old-"))
-        try:
-            os.rename(venv, old / venv.name)
-        except OSError as exc:  # a venv directory its owner made read-only cannot move to another directory
-            old.rmdir()
-            raise RigError(f"cannot move the old venv {venv} aside: {exc.strerror or exc}; make it writable or "
-                           "remove it") from None
+    """STAGING, whole and checked, takes VENV's place (take_place: the old venv put back if that fails); the old
+    venv is removed after. The two renames leave a moment with no venv at VENV: Python has no RENAME_EXCHANGE
+    (renameat2), which would swap them in one step."""
+    old = Path(tempfile.mkdtemp(dir=venv.parent, prefix=f".{venv.name}.rig-old-")) if os.path.lexists(venv) else None
     try:
-        os.rename(staging, venv)
-    except OSError:
+        take_place(staging, venv, old / venv.name if old else None, "the old venv")
+    except BaseException:
         if old is not None:
-            os.rename(old / venv.name, venv)
+            with contextlib.suppress(OSError):  # empty, unless the old venv could not be put back: then it is there
+                old.rmdir()
         raise
     if old is not None:
         _remove(old)
