@@ -28,6 +28,7 @@ from rig.core.documents import converge_file
 from rig.core.fs import confined, plain_dir, private_dir
 from rig.core.hints import CREATE_VENV
 from rig.core.proc import ask
+from rig.python.venv_archive.place import rig_link, store_of
 
 MODULE = "rig_sitecustomize"
 PTH = f"{MODULE}.pth"
@@ -135,8 +136,6 @@ def site_packages(venv: str | Path) -> Path:
 
 def env_site(venv: str | Path) -> Path:
     """The writable site directory of the venv at VENV's path, which its HOOK adds (an image venv's environment)."""
-    from rig.python.venv_archive.mount import store_of
-
     return store_of(Path(os.path.abspath(venv)), ENV_SITE_ROOT)
 
 
@@ -153,9 +152,7 @@ def image_env(env: dict) -> dict:
 def _site_for(venv: str | Path) -> tuple[Path, bool]:
     """Where VENV's environment module goes: its site-packages, or (an image rig mounted) its writable site dir,
     whose hook the image must carry and whose own site-packages must hold no module of rig's."""
-    from rig.python.venv_archive.mount import rig_link
-
-    if rig_link(venv) is None:
+    if rig_link(venv, None) is None:
         return site_packages(venv), False
     inner = site_packages(venv)
     if read_if(inner / HOOK) != hook_text(venv) or os.path.lexists(inner / f"{MODULE}.py"):
@@ -240,9 +237,7 @@ def _env_files(site: Path) -> list[Path]:
 def hook(venv: str | Path, check: bool = False) -> dict:
     """VENV (a directory) made ready to pack into an image: the HOOK in its site-packages and rig's module out of
     it (the environment is each host's, written after: `rig env install`)."""
-    from rig.python.venv_archive.mount import rig_link
-
-    if rig_link(venv) is not None:
+    if rig_link(venv, None) is not None:
         raise RigError(f"{venv} is a venv image, read-only; the hook goes into a venv directory before it is packed")
     site = site_packages(venv)
     written = converge_file(site / HOOK, hook_text(venv), "the environment hook", check)

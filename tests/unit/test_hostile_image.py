@@ -27,9 +27,10 @@ from rig.python.runtime_env import HOOK, hook_text
 from rig.python.venv import MARKER
 from rig.python.venv_archive import mount as mounting
 from rig.python.venv_archive.image import image
-from rig.python.venv_archive.mount import mount, store_of
+from rig.python.venv_archive.mount import mount
 from rig.python.venv_archive.mounts import detach, mountable, mounted
 from rig.python.venv_archive.pack import pack
+from rig.python.venv_archive.place import store_of
 from rig.python.venv_archive.unit import unit_name
 
 pytestmark = pytest.mark.skipif(not (shutil.which("zstd") and shutil.which("mksquashfs")),

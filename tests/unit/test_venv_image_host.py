@@ -15,6 +15,7 @@ from rig.core import RigError
 from rig.python import runtime_env
 from rig.python.runtime_env import HOOK, MODULE, hook, hook_text, install
 from rig.python.venv_archive import unit
+from rig.python.venv_archive.place import venv_place
 from rig.python.venv_archive.unit import escape_path, persist, unit_name, unit_text
 
 NAME = "venv-0123456789abcdef-py3.11-x86_64"
@@ -72,24 +73,44 @@ def test_the_mount_unit_is_written_enabled_once_and_an_old_images_unit_goes(tmp_
             (units / "local-fs.target.wants" / argv[1]).symlink_to(units / argv[1])
 
     monkeypatch.setattr(unit, "_systemctl", systemctl)
-    absent = persist(venv, unit_dir=units, booted=booted)
+    absent = persist(venv, unit_dir=units, booted=booted, root=tmp_path / "store")
     assert not absent["changed"] and "will not survive a reboot" in absent["msg"] and not list(units.iterdir())
     booted.mkdir()
     old = units / unit_name(mounted.with_name("venv-fedcba9876543210-py3.11-x86_64"))
     old.write_text("# Written by rig: the venv image, an older one\n")
     other = units / unit_name(mounted.with_name("elsewhere"))
     other.write_text("[Mount]\n")  # not rig's: left alone
-    dry = persist(venv, check=True, unit_dir=units, booted=booted)
+    dry = persist(venv, check=True, unit_dir=units, booted=booted, root=tmp_path / "store")
     assert dry["changed"] and dry["msg"].startswith("would write") and "disable and remove" in dry["msg"]
     assert said == [] and old.exists() and "+What=" in dry["diff"]
-    done = persist(venv, unit_dir=units, booted=booted)
+    done = persist(venv, unit_dir=units, booted=booted, root=tmp_path / "store")
     name = unit_name(mounted)
     assert done["changed"] and said == [("disable", old.name), ("daemon-reload",), ("enable", name)]
     assert not old.exists() and other.exists()
     text = (units / name).read_text()
     assert f"What={mounted}.sqfs\nWhere={mounted}\n" in text and "Options=ro,loop,nodev,nosuid" in text
-    again = persist(venv, unit_dir=units, booted=booted)
+    again = persist(venv, unit_dir=units, booted=booted, root=tmp_path / "store")
     assert not again["changed"] and len(said) == 3 and "enabled" in again["msg"]
+
+
+def test_a_link_of_rigs_shape_into_another_store_is_never_made_a_boot_time_mount(tmp_path, monkeypatch):
+    """Any absolute link to .../VENVNAME-HASH/NAME was rig's: persist wrote a root mount unit for whatever file
+    lay beside it. Only a link into the venv's store under the root given (one only root may change) is rig's."""
+    venv, mounted = image_venv(tmp_path)
+    units, booted = tmp_path / "units", tmp_path / "run-systemd"
+    units.mkdir()
+    booted.mkdir()
+    monkeypatch.setattr(unit, "_systemctl", lambda *argv: None)
+    elsewhere = persist(venv, unit_dir=units, booted=booted, root=tmp_path / "other")
+    assert not elsewhere["image"] and not elsewhere["changed"] and list(units.iterdir()) == []
+    assert "no venv image rig mounted" in elsewhere["msg"]
+    with pytest.raises(RigError, match="which rig did not make"):
+        venv_place(venv, tmp_path / "other")
+    assert venv_place(venv, tmp_path / "store") == venv_place(venv, None) == ("link", mounted)
+    mounted.parent.chmod(0o777)  # the store: whoever may write it may swap the image the unit mounts
+    with pytest.raises(RigError, match="writable by group or others"):
+        persist(venv, unit_dir=units, booted=booted, root=tmp_path / "store")
+    assert list(units.iterdir()) == []
 
 
 def fake_python_venv(root: Path) -> Path:

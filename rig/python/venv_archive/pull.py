@@ -95,7 +95,7 @@ def restore(manifest_from: str, venv: str | Path, archive: str | Path | None = N
     if archive is None and not is_url(manifest_from):
         archive = Path(manifest_from).with_name(f"{manifest['archive']['name']}.tar.zst")
     local = {"manifest": manifest_from} if not is_url(manifest_from) else {}
-    done = settle(manifest, venv, lock_hash, check, {**(read or {}), **local, **({"archive": archive} if archive else {})},
+    done = settle(manifest, venv, lock_hash, {**(read or {}), **local, **({"archive": archive} if archive else {})},
                   patches)
     if done is not None:
         return done
