@@ -258,6 +258,45 @@ def test_a_store_someone_else_may_change_is_refused_before_anything_is_pulled(tm
     nothing_changed(venv, store)
 
 
+def test_a_store_changed_between_its_first_check_and_its_making_is_refused_under_the_lock(tmp_path, monkeypatch,
+                                                                                         unmounted_after):
+    """The store was checked once, before it was made and outside the lock: one made (or opened up) in between
+    was used as it stood."""
+    built = imaged(tmp_path)
+    venv, store = tmp_path / "venv", tmp_path / "store"
+    made = mounting._made
+
+    def opened_up(path: Path) -> None:
+        made(path)
+        path.chmod(0o777)
+
+    monkeypatch.setattr(mounting, "_made", opened_up)
+    with pytest.raises(RigError, match=f"{store_of(venv, store)} is writable by group or others"):
+        mount(built["image_manifest"], venv, root=store)
+    nothing_changed(venv, store)
+
+
+@needs_mount
+def test_a_relative_store_or_one_under_a_link_mounts_once_and_links_absolutely(tmp_path, monkeypatch, unmounted_after):
+    """A relative --store made a relative link (read from the venv's parent: broken), which the next run refused as
+    not rig's; a store under a linked directory never matched the mount table's real paths, so no run saw the
+    mount as its own."""
+    built = imaged(tmp_path)
+    venv = tmp_path / "venv"
+    monkeypatch.chdir(tmp_path)
+    done = mount(built["image_manifest"], venv, root="store")
+    assert os.readlink(venv) == done["mount"] == str(store_of(venv, tmp_path / "store") / Path(built["image"]).stem)
+    assert mount(built["image_manifest"], venv, root="store")["changed"] is False
+    venv.unlink()  # a link into the first store: rig's, but not the next store's to replace
+    (tmp_path / "real").mkdir()
+    (tmp_path / "via").symlink_to(tmp_path / "real")
+    monkeypatch.chdir("/")
+    first = mount(built["image_manifest"], venv, root=tmp_path / "via" / "store")
+    again = mount(built["image_manifest"], venv, root=tmp_path / "via" / "store")
+    real = tmp_path / "real" / "store" / store_of(venv, tmp_path).name / Path(built["image"]).stem
+    assert first["changed"] and again["changed"] is False and mounts_at(real) == 1
+
+
 def test_an_image_larger_than_the_stores_free_space_is_refused_before_it_is_pulled(tmp_path, unmounted_after):
     built = imaged(tmp_path)
     described = json.loads(Path(built["image_manifest"]).read_text())

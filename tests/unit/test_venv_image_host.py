@@ -14,7 +14,7 @@ import pytest
 from rig.core import RigError
 from rig.python import runtime_env
 from rig.python.runtime_env import HOOK, MODULE, hook, hook_text, install
-from rig.python.venv_archive import unit
+from rig.python.venv_archive import mounts, unit
 from rig.python.venv_archive.place import venv_place
 from rig.python.venv_archive.unit import escape_path, persist, unit_name, unit_text
 
@@ -111,6 +111,23 @@ def test_a_link_of_rigs_shape_into_another_store_is_never_made_a_boot_time_mount
     with pytest.raises(RigError, match="writable by group or others"):
         persist(venv, unit_dir=units, booted=booted, root=tmp_path / "store")
     assert list(units.iterdir()) == []
+
+
+def test_the_mount_table_is_read_by_real_paths_but_a_link_is_no_mount_point(tmp_path, monkeypatch):
+    """The kernel names a mount point by its real path: a store under a linked directory, or named relative to the
+    working directory, never matched, so each run mounted the image again."""
+    (tmp_path / "real" / "store" / NAME).mkdir(parents=True)
+    (tmp_path / "via").symlink_to(tmp_path / "real")
+    (tmp_path / "real" / "store" / "aimed").symlink_to(tmp_path / "real" / "store" / NAME)
+    table = f"100 1 7:1 / {tmp_path}/real/store/{NAME} ro,relatime shared:1 - squashfs /dev/sdz9 ro\n".encode()
+    read = mounts.read_bytes
+    monkeypatch.setattr(mounts, "read_bytes", lambda path, *a, **k: table if path == "/proc/self/mountinfo"
+                        else read(path, *a, **k))
+    seen = {"type": "squashfs", "source": "/dev/sdz9", "backing": None}
+    assert mounts.mounted(tmp_path / "via" / "store" / NAME) == mounts.mounted(tmp_path / "real" / "store" / NAME) == seen
+    monkeypatch.chdir(tmp_path / "via")
+    assert mounts.mounted(f"store/{NAME}/") == seen
+    assert mounts.mounted(tmp_path / "real" / "store" / "aimed") is None  # a link at the mount point's own name
 
 
 def fake_python_venv(root: Path) -> Path:

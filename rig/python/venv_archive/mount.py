@@ -42,12 +42,14 @@ def mount(source: str, venv: str | Path, lock_hash: str | None = None, check: bo
     manifest = read_image_manifest(source)
     if why := fits(manifest, lock_hash, venv, patches):
         raise RigError(f"image {manifest['image']['name']} does not fit {venv}: {why}")
-    store = _store(Path(root), venv)
+    root = absolute(root)  # a relative --store made a relative link, and never matched the mount table
+    store = _store(root, venv)
     looked = _mounted_at(source, manifest, venv, store, True, timeout)  # every refusal, before the store is made
     if check or not looked["changed"]:
         return looked
     _made(store)
     with held(store / LOCK):  # a second run looks once the first has mounted and linked: one mount, not two
+        _store(root, venv)  # again, now that it is made, under the lock: the store used is the store checked
         return _mounted_at(source, manifest, venv, store, check, timeout)
 
 
@@ -104,9 +106,11 @@ def _made(store: Path) -> None:
     """STORE and its root made (mode 0755 whatever the umask: nobody else may write where images are kept)."""
     store.parent.parent.mkdir(parents=True, exist_ok=True)
     for path in (store.parent, store):
-        if not os.path.lexists(path):
+        try:
             path.mkdir(mode=0o755)
-            os.chmod(path, 0o755)
+        except FileExistsError:
+            continue  # made before (or by someone else: the check under the lock says)
+        os.chmod(path, 0o755)
 
 
 def _state(store: Path) -> dict:
