@@ -144,9 +144,12 @@ def hook_text(venv: str | Path) -> str:
 
 
 def image_env(env: dict) -> dict:
-    """ENV for a venv that is a read-only image: its home paths and run-time caches under RUNTIME_CACHE."""
+    """ENV for a venv that is a read-only image: its home paths and run-time caches under RUNTIME_CACHE. A cache
+    the stack's environment sets itself (pinned or a default) is the stack's: a name in two sections is refused."""
     moved = {name: value.removeprefix(".cache/rig/") for name, value in env.get("home", {}).items()}
-    return {**env, "home": {}, "caches": {**IMAGE_CACHES, **moved}}
+    taken = {*env.get("pinned", {}), *env.get("defaults", {})}
+    caches = {name: value for name, value in IMAGE_CACHES.items() if name not in taken}
+    return {**env, "home": {}, "caches": {**caches, **moved}}
 
 
 def _site_for(venv: str | Path) -> tuple[Path, bool]:
@@ -160,11 +163,17 @@ def _site_for(venv: str | Path) -> tuple[Path, bool]:
                        f"{env_site(venv)}), or with an environment module of its own; its environment cannot be "
                        "set", hint="pack the venv again after `rig env hook --venv VENV` (the python_stack role "
                        "does), image it and mount that image")
+    return _own_site(venv), True
+
+
+def _own_site(venv: str | Path) -> Path:
+    """VENV's writable site dir (env_site), refused where it or its parent is a link or no directory, or where
+    someone but root may change it: its .pth runs at every start of the venv, and rig writes and removes there."""
     site = env_site(venv)
     for path in (site.parent, site):
         plain_dir(path, "rig writes a venv's environment only in a directory of its own")
-    private_dir(site, "the venv's environment site dir")  # its .pth runs at every start of the venv
-    return site, True
+    private_dir(site, "the venv's environment site dir")
+    return site
 
 
 def _runtime_cache(check: bool) -> str | None:
@@ -215,6 +224,7 @@ def _empty_former_site(venv: str | Path, check: bool) -> str | None:
     left = [p for p in _env_files(env_site(venv)) if os.path.lexists(p)]
     if not left:
         return None
+    _own_site(venv)  # removed only from a directory of rig's, never through a link to another one
     if not check:
         for path in left:
             path.unlink()

@@ -362,6 +362,29 @@ def test_an_environment_dir_someone_else_may_change_is_refused_and_nothing_is_wr
     assert not Path(runtime_env.RUNTIME_CACHE).exists()
 
 
+@pytest.mark.parametrize("site_is", ["a link", "open to all"])
+def test_a_former_site_dir_rig_does_not_own_is_never_emptied(tmp_path, monkeypatch, site_is):
+    """A directory venv's install empties the site dir the venv had as an image: it unlinked the files there
+    through a link, or in a directory anyone could have filled."""
+    monkeypatch.setattr(runtime_env, "ENV_SITE_ROOT", tmp_path / "venv-env")
+    venv = tmp_path / "venv"
+    (venv / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    site, theirs = runtime_env.env_site(venv), tmp_path / "theirs"
+    theirs.mkdir()
+    site.parent.mkdir()
+    if site_is == "a link":
+        site.symlink_to(theirs)
+    else:
+        theirs = site
+        site.mkdir(mode=0o777)
+        site.chmod(0o777)
+    for name in (runtime_env.PTH, f"{runtime_env.MODULE}.py"):
+        (theirs / name).write_text("kept\n")
+    with pytest.raises(RigError, match="is a link or not a directory|writable by group or others"):
+        runtime_env.install(venv, ENV, "tiny")
+    assert sorted(p.name for p in theirs.iterdir()) == sorted([runtime_env.PTH, f"{runtime_env.MODULE}.py"])
+
+
 def test_a_mount_point_too_long_for_a_unit_name_is_refused_naming_the_fix():
     """systemd names a mount unit by its escaped path, at most 255 bytes: a venv named 200 characters long made a
     name of 294, and the unit file's write failed with "File name too long"."""
