@@ -36,13 +36,17 @@ LONG = "x" * 150  # a name past ustar's 100 bytes: the archive holds it in a PAX
 
 
 def imaged(tmp_path: Path, lock: str = LOCK, out: str = "images") -> dict:
-    """A venv of LOCK at tmp_path/venv packed and imaged into tmp_path/OUT; the venv moved out of the way."""
+    """A venv of LOCK at tmp_path/venv packed and imaged into tmp_path/OUT; the venv moved out of the way (the
+    absolute path its bin/python linked to kept as "interpreter")."""
     venv = make_venv(tmp_path / "venv", lock)
     (site_of(venv) / f"{LONG}.txt").write_text("long\n")
     packed = pack(venv, tmp_path / f"archive-{lock[:4]}")
     built = image(packed["manifest"], tmp_path / out)
+    link = venv / "bin" / "python"
+    while not os.path.isabs(text := os.readlink(link)):  # python -> python3.11 -> the interpreter venv ran as
+        link = link.with_name(text)
     shutil.rmtree(venv)
-    return {**built, "archive_manifest": packed["manifest"]}
+    return {**built, "archive_manifest": packed["manifest"], "interpreter": text}
 
 
 def test_the_same_archive_images_to_the_same_bytes_and_its_manifest_says_what_it_holds(tmp_path):
@@ -62,7 +66,8 @@ def test_the_same_archive_images_to_the_same_bytes_and_its_manifest_says_what_it
                                     "sha256": archive_manifest["archive"]["sha256"],
                                     "manifest_sha256": hashlib.sha256(Path(first["archive_manifest"]).read_bytes())
                                     .hexdigest()}
-    assert described["interpreter"] == os.path.realpath(sys.executable) or described["interpreter"].startswith("/")
+    assert described["interpreter"] == first["interpreter"] and os.path.isabs(first["interpreter"])
+    assert os.path.realpath(described["interpreter"]) == os.path.realpath(sys.executable)
     assert image(first["archive_manifest"], tmp_path / "images")["changed"] is False
     dry = image(first["archive_manifest"], tmp_path / "dry", check=True)
     assert dry["msg"].startswith("would image") and not (tmp_path / "dry").exists()

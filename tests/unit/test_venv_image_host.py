@@ -23,17 +23,20 @@ ENV = {"pinned": {"CUDA_HOME": "/usr/local/cuda-13.0"}, "defaults": {"NCCL_P2P_L
        "home": {"FLASHINFER_WORKSPACE_BASE": ".cache/rig/flashinfer-jit/cuda-13.0.2-flashinfer-0.7.2"}}
 
 
-@pytest.mark.parametrize("path", ["/", "/opt/rig/venv", "/var/lib/rig/venv-images/venv-0a1b2c3d4e5f/" + NAME,
-                                  "/srv/.hidden/x y", "/a//b/", "/opt/ünï/v@1+2"])
+# systemd's unit_name_path_escape, worked by hand: slashes trimmed and squeezed, "/" is "-", every other byte but
+# [A-Za-z0-9:_.] (and a leading ".") is \xNN, "-" itself included
+ESCAPED = {"/": "-", "/opt/rig/venv": "opt-rig-venv", "/a//b/": "a-b", "/srv/.hidden/x y": "srv-.hidden-x\\x20y",
+           f"/var/lib/rig/venv-images/venv-0a1b2c3d4e5f/{NAME}":
+               "var-lib-rig-venv\\x2dimages-venv\\x2d0a1b2c3d4e5f-venv\\x2d0123456789abcdef\\x2dpy3.11\\x2dx86_64",
+           "/opt/ünï/v@1+2": "opt-\\xc3\\xbcn\\xc3\\xaf-v\\x401\\x2b2", "/.x/y.": "\\x2ex-y."}
+
+
+@pytest.mark.parametrize("path", ESCAPED)
 def test_a_unit_is_named_by_systemds_path_escaping(path):
-    known = {"/": "-", "/opt/rig/venv": "opt-rig-venv", "/a//b/": "a-b",
-             "/srv/.hidden/x y": "srv-.hidden-x\\x20y"}
-    if path in known:
-        assert escape_path(path) == known[path]
+    assert escape_path(path) == ESCAPED[path] and unit_name(path) == f"{ESCAPED[path]}.mount"
     if shutil.which("systemd-escape"):  # the same as systemd's own, byte for byte
         said = subprocess.run(["systemd-escape", "--path", path], capture_output=True, text=True, check=True)
-        assert escape_path(path) == said.stdout.strip()
-    assert unit_name(path).endswith(".mount")
+        assert said.stdout.strip() == ESCAPED[path]
 
 
 def test_a_path_a_unit_file_would_read_otherwise_is_refused_not_pasted():
