@@ -28,9 +28,10 @@ from rig.python.runtime_env import HOOK, hook_text
 from rig.python.venv import MARKER
 from rig.python.venv_archive import mount as mounting
 from rig.python.venv_archive.image import image
-from rig.python.venv_archive.mount import mount, store_of
+from rig.python.venv_archive.mount import mount
 from rig.python.venv_archive.mounts import detach, mountable, mounted
 from rig.python.venv_archive.pack import pack
+from rig.python.venv_archive.place import store_of
 from rig.python.venv_archive.unit import unit_name
 
 pytestmark = pytest.mark.skipif(not (shutil.which("zstd") and shutil.which("mksquashfs")),
@@ -302,6 +303,45 @@ def test_a_store_someone_else_may_change_is_refused_before_anything_is_pulled(tm
     nothing_changed(venv, store)
 
 
+def test_a_store_changed_between_its_first_check_and_its_making_is_refused_under_the_lock(tmp_path, monkeypatch,
+                                                                                         unmounted_after):
+    """The store was checked once, before it was made and outside the lock: one made (or opened up) in between
+    was used as it stood."""
+    built = imaged(tmp_path)
+    venv, store = tmp_path / "venv", tmp_path / "store"
+    made = mounting._made
+
+    def opened_up(path: Path) -> None:
+        made(path)
+        path.chmod(0o777)
+
+    monkeypatch.setattr(mounting, "_made", opened_up)
+    with pytest.raises(RigError, match=f"{store_of(venv, store)} is writable by group or others"):
+        mount(built["image_manifest"], venv, root=store)
+    nothing_changed(venv, store)
+
+
+@needs_mount
+def test_a_relative_store_or_one_under_a_link_mounts_once_and_links_absolutely(tmp_path, monkeypatch, unmounted_after):
+    """A relative --store made a relative link (read from the venv's parent: broken), which the next run refused as
+    not rig's; a store under a linked directory never matched the mount table's real paths, so no run saw the
+    mount as its own."""
+    built = imaged(tmp_path)
+    venv = tmp_path / "venv"
+    monkeypatch.chdir(tmp_path)
+    done = mount(built["image_manifest"], venv, root="store")
+    assert os.readlink(venv) == done["mount"] == str(store_of(venv, tmp_path / "store") / Path(built["image"]).stem)
+    assert mount(built["image_manifest"], venv, root="store")["changed"] is False
+    venv.unlink()  # a link into the first store: rig's, but not the next store's to replace
+    (tmp_path / "real").mkdir()
+    (tmp_path / "via").symlink_to(tmp_path / "real")
+    monkeypatch.chdir("/")
+    first = mount(built["image_manifest"], venv, root=tmp_path / "via" / "store")
+    again = mount(built["image_manifest"], venv, root=tmp_path / "via" / "store")
+    real = tmp_path / "real" / "store" / store_of(venv, tmp_path).name / Path(built["image"]).stem
+    assert first["changed"] and again["changed"] is False and mounts_at(real) == 1
+
+
 def test_an_image_larger_than_the_stores_free_space_is_refused_before_it_is_pulled(tmp_path, unmounted_after):
     built = imaged(tmp_path)
     described = json.loads(Path(built["image_manifest"]).read_text())
@@ -311,6 +351,24 @@ def test_an_image_larger_than_the_stores_free_space_is_refused_before_it_is_pull
     with pytest.raises(RigError, match="free"):
         mount(built["image_manifest"], venv, root=store)
     nothing_changed(venv, store)
+
+
+def test_a_venv_directory_the_link_cannot_replace_is_put_back(tmp_path, monkeypatch):
+    """The directory was moved aside, then the link's rename failed: the venv path was left empty, the directory
+    beside it under another name."""
+    venv, where = make_venv(tmp_path / "venv"), tmp_path / "store" / NAME
+    real = os.replace
+
+    def refused(src, dst):
+        if Path(dst) == venv:
+            raise OSError(5, "Input/output error")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", refused)
+    with pytest.raises(OSError, match="Input/output error"):
+        mounting._switch(venv, where, mounting._aside_name(venv))
+    assert (venv / "pyvenv.cfg").is_file() and not venv.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["venv"]  # nothing aside, no link left beside it
 
 
 # ------------------------------------------------------------------ the environment outside the image
@@ -347,6 +405,29 @@ def test_an_environment_dir_someone_else_may_change_is_refused_and_nothing_is_wr
         runtime_env.install(venv, ENV, "tiny")
     assert not site.exists() or list(site.iterdir()) == []
     assert not Path(runtime_env.RUNTIME_CACHE).exists()
+
+
+@pytest.mark.parametrize("site_is", ["a link", "open to all"])
+def test_a_former_site_dir_rig_does_not_own_is_never_emptied(tmp_path, monkeypatch, site_is):
+    """A directory venv's install empties the site dir the venv had as an image: it unlinked the files there
+    through a link, or in a directory anyone could have filled."""
+    monkeypatch.setattr(runtime_env, "ENV_SITE_ROOT", tmp_path / "venv-env")
+    venv = tmp_path / "venv"
+    (venv / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    site, theirs = runtime_env.env_site(venv), tmp_path / "theirs"
+    theirs.mkdir()
+    site.parent.mkdir()
+    if site_is == "a link":
+        site.symlink_to(theirs)
+    else:
+        theirs = site
+        site.mkdir(mode=0o777)
+        site.chmod(0o777)
+    for name in (runtime_env.PTH, f"{runtime_env.MODULE}.py"):
+        (theirs / name).write_text("kept\n")
+    with pytest.raises(RigError, match="is a link or not a directory|writable by group or others"):
+        runtime_env.install(venv, ENV, "tiny")
+    assert sorted(p.name for p in theirs.iterdir()) == sorted([runtime_env.PTH, f"{runtime_env.MODULE}.py"])
 
 
 def test_a_mount_point_too_long_for_a_unit_name_is_refused_naming_the_fix():

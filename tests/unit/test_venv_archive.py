@@ -579,6 +579,22 @@ def test_an_old_venv_that_cannot_move_aside_leaves_nothing_behind(packed, monkey
     assert (venv / "keep.txt").read_text() == "old" and leftovers(venv) == []
 
 
+def test_a_new_venv_that_cannot_take_the_old_ones_place_puts_the_old_one_back(packed, monkeypatch):
+    venv, result, manifest = packed
+    old_venv(venv)
+    real = os.replace
+
+    def refused(src, dst):
+        if Path(dst) == venv:
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", refused)
+    with pytest.raises(OSError, match="No space left"):
+        unpack(result["archive"], manifest, venv)
+    assert (venv / "keep.txt").read_text() == "old" and leftovers(venv) == []
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root removes a read-only directory's files anyway")
 def test_an_old_venv_with_a_read_only_directory_is_removed_whole(packed):
     venv, result, manifest = packed
