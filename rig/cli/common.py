@@ -238,6 +238,8 @@ def shared(*decls: str, **declared: Any):
     return option
 
 
+# each command says its default (venv_archive.place.STORE): importing it here would load every command with it
+store_option = shared("--store", type=Directory(), show_default=True, metavar="DIR")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 check_option = click.option("--check", is_flag=True, help="Dry run: say what would change, change nothing.")
 api_key_env_option = click.option("--api-key-env", default=KEY_ENV, show_default=True, metavar="NAME",

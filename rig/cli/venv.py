@@ -18,12 +18,13 @@ from rig.cli.common import (
     patched_option,
     patches_option,
     shared,
+    store_option,
     venv_of,
     venv_option,
     wheelhouse_option,
     whose_stack,
 )
-from rig.cli.types import FILE, Choice, Directory, PathOrUrl, Seconds
+from rig.cli.types import FILE, Choice, PathOrUrl, Seconds
 from rig.patches.actions import carried
 from rig.patches.env import environment
 from rig.patches.patchset import asked, identity, load
@@ -32,8 +33,9 @@ from rig.python.installer import INSTALLERS
 from rig.python.venv import add, install, verify
 from rig.python.venv_archive.image import IMAGE, image
 from rig.python.venv_archive.manifest import ANY_PATCHES, read_manifest
-from rig.python.venv_archive.mount import STORE, looked_at, mount, rig_link
+from rig.python.venv_archive.mount import looked_at, mount
 from rig.python.venv_archive.pack import pack
+from rig.python.venv_archive.place import STORE, rig_link
 from rig.python.venv_archive.pull import PULL_TIMEOUT, restore
 from rig.python.venv_archive.tree import verify_against
 
@@ -140,7 +142,7 @@ def venv_verify(venv_path, stack_path, manifest, as_json) -> None:
         said.append(f"image {seen['name']}, mounted at {seen['mount']}, its sha256 its manifest's" if seen["ok"] else
                     "not the image its manifest describes: " + "; ".join(seen["problems"]))
     elif manifest:
-        against = verify_against(rig_link(venv_path) or venv_path, read_manifest(manifest))
+        against = verify_against(rig_link(venv_path, None) or venv_path, read_manifest(manifest))
         result = {**result, "ok": result["ok"] and against["ok"], "archive": against}
         said.append(f"every one of its {against['entries']} archive entries as packed" if against["ok"] else
                     f"differs from the archive in {len(against['differs'])} places: " +
@@ -219,7 +221,7 @@ def venv_image(manifest, out_dir, check, as_json) -> None:
 @click.option("--image-manifest", type=PathOrUrl(), metavar="FILE_OR_URL", required=True,
               help="The image's NAME.image.json: a file, or an http(s) URL whose image beside it is pulled (a pull "
                    "cut short resumes); or the directory (URL) holding it, with --lock.")
-@click.option("--store", type=Directory(), default=str(STORE), show_default=True, metavar="DIR",
+@store_option(default=str(STORE),
               help="Where images are kept and mounted, a directory per venv path: the current image and the one "
                    "before stay (a rollback mounts the previous manifest and only moves the link); older ones are "
                    "unmounted and deleted.")

@@ -247,6 +247,35 @@ def copy_tree(src: str | Path, dest: str | Path, what: str,
     return dest
 
 
+def plain_dir(path: str | Path, why: str) -> None:
+    """PATH, where it is there, a directory and no link (rig writes into it: a link would lead that elsewhere, and
+    one lstat answers both, with nothing to swap between two looks); else a RigError, WHY saying whose it must be."""
+    try:
+        seen = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(seen.st_mode):
+        raise RigError(f"{path} is a link or not a directory; {why}", hint=f"remove {path} and run again")
+
+
+def take_place(new: Path, path: Path, aside: Path | None, what: str) -> None:
+    """NEW renamed to PATH, what is at PATH moved to ASIDE first (a rename cannot put NEW over a directory; without
+    ASIDE, NEW replaces a link or nothing). Where the last rename fails, what was at PATH is put back: a failed run
+    never leaves PATH empty. WHAT names what is at PATH, for the refusal to move it."""
+    if aside is not None:
+        try:
+            os.rename(path, aside)
+        except OSError as exc:  # a directory its owner made read-only cannot move to another directory
+            raise RigError(f"cannot move {what} {path} aside: {exc.strerror or exc}",
+                           hint="make it writable or remove it") from None
+    try:
+        os.replace(new, path)
+    except BaseException:
+        if aside is not None:
+            os.rename(aside, path)
+        raise
+
+
 def private_dir(path: str | Path, what: str) -> None:
     """PATH (where it exists) and every directory above it, as written and once links are followed, owned by root
     or this user and writable by nobody else (a directory above may be sticky, as /tmp is): else a RigError. What

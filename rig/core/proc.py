@@ -5,13 +5,16 @@ RigError naming what it was for, and an exit status outside OK is one too, unles
 status itself (ok=None). Long-lived ones (servers) go through start() and stop()."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import TypeAlias
+from typing import IO, NamedTuple, TypeAlias
 
 from rig.core import RigError
 from rig.core.documents import parse_json
@@ -113,6 +116,37 @@ def spawn(argv: list[str], what: str, **kwargs) -> subprocess.Popen:
         return subprocess.Popen(argv, **kwargs)
     except OSError as exc:
         raise RigError(f"{what}: cannot run {argv[0]}: {exc.strerror or exc}") from exc
+
+
+class Running(NamedTuple):
+    """A child running() runs: what it wrote to stderr (and stdout, where no other was given) is kept in LOG."""
+    child: subprocess.Popen
+    log: IO[bytes]
+
+    def said(self, limit: int = 2000) -> str:
+        """What it wrote so far, at most LIMIT bytes of it."""
+        self.log.seek(0)
+        return self.log.read(limit).decode(errors="replace").strip()
+
+
+@contextlib.contextmanager
+def running(argv: list[str], what: str, **kwargs) -> Iterator[Running]:
+    """ARGV spawn()ed for the block, its stderr (and stdout, unless given) kept in a temporary file. However the
+    block ends, the child has ended after it, killed where it still runs (one still writing what nobody reads, or
+    reading what nobody writes, would wait for good), and the pipes made for it are closed."""
+    with tempfile.TemporaryFile() as log:
+        kwargs.setdefault("stdout", log)
+        child = spawn(argv, what, stderr=log, **kwargs)
+        try:
+            yield Running(child, log)
+        finally:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+            for pipe in (child.stdin, child.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(BrokenPipeError):  # what a killed child never read
+                        pipe.close()
 
 
 def reap(child: subprocess.Popen, grace: float = 10.0) -> int:

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.fs import atomic_file, sha256_file
+from rig.python.venv_archive.manifest import FIXED_MTIME  # the venv archive's: the same wheels, the same archive
+from rig.python.venv_archive.members import kind_of
 
 MANIFEST = "manifest.json"  # the wheel dir's record (version, components, each wheel's sha256): the first member
 ARCHIVE_MEMBERS = 64  # a release's wheels and the manifest: ten or so
-FIXED_MTIME = 1_577_836_800  # 2020-01-01: the same wheels, the same archive
 
 
 def pack(wheel_dir: Path, record: dict) -> Path:
@@ -57,8 +58,7 @@ def unpack(archive: Path, into: Path) -> None:
                     raise RigError(f"{archive} has more than {ARCHIVE_MEMBERS} members; a CUDA wheel archive "
                                    "holds the manifest and a release's wheels: fetch it again (rig cuda fetch)")
                 name = member.name
-                plain = member.type in (tarfile.REGTYPE, tarfile.AREGTYPE) and not member.issparse()
-                if not plain or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", name):
+                if kind_of(member) != "file" or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", name):
                     raise RigError(f"{archive}: member {name!r} is not a plain file with a plain name; a CUDA "
                                    "wheel archive holds the manifest and the wheels only: fetch it again")
                 budget -= member.size

@@ -25,9 +25,10 @@ from pathlib import Path
 from rig.core import RigError
 from rig.core.cuda_releases import series
 from rig.core.documents import converge_file
-from rig.core.fs import confined, private_dir
+from rig.core.fs import confined, plain_dir, private_dir
 from rig.core.hints import CREATE_VENV
 from rig.core.proc import ask
+from rig.python.venv_archive.place import rig_link, store_of
 
 MODULE = "rig_sitecustomize"
 PTH = f"{MODULE}.pth"
@@ -135,8 +136,6 @@ def site_packages(venv: str | Path) -> Path:
 
 def env_site(venv: str | Path) -> Path:
     """The writable site directory of the venv at VENV's path, which its HOOK adds (an image venv's environment)."""
-    from rig.python.venv_archive.mount import store_of
-
     return store_of(Path(os.path.abspath(venv)), ENV_SITE_ROOT)
 
 
@@ -145,17 +144,18 @@ def hook_text(venv: str | Path) -> str:
 
 
 def image_env(env: dict) -> dict:
-    """ENV for a venv that is a read-only image: its home paths and run-time caches under RUNTIME_CACHE."""
+    """ENV for a venv that is a read-only image: its home paths and run-time caches under RUNTIME_CACHE. A cache
+    the stack's environment sets itself (pinned or a default) is the stack's: a name in two sections is refused."""
     moved = {name: value.removeprefix(".cache/rig/") for name, value in env.get("home", {}).items()}
-    return {**env, "home": {}, "caches": {**IMAGE_CACHES, **moved}}
+    taken = {*env.get("pinned", {}), *env.get("defaults", {})}
+    caches = {name: value for name, value in IMAGE_CACHES.items() if name not in taken}
+    return {**env, "home": {}, "caches": {**caches, **moved}}
 
 
 def _site_for(venv: str | Path) -> tuple[Path, bool]:
     """Where VENV's environment module goes: its site-packages, or (an image rig mounted) its writable site dir,
     whose hook the image must carry and whose own site-packages must hold no module of rig's."""
-    from rig.python.venv_archive.mount import rig_link
-
-    if rig_link(venv) is None:
+    if rig_link(venv, None) is None:
         return site_packages(venv), False
     inner = site_packages(venv)
     if read_if(inner / HOOK) != hook_text(venv) or os.path.lexists(inner / f"{MODULE}.py"):
@@ -163,21 +163,24 @@ def _site_for(venv: str | Path) -> tuple[Path, bool]:
                        f"{env_site(venv)}), or with an environment module of its own; its environment cannot be "
                        "set", hint="pack the venv again after `rig env hook --venv VENV` (the python_stack role "
                        "does), image it and mount that image")
+    return _own_site(venv), True
+
+
+def _own_site(venv: str | Path) -> Path:
+    """VENV's writable site dir (env_site), refused where it or its parent is a link or no directory, or where
+    someone but root may change it: its .pth runs at every start of the venv, and rig writes and removes there."""
     site = env_site(venv)
-    if os.path.islink(site) or os.path.islink(site.parent) or (os.path.lexists(site) and not site.is_dir()):
-        raise RigError(f"{site} is a link or not a directory; rig writes a venv's environment only in a directory "
-                       "of its own", hint=f"remove {site} and run again")
-    private_dir(site, "the venv's environment site dir")  # its .pth runs at every start of the venv
-    return site, True
+    for path in (site.parent, site):
+        plain_dir(path, "rig writes a venv's environment only in a directory of its own")
+    private_dir(site, "the venv's environment site dir")
+    return site
 
 
 def _runtime_cache(check: bool) -> str | None:
     """RUNTIME_CACHE made as /tmp is (root's, 1777: each user makes a directory of its own in it, and the module
     takes only one that is its user's); what was done, or None where it already is."""
     root = Path(RUNTIME_CACHE)
-    if os.path.islink(root) or (os.path.lexists(root) and not root.is_dir()):
-        raise RigError(f"{root} is a link or not a directory; an image venv's run-time caches go only in a "
-                       "directory of rig's", hint=f"remove {root} and run again")
+    plain_dir(root, "an image venv's run-time caches go only in a directory of rig's")
     # ROOT itself is sticky and open to all, as /tmp is; above it, whoever may write could swap it for their own
     private_dir(root.parent, "the run-time caches' directory")
     if root.is_dir() and (root.stat().st_mode & 0o7777, root.stat().st_uid) == (0o1777, 0):
@@ -221,6 +224,7 @@ def _empty_former_site(venv: str | Path, check: bool) -> str | None:
     left = [p for p in _env_files(env_site(venv)) if os.path.lexists(p)]
     if not left:
         return None
+    _own_site(venv)  # removed only from a directory of rig's, never through a link to another one
     if not check:
         for path in left:
             path.unlink()
@@ -243,9 +247,7 @@ def _env_files(site: Path) -> list[Path]:
 def hook(venv: str | Path, check: bool = False) -> dict:
     """VENV (a directory) made ready to pack into an image: the HOOK in its site-packages and rig's module out of
     it (the environment is each host's, written after: `rig env install`)."""
-    from rig.python.venv_archive.mount import rig_link
-
-    if rig_link(venv) is not None:
+    if rig_link(venv, None) is not None:
         raise RigError(f"{venv} is a venv image, read-only; the hook goes into a venv directory before it is packed")
     site = site_packages(venv)
     written = converge_file(site / HOOK, hook_text(venv), "the environment hook", check)

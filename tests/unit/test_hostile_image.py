@@ -9,6 +9,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_venv_archive import make_venv, zstd_of
+from test_venv_archive import make_venv, padded, unreadable, zstd_of
 from test_venv_image import imaged, three_images
 from test_venv_image_host import ENV, NAME
 
@@ -27,9 +28,10 @@ from rig.python.runtime_env import HOOK, hook_text
 from rig.python.venv import MARKER
 from rig.python.venv_archive import mount as mounting
 from rig.python.venv_archive.image import image
-from rig.python.venv_archive.mount import mount, store_of
+from rig.python.venv_archive.mount import mount
 from rig.python.venv_archive.mounts import detach, mountable, mounted
 from rig.python.venv_archive.pack import pack
+from rig.python.venv_archive.place import store_of
 from rig.python.venv_archive.unit import unit_name
 
 pytestmark = pytest.mark.skipif(not (shutil.which("zstd") and shutil.which("mksquashfs")),
@@ -55,13 +57,17 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", mode: i
     return info, data
 
 
-def crafted_pair(where: Path, manifest: dict, members: list[tuple[tarfile.TarInfo, bytes]]) -> Path:
-    """MEMBERS as WHERE/NAME.tar.zst and the (unchanged, valid) entries of MANIFEST beside it, the archive's sha256
-    and size right: a hostile packer's self-consistent pair, whose tar alone says what the venv holds."""
+def crafted_pair(where: Path, manifest: dict, members: list[tuple[tarfile.TarInfo, bytes]] | bytes) -> Path:
+    """MEMBERS (or a tar's bytes) as WHERE/NAME.tar.zst and the (unchanged, valid) entries of MANIFEST beside it,
+    the archive's sha256 and size right: a hostile packer's self-consistent pair, whose tar alone says what the
+    venv holds."""
     raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for info, data in members:
-            tar.addfile(info, io.BytesIO(data) if info.isfile() else None)
+    if isinstance(members, bytes):
+        raw.write(members)
+    else:
+        with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for info, data in members:
+                tar.addfile(info, io.BytesIO(data) if info.isfile() else None)
     archive = zstd_of(raw.getvalue())
     where.mkdir(parents=True, exist_ok=True)
     name = manifest["archive"]["name"]
@@ -92,6 +98,20 @@ def _before_links(members: list, *extra: tuple) -> list:
     return [*members[:last + 1], *extra, *members[last + 1:]]
 
 
+def _unended(members: list) -> bytes:
+    """MEMBERS' tar without its end (its zero blocks)."""
+    return b"".join(info.tobuf(tarfile.PAX_FORMAT) + padded(data) for info, data in members)
+
+
+def _two_names(members: list, name: str, other: str) -> bytes:
+    """MEMBERS' tar, NAME's header preceded by a PAX path NAME (what tarfile reads) and a GNU long name OTHER
+    (what mksquashfs 4.5 reads)."""
+    told = {"path": tarfile.TarInfo._create_pax_generic_header({"path": name}, tarfile.XHDTYPE, "utf-8"),
+            "long": tarfile.TarInfo._create_gnu_long_header(other, tarfile.GNUTYPE_LONGNAME, "utf-8", "strict")}
+    return b"".join((told["path"] + told["long"] if info.name == name else b"") + _unended([(info, data)])
+                    for info, data in members) + bytes(1024)
+
+
 HOSTILE = {
     "a FIFO": lambda m: _before_links(m, _member("bin/fifo", tarfile.FIFOTYPE)),
     "a device": lambda m: _before_links(m, _member("bin/null", tarfile.CHRTYPE, mode=0o666, devmajor=1, devminor=3)),
@@ -104,6 +124,8 @@ HOSTILE = {
     "a member missing": lambda m: [(i, d) for i, d in m if i.name != "bin/tool"],
     "a link elsewhere": lambda m: _swapped(m, "bin/python", lambda i, d: (_member("bin/python", tarfile.SYMTYPE,
                                                                                    mode=0o777, linkname="/bin/sh")[0], d)),
+    # tarfile ends the tar at the unreadable header; mksquashfs 4.5.1 imaged it as a set-uid bin/evil
+    "a member after the tar's end": lambda m: _unended(m) + unreadable("bin/evil", b"#!/bin/sh\n") + bytes(1024),
 }
 
 
@@ -114,7 +136,8 @@ def test_an_archive_whose_members_are_not_its_manifests_entries_is_imaged_to_not
     a device node, a set-id bit or other bytes were imaged as the tar said)."""
     _, manifest, members = packed_once
     crafted = crafted_pair(tmp_path / "crafted", manifest, HOSTILE[attack](list(members)))
-    with pytest.raises(RigError, match="not its manifest's|do not belong together|leads outside|not whole"):
+    with pytest.raises(RigError, match="not its manifest's|do not belong together|leads outside|not whole|other "
+                                       "than zeros after its last member"):
         image(crafted, tmp_path / "images")
     assert not (tmp_path / "images").exists() or list((tmp_path / "images").iterdir()) == []
 
@@ -122,7 +145,30 @@ def test_an_archive_whose_members_are_not_its_manifests_entries_is_imaged_to_not
 def test_the_untouched_members_still_image(packed_once, tmp_path):
     _, manifest, members = packed_once
     built = image(crafted_pair(tmp_path / "crafted", manifest, list(members)), tmp_path / "images")
-    assert built["changed"] and Path(built["image"]).is_file()
+    assert built["changed"] and listed(built["image"]) == entries_of(manifest)
+
+
+def listed(image_path: str) -> dict[str, str]:
+    """Each path in the image (unsquashfs -lln), with its mode as ls writes it."""
+    out = subprocess.run(["unsquashfs", "-lln", image_path], capture_output=True, text=True, check=True).stdout
+    return {line.split(" squashfs-root", 1)[1].lstrip("/").split(" -> ")[0]: line.split()[0]
+            for line in out.splitlines() if " squashfs-root" in line}
+
+
+def entries_of(manifest: dict) -> dict[str, str]:
+    """What the image of MANIFEST's archive holds: its entries, each with its mode, and the venv's directory."""
+    kinds = {"dir": stat.S_IFDIR, "file": stat.S_IFREG, "link": stat.S_IFLNK}
+    return {"": "drwxr-xr-x", **{path: stat.filemode(kinds[kind] | mode) for kind, path, mode, *_ in manifest["entries"]}}
+
+
+def test_a_name_only_mksquashfs_would_read_never_reaches_the_image(packed_once, tmp_path):
+    """A PAX path and a GNU long name for one member: tarfile reads the path (the manifest's bin/tool, checked),
+    mksquashfs 4.5.1 read the long name, and the image held bin/evil. Built from the checked members written anew,
+    the image holds the manifest's entries, each with its mode, and nothing else."""
+    _, manifest, members = packed_once
+    built = image(crafted_pair(tmp_path / "crafted", manifest, _two_names(members, "bin/tool", "bin/evil")),
+                  tmp_path / "images")
+    assert listed(built["image"]) == entries_of(manifest)
 
 
 def test_an_archive_whose_marker_names_another_lock_is_imaged_to_nothing(packed_once, tmp_path):
@@ -257,6 +303,45 @@ def test_a_store_someone_else_may_change_is_refused_before_anything_is_pulled(tm
     nothing_changed(venv, store)
 
 
+def test_a_store_changed_between_its_first_check_and_its_making_is_refused_under_the_lock(tmp_path, monkeypatch,
+                                                                                         unmounted_after):
+    """The store was checked once, before it was made and outside the lock: one made (or opened up) in between
+    was used as it stood."""
+    built = imaged(tmp_path)
+    venv, store = tmp_path / "venv", tmp_path / "store"
+    made = mounting._made
+
+    def opened_up(path: Path) -> None:
+        made(path)
+        path.chmod(0o777)
+
+    monkeypatch.setattr(mounting, "_made", opened_up)
+    with pytest.raises(RigError, match=f"{store_of(venv, store)} is writable by group or others"):
+        mount(built["image_manifest"], venv, root=store)
+    nothing_changed(venv, store)
+
+
+@needs_mount
+def test_a_relative_store_or_one_under_a_link_mounts_once_and_links_absolutely(tmp_path, monkeypatch, unmounted_after):
+    """A relative --store made a relative link (read from the venv's parent: broken), which the next run refused as
+    not rig's; a store under a linked directory never matched the mount table's real paths, so no run saw the
+    mount as its own."""
+    built = imaged(tmp_path)
+    venv = tmp_path / "venv"
+    monkeypatch.chdir(tmp_path)
+    done = mount(built["image_manifest"], venv, root="store")
+    assert os.readlink(venv) == done["mount"] == str(store_of(venv, tmp_path / "store") / Path(built["image"]).stem)
+    assert mount(built["image_manifest"], venv, root="store")["changed"] is False
+    venv.unlink()  # a link into the first store: rig's, but not the next store's to replace
+    (tmp_path / "real").mkdir()
+    (tmp_path / "via").symlink_to(tmp_path / "real")
+    monkeypatch.chdir("/")
+    first = mount(built["image_manifest"], venv, root=tmp_path / "via" / "store")
+    again = mount(built["image_manifest"], venv, root=tmp_path / "via" / "store")
+    real = tmp_path / "real" / "store" / store_of(venv, tmp_path).name / Path(built["image"]).stem
+    assert first["changed"] and again["changed"] is False and mounts_at(real) == 1
+
+
 def test_an_image_larger_than_the_stores_free_space_is_refused_before_it_is_pulled(tmp_path, unmounted_after):
     built = imaged(tmp_path)
     described = json.loads(Path(built["image_manifest"]).read_text())
@@ -266,6 +351,24 @@ def test_an_image_larger_than_the_stores_free_space_is_refused_before_it_is_pull
     with pytest.raises(RigError, match="free"):
         mount(built["image_manifest"], venv, root=store)
     nothing_changed(venv, store)
+
+
+def test_a_venv_directory_the_link_cannot_replace_is_put_back(tmp_path, monkeypatch):
+    """The directory was moved aside, then the link's rename failed: the venv path was left empty, the directory
+    beside it under another name."""
+    venv, where = make_venv(tmp_path / "venv"), tmp_path / "store" / NAME
+    real = os.replace
+
+    def refused(src, dst):
+        if Path(dst) == venv:
+            raise OSError(5, "Input/output error")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", refused)
+    with pytest.raises(OSError, match="Input/output error"):
+        mounting._switch(venv, where, mounting._aside_name(venv))
+    assert (venv / "pyvenv.cfg").is_file() and not venv.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["venv"]  # nothing aside, no link left beside it
 
 
 # ------------------------------------------------------------------ the environment outside the image
@@ -302,6 +405,29 @@ def test_an_environment_dir_someone_else_may_change_is_refused_and_nothing_is_wr
         runtime_env.install(venv, ENV, "tiny")
     assert not site.exists() or list(site.iterdir()) == []
     assert not Path(runtime_env.RUNTIME_CACHE).exists()
+
+
+@pytest.mark.parametrize("site_is", ["a link", "open to all"])
+def test_a_former_site_dir_rig_does_not_own_is_never_emptied(tmp_path, monkeypatch, site_is):
+    """A directory venv's install empties the site dir the venv had as an image: it unlinked the files there
+    through a link, or in a directory anyone could have filled."""
+    monkeypatch.setattr(runtime_env, "ENV_SITE_ROOT", tmp_path / "venv-env")
+    venv = tmp_path / "venv"
+    (venv / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    site, theirs = runtime_env.env_site(venv), tmp_path / "theirs"
+    theirs.mkdir()
+    site.parent.mkdir()
+    if site_is == "a link":
+        site.symlink_to(theirs)
+    else:
+        theirs = site
+        site.mkdir(mode=0o777)
+        site.chmod(0o777)
+    for name in (runtime_env.PTH, f"{runtime_env.MODULE}.py"):
+        (theirs / name).write_text("kept\n")
+    with pytest.raises(RigError, match="is a link or not a directory|writable by group or others"):
+        runtime_env.install(venv, ENV, "tiny")
+    assert sorted(p.name for p in theirs.iterdir()) == sorted([runtime_env.PTH, f"{runtime_env.MODULE}.py"])
 
 
 def test_a_mount_point_too_long_for_a_unit_name_is_refused_naming_the_fix():

@@ -112,6 +112,19 @@ def test_what_the_module_cannot_hold_is_refused_before_anything_is_written(venv,
     assert done.returncode == 2 and (name or "''") in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("section", ["pinned", "defaults"])
+def test_a_run_time_cache_the_stack_sets_itself_is_left_to_the_stack_on_an_image_venv(section):
+    """image_env added TRITON_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR whatever the stack set: a stack that set either
+    was refused on every image venv (a name in two sections)."""
+    env = runtime_env.environment(stack())
+    env[section] = {**env[section], "TRITON_CACHE_DIR": "/srv/triton"}
+    imaged = runtime_env.image_env(env)
+    assert imaged["caches"] == {"TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+                                "FLASHINFER_WORKSPACE_BASE": env["home"]["FLASHINFER_WORKSPACE_BASE"][11:]}
+    text = runtime_env.render(imaged, "s")
+    assert text.count('"TRITON_CACHE_DIR"') == 1 and '"TRITON_CACHE_DIR": "/srv/triton",' in text
+
+
 def test_install_is_idempotent_check_writes_nothing_and_remove_undoes_it(venv):
     env = runtime_env.environment(stack())
     site = runtime_env.site_packages(venv)

@@ -7,13 +7,14 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from harness.commands import rig
 
 from rig.core import RigError
 from rig.core.documents import read_text
-from rig.core.fs import read_bytes, read_tail, sha256_file
+from rig.core.fs import plain_dir, read_bytes, read_tail, sha256_file
 from rig.serving.smoke import log_tail
 
 
@@ -44,6 +45,22 @@ def test_every_reader_refuses_what_is_not_a_regular_file(reader, special, fifo, 
     path = {"fifo": fifo, "dir": tmp_path}.get(special, special)
     with pytest.raises(RigError, match=f"stack file {path} is not a regular file"):
         reader(path)
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero", "file", "link to a directory", "dangling link"])
+def test_a_directory_rig_writes_into_is_never_a_link_or_anything_else(special, fifo, tmp_path):
+    path = {"fifo": fifo, "/dev/zero": Path("/dev/zero")}.get(special, tmp_path / "place")
+    if special == "file":
+        path.write_text("")
+    elif special.endswith("link"):
+        path.symlink_to(tmp_path / "nowhere")
+    elif special.startswith("link"):
+        path.symlink_to(tmp_path)
+    with pytest.raises(RigError, match=f"{path} is a link or not a directory; rig keeps it") as refused:
+        plain_dir(path, "rig keeps it")
+    assert refused.value.hint == f"remove {path} and run again"
+    plain_dir(tmp_path, "a directory")
+    plain_dir(tmp_path / "absent", "made after")
 
 
 def test_a_missing_file_and_an_oversized_one_are_named(tmp_path):

@@ -118,6 +118,23 @@ def test_the_same_venv_packs_to_the_same_bytes_whatever_its_files_times(tmp_path
     assert again["changed"] is False and again["sha256"] == first["sha256"]
 
 
+def flip_a_byte(path: Path) -> bytes:
+    """PATH with one byte changed, its size kept; its bytes before."""
+    before = path.read_bytes()
+    path.write_bytes(before[:len(before) // 2] + bytes([before[len(before) // 2] ^ 0xFF]) + before[len(before) // 2 + 1:])
+    return before
+
+
+def test_an_archive_changed_at_its_size_is_packed_again(tmp_path):
+    """A pack that finds its archive already made hashes it: one of the manifest's size whose bytes changed (a
+    disk's error, a copy cut and padded) was taken as made."""
+    venv = make_venv(tmp_path / "venv")
+    first = pack(venv, tmp_path / "out")
+    before = flip_a_byte(Path(first["archive"]))
+    again = pack(venv, tmp_path / "out")
+    assert again["changed"] and Path(first["archive"]).read_bytes() == before
+
+
 def test_an_unpacked_venv_is_the_packed_one_and_its_fresh_bytecode_stays_fresh(packed):
     venv, result, manifest = packed
     done = unpack(result["archive"], manifest, venv)
@@ -392,6 +409,20 @@ def header(name: str, kind: bytes, size: int) -> bytes:
     return info.tobuf(tarfile.USTAR_FORMAT)
 
 
+def padded(data: bytes) -> bytes:
+    return data + bytes(-len(data) % tarfile.BLOCKSIZE)
+
+
+def unreadable(name: str, data: bytes) -> bytes:
+    """A set-uid file whose mode field, "4755 xxx", is no octal number: tarfile takes its header for the tar's end,
+    mksquashfs 4.5 reads it as a member of mode 4755."""
+    block = bytearray(header(name, tarfile.REGTYPE, len(data)))
+    block[100:108] = b"4755 xxx"
+    block[148:156] = b" " * 8
+    block[148:156] = b"%06o\0 " % sum(block)  # a checksum that holds: only the mode is unreadable
+    return bytes(block) + padded(data)
+
+
 def tar_of(*files: tuple[str, bytes]) -> bytes:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -477,9 +508,12 @@ def test_tar_headers_that_crashed_or_hung_tarfile_are_refused(packed, tmp_path):
         info.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0"}  # its map: garbage (ValueError)
         tar.addfile(info, io.BytesIO(b""))
     garbage = b"\xff" * 512 + random.Random(2).randbytes(1 << 20)  # zstd still writing as tarfile gives up
+    after_end = header(".rig-stack.json", tarfile.REGTYPE, len(marker)) + padded(marker) + \
+        unreadable("bin/evil", b"#!/bin/sh\n") + bytes(1024)
     for raw, said in [(chained, "not a tar as rig packs it"), (huge, "not a tar as rig packs it"),
                       (sparse.getvalue(), "not a tar as rig packs it"), (garbage, "not a tar as rig packs it"),
-                      (member + b"\0" * (64 << 20), "after the tar's end")]:  # 64 MiB of zstd's zeros: a bomb
+                      (member + b"\0" * (64 << 20), "after the tar's end"),  # 64 MiB of zstd's zeros: a bomb
+                      (after_end, "bytes other than zeros after its last member")]:
         archive, evil = crafted(tmp_path, manifest, zstd_of(raw), entries)
         unpacks_to_nothing(archive, evil, venv, said)
 
@@ -541,6 +575,22 @@ def test_an_old_venv_that_cannot_move_aside_leaves_nothing_behind(packed, monkey
 
     monkeypatch.setattr(os, "rename", refused)
     with pytest.raises(RigError, match="cannot move the old venv"):
+        unpack(result["archive"], manifest, venv)
+    assert (venv / "keep.txt").read_text() == "old" and leftovers(venv) == []
+
+
+def test_a_new_venv_that_cannot_take_the_old_ones_place_puts_the_old_one_back(packed, monkeypatch):
+    venv, result, manifest = packed
+    old_venv(venv)
+    real = os.replace
+
+    def refused(src, dst):
+        if Path(dst) == venv:
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", refused)
+    with pytest.raises(OSError, match="No space left"):
         unpack(result["archive"], manifest, venv)
     assert (venv / "keep.txt").read_text() == "old" and leftovers(venv) == []
 

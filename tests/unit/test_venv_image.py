@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from harness.commands import rig
-from test_venv_archive import LOCK, cached, make_venv, site_of
+from test_venv_archive import LOCK, cached, flip_a_byte, make_venv, site_of
 
 from rig.core import RigError
 from rig.machine.doctor import _venv_image
@@ -23,9 +23,10 @@ from rig.python.venv_archive import image as imaging
 from rig.python.venv_archive import mount as mounting
 from rig.python.venv_archive.image import image, read_image_manifest
 from rig.python.venv_archive.manifest import FIXED_MTIME
-from rig.python.venv_archive.mount import looked_at, mount, store_of
+from rig.python.venv_archive.mount import looked_at, mount
 from rig.python.venv_archive.mounts import CannotMount, detach, mountable, mounted
 from rig.python.venv_archive.pack import pack
+from rig.python.venv_archive.place import store_of
 
 pytestmark = pytest.mark.skipif(not (shutil.which("zstd") and shutil.which("mksquashfs")),
                                 reason="needs zstd and mksquashfs (apt install zstd squashfs-tools)")
@@ -35,13 +36,17 @@ LONG = "x" * 150  # a name past ustar's 100 bytes: the archive holds it in a PAX
 
 
 def imaged(tmp_path: Path, lock: str = LOCK, out: str = "images") -> dict:
-    """A venv of LOCK at tmp_path/venv packed and imaged into tmp_path/OUT; the venv moved out of the way."""
+    """A venv of LOCK at tmp_path/venv packed and imaged into tmp_path/OUT; the venv moved out of the way (the
+    absolute path its bin/python linked to kept as "interpreter")."""
     venv = make_venv(tmp_path / "venv", lock)
     (site_of(venv) / f"{LONG}.txt").write_text("long\n")
     packed = pack(venv, tmp_path / f"archive-{lock[:4]}")
     built = image(packed["manifest"], tmp_path / out)
+    link = venv / "bin" / "python"
+    while not os.path.isabs(text := os.readlink(link)):  # python -> python3.11 -> the interpreter venv ran as
+        link = link.with_name(text)
     shutil.rmtree(venv)
-    return {**built, "archive_manifest": packed["manifest"]}
+    return {**built, "archive_manifest": packed["manifest"], "interpreter": text}
 
 
 def test_the_same_archive_images_to_the_same_bytes_and_its_manifest_says_what_it_holds(tmp_path):
@@ -61,10 +66,20 @@ def test_the_same_archive_images_to_the_same_bytes_and_its_manifest_says_what_it
                                     "sha256": archive_manifest["archive"]["sha256"],
                                     "manifest_sha256": hashlib.sha256(Path(first["archive_manifest"]).read_bytes())
                                     .hexdigest()}
-    assert described["interpreter"] == os.path.realpath(sys.executable) or described["interpreter"].startswith("/")
+    assert described["interpreter"] == first["interpreter"] and os.path.isabs(first["interpreter"])
+    assert os.path.realpath(described["interpreter"]) == os.path.realpath(sys.executable)
     assert image(first["archive_manifest"], tmp_path / "images")["changed"] is False
     dry = image(first["archive_manifest"], tmp_path / "dry", check=True)
     assert dry["msg"].startswith("would image") and not (tmp_path / "dry").exists()
+
+
+def test_an_image_changed_at_its_size_is_built_again(tmp_path):
+    """An image run that finds its image already built hashes it: one of the manifest's size whose bytes changed
+    was taken as built, and every host mounting it was refused."""
+    first = imaged(tmp_path)
+    before = flip_a_byte(Path(first["image"]))
+    again = image(first["archive_manifest"], tmp_path / "images")
+    assert again["changed"] and Path(first["image"]).read_bytes() == before
 
 
 def test_the_image_holds_the_venv_as_packed_its_bytecode_fresh(tmp_path):
@@ -148,7 +163,7 @@ def test_a_manifest_that_lies_or_a_link_rig_did_not_make_is_refused_before_anyth
     assert not store.exists()  # every refusal so far came before the store was made
     where.parent.mkdir(parents=True)
     where.symlink_to(tmp_path / "theirs")
-    with pytest.raises(RigError, match="the mount point .* is a link"):
+    with pytest.raises(RigError, match="is a link or not a directory; the mount point"):
         mount(built["image_manifest"], venv, root=store)
     assert not os.path.lexists(venv) and sorted(p.name for p in where.parent.iterdir()) == [where.name]
 
@@ -292,4 +307,4 @@ def test_an_archive_replaces_rigs_link_to_an_image_and_the_image_stays_mounted(t
     planted.mkdir()
     venv.symlink_to(planted)  # a link rig did not make is never replaced
     refused = rig("venv", "unpack", "--venv", str(venv), "--manifest", built["archive_manifest"])
-    assert refused.returncode == 2 and "is a link or not a directory" in refused.stderr and venv.is_symlink()
+    assert refused.returncode == 2 and "which rig did not make" in refused.stderr and venv.is_symlink()

@@ -14,7 +14,8 @@ import pytest
 from rig.core import RigError
 from rig.python import runtime_env
 from rig.python.runtime_env import HOOK, MODULE, hook, hook_text, install
-from rig.python.venv_archive import unit
+from rig.python.venv_archive import mounts, unit
+from rig.python.venv_archive.place import venv_place
 from rig.python.venv_archive.unit import escape_path, persist, unit_name, unit_text
 
 NAME = "venv-0123456789abcdef-py3.11-x86_64"
@@ -22,17 +23,20 @@ ENV = {"pinned": {"CUDA_HOME": "/usr/local/cuda-13.0"}, "defaults": {"NCCL_P2P_L
        "home": {"FLASHINFER_WORKSPACE_BASE": ".cache/rig/flashinfer-jit/cuda-13.0.2-flashinfer-0.7.2"}}
 
 
-@pytest.mark.parametrize("path", ["/", "/opt/rig/venv", "/var/lib/rig/venv-images/venv-0a1b2c3d4e5f/" + NAME,
-                                  "/srv/.hidden/x y", "/a//b/", "/opt/ünï/v@1+2"])
+# systemd's unit_name_path_escape, worked by hand: slashes trimmed and squeezed, "/" is "-", every other byte but
+# [A-Za-z0-9:_.] (and a leading ".") is \xNN, "-" itself included
+ESCAPED = {"/": "-", "/opt/rig/venv": "opt-rig-venv", "/a//b/": "a-b", "/srv/.hidden/x y": "srv-.hidden-x\\x20y",
+           f"/var/lib/rig/venv-images/venv-0a1b2c3d4e5f/{NAME}":
+               "var-lib-rig-venv\\x2dimages-venv\\x2d0a1b2c3d4e5f-venv\\x2d0123456789abcdef\\x2dpy3.11\\x2dx86_64",
+           "/opt/ünï/v@1+2": "opt-\\xc3\\xbcn\\xc3\\xaf-v\\x401\\x2b2", "/.x/y.": "\\x2ex-y."}
+
+
+@pytest.mark.parametrize("path", ESCAPED)
 def test_a_unit_is_named_by_systemds_path_escaping(path):
-    known = {"/": "-", "/opt/rig/venv": "opt-rig-venv", "/a//b/": "a-b",
-             "/srv/.hidden/x y": "srv-.hidden-x\\x20y"}
-    if path in known:
-        assert escape_path(path) == known[path]
+    assert escape_path(path) == ESCAPED[path] and unit_name(path) == f"{ESCAPED[path]}.mount"
     if shutil.which("systemd-escape"):  # the same as systemd's own, byte for byte
         said = subprocess.run(["systemd-escape", "--path", path], capture_output=True, text=True, check=True)
-        assert escape_path(path) == said.stdout.strip()
-    assert unit_name(path).endswith(".mount")
+        assert said.stdout.strip() == ESCAPED[path]
 
 
 def test_a_path_a_unit_file_would_read_otherwise_is_refused_not_pasted():
@@ -72,24 +76,61 @@ def test_the_mount_unit_is_written_enabled_once_and_an_old_images_unit_goes(tmp_
             (units / "local-fs.target.wants" / argv[1]).symlink_to(units / argv[1])
 
     monkeypatch.setattr(unit, "_systemctl", systemctl)
-    absent = persist(venv, unit_dir=units, booted=booted)
+    absent = persist(venv, unit_dir=units, booted=booted, root=tmp_path / "store")
     assert not absent["changed"] and "will not survive a reboot" in absent["msg"] and not list(units.iterdir())
     booted.mkdir()
     old = units / unit_name(mounted.with_name("venv-fedcba9876543210-py3.11-x86_64"))
     old.write_text("# Written by rig: the venv image, an older one\n")
     other = units / unit_name(mounted.with_name("elsewhere"))
     other.write_text("[Mount]\n")  # not rig's: left alone
-    dry = persist(venv, check=True, unit_dir=units, booted=booted)
+    dry = persist(venv, check=True, unit_dir=units, booted=booted, root=tmp_path / "store")
     assert dry["changed"] and dry["msg"].startswith("would write") and "disable and remove" in dry["msg"]
     assert said == [] and old.exists() and "+What=" in dry["diff"]
-    done = persist(venv, unit_dir=units, booted=booted)
+    done = persist(venv, unit_dir=units, booted=booted, root=tmp_path / "store")
     name = unit_name(mounted)
     assert done["changed"] and said == [("disable", old.name), ("daemon-reload",), ("enable", name)]
     assert not old.exists() and other.exists()
     text = (units / name).read_text()
     assert f"What={mounted}.sqfs\nWhere={mounted}\n" in text and "Options=ro,loop,nodev,nosuid" in text
-    again = persist(venv, unit_dir=units, booted=booted)
+    again = persist(venv, unit_dir=units, booted=booted, root=tmp_path / "store")
     assert not again["changed"] and len(said) == 3 and "enabled" in again["msg"]
+
+
+def test_a_link_of_rigs_shape_into_another_store_is_never_made_a_boot_time_mount(tmp_path, monkeypatch):
+    """Any absolute link to .../VENVNAME-HASH/NAME was rig's: persist wrote a root mount unit for whatever file
+    lay beside it. Only a link into the venv's store under the root given (one only root may change) is rig's."""
+    venv, mounted = image_venv(tmp_path)
+    units, booted = tmp_path / "units", tmp_path / "run-systemd"
+    units.mkdir()
+    booted.mkdir()
+    monkeypatch.setattr(unit, "_systemctl", lambda *argv: None)
+    elsewhere = persist(venv, unit_dir=units, booted=booted, root=tmp_path / "other")
+    assert not elsewhere["image"] and not elsewhere["changed"] and list(units.iterdir()) == []
+    assert "no venv image rig mounted" in elsewhere["msg"]
+    with pytest.raises(RigError, match="which rig did not make"):
+        venv_place(venv, tmp_path / "other")
+    assert venv_place(venv, tmp_path / "store") == venv_place(venv, None) == ("link", mounted)
+    mounted.parent.chmod(0o777)  # the store: whoever may write it may swap the image the unit mounts
+    with pytest.raises(RigError, match="writable by group or others"):
+        persist(venv, unit_dir=units, booted=booted, root=tmp_path / "store")
+    assert list(units.iterdir()) == []
+
+
+def test_the_mount_table_is_read_by_real_paths_but_a_link_is_no_mount_point(tmp_path, monkeypatch):
+    """The kernel names a mount point by its real path: a store under a linked directory, or named relative to the
+    working directory, never matched, so each run mounted the image again."""
+    (tmp_path / "real" / "store" / NAME).mkdir(parents=True)
+    (tmp_path / "via").symlink_to(tmp_path / "real")
+    (tmp_path / "real" / "store" / "aimed").symlink_to(tmp_path / "real" / "store" / NAME)
+    table = f"100 1 7:1 / {tmp_path}/real/store/{NAME} ro,relatime shared:1 - squashfs /dev/sdz9 ro\n".encode()
+    read = mounts.read_bytes
+    monkeypatch.setattr(mounts, "read_bytes", lambda path, *a, **k: table if path == "/proc/self/mountinfo"
+                        else read(path, *a, **k))
+    seen = {"type": "squashfs", "source": "/dev/sdz9", "backing": None}
+    assert mounts.mounted(tmp_path / "via" / "store" / NAME) == mounts.mounted(tmp_path / "real" / "store" / NAME) == seen
+    monkeypatch.chdir(tmp_path / "via")
+    assert mounts.mounted(f"store/{NAME}/") == seen
+    assert mounts.mounted(tmp_path / "real" / "store" / "aimed") is None  # a link at the mount point's own name
 
 
 def fake_python_venv(root: Path) -> Path:

@@ -1,6 +1,7 @@
-"""A venv archive as one read-only squashfs image: NAME.sqfs and NAME.image.json, built from the archive's tar as
-it streams (`zstd -dc | mksquashfs - -tar`), so no file of the venv is ever written out. The same archive builds to
-the same bytes; a host mounts the image at the venv's path instead of unpacking 120k files (mount.py).
+"""A venv archive as one read-only squashfs image: NAME.sqfs and NAME.image.json, built as the archive's tar streams
+(`zstd -dc`, each member checked and written anew, `mksquashfs - -tar`), so no file of the venv is ever written
+out. The same archive builds to the same bytes; a host mounts the image at the venv's path instead of unpacking 120k
+files (mount.py).
 
 squashfs with zstd level 3 was chosen by measurement (docs/BENCHMARKS.md, "The venv as one read-only image")."""
 from __future__ import annotations
@@ -15,12 +16,13 @@ import shutil
 import tarfile
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.documents import dump_json, parse_json
-from rig.core.fs import MAX_READ, atomic_write, open_plain, read_bytes, sha256_data
-from rig.core.proc import PIPE, run, spawn
+from rig.core.fs import MAX_READ, atomic_write, open_regular, read_bytes, sha256_data
+from rig.core.proc import PIPE, Running, run, running
 from rig.core.schema import Field, sha256
 from rig.python.venv import MARKER, MARKER_SPEC
 from rig.python.venv_archive import members
@@ -30,8 +32,10 @@ from rig.python.venv_archive.manifest import (
     MANIFEST_SPEC,
     Artifact,
     absolute,
+    already_made,
     digest_of,
     interpreter_of,
+    member_of,
     named,
     read_bytes_of,
     read_manifest,
@@ -49,6 +53,7 @@ SQUASHFS_TOOLS = "install squashfs-tools 4.5 or later (apt install squashfs-tool
 BUILD_OPTIONS = ["-tar", "-no-strip", "-comp", ALGORITHM, "-Xcompression-level", str(LEVEL), "-reproducible",
                  "-mkfs-time", "0", "-all-time", str(FIXED_MTIME), "-root-time", str(FIXED_MTIME),
                  "-root-mode", "0755", "-all-root", "-noappend", "-no-xattrs", "-quiet", "-no-progress"]
+END = bytes(2 * tarfile.BLOCKSIZE)  # a tar's end: two zero blocks
 
 _FIELDS = MANIFEST_SPEC.fields
 IMAGE_SPEC = Field(dict, fields={
@@ -92,7 +97,7 @@ def mksquashfs_binary() -> str:
 def image(manifest_path: str | Path, out_dir: str | Path, archive: str | Path | None = None,
           check: bool = False) -> dict:
     """The archive MANIFEST_PATH describes (ARCHIVE, else NAME.tar.zst beside it) as OUT_DIR/NAME.sqfs and
-    NAME.image.json; a no-op where OUT_DIR already holds the image of this archive at its size."""
+    NAME.image.json; a no-op where OUT_DIR already holds the image of this archive (its sha256 its manifest's)."""
     raw = read_bytes(manifest_path, "venv archive manifest", MANIFEST_LIMIT)
     manifest = read_manifest(raw, str(manifest_path))
     name = manifest["archive"]["name"]
@@ -104,15 +109,14 @@ def image(manifest_path: str | Path, out_dir: str | Path, archive: str | Path | 
             "interpreter": interpreter_of(manifest) or "",
             "archive": {"name": name, "sha256": manifest["archive"]["sha256"], "manifest_sha256": sha256_data(raw)}}
     result = {"changed": False, "image": str(built), "image_manifest": str(described), "archive": str(archive)}
-    old = _built(described, built, head)
+    old = already_made(IMAGE, described, built, head)
     if old is not None:
         return {**result, "sha256": old["image"]["sha256"], "size": old["image"]["size"],
                 "msg": f"{built} already holds {name}"}
     zstd, mksquashfs = zstd_binary(), mksquashfs_binary()
     if check:  # the archive the run reads, looked at whole: a check refuses what the run would
-        with os.fdopen(open_plain(archive, os.O_RDONLY, "the venv archive", follow=False), "rb") as handle:
-            if digest_of(handle) != (manifest["archive"]["sha256"], manifest["archive"]["size"]):
-                raise _not_its(archive)
+        with open_regular(archive, "the venv archive", follow=False) as handle:
+            _vouched(digest_of(handle), manifest, archive)
         return {**result, "changed": True, "msg": f"would image {archive} as {built}"}
     out.mkdir(parents=True, exist_ok=True)
     progress(f"imaging {archive} as {built}")
@@ -130,113 +134,127 @@ def image(manifest_path: str | Path, out_dir: str | Path, archive: str | Path | 
             "msg": f"imaged {archive} as {built} ({size / 1e6:.1f} MB)"}
 
 
-def _built(described: Path, built: Path, head: dict) -> dict | None:
-    """The image manifest already in the out dir when it is of HEAD's archive and its image is there at its size."""
-    if described.is_symlink() or not described.is_file() or built.is_symlink() or not built.is_file():
-        return None
-    try:
-        old = read_image_manifest(described)
-    except RigError:
-        return None
-    same = all(old[key] == value for key, value in head.items())
-    return old if same and built.stat().st_size == old["image"]["size"] else None
-
-
-def _not_its(archive: Path) -> RigError:
-    return RigError(f"{archive} is not the archive its manifest describes (sha256 or size differs); nothing was "
-                    "imaged", hint="pack the venv again (rig venv pack), or give the manifest written with it")
+def _vouched(read: tuple[str, int] | BaseException, manifest: dict, archive: Path) -> None:
+    """READ, the archive's (sha256, size) or what stopped its read, must be its manifest's."""
+    if isinstance(read, BaseException):
+        raise read
+    if read != (manifest["archive"]["sha256"], manifest["archive"]["size"]):
+        raise RigError(f"{archive} is not the archive its manifest describes (sha256 or size differs); nothing was "
+                       "imaged", hint="pack the venv again (rig venv pack), or give the manifest written with it")
 
 
 def _build(zstd: str, mksquashfs: str, archive: Path, manifest: dict, target: Path) -> tuple[str, int]:
-    """ARCHIVE, read once and hashed as it is read, through `zstd -dc`, each member checked against the manifest's
-    next entry (members.read_tar, as unpack reads it) as it is passed on to `mksquashfs - TARGET -tar`: TARGET's
-    sha256 and size once all three succeeded (else a RigError). mksquashfs images whatever tar it is given (a
-    device node, a set-id bit, a hard link out, bytes the manifest does not list) and is no parser for a hostile
-    one (4.5.1 crashed on a hard link to /etc/passwd): it sees only members that were checked."""
-    source = os.fdopen(open_plain(archive, os.O_RDONLY, "the venv archive", follow=False), "rb")
-    with source, tempfile.TemporaryFile() as zstd_said, tempfile.TemporaryFile() as mksquashfs_said:
-        unzstd = spawn([zstd, "-q", "-dc"], "decompressing the venv archive", stdin=PIPE, stdout=PIPE,
-                       stderr=zstd_said)
-        builder = spawn([mksquashfs, "-", str(target), *BUILD_OPTIONS], "building the venv image", stdin=PIPE,
-                        stdout=mksquashfs_said, stderr=mksquashfs_said)
-        assert unzstd.stdin and unzstd.stdout and builder.stdin  # pipes
-        read: list[tuple[str, int] | BaseException] = []  # what _feed read, or why it stopped
-        marker = io.BytesIO()
-        feeder = threading.Thread(target=_feed, args=(source, unzstd.stdin, read), daemon=True)
-        feeder.start()
-        refused, built = None, None
-        try:
-            try:
-                read_tar(unzstd, manifest["entries"], str(archive), functools.partial(_hash_file, str(archive), marker),
-                         zstd_said, builder.stdin)
-                members.marked(lambda: _marker(marker, str(archive)), manifest, str(archive))
-            except RigError as exc:
-                refused = exc
-            except BrokenPipeError:
-                pass  # mksquashfs ended early: its status says why
-            for end in (builder.stdin, unzstd.stdout):
-                with contextlib.suppress(BrokenPipeError):
-                    end.close()
-            if refused is None:
-                built = builder.wait(MKSQUASHFS_TIMEOUT)
-                unzstd.wait(MKSQUASHFS_TIMEOUT)
-        finally:
-            for child in (unzstd, builder):
-                if child.poll() is None:
-                    child.kill()
-                    child.wait()
-            feeder.join()
-            with contextlib.suppress(BrokenPipeError):
-                unzstd.stdin.close()
-        fed, expected = read[0], (manifest["archive"]["sha256"], manifest["archive"]["size"])
-        if isinstance(fed, BaseException):
-            raise fed
-        if fed != expected:  # read whole: whatever the tools or the members said, it is not the manifest's
-            raise _not_its(archive)
-        if refused is not None:
-            raise refused
-        if unzstd.returncode or built:
-            said = (members.said(zstd_said) + " " + members.said(mksquashfs_said, 4000)).strip()
-            raise RigError(f"cannot image {archive}: zstd exited {unzstd.returncode}, mksquashfs {built}: "
-                           f"{said[-2000:]}")
-    with os.fdopen(open_plain(target, os.O_RDONLY, "the venv image", follow=False), "rb") as handle:
+    """ARCHIVE as the squashfs image TARGET (its sha256 and size), in three stages side by side: fed (read once,
+    hashed as zstd reads it), checked (`zstd -dc`'s tar, each member against the manifest's next entry, as unpack
+    reads it) and built (`mksquashfs - TARGET -tar`). mksquashfs images whatever tar it is given (a device node, a
+    set-id bit, a hard link out, a member tarfile took for the tar's end) and is no parser for a hostile one (4.5.1
+    crashed on a hard link to /etc/passwd): it reads only the tar the check writes anew, each checked member
+    from its manifest entry alone. A RigError where any stage fails; an archive that is not its manifest's is
+    named so, whatever else went wrong with it."""
+    source = str(archive)
+    with open_regular(archive, "the venv archive", follow=False) as handle, _fed(handle, manifest, archive) as tar_zst, \
+            members.unzstd(zstd, tar_zst) as unzstd, _mksquashfs(mksquashfs, target) as builder:
+        _built(builder, source, _check(unzstd, builder.child.stdin, manifest, source))
+        members.unzstd_ended(unzstd, source)
+    with open_regular(target, "the venv image", follow=False) as handle:
         os.fsync(handle.fileno())
         return digest_of(handle)
 
 
-def _hash_file(source: str, marker: io.BytesIO, tar: tarfile.TarFile, member: tarfile.TarInfo, kind: str,
-               entry: list) -> None:
-    """A file's bytes, as they pass on to mksquashfs, must be its entry's; the venv's marker is kept in MARKER
+@contextlib.contextmanager
+def _fed(handle, manifest: dict, archive: Path) -> Iterator[int]:
+    """A pipe that a thread fills with HANDLE's bytes, hashed as they pass (_feed): its read end for the block (zstd's
+    input). Once the block ended, the thread is awaited and the bytes it read must be the manifest's archive: that
+    error, where it is one, replaces whatever the block raised (a tar that is not the manifest's archive fails to
+    decompress or to check, and is named so)."""
+    into, out = os.pipe()
+    read: list[tuple[str, int] | BaseException] = []
+    feeder = threading.Thread(target=_feed, args=(handle, out, read), daemon=True)
+    feeder.start()
+    try:
+        yield into
+    finally:
+        os.close(into)  # zstd's is closed by now: the feed's next write fails, and it only hashes the rest
+        feeder.join()
+        _vouched(read[0], manifest, archive)
+
+
+def _feed(handle, out: int, read: list) -> None:
+    """HANDLE's bytes into the pipe OUT (closed once all are written), hashed: READ gets (sha256, size), or the
+    error that stopped the read. A pipe whose reader left (the check refused, zstd failed) stops the feed, not the
+    hash: the archive is still read whole, so that one that is not its manifest's is named so."""
+    digest, size = hashlib.sha256(), 0
+    sink = os.fdopen(out, "wb", buffering=members.READ)
+    try:
+        while block := handle.read(members.READ):
+            digest.update(block)
+            size += len(block)
+            if not sink.closed:
+                try:
+                    sink.write(block)
+                except BrokenPipeError:
+                    _close(sink)
+        read.append((digest.hexdigest(), size))
+    except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+        read.append(exc)
+    finally:
+        _close(sink)
+
+
+def _close(pipe) -> None:
+    """PIPE closed, even where its reader left before the last bytes (the close's flush fails; the pipe closes)."""
+    with contextlib.suppress(BrokenPipeError):
+        pipe.close()
+
+
+def _mksquashfs(mksquashfs: str, target: Path):
+    """`mksquashfs - TARGET -tar` running for the block, reading the tar _check writes (in large writes: one per
+    member cost a fifth of the build)."""
+    return running([mksquashfs, "-", str(target), *BUILD_OPTIONS], "building the venv image", stdin=PIPE,
+                   bufsize=members.READ)
+
+
+def _check(unzstd: Running, out, manifest: dict, source: str) -> bool:
+    """The tar zstd writes, read member by member (members.read_tar), each checked member written anew into OUT,
+    mksquashfs's input (_written), the venv's marker checked for the manifest's lock, then the tar's end: the tar
+    mksquashfs reads holds nothing the manifest does not vouch for. False where mksquashfs stopped reading it."""
+    marker = io.BytesIO()
+    try:
+        read_tar(unzstd, manifest["entries"], source, functools.partial(_written, out, marker, source))
+        members.marked(lambda: _marker(marker, source), manifest, source)
+        out.write(END)
+    except BrokenPipeError:
+        return False
+    return True
+
+
+def _built(builder: Running, source: str, whole: bool) -> None:
+    """mksquashfs's input closed (the tar WHOLE, or cut where it stopped reading) and its exit awaited: a RigError
+    where it failed."""
+    _close(builder.child.stdin)
+    code = builder.child.wait(MKSQUASHFS_TIMEOUT)
+    if code or not whole:
+        raise RigError(f"cannot image {source}: mksquashfs {f'exited {code}' if code else 'stopped reading its tar'}: "
+                       f"{builder.said(4000)[-2000:]}")
+
+
+def _written(out, marker: io.BytesIO, source: str, tar: tarfile.TarFile, member: tarfile.TarInfo, kind: str,
+             entry: list) -> None:
+    """A checked member of TAR into OUT (mksquashfs's input) as its ENTRY says, its header PAX as pack writes it
+    (manifest.member_of); a file's bytes, as they pass, must be its entry's. The venv's marker is kept in MARKER
     (one rig wrote is a few kB), to be checked for the manifest's lock, as unpack checks it."""
+    path, mode, size, data = entry[1:]
+    out.write(member_of(kind, path, mode, size, data if kind == "link" else None).tobuf(
+        tarfile.PAX_FORMAT, tarfile.ENCODING, "surrogateescape"))  # as tarfile's addfile() writes it for pack
     if kind == "file":
-        keep = member.name == MARKER and member.size <= MAX_READ
-        members.hashed(tar, member, entry[4], source, marker if keep else None)
+        kept = member.name == MARKER and member.size <= MAX_READ
+        members.hashed(tar, member, data, source, marker if kept else out)
+        if kept:
+            out.write(marker.getvalue())
+        out.write(bytes(-size % tarfile.BLOCKSIZE))
 
 
 def _marker(kept: io.BytesIO, source: str) -> dict | None:
     """The venv's marker as kept while it passed (None where none did), read as read_marker reads one."""
     data = kept.getvalue()
     return parse_json(data.decode(errors="replace"), f"{source}: {MARKER}", MARKER_SPEC) if data else None
-
-
-def _feed(source, sink, read: list) -> None:
-    """SOURCE's bytes into SINK, hashed: READ gets (sha256, size), or the error that stopped it. A sink that
-    closed early (the read refused, zstd or mksquashfs failed) stops the feed, not the hash: the archive is still
-    read whole, so that one that is not its manifest's is named so, whatever else went wrong."""
-    digest, size = hashlib.sha256(), 0
-    try:
-        while block := source.read(1 << 20):
-            digest.update(block)
-            size += len(block)
-            if sink is not None:
-                try:
-                    sink.write(block)
-                except BrokenPipeError:
-                    sink = None
-        read.append((digest.hexdigest(), size))
-    except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-        read.append(exc)
-    finally:
-        if sink is not None:
-            with contextlib.suppress(BrokenPipeError):
-                sink.close()

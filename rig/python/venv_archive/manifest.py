@@ -9,6 +9,7 @@ import platform
 import re
 import shutil
 import sys
+import tarfile
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, NamedTuple
 
 from rig.core import RigError, http
 from rig.core.documents import parse_json
-from rig.core.fs import read_bytes
+from rig.core.fs import open_regular, read_bytes
 from rig.core.schema import Field, distribution, feature, sha256
 
 FORMAT = 1
@@ -87,6 +88,19 @@ def _entry(entry: list) -> str | None:
 def link_problem(text: Any) -> bool:
     """Whether TEXT is no link text rig packs (empty, longer than a path, a control character, not UTF-8)."""
     return not isinstance(text, str) or not text or len(text) > 4096 or bool(UNSAFE.search(text))
+
+
+TAR_TYPES = {"dir": tarfile.DIRTYPE, "file": tarfile.REGTYPE, "link": tarfile.SYMTYPE}
+
+
+def member_of(kind: str, path: str, mode: int, size: int | None = None, link: str | None = None) -> tarfile.TarInfo:
+    """The tar member an entry is packed as: its KIND, PATH, MODE, SIZE (a file's) and LINK text (a link's), and
+    nothing else (root's, FIXED_MTIME): the same venv packs to the same bytes, and the tar an image is built from,
+    written anew from the checked entries, tells mksquashfs only what the manifest vouches for."""
+    info = tarfile.TarInfo(path)
+    info.type, info.mode, info.mtime = TAR_TYPES[kind], mode, FIXED_MTIME
+    info.size, info.linkname = size or 0, link or ""
+    return info
 
 
 def _tree(entries: list) -> str | None:
@@ -194,6 +208,22 @@ class Artifact(NamedTuple):
 
 
 ARCHIVE = Artifact("the venv archive", ".manifest.json", ".tar.zst", "archive", read_manifest)
+
+
+def already_made(artifact: Artifact, manifest_path: Path, made: Path, wanted: dict) -> dict | None:
+    """The manifest at MANIFEST_PATH where it says WANTED (its fields' values) and MADE, the file it describes, is
+    there with the sha256 and size it records: what a pack or an image finds already done. Hashed whole: a file
+    of its size whose bytes changed is made again. Neither is read through a link."""
+    try:
+        raw = read_bytes(manifest_path, f"{artifact.what}'s manifest", MANIFEST_LIMIT, follow=False)
+        old = artifact.read(raw, str(manifest_path))
+        recorded = old[artifact.field]
+        if any(old[key] != value for key, value in wanted.items()) or os.lstat(made).st_size != recorded["size"]:
+            return None  # a file of another size is not hashed
+        with open_regular(made, artifact.what, follow=False) as handle:
+            return old if digest_of(handle) == (recorded["sha256"], recorded["size"]) else None
+    except (RigError, OSError):  # missing, a link, a FIFO, not a manifest rig wrote: made again
+        return None
 
 
 def interpreter_of(manifest: dict) -> str | None:

@@ -1,17 +1,18 @@
 """The archive's tar read member by member, each one checked against the manifest's next entry before anything is
-done with it: what unpack writes into its staging directory and what image streams on to mksquashfs. The one
+done with it: what unpack writes into its staging directory and what image writes anew for mksquashfs. The one
 reading of an untrusted tar both share: a member that is not its entry (another kind, name, mode, size, bytes or
 link text; a FIFO, a device, a hard link, a set-id bit), a path that leads out, or a link that comes before a file
 or lies under another link ends the read with one RigError."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import tarfile
 from collections.abc import Callable, Iterator
 
 from rig.core import RigError
-from rig.core.proc import TimeoutExpired
+from rig.core.proc import PIPE, Running, TimeoutExpired, running
 from rig.python.venv import MARKER
 from rig.python.venv_archive.manifest import path_problem
 
@@ -29,24 +30,26 @@ class Bounded(io.RawIOBase):
     follows a chain of headers by recursion, so a few kB of zstd could claim gigabytes or a chain thousands deep;
     bounded where tarfile reads, neither can happen, whatever tarfile's parsing does within the bound.
 
-    With a SINK, every byte read is passed on to it, but only up to the end of the last member admitted: a header
-    reaches the SINK (mksquashfs) only once its member was checked, so a hostile one is never parsed there."""
+    What was read after the last member admitted is kept (`after`, at most HEADERS_LIMIT and one read): tarfile
+    ends the tar at a header it cannot read (a mode of "4755 xxx") as at zero blocks, and another tar reader would
+    take that header for a member."""
 
-    def __init__(self, stream, sink=None) -> None:
+    def __init__(self, stream) -> None:
         super().__init__()
         self.stream, self.taken, self.allowed = stream, 0, HEADERS_LIMIT
-        # held: the bytes read and not yet passed on, from offset passed; those before passable may pass
-        self.sink, self.held, self.passed, self.passable = sink, bytearray(), 0, 0
+        self.after, self.kept_from = bytearray(), 0  # the bytes read from offset kept_from on
 
     def readable(self) -> bool:
         return True
 
     def admit(self, member: tarfile.TarInfo, kind: str) -> None:
         """MEMBER has come, checked: its data (a file's, in whole blocks) may be read, then the next member's
-        headers; with a sink, its headers and data may pass on."""
+        headers; only what lies after its data is kept."""
         data = -(-member.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE if kind == "file" else 0
         self.allowed = self.taken + data + HEADERS_LIMIT
-        self.passable = member.offset_data + data
+        end = member.offset_data + data
+        del self.after[:max(0, end - self.kept_from)]
+        self.kept_from = end
 
     def read(self, size: int = -1) -> bytes:
         room = self.allowed - self.taken
@@ -54,26 +57,9 @@ class Bounded(io.RawIOBase):
             raise tarfile.ReadError(f"more than {HEADERS_LIMIT >> 10} kB of headers before one member (rig packs a "
                                     "few kB)")
         data = self.stream.read(room if size < 0 else min(size, room))
-        self.taken += len(data)
-        if self.sink is not None:
-            self.held += data
-            if self.passable - self.passed >= READ:  # passed on in large writes: one per member cost a fifth
-                self._pass()
+        start, self.taken = self.taken, self.taken + len(data)
+        self.after += data[max(0, self.kept_from - start):]  # a member's data is never kept
         return data
-
-    def finish(self, trailer: bytes) -> None:
-        """The tar's end (its zero blocks, read or not yet) passed on: nothing after it is a member."""
-        if self.sink is not None:
-            self.held += trailer
-            self.passable = self.passed + len(self.held)
-            self._pass()
-
-    def _pass(self) -> None:
-        count = min(len(self.held), self.passable - self.passed)
-        if count > 0:
-            self.sink.write(self.held[:count])
-            del self.held[:count]
-            self.passed += count
 
 
 def kind_of(member: tarfile.TarInfo) -> str:
@@ -144,33 +130,50 @@ def marked(load: Callable[[], dict | None], manifest: dict, source: str) -> None
                        "the archive and its manifest do not belong together: pack the venv again")
 
 
-def read_tar(child, entries: list, source: str, each: Callable[[tarfile.TarFile, tarfile.TarInfo, str, list], None],
-             errors, sink=None) -> None:
-    """The tar that `zstd -dc` (CHILD, its stderr in the file ERRORS) writes, read member by member: EACH(tar,
-    member, kind, entry) of every checked one; with SINK, the tar passed on as it is checked. Whatever the tar
-    holds, the read ends: its headers are bounded, and at most TRAILER_LIMIT bytes follow its end (a few kB of
-    zstd decompress to terabytes). A tar tarfile cannot read is zstd's failure where zstd failed, else the tar's."""
-    assert child.stdout  # a pipe
+@contextlib.contextmanager
+def unzstd(zstd: str, archive) -> Iterator[Running]:
+    """`zstd -dc` of ARCHIVE (an open file, or a pipe's end) running for the block: its stdout is the tar (read_tar
+    reads it); killed where it still runs once the block ends."""
+    with running([zstd, "-q", "-dc"], "decompressing the venv archive", stdin=archive, stdout=PIPE) as child:
+        yield child
+
+
+def unzstd_failed(zstd: Running, source: str, code: int) -> RigError:
+    return RigError(f"{source}: zstd could not decompress it (exit {code}): {zstd.said()}")
+
+
+def unzstd_ended(zstd: Running, source: str) -> None:
+    """zstd's exit awaited (its output was read to its end): a RigError where it failed."""
+    if code := zstd.child.wait():
+        raise unzstd_failed(zstd, source, code)
+
+
+def read_tar(zstd: Running, entries: list, source: str,
+             each: Callable[[tarfile.TarFile, tarfile.TarInfo, str, list], None]) -> None:
+    """The tar that `zstd -dc` (ZSTD, unzstd()) writes, read member by member: EACH(tar, member, kind, entry) of
+    every checked one. Whatever the tar holds, the read ends: its headers are bounded, and at most TRAILER_LIMIT
+    bytes follow its end, all of them zeros (a few kB of zstd decompress to terabytes; anything else there is what
+    another reader might take for members). A tar tarfile cannot read is zstd's failure where zstd failed, else
+    the tar's."""
+    output = zstd.child.stdout
+    assert output  # a pipe
     try:
-        stream = Bounded(child.stdout, sink)
+        stream = Bounded(output)
         with tarfile.open(fileobj=stream, mode="r|", bufsize=READ) as tar:
             for member, kind, entry in checked(tar, stream, entries, source):
                 each(tar, member, kind, entry)
-        trailer = child.stdout.read(TRAILER_LIMIT + 1)
-        if len(trailer) > TRAILER_LIMIT:
-            raise RigError(f"{source}: holds more than {TRAILER_LIMIT >> 20} MiB after the tar's end; not an "
-                           "archive rig packs: pack it again")
-        stream.finish(trailer)
+        rest = output.read(TRAILER_LIMIT + 1)
     except (tarfile.TarError, EOFError, ValueError) as exc:  # ValueError: tarfile's of a malformed header
         try:  # zstd that failed has ended; zstd still writing what nobody reads would wait for good
-            code = child.wait(ZSTD_EXIT)
+            code = zstd.child.wait(ZSTD_EXIT)
         except TimeoutExpired:
-            code = 0  # it decompresses: the tar is what is wrong (the caller kills it)
-        raise RigError(f"{source}: " + (f"zstd could not decompress it (exit {code}): {said(errors)}" if code else
-                                        f"not a tar as rig packs it ({exc})")) from None
-
-
-def said(errors, limit: int = 2000) -> str:
-    """What a tool wrote to the file ERRORS, at most LIMIT bytes of it."""
-    errors.seek(0)
-    return errors.read(limit).decode(errors="replace").strip()
+            code = 0  # it decompresses: the tar is what is wrong (unzstd() kills it)
+        raise unzstd_failed(zstd, source, code) if code else \
+            RigError(f"{source}: not a tar as rig packs it ({exc})") from None
+    if len(rest) > TRAILER_LIMIT:
+        raise RigError(f"{source}: holds more than {TRAILER_LIMIT >> 20} MiB after the tar's end; not an archive rig "
+                       "packs: pack it again")
+    if (stream.after + rest).strip(b"\0"):
+        raise RigError(f"{source}: holds bytes other than zeros after its last member (a header tarfile cannot "
+                       "read ends its tar there; another tar reader would take it for a member); not an archive "
+                       "rig packs: pack it again")

@@ -6,28 +6,23 @@ Per venv path, the store directory STORE/VENVNAME-HASH holds NAME.sqfs, NAME.ima
 state.json ({"current", "previous"}); the venv path links to STORE/VENVNAME-HASH/NAME."""
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
-import re
 import secrets
-import stat
 from pathlib import Path
 
 from rig.core import RigError, progress
 from rig.core.documents import dump_json, parse_json
-from rig.core.fs import atomic_write, held, open_regular, private_dir, read_bytes
+from rig.core.fs import atomic_write, held, open_regular, plain_dir, private_dir, read_bytes, take_place
 from rig.core.schema import Field
-from rig.python.venv import MARKER
 from rig.python.venv_archive.image import IMAGE, read_image_manifest
 from rig.python.venv_archive.manifest import ANY_PATCHES, absolute, digest_of, fits, lies_inside, manifest_source
 from rig.python.venv_archive.mounts import CannotMount, attach, detach, mountable, mounted, mounted_from
+from rig.python.venv_archive.place import IMAGE_NAME, STORE, STORE_WHAT, rig_link, store_of, venv_place
 from rig.python.venv_archive.pull import PULL_TIMEOUT, pull
 
-STORE = Path("/var/lib/rig/venv-images")
 STATE = "state.json"
 LOCK = ".mount.lock"  # held while a run looks and mounts: two runs take turns
-IMAGE_NAME = re.compile(r"venv-[0-9a-f]{16}-py[0-9]+\.[0-9]+-[A-Za-z0-9_.-]{1,32}")
 
 
 def _image_name(value: str | None) -> str | None:
@@ -36,25 +31,6 @@ def _image_name(value: str | None) -> str | None:
 
 STATE_SPEC = Field(dict, fields={"current": Field(required=True, check=_image_name),
                                  "previous": Field((str, type(None)), check=_image_name)})
-RIG_LINK_FIX = "remove the link (or move it) and run again, or give another --venv"
-
-
-def store_of(venv: Path, root: Path = STORE) -> Path:
-    """The store directory of the venv at VENV: one per venv path, so two venvs of one lock never share a mount."""
-    return root / f"{venv.name}-{hashlib.sha256(str(venv).encode()).hexdigest()[:12]}"
-
-
-def rig_link(venv: str | Path) -> Path | None:
-    """The mount point VENV links to where VENV is a link rig made (to a STORE/VENVNAME-HASH/NAME of its own path,
-    whatever the store's root), else None."""
-    venv = absolute(venv)
-    if not os.path.islink(venv):
-        return None
-    target = Path(os.readlink(venv))
-    if not target.is_absolute() or not IMAGE_NAME.fullmatch(target.name) or \
-            target.parent.name != store_of(venv, Path("/")).name:
-        return None
-    return target
 
 
 def mount(source: str, venv: str | Path, lock_hash: str | None = None, check: bool = False,
@@ -66,12 +42,14 @@ def mount(source: str, venv: str | Path, lock_hash: str | None = None, check: bo
     manifest = read_image_manifest(source)
     if why := fits(manifest, lock_hash, venv, patches):
         raise RigError(f"image {manifest['image']['name']} does not fit {venv}: {why}")
-    store = _store(Path(root), venv)
+    root = absolute(root)  # a relative --store made a relative link, and never matched the mount table
+    store = _store(root, venv)
     looked = _mounted_at(source, manifest, venv, store, True, timeout)  # every refusal, before the store is made
     if check or not looked["changed"]:
         return looked
     _made(store)
     with held(store / LOCK):  # a second run looks once the first has mounted and linked: one mount, not two
+        _store(root, venv)  # again, now that it is made, under the lock: the store used is the store checked
         return _mounted_at(source, manifest, venv, store, check, timeout)
 
 
@@ -79,7 +57,8 @@ def _mounted_at(source: str, manifest: dict, venv: Path, store: Path, check: boo
     """mount()'s look at VENV and STORE, and what it does, once the manifest fits and the store is rig's."""
     name = manifest["image"]["name"]
     image, where = store / f"{name}{IMAGE.suffix}", store / name
-    linked = _venv_now(venv, store)
+    place = venv_place(venv, store.parent)
+    linked = place.target
     ours = _mount_point(where, image)
     state = _state(store)
     result = {"venv": str(venv), "image": str(image), "mount": str(where), "name": name}
@@ -87,7 +66,7 @@ def _mounted_at(source: str, manifest: dict, venv: Path, store: Path, check: boo
         return {**result, "changed": False, "msg": f"{venv} is image {name}, mounted at {where}"}
     if not ours and (why := mountable()):
         raise CannotMount(f"cannot mount image {name}: {why}", hint="unpack the venv archive instead (rig venv unpack)")
-    aside = _aside_name(venv) if linked == "dir" else None
+    aside = _aside_name(venv) if place.kind == "dir" else None
     steps = ([] if ours else [f"pull {name} into {store} and mount it at {where}"]) + \
         ([f"move the directory {venv} aside to {aside}"] if aside else []) + [f"link {venv} to {where}"]
     if check:
@@ -97,12 +76,11 @@ def _mounted_at(source: str, manifest: dict, venv: Path, store: Path, check: boo
         where.mkdir(mode=0o755, exist_ok=True)
         progress(f"mounting {pulled} at {where}")
         attach(pulled, where)
-    previous = _previous(state, name, linked if isinstance(linked, Path) else None)
+    previous = _previous(state, name, linked)
     _switch(venv, where, aside)
     atomic_write(store / STATE, dump_json({"current": name, "previous": previous}, "the venv images' state") + "\n")
     collected, busy = _collect(store, {name, previous})
-    said = [f"{venv} is now image {name}, mounted at {where}" + (f" (it was {linked.name})" if isinstance(linked, Path)
-                                                                   else "")]
+    said = [f"{venv} is now image {name}, mounted at {where}" + (f" (it was {linked.name})" if linked else "")]
     said += [f"the directory that was there is moved aside to {aside}: remove it once the image serves"] if aside else []
     said += [f"collected {', '.join(collected)}"] if collected else []
     said += [f"kept {', '.join(busy)}: still in use, collected next time"] if busy else []
@@ -116,10 +94,8 @@ def _store(root: Path, venv: Path) -> Path:
     inside the venv (moved aside with a venv directory, or inside the read-only image)."""
     store = store_of(venv, root)
     for path in (root, store):
-        if os.path.islink(path) or (os.path.lexists(path) and not path.is_dir()):
-            raise RigError(f"{path} is a link or not a directory; rig keeps venv images only in a directory of its "
-                           "own", hint=f"remove {path} and run again")
-    private_dir(store, "the venv image store")
+        plain_dir(path, "rig keeps venv images only in a directory of its own")
+    private_dir(store, STORE_WHAT)
     if lies_inside(store, venv):
         raise RigError(f"the image store {store} lies inside the venv {venv}, which the image replaces",
                        hint="give a --store outside the venv")
@@ -130,9 +106,11 @@ def _made(store: Path) -> None:
     """STORE and its root made (mode 0755 whatever the umask: nobody else may write where images are kept)."""
     store.parent.parent.mkdir(parents=True, exist_ok=True)
     for path in (store.parent, store):
-        if not os.path.lexists(path):
+        try:
             path.mkdir(mode=0o755)
-            os.chmod(path, 0o755)
+        except FileExistsError:
+            continue  # made before (or by someone else: the check under the lock says)
+        os.chmod(path, 0o755)
 
 
 def _state(store: Path) -> dict:
@@ -148,33 +126,9 @@ def _state(store: Path) -> dict:
                        hint=f"remove {store / STATE} (it names only the image a rollback keeps) and run again") from None
 
 
-def _venv_now(venv: Path, store: Path) -> Path | str | None:
-    """What is at VENV: the mount point rig's link leads to, "dir" (a venv directory, to move aside), or None; a
-    link rig did not make, a file, a FIFO or a directory that is no venv is refused."""
-    try:
-        seen = os.lstat(venv)
-    except FileNotFoundError:
-        return None
-    if stat.S_ISLNK(seen.st_mode):
-        target = rig_link(venv)
-        if target is None:
-            raise RigError(f"{venv} is a link to {os.readlink(venv)!r}, which rig did not make (rig links a venv "
-                           f"only into {store.parent}/{store.name}); it is left as it is", hint=RIG_LINK_FIX)
-        return target
-    if not stat.S_ISDIR(seen.st_mode):
-        raise RigError(f"{venv} is not a directory or a link (a file, a FIFO or a device); rig replaces only a venv",
-                       hint=f"remove {venv} and run again, or give another --venv")
-    if not any(os.path.lexists(venv / inner) for inner in (MARKER, "pyvenv.cfg")) and any(venv.iterdir()):
-        raise RigError(f"{venv} holds files but is no venv (no {MARKER}, no pyvenv.cfg); rig moves aside only a venv",
-                       hint=f"move what is in {venv} elsewhere, or give another --venv")
-    return "dir"
-
-
 def _mount_point(where: Path, image: Path) -> bool:
     """Whether IMAGE is already mounted at WHERE; a link there, or anything else mounted there, is refused."""
-    if os.path.islink(where) or (os.path.lexists(where) and not where.is_dir()):
-        raise RigError(f"the mount point {where} is a link or not a directory; rig mounts only on a directory it made",
-                       hint=f"remove {where} and run again")
+    plain_dir(where, "the mount point must be a directory rig made")
     if mounted_from(where, image):
         return True
     other = mounted(where)
@@ -198,15 +152,15 @@ def _aside_name(venv: Path) -> Path:
 
 def _switch(venv: Path, where: Path, aside: Path | None) -> None:
     """VENV made a link to WHERE in one rename (a new link beside it replaces the old link); a venv directory is
-    moved ASIDE first (a rename cannot put a link over a directory: for that moment no venv is at VENV)."""
+    moved ASIDE first (a rename cannot put a link over a directory: for that moment no venv is at VENV), and put
+    back where the link cannot take its place (take_place)."""
     venv.parent.mkdir(parents=True, exist_ok=True)
     temporary = venv.with_name(f".{venv.name}.rig-link-{secrets.token_hex(6)}")  # symlink() fails where one is
     os.symlink(where, temporary)
+    if aside is not None:
+        progress(f"moving the directory {venv} aside to {aside}")
     try:
-        if aside is not None:
-            progress(f"moving the directory {venv} aside to {aside}")
-            os.rename(venv, aside)
-        os.replace(temporary, venv)
+        take_place(temporary, venv, aside, "the venv directory")
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
@@ -261,7 +215,7 @@ def looked_at(venv: str | Path, manifest: dict | None = None) -> dict:
     """VENV as an image: {"image": False} where it is no link rig made; else its image's name, mount point and
     file, and "ok" with the "problems" found: whether that file is what is mounted there, and whether its sha256 is
     MANIFEST's (else the store's copy of it). "looked" False where a file could not be read (not root)."""
-    target = rig_link(venv)
+    target = rig_link(venv, None)
     if target is None:
         return {"image": False}
     name, store = target.name, target.parent

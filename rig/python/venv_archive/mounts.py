@@ -77,13 +77,16 @@ def _unescape(field: str) -> str:
 
 def mounted(where: str | Path) -> dict | None:
     """What is mounted at WHERE (the last mount there): {"type", "source", "backing"}, the backing file of a loop
-    device (None for another source); None where nothing is."""
+    device (None for another source); None where nothing is. The mount table names real paths: WHERE's directory
+    is resolved to compare (a link above the store), its last part is not (a link there is no mount point)."""
     found = None
+    above, name = os.path.split(os.path.abspath(where))
+    point = os.path.join(os.path.realpath(above), name)
     text = read_bytes("/proc/self/mountinfo", "the mount table", 64 << 20).decode(errors="replace")
     for line in text.splitlines():
         left, _, right = line.partition(" - ")
         fields, rest = left.split(), right.split()
-        if len(fields) >= 5 and len(rest) >= 2 and _unescape(fields[4]) == str(where):
+        if len(fields) >= 5 and len(rest) >= 2 and _unescape(fields[4]) == point:
             found = {"type": rest[0], "source": _unescape(rest[1])}
     if found is None:
         return None

@@ -20,12 +20,15 @@ from rig.core.fs import atomic_file, atomic_write, open_plain, read_bytes
 from rig.core.proc import PIPE, spawn
 from rig.python.venv import read_marker
 from rig.python.venv_archive.manifest import (
+    ARCHIVE,
     FIXED_MTIME,
     FORMAT,
     absolute,
+    already_made,
     archive_name,
     host_glibc,
-    read_manifest,
+    lies_inside,
+    member_of,
     zstd_binary,
 )
 from rig.python.venv_archive.tree import packed_mode, walk
@@ -71,18 +74,13 @@ class _Hashing:
 def _add(tar: tarfile.TarFile, venv: Path, kind: str, path: str, seen: os.stat_result) -> list | None:
     """PATH into TAR as packed (owner root, FIXED_MTIME, its mode normalised); its manifest entry, or None where
     it is left out (a stale pyc)."""
-    info = tarfile.TarInfo(path)
-    info.mtime, info.mode = FIXED_MTIME, packed_mode(seen.st_mode, kind)
-    if kind == "dir":
-        info.type = tarfile.DIRTYPE
-        tar.addfile(info)
-        return [kind, path, info.mode, None, None]
-    if kind == "link":
-        info.type, info.linkname = tarfile.SYMTYPE, os.readlink(venv / path)
-        tar.addfile(info)
-        return [kind, path, info.mode, None, info.linkname]
+    mode = packed_mode(seen.st_mode, kind)
+    if kind != "file":
+        link = os.readlink(venv / path) if kind == "link" else None
+        tar.addfile(member_of(kind, path, mode, link=link))
+        return [kind, path, mode, None, link]
     with os.fdopen(open_plain(venv / path, os.O_RDONLY, "the venv's file", follow=False), "rb") as handle:
-        info.size = os.fstat(handle.fileno()).st_size
+        info = member_of(kind, path, mode, os.fstat(handle.fileno()).st_size)
         if path.endswith(".pyc"):
             data = _pyc(venv, path, handle.read())
             if data is None:
@@ -117,8 +115,7 @@ def pack(venv: str | Path, out_dir: str | Path, check: bool = False, patches: di
     venv, out = absolute(venv), absolute(out_dir)
     if venv.is_symlink() or not venv.is_dir():
         raise RigError(f"{venv} is not a venv directory; give --venv the venv itself")
-    real_venv, real_out = (Path(os.path.realpath(path)) for path in (venv, out))  # --out a link into the venv too
-    if out == venv or venv in out.parents or real_out == real_venv or real_venv in real_out.parents:
+    if lies_inside(out, venv):  # --out a link into the venv too
         raise RigError(f"--out {out} is inside the venv {venv}: the archive would pack itself; give a directory "
                        "outside it")
     marker = read_marker(venv)
@@ -129,7 +126,8 @@ def pack(venv: str | Path, out_dir: str | Path, check: bool = False, patches: di
     name = archive_name(head["lock_hash"], head["python"], head["arch"])
     archive, manifest_path = out / f"{name}.tar.zst", out / f"{name}.manifest.json"
     result = {"changed": False, "archive": str(archive), "manifest": str(manifest_path), "venv": str(venv)}
-    old = _packed(manifest_path, archive, head)
+    old = already_made(ARCHIVE, manifest_path, archive,
+                       {key: head[key] for key in ("lock_hash", "python", "arch", "venv", "patches")})
     if old is not None:
         return {**result, "sha256": old["archive"]["sha256"], "size": old["archive"]["size"],
                 "files": len(old["entries"]), "msg": f"{archive} already holds {venv}"}
@@ -147,18 +145,6 @@ def pack(venv: str | Path, out_dir: str | Path, check: bool = False, patches: di
     return {**result, "changed": True, "sha256": digest, "size": size, "files": files, "left_out": left_out,
             "msg": f"packed {venv} ({files} files, {size / 1e6:.1f} MB) as {archive}" +
                    (f"; left out {left_out} stale or sourceless pyc files" if left_out else "")}
-
-
-def _packed(manifest_path: Path, archive: Path, head: dict) -> dict | None:
-    """The manifest already in the out dir when it is of HEAD's venv and its archive is there at its size."""
-    if not manifest_path.is_file() or manifest_path.is_symlink() or archive.is_symlink() or not archive.is_file():
-        return None
-    try:
-        old = read_manifest(manifest_path)
-    except RigError:
-        return None
-    same = all(old[key] == head[key] for key in ("lock_hash", "python", "arch", "venv", "patches"))
-    return old if same and archive.stat().st_size == old["archive"]["size"] else None
 
 
 def _compress(zstd: str, venv: Path, items: list, sink) -> tuple[list, str, int]:

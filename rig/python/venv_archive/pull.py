@@ -9,7 +9,7 @@ import urllib.parse
 from pathlib import Path
 
 from rig.core import RigError, http
-from rig.core.fs import atomic_write, held, open_plain
+from rig.core.fs import atomic_write, held, open_plain, plain_dir
 from rig.python.venv_archive.manifest import (
     ANY_PATCHES,
     ARCHIVE,
@@ -51,8 +51,7 @@ def pull(source: str, dest_dir: str | Path, expected: dict | None = None, timeou
     url = urllib.parse.urljoin(source, urllib.parse.quote(f"{name}{artifact.suffix}"))
     dest = Path(dest_dir)
     final, part = dest / f"{name}{artifact.suffix}", dest / f"{name}{artifact.suffix}.part"
-    if dest.is_symlink() or (os.path.lexists(dest) and not dest.is_dir()):
-        raise RigError(f"{dest} is a link or not a directory; rig pulls only into a directory of its own: remove it")
+    plain_dir(dest, "rig pulls only into a directory of its own")
     dest.mkdir(parents=True, exist_ok=True)
     with held(dest / f".{name}.pull.lock"):  # two pulls into one directory take turns; the second finds it whole
         if final.is_file() and not final.is_symlink() and final.stat().st_size == size:
@@ -96,7 +95,7 @@ def restore(manifest_from: str, venv: str | Path, archive: str | Path | None = N
     if archive is None and not is_url(manifest_from):
         archive = Path(manifest_from).with_name(f"{manifest['archive']['name']}.tar.zst")
     local = {"manifest": manifest_from} if not is_url(manifest_from) else {}
-    done = settle(manifest, venv, lock_hash, check, {**(read or {}), **local, **({"archive": archive} if archive else {})},
+    done = settle(manifest, venv, lock_hash, {**(read or {}), **local, **({"archive": archive} if archive else {})},
                   patches)
     if done is not None:
         return done

@@ -15,8 +15,8 @@ from rig.core.documents import converge_file, read_text
 from rig.core.proc import run
 from rig.python.venv_archive.image import IMAGE
 from rig.python.venv_archive.manifest import absolute
-from rig.python.venv_archive.mount import STORE, rig_link, store_of
 from rig.python.venv_archive.mounts import mount_unit
+from rig.python.venv_archive.place import STORE, rig_link, store_of
 
 UNIT_DIR = Path("/etc/systemd/system")
 BOOTED = Path("/run/systemd/system")  # sd_booted(3): systemd is PID 1 where this directory is
@@ -72,12 +72,14 @@ def unit_text(fields: dict[str, str], name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def persist(venv: str | Path, check: bool = False, unit_dir: Path = UNIT_DIR, booted: Path = BOOTED) -> dict:
+def persist(venv: str | Path, check: bool = False, unit_dir: Path = UNIT_DIR, booted: Path = BOOTED,
+            root: str | Path = STORE) -> dict:
     """VENV's image mount as an enabled .mount unit where systemd is PID 1 (a no-op where it already is), the
-    units of the store's other images removed; where VENV is no image rig mounted, only those removals."""
+    units of the store's other images removed; where VENV is no image rig mounted into its store under ROOT (a
+    link elsewhere is never made a boot-time mount), only those removals."""
     venv = absolute(venv)
-    target = rig_link(venv)
-    store = target.parent if target else store_of(venv, STORE)
+    target = rig_link(venv, absolute(root))
+    store = target.parent if target else store_of(venv, absolute(root))
     result = {"venv": str(venv), "image": target is not None, "systemd": booted.is_dir()}
     if not result["systemd"]:
         said = (f"systemd is not PID 1 here: the mount of {target} will not survive a reboot (run `rig venv mount` "

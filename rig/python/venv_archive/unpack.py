@@ -11,16 +11,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import stat
 import tarfile
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from rig.core import RigError, progress
-from rig.core.fs import open_plain
-from rig.core.proc import PIPE, spawn
-from rig.python.venv import MARKER, read_marker
+from rig.core.fs import open_plain, take_place
+from rig.python.venv import read_marker
 from rig.python.venv_archive.manifest import (
     ANY_PATCHES,
     FIXED_MTIME,
@@ -30,25 +28,23 @@ from rig.python.venv_archive.manifest import (
     lies_inside,
     zstd_binary,
 )
-from rig.python.venv_archive.members import hashed, marked, read_tar, said
+from rig.python.venv_archive.members import hashed, marked, read_tar, unzstd, unzstd_ended
+from rig.python.venv_archive.place import venv_place
 
 
-def settle(manifest: dict, venv: Path, lock_hash: str | None, check: bool,
-           inputs: dict[str, str | Path] | None = None, patches: dict | str | None = ANY_PATCHES) -> dict | None:
+def settle(manifest: dict, venv: Path, lock_hash: str | None, inputs: dict[str, str | Path] | None = None,
+           patches: dict | str | None = ANY_PATCHES) -> dict | None:
     """Every refusal that needs no archive (fits(), with LOCK_HASH and PATCHES), INPUTS (what the run reads:
     {"manifest": path, ...}) inside the venv among them, then the answer where nothing is to be written (the venv
-    already holds the lock); None where the archive is to be read."""
+    already holds the lock); None where the archive is to be read. A link rig made to an image it mounted, in any
+    store, is replaced (the image stays there, mounted, for a rollback)."""
     name = manifest["archive"]["name"]
     if why := fits(manifest, lock_hash, venv, patches):
         raise RigError(f"archive {name} does not fit {venv}: {why}")
     if venv.parent == venv:
         raise RigError(f"{venv} is the root directory, no venv's path; give the venv's own directory")
     _none_inside(venv, {**(inputs or {}), "working directory": os.getcwd()})
-    seen, linked = _venv_place(venv)
-    marker = read_marker(venv) if seen and not linked else None
-    if seen and not linked and marker is None and not os.path.lexists(venv / "pyvenv.cfg") and any(venv.iterdir()):
-        raise RigError(f"{venv} holds files but is no venv (no {MARKER}, no pyvenv.cfg); rig replaces only a venv: "
-                       "move what is there, or give another --venv")
+    marker = read_marker(venv) if venv_place(venv, None).kind == "dir" else None
     if marker and marker["lock_hash"] == manifest["lock_hash"]:
         return {"changed": False, "venv": str(venv), "msg": f"{venv} already has lock {manifest['lock_hash'][:12]}"}
     return None
@@ -63,29 +59,6 @@ def _none_inside(venv: Path, paths: dict[str, str | Path]) -> None:
                            f"venv): move it out of {venv} first")
 
 
-def _venv_place(venv: Path) -> tuple[os.stat_result | None, bool]:
-    """VENV's lstat where it is a directory or rig's link to an image it mounted (and whether it is that link); None
-    where it is not there yet and can be made (its nearest existing parent a directory); refused otherwise."""
-    try:
-        seen = os.lstat(venv)
-    except (FileNotFoundError, NotADirectoryError):  # a file above it: said below
-        seen = None
-    except OSError as exc:
-        raise RigError(f"cannot look at the venv {venv}: {exc.strerror or exc}") from None
-    from rig.python.venv_archive.mount import rig_link  # mount pulls through this module
-
-    # a link rig made to an image it mounted is replaced (the image stays in rig's store, mounted, for a rollback)
-    linked = seen is not None and stat.S_ISLNK(seen.st_mode) and rig_link(venv) is not None
-    if seen is not None and not stat.S_ISDIR(seen.st_mode) and not linked:
-        raise RigError(f"{venv} is a link or not a directory; rig replaces only a venv directory: remove it")
-    if seen is None:  # the venv is made in its parent, which must be a directory (a link to one) or not yet there
-        above = next(path for path in venv.parents if os.path.lexists(path))
-        if not above.is_dir():
-            raise RigError(f"{above} is not a directory (a file, or a link to nothing), so {venv} cannot be made "
-                           "under it: remove it or give another --venv")
-    return seen, linked
-
-
 def unpack(archive: str | Path, manifest: dict, venv: str | Path, lock_hash: str | None = None,
            check: bool = False, patches: dict | str | None = ANY_PATCHES) -> dict:
     """The archive MANIFEST (as read_manifest returns it) describes, as the venv VENV: refused before anything is
@@ -93,7 +66,7 @@ def unpack(archive: str | Path, manifest: dict, venv: str | Path, lock_hash: str
     venv already holds its lock. Every member must be the manifest's next entry, bytes and all, or the staging
     directory is removed and nothing at VENV changes."""
     venv = absolute(venv)
-    done = settle(manifest, venv, lock_hash, check, {"archive": archive}, patches)
+    done = settle(manifest, venv, lock_hash, {"archive": archive}, patches)
     if done is not None:
         return done
     zstd, name = zstd_binary(), manifest["archive"]["name"]
@@ -160,18 +133,9 @@ def _decompress(zstd: str, handle, manifest: dict, staging: Path, source: str) -
         except OSError as exc:
             raise RigError(f"{source}: cannot write {member.name[:200]!r}: {exc.strerror or exc}") from None
 
-    with tempfile.TemporaryFile() as errors:
-        child = spawn([zstd, "-dc"], "decompressing the venv archive", stdin=handle, stdout=PIPE, stderr=errors)
-        try:
-            read_tar(child, manifest["entries"], source, write, errors)
-            if code := child.wait():
-                raise RigError(f"{source}: zstd could not decompress it (exit {code}): {said(errors)}")
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-            if child.stdout is not None:  # a pipe: spawn was given stdout=PIPE
-                child.stdout.close()
+    with unzstd(zstd, handle) as child:
+        read_tar(child, manifest["entries"], source, write)
+        unzstd_ended(child, source)
     for path in [*reversed(dirs), staging]:  # innermost first: filling a directory changes its mtime
         os.chmod(path, 0o755)
         os.utime(path, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
@@ -188,22 +152,16 @@ def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, sha: str
 
 
 def _swap(staging: Path, venv: Path) -> None:
-    """STAGING, whole and checked, takes VENV's place; the old venv is removed after. The two renames leave a
-    moment with no venv at VENV: Python has no RENAME_EXCHANGE (renameat2), which would swap them in one step."""
-    old = None
-    if os.path.lexists(venv):
-        old = Path(tempfile.mkdtemp(dir=venv.parent, prefix=f".{venv.name}.rig-old-"))
-        try:
-            os.rename(venv, old / venv.name)
-        except OSError as exc:  # a venv directory its owner made read-only cannot move to another directory
-            old.rmdir()
-            raise RigError(f"cannot move the old venv {venv} aside: {exc.strerror or exc}; make it writable or "
-                           "remove it") from None
+    """STAGING, whole and checked, takes VENV's place (take_place: the old venv put back if that fails); the old
+    venv is removed after. The two renames leave a moment with no venv at VENV: Python has no RENAME_EXCHANGE
+    (renameat2), which would swap them in one step."""
+    old = Path(tempfile.mkdtemp(dir=venv.parent, prefix=f".{venv.name}.rig-old-")) if os.path.lexists(venv) else None
     try:
-        os.rename(staging, venv)
-    except OSError:
+        take_place(staging, venv, old / venv.name if old else None, "the old venv")
+    except BaseException:
         if old is not None:
-            os.rename(old / venv.name, venv)
+            with contextlib.suppress(OSError):  # empty, unless the old venv could not be put back: then it is there
+                old.rmdir()
         raise
     if old is not None:
         _remove(old)
