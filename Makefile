@@ -44,10 +44,10 @@ base-image: docker  ## Build or reuse the base image boxes start from
 	bash scripts/base-image.sh
 
 provision: venv docker image-tools  ## Provision a throwaway local box with STACK, then run rig doctor in it
+	@# the box and the stack in one ansible-playbook run: one start of Ansible, not two
 	image=$$(bash scripts/base-image.sh) && \
-	  ansible-playbook -i inventory/local playbooks/local-box.yml \
+	  ansible-playbook -i inventory/local playbooks/local-box.yml playbooks/site.yml -e rig_stack=$(STACK) \
 	    -e rig_box_image=$$image -e rig_box_name=$(BOX) -e rig_box_fresh=$(FRESH) -e rig_box_loop=$(LOOP)
-	ansible-playbook -i inventory/local playbooks/site.yml -e rig_stack=$(STACK) -e rig_box_name=$(BOX)
 	rig doctor --container $(BOX) --stack $(STACK)
 	@echo "make provision: rig is $(VENV)/bin/rig; put it on the PATH with: . $(VENV)/bin/activate"
 
