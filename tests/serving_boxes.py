@@ -183,17 +183,18 @@ def versions(box) -> dict:
 
 
 @contextlib.contextmanager
-def driver_fleet(systemd_image, standin_site, tmp_path, count: int):
+def driver_fleet(systemd_image, standin_site, tmp_path, count: int, loop: bool = False):
     """COUNT boxes serving the stand-in on driver OLD, its module loaded, a CDI spec of OLD's libraries: the
     signed stand-in NVIDIA repository in both versions (tests/nvidia_repo.py), bare-metal.yml and server.yml
-    run; (boxes, the upgrade settings with the stack and the numerics models)."""
+    run; (boxes, the upgrade settings with the stack and the numerics models). LOOP: the boxes can loop-mount (a
+    venv image)."""
     from harness.boxes import new_box, remove_boxes
     from harness.plays import play
 
     started: list = []
 
     def start(systemd: bool):
-        started.append(new_box(systemd_image, systemd=systemd))
+        started.append(new_box(systemd_image, systemd=systemd, loop=loop))
         return started[-1]
 
     try:

@@ -25,7 +25,7 @@ from pathlib import Path
 from rig.core import RigError
 from rig.core.cuda_releases import series
 from rig.core.documents import converge_file
-from rig.core.fs import confined, plain_dir, private_dir
+from rig.core.fs import confined, plain_dir, private_dir, sha256_data
 from rig.core.hints import CREATE_VENV
 from rig.core.proc import ask
 from rig.python.venv_archive.place import rig_link, store_of
@@ -142,6 +142,18 @@ def env_site(venv: str | Path) -> Path:
 def hook_text(venv: str | Path) -> str:
     return f"import site; site.addsitedir({str(env_site(venv))!r})\n"
 
+
+
+def hook_problem(manifest: dict) -> str | None:
+    """Why a venv archive's MANIFEST cannot become an image rig sets the environment of (None: it can): its
+    site-packages must hold HOOK naming the writable site dir of its venv path, and no module of rig's."""
+    site = f"lib/python{'.'.join(manifest['python'].split('.')[:2])}/site-packages"
+    files = {path: data for kind, path, _, _, data in manifest["entries"] if kind == "file"}
+    if files.get(f"{site}/{HOOK}") != sha256_data(hook_text(manifest["venv"]).encode()):
+        return f"its {site}/{HOOK} is not rig's environment hook for {manifest['venv']} (packed before `rig env hook`?)"
+    if f"{site}/{MODULE}.py" in files:
+        return f"it carries rig's environment module ({site}/{MODULE}.py), which an image would fix in place"
+    return None
 
 def image_env(env: dict) -> dict:
     """ENV for a venv that is a read-only image: its home paths and run-time caches under RUNTIME_CACHE. A cache

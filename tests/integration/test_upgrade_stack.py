@@ -1,13 +1,17 @@
 """playbooks/upgrade.yml takes one serving box's CUDA toolkit and venv to a new stack file inside one drain, and
-rolls them back by the old one (the box of serving_boxes.driver_fleet: the stand-in serves, the driver stays)."""
+rolls them back by the old one (the box of serving_boxes.driver_fleet: the stand-in serves, the driver stays). The
+box can loop-mount: once each lock is packed and imaged, the venv goes back and forth by remount (the link moved to
+the other lock's image), inside the same drain."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import yaml
 from harness.commands import ok, rig
 from harness.plays import play
+from harness.venv_takes import MOUNT, WHEELS
 from serving_boxes import HEALTH, UNIT, Load, drains, driver_fleet
 
 pytestmark = pytest.mark.box
@@ -15,7 +19,7 @@ pytestmark = pytest.mark.box
 
 @pytest.fixture(scope="module")
 def serving(systemd_image, standin_site, tmp_path_factory):
-    with driver_fleet(systemd_image, standin_site, tmp_path_factory.mktemp("fleet"), 1) as (boxes, settings):
+    with driver_fleet(systemd_image, standin_site, tmp_path_factory.mktemp("fleet"), 1, loop=True) as (boxes, settings):
         yield boxes[0], settings
 
 
@@ -85,11 +89,35 @@ def test_the_toolkit_and_the_venv_upgrade_inside_one_drain_and_come_back_by_thei
     assert "the stack given makes CUDA 13.0.2 the default: roll back with the stack file the host ran then" \
         in wrong.output
     assert stack_state(box)["lock"] == lock_of(new) and box.sh(HEALTH).stdout.strip() == "200"  # nothing changed
-    back = upgrade(old, rig_upgrade_rollback=True).expect_ok()
+    drained = len(drains(box))
+    back = timed("rollback to the old lock's image", lambda: upgrade(old, rig_upgrade_rollback=True).expect_ok())
     assert stack_state(box) == {"cuda": "cuda-12.9", "lock": lock_of(old), "click": ["click==8.1.7"], "steps": ["2"]}
-    # the old lock's venv comes back whole from its archive (packed when it was first installed), no wheel again
-    assert [t for t in back.changed_tasks(box.name) if "Unpack the archive into the venv" in t], back.changed_tasks()
-    assert not [t for t in back.changed_tasks(box.name) if "pulling its wheels" in t]
-    assert box.sh(HEALTH).stdout.strip() == "200"
-    again = upgrade(old).expect_ok()
+    # the old lock's venv comes back as its image (packed and imaged when it was first installed), no wheel again
+    assert mounted(box) and any(MOUNT in t for t in back.changed_tasks(box.name)), back.changed_tasks()
+    assert not any(WHEELS in t for t in back.changed_tasks(box.name))
+    assert [n >= 1 for n in drains(box)[drained:]] == [True] and box.sh(HEALTH).stdout.strip() == "200"
+    # and forward again by remount, a request in flight: the new lock's image (imaged when it was installed)
+    drained = len(drains(box))
+    with Load([box], tokens=1000, streams=4) as load:
+        forward = timed("upgrade to the new lock's image", lambda: upgrade(new).expect_ok())
+    assert stack_state(box)["lock"] == lock_of(new) and mounted(box)
+    assert any(MOUNT in t for t in forward.changed_tasks(box.name)), forward.changed_tasks()
+    assert [n >= 1 for n in drains(box)[drained:]] == [True], box.sh("cat /var/log/rig/sglang-server.log").stdout
+    assert not load.cut_short(box) and box.sh(HEALTH).stdout.strip() == "200"
+    again = upgrade(new).expect_ok()
     assert again.recap("changed", box.name) == 0, again.changed_tasks()
+
+
+def mounted(box) -> bool:
+    """The venv is a link to a squashfs image rig mounted."""
+    target = box.sh("readlink /opt/rig/venv").stdout.strip()
+    return target.startswith("/var/lib/rig/venv-images/") and \
+        box.sh(f"findmnt -n -o FSTYPE {target}").stdout.strip() == "squashfs"
+
+
+def timed(what: str, step):
+    """STEP's result, its wall time printed (the day-two numbers docs/BENCHMARKS.md quotes come from here)."""
+    start = time.monotonic()
+    result = step()
+    print(f"{what}: {time.monotonic() - start:.1f} s")
+    return result

@@ -30,6 +30,7 @@ from harness.commands import rig
 
 from rig.core import RigError
 from rig.core import http as rig_http
+from rig.python.runtime_env import hook
 from rig.python.venv import MARKER
 from rig.python.venv_archive.manifest import FIXED_MTIME, fits, read_manifest
 from rig.python.venv_archive.pack import pack
@@ -46,7 +47,7 @@ TAG = sys.implementation.cache_tag
 
 def make_venv(path: Path, lock: str = LOCK, checked_hash: bool = False) -> Path:
     """A real venv (no pip) with a module compiled as pip would, a module whose bytecode went stale, an
-    executable script, 200 kB that does not compress, and rig's marker."""
+    executable script, 200 kB that does not compress, rig's marker and its environment hook (an image needs it)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     package = next(path.glob("lib/python*/site-packages")) / "tiny"
     package.mkdir()
@@ -64,6 +65,7 @@ def make_venv(path: Path, lock: str = LOCK, checked_hash: bool = False) -> Path:
     tool.write_text("#!/bin/sh\necho hi\n")
     tool.chmod(0o750)
     (path / MARKER).write_text(json.dumps({"lock_hash": lock, "packages": ["a==1"]}))
+    hook(path)
     return path
 
 

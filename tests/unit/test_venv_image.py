@@ -19,6 +19,7 @@ from test_venv_archive import LOCK, cached, flip_a_byte, make_venv, site_of
 
 from rig.core import RigError
 from rig.machine.doctor import _venv_image
+from rig.python.runtime_env import HOOK, MODULE, hook_text
 from rig.python.venv_archive import image as imaging
 from rig.python.venv_archive import mount as mounting
 from rig.python.venv_archive.image import image, read_image_manifest
@@ -115,6 +116,26 @@ def test_an_archive_that_is_not_its_manifests_is_refused_and_nothing_is_written(
     with pytest.raises(RigError, match="not a regular file"):
         image(packed["manifest"], tmp_path / "images")
 
+
+@pytest.mark.parametrize("fault", ["no hook", "another venv's hook", "rig's module"])
+def test_an_archive_whose_venv_could_not_take_the_stacks_environment_is_not_imaged(tmp_path, fault):
+    """Mounted, an image without rig's hook (an archive packed before `rig env hook`), or with rig's environment
+    module fixed inside it, could not take the stack's environment: refused before anything is built."""
+    venv = make_venv(tmp_path / "venv")
+    site = site_of(venv)
+    if fault == "no hook":
+        (site / HOOK).unlink()
+    elif fault == "another venv's hook":
+        (site / HOOK).write_text(hook_text("/opt/other"))
+    else:
+        (site / f"{MODULE}.py").write_text("")
+    packed = pack(venv, tmp_path / "archive")
+    with pytest.raises(RigError) as refused:
+        image(packed["manifest"], tmp_path / "images", check=True)
+    assert "cannot be imaged" in refused.value.message and "rig env hook" in refused.value.hint
+    assert ("environment module" if fault == "rig's module" else "is not rig's environment hook") in \
+        refused.value.message
+    assert not (tmp_path / "images").exists()
 
 def test_no_mksquashfs_names_the_package_to_install(tmp_path, monkeypatch):
     venv = make_venv(tmp_path / "venv")

@@ -24,6 +24,7 @@ from rig.core.documents import dump_json, parse_json
 from rig.core.fs import MAX_READ, atomic_write, open_regular, read_bytes, sha256_data
 from rig.core.proc import PIPE, Running, run, running
 from rig.core.schema import Field, sha256
+from rig.python.runtime_env import hook_problem
 from rig.python.venv import MARKER, MARKER_SPEC
 from rig.python.venv_archive import members
 from rig.python.venv_archive.manifest import (
@@ -113,6 +114,9 @@ def image(manifest_path: str | Path, out_dir: str | Path, archive: str | Path | 
     if old is not None:
         return {**result, "sha256": old["image"]["sha256"], "size": old["image"]["size"],
                 "msg": f"{built} already holds {name}"}
+    if why := hook_problem(manifest):  # mounted, it could not take the stack's environment
+        raise RigError(f"archive {name} cannot be imaged: {why}",
+                       hint="pack the venv again after `rig env hook --venv VENV` (the python_stack role does)")
     zstd, mksquashfs = zstd_binary(), mksquashfs_binary()
     if check:  # the archive the run reads, looked at whole: a check refuses what the run would
         with open_regular(archive, "the venv archive", follow=False) as handle:
