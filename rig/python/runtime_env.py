@@ -28,6 +28,7 @@ from rig.core.documents import converge_file
 from rig.core.fs import confined, plain_dir, private_dir, sha256_data
 from rig.core.hints import CREATE_VENV
 from rig.core.proc import ask
+from rig.python.venv import MARKER as VENV_MARKER
 from rig.python.venv_archive.place import rig_link, store_of
 
 MODULE = "rig_sitecustomize"
@@ -208,6 +209,13 @@ def read_if(path: Path) -> str | None:
     """PATH's text where it is a regular file (never through a link), else None."""
     return path.read_text() if path.is_file() and not path.is_symlink() else None
 
+
+
+def start_digest(venv: str | Path) -> str:
+    """sha256 of what VENV's Python takes from rig at its start: the venv's marker (its lock) and rig's environment
+    module. A server started before either changed still runs the old ones: its unit names this, so it restarts."""
+    site, _ = _site_for(venv)
+    return sha256_data("\0".join(read_if(p) or "" for p in (Path(venv) / VENV_MARKER, site / f"{MODULE}.py")))
 
 def install(venv: str | Path, env: dict, stack_name: str, check: bool = False) -> dict:
     """Write the module and its .pth (into an image venv's writable site dir); unchanged files are left alone.

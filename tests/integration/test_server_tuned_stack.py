@@ -129,3 +129,19 @@ def test_the_role_serves_the_proposed_stack_with_its_adaptive_file_and_environme
     assert f"cannot read adaptive speculation config {config}: it is a link, and a link there is never followed" \
         in linked.output
     unchanged(box, after)
+
+    # a new environment.vars value: python_stack rewrites the venv's environment module, and the unit, which names
+    # what the venv's Python takes from rig at start, changes with it: the server restarts (drained) and reads it
+    config.unlink()
+    config.write_text(SECOND)
+    box.sh(f"echo '{json.dumps({'args': ['--context-length', str(CONTEXT + 1)]})}' > {FAULTS}.new")
+    changed = yaml.safe_load(open(stack).read())
+    changed["environment"]["vars"]["SGLANG_STANDIN_FAULTS"] = f"{FAULTS}.new"
+    open(stack, "w").write(yaml.safe_dump(changed))
+    play([box], str(environment_play), rig_stack=stack).expect_ok()
+    play([box], "server.yml", rig_stack=stack, **SETTINGS).expect_ok()
+    restarted = state(box)
+    assert restarted["unit"] != after["unit"] and restarted["pid"] != after["pid"]
+    assert len(restarted["drains"]) == len(after["drains"]) + 1
+    assert json.loads(box.sh(SERVER_INFO).stdout)["context_length"] == CONTEXT + 1
+    assert play([box], "server.yml", rig_stack=stack, **SETTINGS).expect_ok().recap("changed") == 0
