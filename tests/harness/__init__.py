@@ -8,5 +8,10 @@
 - play_log: where the box tests' time goes ($RIG_PLAY_LOG);
 - lab: real venvs built once per run and shared by the pytest-xdist workers;
 - standin: the SGLang stand-in server (tests/sglang_api_server.py) and its cases;
+- venvs: a real venv of a lock made here (rig's marker and hook), its site-packages, a module's bytecode path,
+  a file with one byte changed;
+- venv_images: a venv packed and imaged here, three locks' images, an image's name and a stack's environment;
+- venv_takes: what the venv-image box tests look for on a box (the venv, its Python, the role's task names);
+- tars: tar archives laid out by hand (a header, a padded member, one tarfile cannot read) and zstd of bytes;
 - worker_groups: which box tests share a pytest-xdist worker, and in what order the workers take them.
 """
