@@ -13,5 +13,7 @@
 - venv_images: a venv packed and imaged here, three locks' images, an image's name and a stack's environment;
 - venv_takes: what the venv-image box tests look for on a box (the venv, its Python, the role's task names);
 - tars: tar archives laid out by hand (a header, a padded member, one tarfile cannot read) and zstd of bytes;
+- elf: CUDA device code laid out by hand (a CUDA ELF, fat binaries and their entries, a section added to an object);
+- toolkits: CUDA toolkit trees whose nvcc, headers and libcudart say the releases asked for;
 - worker_groups: which box tests share a pytest-xdist worker, and in what order the workers take them.
 """
