@@ -7,7 +7,8 @@
 - plays: ansible-playbook against boxes, its results as the suite's callback writes them;
 - play_log: where the box tests' time goes ($RIG_PLAY_LOG);
 - lab: real venvs built once per run and shared by the pytest-xdist workers;
-- standin: the SGLang stand-in server (tests/sglang_api_server.py) and its cases;
+- standin: the SGLang stand-in server (tests/sglang_api_server.py), a venv of it and its cases;
+- tune: `rig tune` against the stand-in, as the tune tests run it;
 - venvs: a real venv of a lock made here (rig's marker and hook), its site-packages, a module's bytecode path,
   a file with one byte changed;
 - venv_images: a venv packed and imaged here, three locks' images, an image's name and a stack's environment;
