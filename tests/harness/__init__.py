@@ -16,5 +16,6 @@
 - tars: tar archives laid out by hand (a header, a padded member, one tarfile cannot read) and zstd of bytes;
 - elf: CUDA device code laid out by hand (a CUDA ELF, fat binaries and their entries, a section added to an object);
 - toolkits: CUDA toolkit trees whose nvcc, headers and libcudart say the releases asked for;
+- rig_action: the rig action plugin loaded as a module, and ansible-playbook runs of it on this controller;
 - worker_groups: which box tests share a pytest-xdist worker, and in what order the workers take them.
 """
