@@ -1,5 +1,5 @@
-"""The suite's fixtures and hooks: a real Docker engine, rig's base image, boxes, the lab; what the tests import
-is in tests/harness/.
+"""The suite's fixtures and hooks: a real Docker engine, rig's base image, boxes, the lab, the SGLang stand-in
+(its servers, its venv, a tune run's case); what the tests import is in tests/harness/.
 
 A box is a fresh container from the base image standing for a GPU machine;
 every box a test starts is removed afterwards, pass or fail. Playbooks run
@@ -19,7 +19,7 @@ from harness.boxes import Box, new_box, remove_boxes
 from harness.commands import run
 from harness.lab import Lab, built_once, default_venv, overlay
 from harness.paths import BIN, CUDA_STACK, LOCK_059, REPO
-from harness.standin import STAND_IN, free_port, listening
+from harness.standin import STAND_IN, free_port, listening, make_standin_venv, servers_running, standin_case
 from harness.worker_groups import GroupScheduling, collection_rank
 
 
@@ -70,6 +70,30 @@ def serve():
     for proc in procs:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture(scope="module")
+def standin_venv(tmp_path_factory) -> Path:
+    return make_standin_venv(tmp_path_factory.mktemp("tune") / "venv")
+
+
+@pytest.fixture
+def tune_case(tmp_path, standin_venv):
+    """(stack path, faults file, port) for one run; a stack with topk 1 and the stand-in's model dirs."""
+    for name in ("target", "draft"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    port = free_port()
+    stack = {"name": "tune-test", "cuda": {"version": "13.0.2"}, "venv": str(standin_venv),
+             "server": {"model": str(tmp_path / "target"), "draft_model": str(tmp_path / "draft"), "port": port,
+                        "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
+                        "cuda_graph_max_bs": 64, "start_timeout": 90},
+             "bench": {"concurrency": [1, 64], "max_tokens": 16, "rounds": 2},
+             "tune": {"steps": [1, 3], "uncapped": False}}
+    case = standin_case(tmp_path, stack)
+    case.port, case.venv, case.dir = port, standin_venv, tmp_path
+    yield case
+    assert not servers_running(standin_venv), "a server outlived the tune run"
 
 
 @pytest.fixture(scope="session")

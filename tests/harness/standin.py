@@ -1,11 +1,14 @@
-"""The SGLang stand-in (tests/sglang_api_server.py, its sglang package in tests/data/sglang_standin): a port for
-it to listen on, whether it listens, the servers still running, its cost model and the cases a test gives it
-(tests/conftest.py serve starts it on this machine)."""
+"""The SGLang stand-in (tests/sglang_api_server.py, its sglang package in tests/data/sglang_standin): a venv whose
+sglang it is, a port for it to listen on, whether it listens, the servers still running, its cost model and the
+cases a test gives it (tests/conftest.py serve starts it on this machine; standin_venv and tune_case give rig tune
+one)."""
 from __future__ import annotations
 
 import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 from harness.paths import REPO
@@ -16,6 +19,15 @@ STANDIN = REPO / "tests" / "data" / "sglang_standin"  # the sglang package a sta
 # With 80% acceptance per position, 3 steps make 2.95 tokens a step: EAGLE-3 (3 steps) serves one
 # stream at ~1.9x the baseline and 64 at ~0.8x; 1 step sits in between.
 MODEL = ["--step-ms", "4", "--token-ms", "0.5", "--draft-ms", "0.25", "--accept-rate", "0.8"]
+
+
+def make_standin_venv(venv: Path, package: Path = STANDIN) -> Path:
+    """A venv whose sglang is the stand-in PACKAGE (and the stand-in server and aiohttp beside it)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    ours = [p for p in sys.path if p.endswith("site-packages")]
+    (site / "standin.pth").write_text("\n".join([str(package), str(REPO / "tests"), *ours]) + "\n")
+    return venv
 
 
 def free_port() -> int:

@@ -18,42 +18,10 @@ import pytest
 import yaml
 from harness.commands import rig
 from harness.paths import REPO
-from harness.standin import MODEL, STANDIN, free_port, listening, servers_running, standin_case
+from harness.standin import MODEL, STANDIN, listening, make_standin_venv, servers_running
+from harness.tune import tune
 
 from rig.serving.measure import record
-
-
-def make_standin_venv(venv: Path, package: Path = STANDIN) -> Path:
-    """A venv whose sglang is the stand-in PACKAGE (and the stand-in server and aiohttp beside it)."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    ours = [p for p in sys.path if p.endswith("site-packages")]
-    (site / "standin.pth").write_text("\n".join([str(package), str(REPO / "tests"), *ours]) + "\n")
-    return venv
-
-
-@pytest.fixture(scope="module")
-def standin_venv(tmp_path_factory) -> Path:
-    return make_standin_venv(tmp_path_factory.mktemp("tune") / "venv")
-
-
-@pytest.fixture
-def tune_case(tmp_path, standin_venv):
-    """(stack path, faults file, port) for one run; a stack with topk 1 and the stand-in's model dirs."""
-    for name in ("target", "draft"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "config.json").write_text("{}")
-    port = free_port()
-    stack = {"name": "tune-test", "cuda": {"version": "13.0.2"}, "venv": str(standin_venv),
-             "server": {"model": str(tmp_path / "target"), "draft_model": str(tmp_path / "draft"), "port": port,
-                        "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
-                        "cuda_graph_max_bs": 64, "start_timeout": 90},
-             "bench": {"concurrency": [1, 64], "max_tokens": 16, "rounds": 2},
-             "tune": {"steps": [1, 3], "uncapped": False}}
-    case = standin_case(tmp_path, stack)
-    case.port, case.venv, case.dir = port, standin_venv, tmp_path
-    yield case
-    assert not servers_running(standin_venv), "a server outlived the tune run"
 
 
 def three_steps_only(stack: Path) -> None:
@@ -62,11 +30,6 @@ def three_steps_only(stack: Path) -> None:
     data = yaml.safe_load(stack.read_text())
     data["tune"]["steps"] = [3]
     stack.write_text(yaml.safe_dump(data))
-
-
-def tune(stack: Path, out: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
-    return rig("tune", "--stack", str(stack), "--out", str(out), "--min-requests", "8", "--json", *args,
-               env=env, timeout=600)
 
 
 def test_crossing_curves_give_speculation_below_the_crossover_and_step_0_above(tune_case):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 from harness.standin import MODEL, listening
-from test_tune import standin_venv, tune, tune_case  # noqa: F401  (fixtures)
+from harness.tune import tune
 
 
-def test_check_names_a_switch_every_server_would_inherit(tune_case):  # noqa: F811
+def test_check_names_a_switch_every_server_would_inherit(tune_case):
     stack, env = tune_case(*MODEL)
     done = tune(stack, tune_case.dir / "out", {**env, "RIG_FREE_OFF_CHECK": "1", "RIG_FREE_OFF_HOLD": "9"},
                 "--check")
@@ -20,7 +20,7 @@ def test_check_names_a_switch_every_server_would_inherit(tune_case):  # noqa: F8
     assert not listening(tune_case.port) and not (tune_case.dir / "out").exists()
 
 
-def test_a_switch_the_stack_would_refuse_is_refused_in_rigs_environment_too(tune_case):  # noqa: F811
+def test_a_switch_the_stack_would_refuse_is_refused_in_rigs_environment_too(tune_case):
     stack, env = tune_case(*MODEL)
     for name, value in (("RIG_FREE_OFF", "off"), ("RIG_FREE_OFF_CHECK", "yes"), ("RIG_FREE_OFF_HOLD", "-1"),
                         ("RIG_FREE_OFF_HOLDS", "9")):  # a misspelt switch the patch would ignore

@@ -4,6 +4,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from harness.elf import cuda_elf
 from harness.paths import REPO
 
 from rig.core import RigError
@@ -40,23 +41,6 @@ def test_what_one_object_cannot_run_well_or_at_all_is_named_for_that_object():
     assert object_notes("ops.so", archs[:2], ["120", "90a"], []) == ["ops.so: 12.0a runs cubin sm_120, not sm_120a SASS"]
     assert object_notes("flash_ops.so", archs[:2], ["80", "90a"], []) == \
         ["flash_ops.so: no kernel image for 12.0a (it has sm_80, sm_90a)"]
-
-
-def cuda_elf(flags: int, abi: int = 8, tkinfo: bytes | None = b"ptxas\0-arch sm_120a -m 64 \0",
-             machine: int = 190) -> bytes:
-    """A CUDA ELF as ptxas lays one out, reduced to what the audit reads: the header, the section names and
-    the toolkit note (made by hand: nvcc is not on this machine)."""
-    names = b"\0.shstrtab\0.note.nv.tkinfo\0"
-    note = struct.pack("<III", 13, len(tkinfo), 2000) + b"NVIDIA Corp\0\0\0\0" + tkinfo if tkinfo else b""
-    body = names + note
-    table = 64 + len(body)
-    sections = [struct.pack("<IIQQQQIIQQ", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-                struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, 64, len(names), 0, 0, 1, 0)]
-    if tkinfo:
-        sections.append(struct.pack("<IIQQQQIIQQ", 11, 7, 0, 0, 64 + len(names), len(note), 0, 0, 4, 0))
-    header = b"\x7fELF\x02\x01\x01" + bytes([0x41, abi]) + bytes(7) + struct.pack(
-        "<HHIQQQIHHHHHH", 2, machine, 1, 0, 0, table, flags, 64, 0, 0, 64, len(sections), 1)
-    return header + body + b"".join(sections)
 
 
 @pytest.mark.parametrize("flags, abi, tkinfo, arch", [

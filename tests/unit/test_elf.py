@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from harness.elf import PTX, cuda_elf, entry, fatbin, with_section
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_audit import cuda_elf
 
 from rig.core import RigError
 from rig.core.elf import fatbin_archs, parse_shared_object, read_shared_object
@@ -76,23 +76,8 @@ def test_needed_libraries_are_read_from_the_program_headers_with_or_without_a_se
 
 # ------------------------------------------------------------------ fat binaries by their documented layout
 
-def entry(kind: int, sm: int, payload: bytes, flags: int = 0x11) -> bytes:
-    """An entry: kind (1 PTX, 2 ELF), version, header size, payload size; the SM at byte 28, flags at 40."""
-    header = bytearray(64)
-    struct.pack_into("<HHIQ", header, 0, kind, 0x101, 64, len(payload))
-    struct.pack_into("<I", header, 28, sm)
-    struct.pack_into("<Q", header, 40, flags)
-    return bytes(header) + payload
-
-
-def fatbin(*entries: bytes) -> bytes:
-    body = b"".join(entries)
-    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
-
-
 ZSTD = 0x8000
 CUBIN_120A = cuda_elf(0x6007802)  # the suite's cubin: ptxas 13.0's flags and toolkit note for sm_120a
-PTX = b"//\n.version 9.0\n.target sm_90\n"
 
 
 @pytest.mark.parametrize("parts, sass, ptx", [
@@ -138,25 +123,6 @@ def test_any_damage_to_a_fat_binary_is_a_finding_or_a_reading_never_a_crash(data
         assert str(exc).startswith("ops.so: ")
     else:
         assert all(isinstance(a, str) and a[:2].isdigit() for a in sass + ptx)
-
-
-def with_section(data: bytes, name: bytes, body: bytes) -> bytes:
-    """DATA (a real shared object) with one more section, NAME holding BODY, appended after everything: a new
-    names table and a new section table at the end, the header pointed at them."""
-    shoff, = struct.unpack_from("<Q", data, 40)
-    shnum, shstrndx = struct.unpack_from("<H", data, 60)[0], struct.unpack_from("<H", data, 62)[0]
-    table = [bytearray(data[shoff + 64 * i:shoff + 64 * (i + 1)]) for i in range(shnum)]
-    names_at, names_size = struct.unpack_from("<QQ", table[shstrndx], 24)
-    names = data[names_at:names_at + names_size] + name + b"\0"
-    out = bytearray(data) + bytes(-len(data) % 8)
-    body_at = len(out)
-    out += body + bytes(-len(body) % 8)
-    struct.pack_into("<QQ", table[shstrndx], 24, len(out), len(names))
-    out += names + bytes(-len(names) % 8)
-    table.append(bytearray(struct.pack("<IIQQQQIIQQ", names_size, 1, 2, 0, body_at, len(body), 0, 0, 8, 0)))
-    struct.pack_into("<Q", out, 40, len(out))
-    struct.pack_into("<H", out, 60, shnum + 1)
-    return bytes(out + b"".join(table))
 
 
 @pytest.fixture(scope="module")

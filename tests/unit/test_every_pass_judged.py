@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cuda_agreement import toolkit
-from test_elf import PTX, entry, fatbin, with_section
+from harness.elf import PTX, entry, fatbin, with_section
+from harness.toolkits import toolkit
 
 from rig.core.check import Check
 from rig.cuda import agreement

@@ -334,7 +334,7 @@ def test_a_python_given_with_a_slash_is_that_file_and_a_bare_name_is_looked_up_o
 
 def _safe_says(keep: Path) -> subprocess.CompletedProcess:
     """The action's keep-dir check (the one snippet its run and keep scripts share), run by sh on KEEP."""
-    from test_rig_action import action
+    from harness.rig_action import action
 
     script = f"d={shlex.quote(str(keep))}\n{action.ActionModule._safe()}echo \"ok $p\"\n"
     return subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
@@ -369,13 +369,13 @@ def test_a_keep_dir_is_used_only_where_nobody_else_can_change_it_or_a_dir_above(
 
 
 def action_unsafe() -> int:
-    from test_rig_action import action
+    from harness.rig_action import action
 
     return action.UNSAFE
 
 
 def test_a_keep_dir_others_may_write_fails_the_task_naming_it_and_nothing_runs(tmp_path):
-    from test_rig_action import SHOW, play
+    from harness.rig_action import SHOW, play
 
     (tmp_path / "kept").mkdir()
     (tmp_path / "kept").chmod(0o777)
@@ -392,7 +392,7 @@ def test_the_bytes_checked_are_the_bytes_that_run_whatever_happens_to_the_kept_f
     import hashlib
     import sys
 
-    from test_rig_action import SHOW, play
+    from harness.rig_action import SHOW, play
 
     assert play(tmp_path, [SHOW])[0] == 0  # the bundle kept once
     kept = next((tmp_path / "kept").glob("rig-*.pyz"))

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from test_venv_archive import make_venv, padded, unreadable, zstd_of
-from test_venv_image import imaged, three_images
-from test_venv_image_host import ENV, NAME
+from harness.tars import padded, unreadable, zstd_of
+from harness.venv_images import ENV, NAME, imaged, three_images
+from harness.venvs import make_venv
 
 from rig.core import RigError
 from rig.python import runtime_env

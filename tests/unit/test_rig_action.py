@@ -1,22 +1,16 @@
 """The rig action plugin: how it maps the engine's answer, and real ansible-playbook runs of it on the
 controller itself (connection local), check mode and hostile arguments included."""
-import importlib.util
 import json
 import os
 import sys
 import time
 
 import pytest
-import yaml
 from harness.commands import run
-from harness.paths import BIN, REPO
+from harness.paths import REPO
+from harness.rig_action import SHOW, action, play
 
 from rig.python.runtime_env import MODULE
-
-PLUGIN = REPO / "roles" / "rig_engine" / "action_plugins" / "rig.py"
-_spec = importlib.util.spec_from_file_location("rig_action_plugin", PLUGIN)
-action = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(action)
 
 ARGV = ["venv", "install", "--json"]
 
@@ -71,24 +65,6 @@ def test_a_failure_is_the_engines_error_line():
 
 
 # ---- real runs: ansible-playbook on this controller, the bundle built by the rig_engine role
-
-def play(tmp_path, tasks: list[dict], *args: str, host: str = "localhost") -> tuple[int, dict]:
-    """Run TASKS on HOST after rig_engine; (exit status, the last task's result). The inventory holds
-    localhost (local) and `faraway`, a host nobody can reach."""
-    book, inventory = tmp_path / "play.yml", tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
-        "localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
-        "faraway": {"ansible_connection": "ssh", "ansible_host": "192.0.2.1"}}}}))  # TEST-NET-1: never routed
-    book.write_text(yaml.safe_dump([{
-        "hosts": host, "gather_facts": False,
-        "vars": {"rig_engine_python": sys.executable, "rig_engine_bundle": str(tmp_path / "rig.pyz"),
-                 "rig_engine_keep_dir": str(tmp_path / "kept")},
-        "roles": ["rig_engine"], "tasks": tasks}]))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}
-    done = run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(book), *args], env=env, cwd=tmp_path)
-    report = json.loads(done.stdout)
-    return done.returncode, report["plays"][0]["tasks"][-1]["hosts"][host]
-
 
 def test_a_controller_step_runs_on_the_controller_and_never_reaches_the_host(tmp_path):
     task = {"name": "Read a stack", "rig": {"argv": ["stack", "show", "--stack", str(REPO / "stacks" / "default.yml")],
@@ -150,10 +126,6 @@ def test_a_target_without_the_interpreter_fails_saying_so(tmp_path):
     rc, result = play(tmp_path, [task], "-e", "rig_engine_python=/nonexistent/python3")
     assert rc != 0 and result["failed"] is True
     assert result["msg"].startswith("rig stack show failed (exit 127): ") and "/nonexistent/python3" in result["msg"]
-
-
-SHOW = {"name": "Show a stack",
-        "rig": {"argv": ["stack", "show", "--stack", str(REPO / "stacks" / "default.yml")], "mode": "read"}}
 
 
 def kept(tmp_path) -> list:

@@ -3,15 +3,12 @@ byte for byte (its bytecode still fresh), pulled over rig's wheel server with a 
 every mismatch or hostile input refused before anything lands at the venv path."""
 from __future__ import annotations
 
-import compileall
 import contextlib
 import hashlib
 import http.server
-import importlib.util
 import io
 import json
 import os
-import py_compile
 import random
 import shutil
 import struct
@@ -27,10 +24,11 @@ from pathlib import Path
 
 import pytest
 from harness.commands import rig
+from harness.tars import header, padded, unreadable, zstd_of
+from harness.venvs import LOCK, cached, flip_a_byte, make_venv, site_of
 
 from rig.core import RigError
 from rig.core import http as rig_http
-from rig.python.runtime_env import hook
 from rig.python.venv import MARKER
 from rig.python.venv_archive.manifest import FIXED_MTIME, fits, read_manifest
 from rig.python.venv_archive.pack import pack
@@ -41,40 +39,7 @@ from rig.python.wheel_serving import WheelServer
 
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd binary (apt-get install zstd)")
 
-LOCK = "a" * 64
 TAG = sys.implementation.cache_tag
-
-
-def make_venv(path: Path, lock: str = LOCK, checked_hash: bool = False) -> Path:
-    """A real venv (no pip) with a module compiled as pip would, a module whose bytecode went stale, an
-    executable script, 200 kB that does not compress, rig's marker and its environment hook (an image needs it)."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-    package = next(path.glob("lib/python*/site-packages")) / "tiny"
-    package.mkdir()
-    (package / "__init__.py").write_text("VALUE = 42\n")
-    (package / "stale.py").write_text("OLD = 1\n")
-    (package / "blob.bin").write_bytes(random.Random(1).randbytes(200_000))
-    mode = py_compile.PycInvalidationMode.CHECKED_HASH if checked_hash else py_compile.PycInvalidationMode.TIMESTAMP
-    assert compileall.compile_dir(package, quiet=1, invalidation_mode=mode)
-    stale = package / "stale.py"
-    if checked_hash:  # a stale timestamp pyc beside the hash-checked ones
-        compileall.compile_file(stale, quiet=1, force=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
-    stale.write_text("OLD = 22\n")  # changed since it was compiled: its pyc no longer matches
-    os.utime(stale, (stale.stat().st_mtime + 5,) * 2)
-    tool = path / "bin" / "tool"
-    tool.write_text("#!/bin/sh\necho hi\n")
-    tool.chmod(0o750)
-    (path / MARKER).write_text(json.dumps({"lock_hash": lock, "packages": ["a==1"]}))
-    hook(path)
-    return path
-
-
-def site_of(venv: Path) -> Path:
-    return next(venv.glob("lib/python*/site-packages"))
-
-
-def cached(source: Path) -> Path:
-    return Path(importlib.util.cache_from_source(str(source)))
 
 
 @pytest.fixture
@@ -118,13 +83,6 @@ def test_the_same_venv_packs_to_the_same_bytes_whatever_its_files_times(tmp_path
         assert Path(first[key]).read_bytes() == Path(second[key]).read_bytes(), key
     again = pack(venv, tmp_path / "one")
     assert again["changed"] is False and again["sha256"] == first["sha256"]
-
-
-def flip_a_byte(path: Path) -> bytes:
-    """PATH with one byte changed, its size kept; its bytes before."""
-    before = path.read_bytes()
-    path.write_bytes(before[:len(before) // 2] + bytes([before[len(before) // 2] ^ 0xFF]) + before[len(before) // 2 + 1:])
-    return before
 
 
 def test_an_archive_changed_at_its_size_is_packed_again(tmp_path):
@@ -393,36 +351,12 @@ def marker_of(lock: str = LOCK) -> bytes:
     return json.dumps({"lock_hash": lock, "packages": ["a==1"]}).encode()
 
 
-def zstd_of(raw: bytes) -> bytes:
-    return subprocess.run(["zstd", "-q", "-c"], input=raw, capture_output=True, check=True).stdout
-
-
 def crafted(tmp_path: Path, manifest: dict, archive_bytes: bytes, entries: list) -> tuple[Path, dict]:
     """ARCHIVE_BYTES as the archive of MANIFEST listing ENTRIES, its sha256 and size right."""
     archive = tmp_path / "crafted.tar.zst"
     archive.write_bytes(archive_bytes)
     return archive, {**manifest, "entries": entries, "archive": {**manifest["archive"], "size": len(archive_bytes),
                                                                   "sha256": hashlib.sha256(archive_bytes).hexdigest()}}
-
-
-def header(name: str, kind: bytes, size: int) -> bytes:
-    info = tarfile.TarInfo(name)
-    info.type, info.size = kind, size
-    return info.tobuf(tarfile.USTAR_FORMAT)
-
-
-def padded(data: bytes) -> bytes:
-    return data + bytes(-len(data) % tarfile.BLOCKSIZE)
-
-
-def unreadable(name: str, data: bytes) -> bytes:
-    """A set-uid file whose mode field, "4755 xxx", is no octal number: tarfile takes its header for the tar's end,
-    mksquashfs 4.5 reads it as a member of mode 4755."""
-    block = bytearray(header(name, tarfile.REGTYPE, len(data)))
-    block[100:108] = b"4755 xxx"
-    block[148:156] = b" " * 8
-    block[148:156] = b"%06o\0 " % sum(block)  # a checksum that holds: only the mode is unreadable
-    return bytes(block) + padded(data)
 
 
 def tar_of(*files: tuple[str, bytes]) -> bytes:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from harness.commands import rig
-from test_venv_archive import LOCK, cached, flip_a_byte, make_venv, site_of
+from harness.venv_images import LONG, imaged, three_images
+from harness.venvs import LOCK, cached, flip_a_byte, make_venv, site_of
 
 from rig.core import RigError
 from rig.machine.doctor import _venv_image
@@ -33,21 +34,6 @@ pytestmark = pytest.mark.skipif(not (shutil.which("zstd") and shutil.which("mksq
                                 reason="needs zstd and mksquashfs (apt install zstd squashfs-tools)")
 CANNOT = mountable()
 needs_mount = pytest.mark.skipif(CANNOT is not None, reason=f"cannot loop-mount squashfs here: {CANNOT}")
-LONG = "x" * 150  # a name past ustar's 100 bytes: the archive holds it in a PAX header
-
-
-def imaged(tmp_path: Path, lock: str = LOCK, out: str = "images") -> dict:
-    """A venv of LOCK at tmp_path/venv packed and imaged into tmp_path/OUT; the venv moved out of the way (the
-    absolute path its bin/python linked to kept as "interpreter")."""
-    venv = make_venv(tmp_path / "venv", lock)
-    (site_of(venv) / f"{LONG}.txt").write_text("long\n")
-    packed = pack(venv, tmp_path / f"archive-{lock[:4]}")
-    built = image(packed["manifest"], tmp_path / out)
-    link = venv / "bin" / "python"
-    while not os.path.isabs(text := os.readlink(link)):  # python -> python3.11 -> the interpreter venv ran as
-        link = link.with_name(text)
-    shutil.rmtree(venv)
-    return {**built, "archive_manifest": packed["manifest"], "interpreter": text}
 
 
 def test_the_same_archive_images_to_the_same_bytes_and_its_manifest_says_what_it_holds(tmp_path):
@@ -219,11 +205,6 @@ def unmounted_after(tmp_path):
         point = line.split()[4]
         if point.startswith(str(tmp_path)):
             detach(point)
-
-
-def three_images(tmp_path: Path) -> list[Path]:
-    """Image manifests of three locks' venvs at one path (tmp_path/venv)."""
-    return [Path(imaged(tmp_path, lock * 64, out=f"images-{lock}")["image_manifest"]) for lock in "abc"]
 
 
 @needs_mount

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness.venv_images import ENV, NAME
 
 from rig.core import RigError
 from rig.python import runtime_env
@@ -17,11 +18,6 @@ from rig.python.runtime_env import HOOK, MODULE, hook, hook_text, install
 from rig.python.venv_archive import mounts, unit
 from rig.python.venv_archive.place import venv_place
 from rig.python.venv_archive.unit import escape_path, persist, unit_name, unit_text
-
-NAME = "venv-0123456789abcdef-py3.11-x86_64"
-ENV = {"pinned": {"CUDA_HOME": "/usr/local/cuda-13.0"}, "defaults": {"NCCL_P2P_LEVEL": "SYS"},
-       "home": {"FLASHINFER_WORKSPACE_BASE": ".cache/rig/flashinfer-jit/cuda-13.0.2-flashinfer-0.7.2"}}
-
 
 # systemd's unit_name_path_escape, worked by hand: slashes trimmed and squeezed, "/" is "-", every other byte but
 # [A-Za-z0-9:_.] (and a leading ".") is \xNN, "-" itself included

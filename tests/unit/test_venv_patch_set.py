@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from harness.commands import rig
-from test_venv_archive import make_venv, site_of
+from harness.venvs import make_venv, site_of
 
 from rig.core import RigError
 from rig.patches import actions
