@@ -17,5 +17,6 @@
 - elf: CUDA device code laid out by hand (a CUDA ELF, fat binaries and their entries, a section added to an object);
 - toolkits: CUDA toolkit trees whose nvcc, headers and libcudart say the releases asked for;
 - rig_action: the rig action plugin loaded as a module, and ansible-playbook runs of it on this controller;
+- os_faults: a filesystem call made to fail at one path (what rig must leave nothing behind after);
 - worker_groups: which box tests share a pytest-xdist worker, and in what order the workers take them.
 """

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from harness.os_faults import refuse
 from harness.tars import padded, unreadable, zstd_of
 from harness.venv_images import ENV, NAME, imaged, three_images
 from harness.venvs import make_venv
@@ -357,14 +358,7 @@ def test_a_venv_directory_the_link_cannot_replace_is_put_back(tmp_path, monkeypa
     """The directory was moved aside, then the link's rename failed: the venv path was left empty, the directory
     beside it under another name."""
     venv, where = make_venv(tmp_path / "venv"), tmp_path / "store" / NAME
-    real = os.replace
-
-    def refused(src, dst):
-        if Path(dst) == venv:
-            raise OSError(5, "Input/output error")
-        real(src, dst)
-
-    monkeypatch.setattr(os, "replace", refused)
+    refuse(monkeypatch, "replace", venv, OSError(5, "Input/output error"), arg=1)
     with pytest.raises(OSError, match="Input/output error"):
         mounting._switch(venv, where, mounting._aside_name(venv))
     assert (venv / "pyvenv.cfg").is_file() and not venv.is_symlink()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from harness.commands import rig
+from harness.os_faults import refuse
 from harness.tars import header, padded, unreadable, zstd_of
 from harness.venvs import LOCK, cached, flip_a_byte, make_venv, site_of
 
@@ -502,14 +503,7 @@ def test_unpack_refuses_a_directory_that_is_no_venv_and_a_parent_that_is_no_dire
 def test_an_old_venv_that_cannot_move_aside_leaves_nothing_behind(packed, monkeypatch):
     venv, result, manifest = packed
     old_venv(venv)
-    real = os.rename
-
-    def refused(src, dst):
-        if Path(src) == venv:
-            raise PermissionError(13, "Permission denied")
-        real(src, dst)
-
-    monkeypatch.setattr(os, "rename", refused)
+    refuse(monkeypatch, "rename", venv, PermissionError(13, "Permission denied"))
     with pytest.raises(RigError, match="cannot move the old venv"):
         unpack(result["archive"], manifest, venv)
     assert (venv / "keep.txt").read_text() == "old" and leftovers(venv) == []
@@ -518,14 +512,7 @@ def test_an_old_venv_that_cannot_move_aside_leaves_nothing_behind(packed, monkey
 def test_a_new_venv_that_cannot_take_the_old_ones_place_puts_the_old_one_back(packed, monkeypatch):
     venv, result, manifest = packed
     old_venv(venv)
-    real = os.replace
-
-    def refused(src, dst):
-        if Path(dst) == venv:
-            raise OSError(28, "No space left on device")
-        real(src, dst)
-
-    monkeypatch.setattr(os, "replace", refused)
+    refuse(monkeypatch, "replace", venv, OSError(28, "No space left on device"), arg=1)
     with pytest.raises(OSError, match="No space left"):
         unpack(result["archive"], manifest, venv)
     assert (venv / "keep.txt").read_text() == "old" and leftovers(venv) == []
