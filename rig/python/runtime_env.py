@@ -17,6 +17,7 @@ that does not exist, which Python skips.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
 import json
 import os
@@ -25,9 +26,10 @@ from pathlib import Path
 from rig.core import RigError
 from rig.core.cuda_releases import series
 from rig.core.documents import converge_file
-from rig.core.fs import confined, plain_dir, private_dir, sha256_data
+from rig.core.fs import MissingFile, confined, plain_dir, private_dir, read_bytes, sha256_data
 from rig.core.hints import CREATE_VENV
 from rig.core.proc import ask
+from rig.python.venv import BUILT_MARKER
 from rig.python.venv import MARKER as VENV_MARKER
 from rig.python.venv_archive.place import rig_link, store_of
 
@@ -210,12 +212,21 @@ def read_if(path: Path) -> str | None:
     return path.read_text() if path.is_file() and not path.is_symlink() else None
 
 
-
 def start_digest(venv: str | Path) -> str:
-    """sha256 of what VENV's Python takes from rig at its start: the venv's marker (its lock) and rig's environment
-    module. A server started before either changed still runs the old ones: its unit names this, so it restarts."""
-    site, _ = _site_for(venv)
-    return sha256_data("\0".join(read_if(p) or "" for p in (Path(venv) / VENV_MARKER, site / f"{MODULE}.py")))
+    """sha256 of what VENV's Python takes from rig at its start: the venv's lock (its marker and the built wheels'
+    list) and rig's environment module, where it lives (an image venv's writable site dir). Only read, each a
+    regular file or nothing: a server started before any changed still runs the old ones; its unit names this."""
+    venv = Path(venv)
+    site = env_site(venv) if rig_link(venv, None) else site_packages(venv)
+    digest = hashlib.sha256()
+    for path in (venv / VENV_MARKER, venv / BUILT_MARKER, site / f"{MODULE}.py"):
+        try:
+            data = read_bytes(path, "a file the venv's Python reads at start", follow=False)
+        except MissingFile:
+            data = b""
+        digest.update(hashlib.sha256(data).digest())
+    return digest.hexdigest()
+
 
 def install(venv: str | Path, env: dict, stack_name: str, check: bool = False) -> dict:
     """Write the module and its .pth (into an image venv's writable site dir); unchanged files are left alone.

@@ -152,8 +152,7 @@ def test_an_archive_kept_without_its_image_is_imaged_on_the_controller_and_mount
         made.unlink()
     host = start_box(loop=True)
     took = host.play("python.yml", **image_vars(imaged)).expect_ok()
-    changed = took.changed_tasks(host.name)
-    assert any("Image the controller's archive" in t for t in changed), changed
+    changed = took.changed_tasks(host.name)  # the imaging changes the controller's cache, no host (mode read)
     assert any(MOUNT in t for t in changed) and not any(UNPACK in t or WHEELS in t for t in changed), changed
     assert [p.read_bytes() for p in kept.glob("*.image.json")] == [
         p.read_bytes() for p in imaged["kept"].glob("*.image.json")]  # the same image the packer made

@@ -175,3 +175,23 @@ def test_a_malformed_environment_section_is_refused(tmp_path):
     path.write_text("name: s\ncuda: {version: '13.0.2'}\nenvironment: {vars: {'BAD-NAME': x}}\n")
     done = rig("env", "show", "--stack", str(path))
     assert done.returncode == 2 and "environment.vars: 'BAD-NAME' is not an environment variable name" in done.stderr
+
+
+def test_the_start_digest_changes_with_the_lock_the_built_wheels_and_the_environment_and_only_reads(venv):
+    """What a server's unit names, so that it restarts: the venv's marker, its built wheels' list and rig's
+    environment module, each read as bytes (not text), a missing one as nothing, a FIFO refused, nothing written."""
+    site = runtime_env.site_packages(venv)
+    seen = [runtime_env.start_digest(venv)]
+    runtime_env.install(venv, {"pinned": {"CUDA_HOME": "/usr/local/cuda-13.0"}, "defaults": {}, "home": {}}, "tiny")
+    seen.append(runtime_env.start_digest(venv))
+    (venv / ".rig-stack.json").write_bytes(b'{"lock_hash": "\xff"}')  # not UTF-8: bytes are hashed
+    seen.append(runtime_env.start_digest(venv))
+    (venv / ".rig-built.json").write_text("built==1\n")
+    seen.append(runtime_env.start_digest(venv))
+    assert len(set(seen)) == 4 and runtime_env.start_digest(venv) == seen[-1]
+    files = sorted(p.name for p in site.iterdir())
+    (venv / ".rig-built.json").unlink()
+    os.mkfifo(venv / ".rig-built.json")
+    with pytest.raises(runtime_env.RigError, match="not a regular file"):
+        runtime_env.start_digest(venv)
+    assert sorted(p.name for p in site.iterdir()) == files
