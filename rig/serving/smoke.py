@@ -8,6 +8,7 @@ from typing import Any
 
 from rig.core import RigError, http, progress
 from rig.core.fs import read_tail
+from rig.machine.log_doctor import diagnose
 from rig.serving.sglang_api import (
     KEY_ENV,
     accept_length,
@@ -37,7 +38,16 @@ def log_tail(log: str | None, lines: int = 20) -> str:
     except (RigError, OSError):
         return ""
     tail = data.decode(errors="replace").splitlines()[-lines:]
-    return f"\nlast {len(tail)} lines of {log}:\n" + "\n".join(tail)
+    return f"\nlast {len(tail)} lines of {log}:\n" + "\n".join(tail) + _known_failures(log)
+
+
+def _known_failures(log: str) -> str:
+    """What `rig doctor --log` knows of LOG's failures: each one's cause and fix, after the tail that shows it."""
+    try:
+        found = diagnose(log)["findings"]
+    except (RigError, OSError):
+        return ""
+    return "".join(f"\nknown failure {f['rule']} (line {f['line']}): {f['cause']}\n  fix: {f['fix']}" for f in found)
 
 
 def alive(pid: int) -> bool:

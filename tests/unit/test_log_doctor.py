@@ -29,6 +29,11 @@ LINES = {
                         "You requested a total of 5000 tokens: 4488 tokens from the input messages and 512 tokens "
                         "for the completion. Please reduce the number of tokens in the input messages or the "
                         "completion to fit within the limit.",
+    "flashinfer-workspace": "Exception: Capture cuda graph failed: Error in function 'aligned_alloc' at /root/venv/lib/"
+                            "python3.12/site-packages/flashinfer/data/include/flashinfer/allocator.h:71: Buffer "
+                            "overflow when allocating memory for batch_prefill_tmp_v with size 601882624 and "
+                            "alignment 16, but only 402653184 bytes available in AlignedAllocator. Increase the "
+                            "workspace buffer size.",
 }
 
 
@@ -111,3 +116,16 @@ def test_a_matched_line_is_printed_with_its_terminal_escapes_visible(tmp_path):
     assert done.returncode == 1 and "1 known failure(s)" in done.stdout
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert "\\x1b]0;owned\\x07RuntimeError" in done.stdout and "\\x1b]52;c;ZXZpbA==\\x07" in done.stdout
+
+
+def test_a_server_that_dies_at_start_names_the_known_failure_under_its_log_tail(tmp_path):
+    """issue 71's flashinfer tune: EAGLE-3 died capturing its graphs; the error now says the fix, not only the tail."""
+    from rig.serving.smoke import log_tail
+
+    log = tmp_path / "eagle3-3.log"
+    log.write_text("loading\n" + LINES["flashinfer-workspace"] + "\n" + "Received sigquit from a child process.\n")
+    said = log_tail(str(log), lines=2)
+    assert said.splitlines()[2] == LINES["flashinfer-workspace"]
+    assert "known failure flashinfer-workspace (line 2)" in said and "SGLANG_FLASHINFER_WORKSPACE_SIZE" in said
+    log.write_text("loading\nready\n")
+    assert "known failure" not in log_tail(str(log))

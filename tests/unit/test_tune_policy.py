@@ -399,3 +399,48 @@ def test_a_confirmation_written_before_the_median_rule_still_reads():
     rows = [{"level": "C=64", "chosen": "step0", "steps": 0, "batch": 64, "kind": "step0"}]
     said = recommend({"kind": "adaptive", "slots": {"1": 3, "64": 0}}, rows, old, "a.json", {}, rows, M)
     assert "at C=64 it ran 0.70 of baseline (lost)" in said
+
+
+def test_an_open_loop_level_is_judged_by_each_requests_speed_not_the_arrival_rates_throughput():
+    """issue 71's R=20/s on the H100 (run 15): every server kept up, so each made the arrival rate's 2.3k tok/s, and
+    throughput chose the baseline; EAGLE-3 gave the median request 207 tok/s against 133 (965 ms -> 618 ms)."""
+    from rig.serving.measure.record import judged, value_of
+    from rig.serving.measure.verdict import confirm
+
+    def level(throughputs, speeds, rate, in_flight):
+        return {M: sorted(throughputs)[1], f"round_{M}": throughputs, "request_speed": sorted(speeds)[1],
+                "round_request_speed": speeds, "rate": rate, "concurrency": in_flight}
+
+    measured = {"baseline": {"C=128": level([13084, 12316, 12623], [105, 104, 106], None, 122),
+                             "R=20/s": level([2278, 2277, 2278], [133, 132, 133], 20.0, 17),
+                             "R=80/s": level([8297, 8359, 8368], [85, 86, 84], 80.0, 97)},
+                "eagle3-3": {"C=128": level([7799, 8694, 8736], [74, 73, 75], None, 114),
+                             "R=20/s": level([2343, 2344, 2346], [207, 206, 208], 20.0, 11),
+                             "R=80/s": level([6872, 6917, 7226], [66, 65, 67], 80.0, 101)}}
+    assert judged(measured["baseline"]["R=20/s"], M) == "request_speed"
+    assert judged(measured["baseline"]["C=128"], M) == M and judged(measured["baseline"]["R=20/s"], "goodput") \
+        == "goodput"
+    assert value_of(measured["eagle3-3"]["R=20/s"], M) == 207 and value_of(None, M) is None
+    levels = [Level(128), Level(128, 20.0), Level(128, 80.0)]
+    rows = choose(measured, VARIANTS[::2], levels, M, 256)
+    assert [(r["level"], r["chosen"], r["batch"]) for r in rows] == [
+        ("C=128", "baseline", 128), ("R=20/s", "eagle3-3", 11), ("R=80/s", "baseline", 97)]
+    assert policy(rows, list(range(1, 257)))["slots"] == {"1": 3, "97": 0}
+    # the policy that served each level as chosen is confirmed by the same judged values
+    mine = {"policy": {name: measured[row["chosen"]][name] for row in rows for name in [row["level"]]}}
+    table = confirm({**measured, **mine}, rows, "policy", "baseline", M)
+    assert table["confirmed"] and [round(t["ratio_baseline"], 2) for t in table["levels"]] == [1.0, 1.56, 1.0]
+
+
+def test_each_round_and_level_carries_the_median_requests_speed():
+    from rig.serving.measure.plan import plan_from
+    from rig.serving.measure.stats import aggregate
+
+    def request(start, e2e, tokens):
+        return {"ok": True, "start": start, "end": start + e2e, "e2e": e2e, "ttft": 0.01, "tpot": 0.001,
+                "tokens": tokens, "speed": tokens / e2e, "accept_length": None}
+
+    rounds = [[request(0, 1.0, 100), request(0, 2.0, 100), request(0, 4.0, 100)], [request(0, 1.0, 50)]]
+    level = aggregate(rounds, 8, plan_from(), [None, None])
+    assert level["round_request_speed"] == [50.0, 50.0] and level["request_speed"] == 50.0
+    assert level["round_output_throughput"] == [75.0, 50.0]

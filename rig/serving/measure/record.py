@@ -19,7 +19,7 @@ from typing import Any, TypeGuard, cast
 
 from rig.core import RigError, numbers, outdir, progress
 from rig.core.schema import Field, between, validate
-from rig.serving.measure.stats import ms_key
+from rig.serving.measure.stats import REQUEST_SPEED, ms_key
 
 FORMAT = 1  # 1: sglang.bench_serving's names (completed, duration, total_output_tokens, max_concurrency, concurrency)
 FORMAT_FIELD = Field(int, required=True, choices=(FORMAT,))
@@ -32,7 +32,7 @@ _ERRORS = Field(list, default=[], item=Field(multiline=True))  # a request's err
 _RUNNING = Field((int, type(None)), check=lambda v: None if v is None else numbers.problem(
     v, 1, numbers.MAX_RUNNING_REQUESTS))
 LATENCIES = ("ttft", "tpot", "itl", "e2e_latency")
-# the metrics a level may be judged by: each the median of its rounds, round_NAME beside it (rounds_of)
+# the metrics a run may be judged by (the plan's): each the median of its rounds, round_NAME beside it (rounds_of)
 METRICS = ("output_throughput", "goodput")
 
 # One level of one run: what its requests came to over every round, and the judged metrics per round.
@@ -46,7 +46,8 @@ LEVEL = Field(dict, fields={
     "per_request_speed": Field((dict, type(None)), values=_NUMBER),
     **{ms_key(stat, name): _NUMBER for name in LATENCIES for stat in ("mean", "median", "p90", "p99")},
     "accept_length": _NUMBER, "server_accept_length": _NUMBER, "round_server_accept_length": _NUMBERS,
-    **{key: spec for metric in METRICS for key, spec in ((metric, _NUMBER), (f"round_{metric}", _NUMBERS))},
+    **{key: spec for metric in (*METRICS, REQUEST_SPEED)
+       for key, spec in ((metric, _NUMBER), (f"round_{metric}", _NUMBERS))},
     "profile": Field((dict, type(None)), open=True)})
 # The serial runs: each one request alone, its output tokens/s a "round" of its own.
 SERIAL = Field((dict, type(None)), fields={
@@ -59,9 +60,20 @@ RUN = Field(dict, open=True, fields={
     "levels": Field(list, default=[], item=LEVEL), "stopped": Field((str, type(None)), multiline=True)})
 
 
+def judged(level: dict, metric: str) -> str:
+    """What LEVEL is judged by for a run judged by METRIC: METRIC, but at an open-loop level (a request rate) output
+    throughput is each request's own speed (REQUEST_SPEED); goodput already counts what each request got."""
+    return REQUEST_SPEED if metric == METRICS[0] and level.get("rate") else metric
+
+
+def value_of(level: dict | None, metric: str) -> float | None:
+    """LEVEL's judged value (judged) for a run judged by METRIC: its median over rounds; None where not measured."""
+    return (level or {}).get(judged(level or {}, metric))
+
+
 def rounds_of(level: dict, metric: str) -> list:
-    """LEVEL's METRIC per round (None where a round measured nothing); its median is level[METRIC]."""
-    return level.get(f"round_{metric}") or []
+    """LEVEL's judged value (judged) per round (None where a round measured nothing); its median is value_of."""
+    return level.get(f"round_{judged(level, metric)}") or []
 
 
 def capped(run: dict, level: dict) -> int | None:

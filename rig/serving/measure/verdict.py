@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from rig.serving.measure.record import rounds_of
+from rig.serving.measure.record import rounds_of, value_of
 
 # The policy's server runs after the others, not interleaved with them: the same line started twice differs by a
 # few percent (the stand-in) or more (a tiny model on the H200), so confirmation calls a level lost only when every
@@ -137,16 +137,17 @@ def _crossover_advice(rows: list[dict], highest: int | None, noisy: list[int], t
 
 def choose(measured: dict[str, dict], candidates: list, levels: list, metric: str,
            max_running_requests: int | None = None) -> list[dict]:
-    """Per level: the best candidate by its median METRIC, and the one chosen: the simplest not clearly below the
+    """Per level: the best candidate by its median METRIC (judged: at an open-loop level, each request's speed), and
+    the one chosen: the simplest not clearly below the
     best (CANDIDATES in order of simplicity, each with .name and .steps). A level's running batch is its
     concurrency (or, open-loop, its mean in flight), at most the policy server's MAX_RUNNING_REQUESTS."""
     rows = []
     for level in levels:
-        have = [v for v in candidates if (measured.get(v.name, {}).get(level.name) or {}).get(metric)]
+        have = [v for v in candidates if value_of(measured.get(v.name, {}).get(level.name), metric)]
         if not have:
             continue
         at = {v.name: measured[v.name][level.name] for v in have}
-        best = max(have, key=lambda v: at[v.name][metric])
+        best = max(have, key=lambda v: value_of(at[v.name], metric))
         chosen = next(v for v in have
                       # each variant is its own server run: lost only beyond the lifetimes' noise
                       if v is best or within_range(ratios(rounds_of(at[v.name], metric),
@@ -154,8 +155,8 @@ def choose(measured: dict[str, dict], candidates: list, levels: list, metric: st
                                                    LIFETIMES) != "lost")
         batch = level.concurrency if level.rate is None else max(1, round(at[chosen.name].get("concurrency") or 1))
         batch = min(batch, max_running_requests) if max_running_requests else batch
-        rows.append({"level": level.name, "batch": batch, "best": best.name, "best_value": at[best.name][metric],
-                     "chosen": chosen.name, "steps": chosen.steps, "chosen_value": at[chosen.name][metric]})
+        rows.append({"level": level.name, "batch": batch, "best": best.name, "best_value": value_of(at[best.name], metric),
+                     "chosen": chosen.name, "steps": chosen.steps, "chosen_value": value_of(at[chosen.name], metric)})
     return rows
 
 
@@ -184,14 +185,14 @@ def confirm(measured: dict[str, dict], rows: list[dict], policy: str, baseline: 
     table = []
     for row in rows:
         own = mine.get(row["level"])
-        if not own or not own.get(metric):
+        if not value_of(own, metric):
             continue
         best = measured[row["best"]][row["level"]]
         base = measured.get(baseline, {}).get(row["level"])
         vs_best = ratios(rounds_of(own, metric), rounds_of(best, metric))
         vs_base = ratios(rounds_of(own, metric), rounds_of(base, metric)) if base else []
         verdict, confirmed, rule = level_confirmation(vs_best)
-        table.append({"level": row["level"], "policy": own[metric], "best": row["best"], "best_value": row["best_value"],
+        table.append({"level": row["level"], "policy": value_of(own, metric), "best": row["best"], "best_value": row["best_value"],
                       "steps": row["steps"], "ratio_best": statistics.median(vs_best) if vs_best else None,
                       "ratio_best_range": [min(vs_best), max(vs_best)] if vs_best else None,
                       "verdict": verdict, "confirmed": confirmed, "rule": rule,
@@ -228,7 +229,7 @@ def for_load(measured: dict[str, dict], candidates: list[str], levels: list, pro
 
 def _value(measured: dict, level: str, metric: str) -> float:
     """One server's METRIC at LEVEL, 0 where it has none."""
-    return (measured.get(level) or {}).get(metric) or 0.0
+    return value_of(measured.get(level), metric) or 0.0
 
 
 def _expected(measured: dict[str, dict], candidates: list[str], closed: list[str], at: dict[int, str],

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from rig.serving import adaptive
 from rig.serving.measure.plan import Level
+from rig.serving.measure.record import value_of
 from rig.serving.measure.verdict import choose, closeness
 from rig.serving.tune.variants import Variant
 
@@ -100,7 +101,7 @@ def _priced(measured: dict[str, dict], base: list[Variant], stand_in: Variant) -
 
 def values_of(levels_of: dict, metric: str) -> dict[str, float | None]:
     """One server's METRIC per level, from its measured levels."""
-    return {level: lv.get(metric) for level, lv in levels_of.items()}
+    return {level: value_of(lv, metric) for level, lv in levels_of.items()}
 
 
 # ------------------------------------------------------------------ the policy

@@ -7,7 +7,7 @@ from pathlib import Path
 from rig.core.documents import dump_json
 from rig.core.markdown import cell, table
 from rig.core.schema import Field
-from rig.serving.measure.record import FORMAT_FIELD, LEVEL, RUN, capped, read, rounds_of
+from rig.serving.measure.record import FORMAT_FIELD, LEVEL, RUN, capped, judged, read, rounds_of, value_of
 from rig.serving.measure.stats import shown
 
 # one server measured (tune/measure.py writes it; session.py its start and its levels, keyed by level name)
@@ -29,12 +29,12 @@ def _measured(variant: dict, level_name: str, metric: str) -> str | None:
     """VARIANT's cell at a level: its METRIC, the range over rounds, the server's accept length, and its
     max_running_requests where that held the level below its concurrency."""
     level = (variant.get("levels") or {}).get(level_name)
-    if not level or not level.get(metric):
+    if not (value := value_of(level, metric)):
         return None
     values = [v for v in rounds_of(level, metric) if v]
     accept = level.get("server_accept_length")
     most = capped(variant, level)
-    return (f"{level[metric]:.1f} ({min(values):.1f}-{max(values):.1f})" + (f" acc {accept:.2f}" if accept else "")
+    return (f"{value:.1f} ({min(values):.1f}-{max(values):.1f})" + (f" acc {accept:.2f}" if accept else "")
             + (f" max_running_requests {most}" if most else ""))
 
 
@@ -54,12 +54,20 @@ def _measurements(result: dict) -> list[str]:
     plan = result["plan"]
     chosen = {r["level"]: r["chosen"] for r in result["choices"]}
     return ["# rig tune", "", f"Stack `{cell(result['stack'])}`; {plan['rounds']} round(s) per level at temperature "
-            f"{plan.get('temperature', 0)}, top_p {plan.get('top_p', 1)}; metric: {result['metric']} (median over "
-            "rounds, the range over rounds in brackets; the server's own accept length under each, where it "
-            "speculates).", "",
+            f"{plan.get('temperature', 0)}, top_p {plan.get('top_p', 1)}; metric: {result['metric']}"
+            f"{_open_loop(result)} (median over rounds, the range over rounds in brackets; the server's own accept "
+            "length under each, where it speculates).", "",
             *table(("level", *names, "chosen"),
                    ((level, *(_measured(result["variants"][n], level, result["metric"]) for n in names),
                      chosen.get(level)) for level in result["levels"]))]
+
+
+def _open_loop(result: dict) -> str:
+    """What the request-rate levels are judged by where it is not the run's metric (judged), else nothing."""
+    other = {judged(lv, result["metric"]) for v in result["variants"].values() for lv in (v.get("levels") or {}).values()}
+    other.discard(result["metric"])
+    return (f", at each request rate {', '.join(sorted(other))}: the median request's output tokens/s (open loop, "
+            "every server that keeps up makes the arrival rate's throughput)") if other else ""
 
 
 def _stopped(result: dict) -> list[str]:
@@ -145,7 +153,7 @@ def figures(result: dict) -> dict:
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xticks(xs, result["levels"])
     ax.set_xlabel("load (C: requests in flight, R: Poisson arrivals per second)")
-    ax.set_ylabel(f"{result['metric']} / the baseline's")
+    ax.set_ylabel(f"{result['metric']} / the baseline's (R: each request's speed)")
     ax.set_title("rig tune: median over rounds against the baseline's median, bars span the rounds")
     ax.grid(True, alpha=0.3)
     ax.legend()
@@ -156,7 +164,7 @@ def figures(result: dict) -> dict:
 def _against(variant: dict, levels: list[str], baseline: dict, metric: str) -> list[tuple[int, float, list[float]]]:
     """VARIANT's points against BASELINE's levels: (x, its median METRIC over the baseline's, each round's over the
     baseline's median), where both measured."""
-    return [(x, mine[metric] / under, [v / under for v in rounds_of(mine, metric) if v])
+    return [(x, value / under, [v / under for v in rounds_of(mine, metric) if v])
             for x, level in enumerate(levels)
-            if (mine := variant.get("levels", {}).get(level)) and mine.get(metric)
-            and (under := (baseline.get(level) or {}).get(metric))]
+            if (value := value_of(mine := variant.get("levels", {}).get(level), metric))
+            and (under := value_of(baseline.get(level), metric))]
