@@ -9,6 +9,7 @@ from rig.cli.common import emit, group, json_option, log_option, need_stack, sta
 from rig.cli.types import FILE, HostPath, Number
 from rig.core import RigError
 from rig.core.documents import dump_json, parse_json, read_text
+from rig.patches.env import STATE as PATCH_RECORD
 from rig.python.runtime_env import start_digest
 from rig.serving import adaptive
 from rig.serving.server import health_gate, render, shell_line
@@ -64,9 +65,10 @@ def server_args(stack_path, stack_json, venv_path, baseline, api_key, gate_engin
     result = render(stack, venv_path or stack["venv"], baseline, api_key, adaptive_config_text)
     if gate_engine:
         timeout = start_timeout or stack["server"]["start_timeout"]
-        # a unit names what the venv's Python takes from rig at start: a new lock or environment restarts it
+        # a unit names what the venv's Python takes from rig at start: a new lock, environment or patch set
+        # (the patch record) restarts it
         result.update(health_gate(stack, gate_engine, gate_python, log_path, timeout),
-                      start_digest=start_digest(venv_path or stack["venv"]))
+                      start_digest=start_digest(venv_path or stack["venv"], records=(PATCH_RECORD,)))
     click.echo(dump_json(result, "the server's command line", indent=2) if as_json
                else shell_line(result["argv"], result["api_key_env"]))
 

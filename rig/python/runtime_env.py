@@ -212,14 +212,16 @@ def read_if(path: Path) -> str | None:
     return path.read_text() if path.is_file() and not path.is_symlink() else None
 
 
-def start_digest(venv: str | Path) -> str:
+def start_digest(venv: str | Path, records: tuple[str, ...] = ()) -> str:
     """sha256 of what VENV's Python takes from rig at its start: the venv's lock (its marker and the built wheels'
-    list) and rig's environment module, where it lives (an image venv's writable site dir). Only read, each a
-    regular file or nothing: a server started before any changed still runs the old ones; its unit names this."""
+    list), rig's environment module, where it lives (an image venv's writable site dir), and RECORDS (names in the
+    venv, e.g. the patch record of a layer above this one). Only read, each a regular file or nothing: a server
+    started before any changed still runs the old ones; its unit names this."""
     venv = Path(venv)
     site = env_site(venv) if rig_link(venv, None) else site_packages(venv)
     digest = hashlib.sha256()
-    for path in (venv / VENV_MARKER, venv / BUILT_MARKER, site / f"{MODULE}.py"):
+    for path in (venv / VENV_MARKER, venv / BUILT_MARKER, site / f"{MODULE}.py",
+                 *(confined(venv, name, "a record in the venv", follow=False) for name in records)):
         try:
             data = read_bytes(path, "a file the venv's Python reads at start", follow=False)
         except MissingFile:

@@ -95,7 +95,8 @@ def free_off_targets() -> dict[str, bytes]:
 
 
 def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path):
-    """Every phase, free-off's too: its patches go onto the real 0.5.17 files the stand-in wheel carries."""
+    """Every phase, free-off's too: its patches go onto the real 0.5.17 files the stand-in wheel carries; every stack
+    served with flashinfer (BACKEND), as run 15's was."""
     bin_dir = machine_python(tmp_path, lab)
     wheels = tmp_path / "wheels"
     standin_wheel(wheels / "p1", real=free_off_targets())
@@ -112,7 +113,7 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "VENV": str(venv), "RES": str(res),
            "SRC": str(tmp_path / "src"), "STAGE": str(tmp_path / "stage"), "OUT": str(tmp_path / "out"),
            "STACKS": str(stacks), "WHEELS": str(wheels), "WAIT_S": "1500", "PROVE_ARGS": "--skip doctor",
-           "SGLANG_STANDIN_FAULTS": str(faults), "GPUS": "2",
+           "SGLANG_STANDIN_FAULTS": str(faults), "GPUS": "2", "BACKEND": "flashinfer",
            "PHASES": "prove tune-t1 tune-greedy free-off free-off-greedy free-off-prove free-off-tp"}
     script = REAL_COST / "run.sh"
     staged = subprocess.run(["bash", str(script), "stage", "1"], cwd=REPO, env=env, capture_output=True, text=True,
@@ -140,7 +141,10 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
         stopped = {n: v["stopped"] for n, v in result["variants"].items() if v.get("stopped")}
         assert not stopped, stopped
         assert "\\n" not in (res / name / "report.md").read_text()
+    # BACKEND: every stack served with flashinfer, from its copies
+    assert sorted(p.name for p in (res / "stacks-flashinfer").iterdir()) == sorted(p.name for p in stacks.iterdir())
     t1 = json.loads((res / "tune-t1" / "tune.json").read_text())
+    assert all("--attention-backend flashinfer" in " ".join(v["argv"]) for v in t1["variants"].values())
     assert list(t1["variants"])[:3] == ["baseline", "eagle3-3", "step0"]
     assert sorted(t1["variants"]["step0"]["levels"]) == ["C=16", "C=256", "C=64"]
     assert t1["variants"]["step0"]["levels"]["C=64"]["profile"]["kernel_ms_per_step"] > 0

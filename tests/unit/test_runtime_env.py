@@ -188,7 +188,12 @@ def test_the_start_digest_changes_with_the_lock_the_built_wheels_and_the_environ
     seen.append(runtime_env.start_digest(venv))
     (venv / ".rig-built.json").write_text("built==1\n")
     seen.append(runtime_env.start_digest(venv))
-    assert len(set(seen)) == 4 and runtime_env.start_digest(venv) == seen[-1]
+    no_record = runtime_env.start_digest(venv, records=(".rig-patches.json",))
+    (venv / ".rig-patches.json").write_text('{"files": {}}')  # rig server args names the patch record too
+    seen.append(runtime_env.start_digest(venv, records=(".rig-patches.json",)))
+    assert len(set(seen)) == 5 and no_record != seen[-1] and runtime_env.start_digest(venv) == seen[-2]
+    with pytest.raises(runtime_env.RigError, match="outside"):
+        runtime_env.start_digest(venv, records=("../elsewhere",))
     files = sorted(p.name for p in site.iterdir())
     (venv / ".rig-built.json").unlink()
     os.mkfifo(venv / ".rig-built.json")

@@ -11,7 +11,10 @@
 #               free-off-tp (issue 76, a machine of N GPUs: `rig prove` at TP N, its free-off steps included, and
 #               `rig tune` on the policy stack at TP N; N is nvidia-smi's count, or $GPUS where there is none).
 #               Default: the first three; e.g. PHASES="free-off free-off-greedy" for the free-off runs alone;
-#               TUNE_ARGS (e.g. "--concurrency 16,256") go to every rig tune, as PROVE_ARGS to rig prove
+#               TUNE_ARGS (e.g. "--concurrency 16,256") go to every rig tune, as PROVE_ARGS to rig prove;
+#               BACKEND (e.g. flashinfer) serves every stack with that attention backend in triton's place (copies
+#               in $RES/stacks-BACKEND); flashinfer gets a 1 GiB workspace (run 15: EAGLE-3's verify at graph 256
+#               asked 574 MiB of SGLang's 384) unless SGLANG_FLASHINFER_WORKSPACE_SIZE says otherwise
 #   wait        wait for it again (a device call lasts at most 10 minutes; the whole run takes longer)
 # setup: a venv over the machine's own Python (its torch 2.11.0+cu130) through a .pth file, the staged wheels it
 # lacks installed into it, and rig's environment module (`rig env install`), so doctor holds it as rig would.
@@ -26,13 +29,14 @@ export SGLANG_LOG_MS=1  # the servers' log lines carry milliseconds: a step's ti
 VENV=${VENV:-/root/venv}; RES=${RES:-/root/results}; SRC=${SRC:-/root/rig-src}; STAGE=${STAGE:-/root/stage}
 OUT=${OUT:-/tmp/out}; STACKS=${STACKS:-docs/validation/real-cost-h200}; PROVE_ARGS=${PROVE_ARGS:-}; TUNE_ARGS=${TUNE_ARGS:-}
 WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}; PHASES=${PHASES:-prove tune-t1 tune-greedy}; GPUS=${GPUS:-}
+BACKEND=${BACKEND:-}
 KNOWN="prove tune-t1 tune-greedy free-off free-off-greedy free-off-policy free-off-check free-off-prove free-off-tp"
 mkdir -p "$RES" "$OUT"
 VENV=$(realpath -m "$VENV"); RES=$(realpath -m "$RES"); SRC=$(realpath -m "$SRC"); STAGE=$(realpath -m "$STAGE")
 RIG_SRC=$SRC
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
-DETACH_VARS="VENV SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES KNOWN GPUS"  # what the detached pipeline reads
+DETACH_VARS="VENV SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES KNOWN GPUS BACKEND"  # what the detached pipeline reads
 
 rig_in() {  # rig_in NAME ARGS...: rig from the source copy; its JSON, stderr, exit status and wall time in $RES
   local name=$1 start=$SECONDS rc=0
@@ -45,6 +49,7 @@ rig_in() {  # rig_in NAME ARGS...: rig from the source copy; its JSON, stderr, e
 setup() {
   rig_source "$SRC"
   case $STACKS in /*) ;; *) STACKS=$SRC/$STACKS ;; esac
+  if [ -n "$BACKEND" ]; then backend_stacks; fi
   python3 -m venv "$VENV"
   # the machine's python3 is itself a venv: what it imports (its site-packages and the directories its .pth files
   # add) comes after this venv's own, so the locked transformers here shadows the machine's newer one (which
@@ -64,6 +69,17 @@ print("\n".join(p for p in sys.path if p and not p.startswith(std) and not p.end
   else
     echo "no nvidia-smi on this machine (a CPU rehearsal)" | tee "$RES/versions.txt"
   fi
+}
+
+backend_stacks() {  # every stack with BACKEND as its attention backend, checked: STACKS then names the copies
+  local into=$RES/stacks-$BACKEND stack
+  mkdir -p "$into"
+  for stack in "$STACKS"/stack-*.yml; do
+    sed "s/^  attention_backends: \[triton\].*\$/  attention_backends: [$BACKEND]/" "$stack" > "$into/${stack##*/}"
+    grep -q "^  attention_backends: \[$BACKEND\]\$" "$into/${stack##*/}"
+  done
+  STACKS=$into
+  if [ "$BACKEND" = flashinfer ]; then export SGLANG_FLASHINFER_WORKSPACE_SIZE=${SGLANG_FLASHINFER_WORKSPACE_SIZE:-1073741824}; fi
 }
 
 free_off_patches() {  # free_off_patches PHASE STACK [ARG...]: rig's free-off patches alone, applied for STACK (a no-op
@@ -125,6 +141,7 @@ all)
   for name in $PHASES; do  # refused before anything starts
     case " $KNOWN " in *" $name "*) ;; *) echo "unknown phase $name in PHASES (known: $KNOWN)" >&2; exit 2 ;; esac
   done
+  case $BACKEND in ""|triton|flashinfer|fa3) ;; *) echo "unknown BACKEND $BACKEND (triton, flashinfer or fa3)" >&2; exit 2 ;; esac
   detach all pipeline
   wait_for all results.tgz show_phases ;;
 wait)
