@@ -55,6 +55,18 @@ def matches(rule: dict, line: str) -> bool:
     return True
 
 
+def known_failures(text: str) -> list[dict]:
+    """Each rule's first match in TEXT: its line (counted from TEXT's start), the line's text, cause and fix."""
+    findings, seen = [], set()
+    for number, line in enumerate(text.splitlines(), 1):
+        for rule in rules():
+            if rule["id"] not in seen and matches(rule, line):
+                seen.add(rule["id"])
+                findings.append({"rule": rule["id"], "line": number, "text": line.strip()[:300],
+                                 "cause": rule["cause"], "fix": rule["fix"]})
+    return findings
+
+
 def diagnose(path: str | Path) -> dict:
     path = Path(path)
     try:
@@ -64,13 +76,7 @@ def diagnose(path: str | Path) -> dict:
         raise
     except OSError as exc:
         raise RigError(f"cannot read log {path}: {exc.strerror or exc}") from exc
-    findings, seen = [], set()
-    for number, line in enumerate(text.splitlines(), 1):  # counted from the scan's start when truncated
-        for rule in rules():
-            if rule["id"] not in seen and matches(rule, line):
-                seen.add(rule["id"])
-                findings.append({"rule": rule["id"], "line": number, "text": line.strip()[:300],
-                                 "cause": rule["cause"], "fix": rule["fix"]})
+    findings = known_failures(text)
     lines = [f"{path}: {len(findings)} known failure(s)" + ("" if findings else " (no rule matched)")]
     for f in findings:
         lines += [f"  line {f['line']}: {f['text']}", f"    cause: {f['cause']}", f"    fix:   {f['fix']}"]

@@ -214,9 +214,10 @@ def read_if(path: Path) -> str | None:
 
 def start_digest(venv: str | Path, records: tuple[str, ...] = ()) -> str:
     """sha256 of what VENV's Python takes from rig at its start: the venv's lock (its marker and the built wheels'
-    list), rig's environment module, where it lives (an image venv's writable site dir), and RECORDS (names in the
-    venv, e.g. the patch record of a layer above this one). Only read, each a regular file or nothing: a server
-    started before any changed still runs the old ones; its unit names this."""
+    list), rig's environment module, where it lives (an image venv's writable site dir), and RECORDS, files at the
+    venv's top named by the caller (rig server args: the patch record rig patch writes there, which this layer
+    does not read). Only read, each a regular file or nothing: a server started before any changed still runs the
+    old ones; its unit names this."""
     venv = Path(venv)
     site = env_site(venv) if rig_link(venv, None) else site_packages(venv)
     digest = hashlib.sha256()

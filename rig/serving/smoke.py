@@ -8,7 +8,7 @@ from typing import Any
 
 from rig.core import RigError, http, progress
 from rig.core.fs import read_tail
-from rig.machine.log_doctor import diagnose
+from rig.machine.log_doctor import known_failures
 from rig.serving.sglang_api import (
     KEY_ENV,
     accept_length,
@@ -29,6 +29,9 @@ MIN_ACCEPT_LENGTH = 1.1
 PROMPTS = ("The capital of France is", "Write a haiku about GPUs.", "List three prime numbers:")
 
 
+KNOWN_LINES = 200  # a server's traceback and what it printed before it: where its own failure is named
+
+
 def log_tail(log: str | None, lines: int = 20) -> str:
     """The last LINES lines of a server's log for an error message; nothing when there is no such file."""
     if not log:
@@ -37,17 +40,12 @@ def log_tail(log: str | None, lines: int = 20) -> str:
         data, _ = read_tail(log, "log", 1 << 20)
     except (RigError, OSError):
         return ""
-    tail = data.decode(errors="replace").splitlines()[-lines:]
-    return f"\nlast {len(tail)} lines of {log}:\n" + "\n".join(tail) + _known_failures(log)
-
-
-def _known_failures(log: str) -> str:
-    """What `rig doctor --log` knows of LOG's failures: each one's cause and fix, after the tail that shows it."""
-    try:
-        found = diagnose(log)["findings"]
-    except (RigError, OSError):
-        return ""
-    return "".join(f"\nknown failure {f['rule']} (line {f['line']}): {f['cause']}\n  fix: {f['fix']}" for f in found)
+    recent = data.decode(errors="replace").splitlines()[-KNOWN_LINES:]
+    tail = recent[-lines:]
+    # what `rig doctor --log` knows of the last lines alone: a unit's log holds its earlier starts' failures too
+    known = "".join(f"\nknown failure {f['rule']}, line {f['line'] - len(recent) - 1} from the end: {f['cause']}"
+                    f"\n  fix: {f['fix']}" for f in known_failures("\n".join(recent)))
+    return f"\nlast {len(tail)} lines of {log}:\n" + "\n".join(tail) + known
 
 
 def alive(pid: int) -> bool:

@@ -117,6 +117,10 @@ def test_poisson_rates_are_measured_and_mapped_to_their_running_batch(tune_case)
     assert level["rate"] == 40 and level["requests"] >= 8 and level["failed"] == 0
     row = next(r for r in result["choices"] if r["level"] == "R=40/s")
     assert row["batch"] >= 1 and isinstance(row["batch"], int)
+    # judged by each request's speed (open loop): the choice's value is that, not the arrival-bound throughput
+    assert level["round_request_speed"] and row["best_value"] == max(
+        v["levels"]["R=40/s"]["request_speed"] for v in result["variants"].values() if "R=40/s" in v["levels"])
+    assert "at each request rate request_speed" in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize("content, says", [
@@ -376,3 +380,21 @@ def test_free_offs_plain_step_0_is_measured_beside_sglangs_and_the_policy_runs_o
     assert yaml.safe_load((out / "proposed-stack.yml").read_text())["environment"]["vars"] == plain
     if result["confirmation"]["confirmed"]:
         assert "RIG_FREE_OFF_DRAFT=extend in environment.vars" in result["recommendation"]
+
+
+def test_the_units_start_digest_follows_the_venvs_patch_record(tune_case):
+    """rig server args names the patch record among what the server takes at start: a patch applied or reverted
+    alone rewrites the unit, so the server restarts with it (issue 71)."""
+    stack, _ = tune_case()
+    line = ["server", "args", "--stack", str(stack), "--gate-engine", "/var/cache/rig/engine/rig.pyz", "--json"]
+
+    def digest() -> str:
+        done = rig(*line)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["start_digest"]
+
+    unpatched = digest()
+    (tune_case.venv / ".rig-patches.json").write_text('{"files": {}}')
+    patched = digest()
+    (tune_case.venv / ".rig-patches.json").unlink()
+    assert unpatched != patched and digest() == unpatched

@@ -126,6 +126,11 @@ def test_a_server_that_dies_at_start_names_the_known_failure_under_its_log_tail(
     log.write_text("loading\n" + LINES["flashinfer-workspace"] + "\n" + "Received sigquit from a child process.\n")
     said = log_tail(str(log), lines=2)
     assert said.splitlines()[2] == LINES["flashinfer-workspace"]
-    assert "known failure flashinfer-workspace (line 2)" in said and "SGLANG_FLASHINFER_WORKSPACE_SIZE" in said
+    assert "known failure flashinfer-workspace, line -2 from the end" in said and "SGLANG_FLASHINFER_WORKSPACE_SIZE" \
+        in said
     log.write_text("loading\nready\n")
     assert "known failure" not in log_tail(str(log))
+    # a unit appends each start to one log: an earlier start's failure, long before the last lines, is not this one's
+    log.write_text(LINES["flashinfer-workspace"] + "\n" + "serving\n" * 300 + LINES["no-kv-cache-memory"] + "\n")
+    said = log_tail(str(log))
+    assert "known failure no-kv-cache-memory, line -1 from the end" in said and "flashinfer-workspace" not in said

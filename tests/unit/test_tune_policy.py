@@ -402,7 +402,7 @@ def test_a_confirmation_written_before_the_median_rule_still_reads():
 
 
 def test_an_open_loop_level_is_judged_by_each_requests_speed_not_the_arrival_rates_throughput():
-    """issue 71's R=20/s on the H100 (run 15): every server kept up, so each made the arrival rate's 2.3k tok/s, and
+    """issue 71's R=20/s on the H100 (run 16): every server kept up, so each made the arrival rate's 2.3k tok/s, and
     throughput chose the baseline; EAGLE-3 gave the median request 207 tok/s against 133 (965 ms -> 618 ms)."""
     from rig.serving.measure.record import judged, value_of
     from rig.serving.measure.verdict import confirm
@@ -440,7 +440,23 @@ def test_each_round_and_level_carries_the_median_requests_speed():
         return {"ok": True, "start": start, "end": start + e2e, "e2e": e2e, "ttft": 0.01, "tpot": 0.001,
                 "tokens": tokens, "speed": tokens / e2e, "accept_length": None}
 
-    rounds = [[request(0, 1.0, 100), request(0, 2.0, 100), request(0, 4.0, 100)], [request(0, 1.0, 50)]]
-    level = aggregate(rounds, 8, plan_from(), [None, None])
-    assert level["round_request_speed"] == [50.0, 50.0] and level["request_speed"] == 50.0
-    assert level["round_output_throughput"] == [75.0, 50.0]
+    failed = {"ok": False, "error": "timed out", "start": 0, "end": 9.0}
+    rounds = [[request(0, 1.0, 100), request(0, 2.0, 100), request(0, 4.0, 100)], [request(0, 1.0, 50)],
+              [request(0, 1.0, 100), failed, failed]]  # a failed request got nothing: it counts at 0
+    level = aggregate(rounds, 8, plan_from(), [None, None, None])
+    assert level["round_request_speed"] == [50.0, 50.0, 0.0] and level["request_speed"] == 50.0
+    assert level["round_output_throughput"] == [75.0, 50.0, 100.0]
+
+
+def test_a_record_made_before_request_speed_keeps_the_throughput_it_was_judged_by():
+    """Run 16's tune.json (H100, before the open-loop rule): its request-rate cells and choices still read as
+    measured, by output throughput."""
+    from harness.paths import REPO
+
+    from rig.serving.tune.report import read_tune, report_markdown
+
+    record = read_tune(REPO / "docs/validation/real-cost-h200/runs/free-off-16-h100-poisson-t1/tune-free-off-policy"
+                       "/tune.json")
+    report = report_markdown(record)
+    assert "| R=20/s | 2277.8 (2277.4-2277.9) | 2344.4 (2343.3-2345.6) acc 2.54 |" in report
+    assert "at each request rate" not in report

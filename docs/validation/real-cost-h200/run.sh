@@ -7,6 +7,8 @@
 #               applied to the venv's sglang, then `rig tune` on stack-free-off-t1.yml or stack-free-off-greedy.yml),
 #               free-off-policy (the same on stack-free-off-policy.yml: the policy beside its one step-0 server, rounds),
 #               free-off-check (free-off-policy with RIG_FREE_OFF_CHECK=1: ingest's draft KV against extend's, logged),
+#               free-off-0523 (free-off-policy on sglang 0.5.23 with its torch 2.14.1: stack-free-off-0523.yml, the
+#               wheels carried by `carry.py --lock ...stack-free-off-0523.lock --machine PIP_JSON`),
 #               free-off-prove (issue 71: the patches, then `rig prove`'s free-off steps alone on stack-free-off-prove.yml),
 #               free-off-tp (issue 76, a machine of N GPUs: `rig prove` at TP N, its free-off steps included, and
 #               `rig tune` on the policy stack at TP N; N is nvidia-smi's count, or $GPUS where there is none).
@@ -30,7 +32,7 @@ VENV=${VENV:-/root/venv}; RES=${RES:-/root/results}; SRC=${SRC:-/root/rig-src}; 
 OUT=${OUT:-/tmp/out}; STACKS=${STACKS:-docs/validation/real-cost-h200}; PROVE_ARGS=${PROVE_ARGS:-}; TUNE_ARGS=${TUNE_ARGS:-}
 WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}; PHASES=${PHASES:-prove tune-t1 tune-greedy}; GPUS=${GPUS:-}
 BACKEND=${BACKEND:-}
-KNOWN="prove tune-t1 tune-greedy free-off free-off-greedy free-off-policy free-off-check free-off-prove free-off-tp"
+KNOWN="prove tune-t1 tune-greedy free-off free-off-greedy free-off-policy free-off-check free-off-0523 free-off-prove free-off-tp"
 mkdir -p "$RES" "$OUT"
 VENV=$(realpath -m "$VENV"); RES=$(realpath -m "$RES"); SRC=$(realpath -m "$SRC"); STAGE=$(realpath -m "$STAGE")
 RIG_SRC=$SRC
@@ -76,10 +78,14 @@ backend_stacks() {  # every stack with BACKEND as its attention backend, checked
   mkdir -p "$into"
   for stack in "$STACKS"/stack-*.yml; do
     sed "s/^  attention_backends: \[triton\].*\$/  attention_backends: [$BACKEND]/" "$stack" > "$into/${stack##*/}"
-    grep -q "^  attention_backends: \[$BACKEND\]\$" "$into/${stack##*/}"
+    grep -q "^  attention_backends: \[$BACKEND\]\$" "$into/${stack##*/}" ||
+      { echo "BACKEND=$BACKEND: $stack has no 'attention_backends: [triton]' line to replace" >&2; return 2; }
   done
   STACKS=$into
   if [ "$BACKEND" = flashinfer ]; then export SGLANG_FLASHINFER_WORKSPACE_SIZE=${SGLANG_FLASHINFER_WORKSPACE_SIZE:-1073741824}; fi
+  # what every server inherits beyond its stack: recorded beside the machine's versions
+  echo "BACKEND=$BACKEND${SGLANG_FLASHINFER_WORKSPACE_SIZE:+ SGLANG_FLASHINFER_WORKSPACE_SIZE=$SGLANG_FLASHINFER_WORKSPACE_SIZE}" \
+    > "$RES/backend.txt"
 }
 
 free_off_patches() {  # free_off_patches PHASE STACK [ARG...]: rig's free-off patches alone, applied for STACK (a no-op
@@ -92,7 +98,7 @@ phase() {
   case $1 in
   prove) rig_in prove prove --stack "$STACKS/stack-greedy.yml" --out "$RES/prove" $PROVE_ARGS --json ;;
   tune-t1|tune-greedy) rig_in "$1" tune --stack "$STACKS/stack-${1#tune-}.yml" --out "$RES/$1" $TUNE_ARGS --json ;;
-  free-off|free-off-greedy|free-off-policy|free-off-check)
+  free-off|free-off-greedy|free-off-policy|free-off-check|free-off-0523)
     # the free-off patches alone (the stack opts in): the SM120 ones change nothing a TP-1 SM90 run measures;
     # a second apply (free-off-greedy after free-off) is a no-op. free-off-check: the policy stack with
     # RIG_FREE_OFF_CHECK=1 (and its opt-in patch), so each ingest step also runs the draft extend and logs how far

@@ -3,15 +3,23 @@ and cut them into pieces under the device tool's 64 MiB transfer limit (run here
 
 The GPU machine already has torch 2.11.0+cu130, transformers' dependencies, numpy, triton and the like; the names
 below are what sglang 0.5.17 needs on top (as seen there). Every file comes from the lock, so the versions are
-the lock's. Usage: python docs/validation/serving-h200/carry.py OUTDIR [--full-kernel]
-(--full-kernel keeps sglang-kernel whole: FlashAttention 3, for `server.attention_backends: [..., fa3]`)
+the lock's. Usage: python docs/validation/serving-h200/carry.py OUTDIR [--full-kernel] [--lock LOCK]
+[--machine PIP_JSON] [--fetch-only]
+(--full-kernel keeps sglang-kernel whole: FlashAttention 3, for `server.attention_backends: [..., fa3]`;
+--lock another stack's lock, e.g. sglang 0.5.23's with its torch 2.14.1; --machine the machine python3's
+`python3 -m pip list --format json`: every locked wheel it lacks at the locked version is carried instead of the
+names below, so the machine's own NVIDIA libraries are reused where their versions match; --fetch-only fills
+rig's cache with what LOCK has beyond the 0.5.17 lock and the names below, before a loan, and cuts nothing)
 """
+import argparse
 import json
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from rig.python.lock import read
 from rig.python.wheelhouse import cached_path, fetch
@@ -48,15 +56,44 @@ def strip_wheel(wheel: Path, prefixes: tuple) -> list[str]:
     return dropped
 
 
-out = Path(sys.argv[1])
-full_kernel = "--full-kernel" in sys.argv[2:]
-lock = read(LOCK)
-wanted = [w for w in lock["wheels"] if w["name"] in MISSING]
-absent = sorted(set(MISSING) - {w["name"] for w in wanted})
-if absent:
-    sys.exit(f"not in the lock: {absent}")
+def public(version: str) -> str:
+    """A version without its local part (the machine's torch is 2.11.0+cu130, the lock's 2.11.0)."""
+    try:
+        return Version(version).public
+    except InvalidVersion:
+        return version
+
+
+def machine_has(path: Path) -> set[tuple[str, str]]:
+    """(name, version) of each package `pip list --format json` lists."""
+    listed = json.loads(path.read_text())
+    return {(canonicalize_name(p["name"]), public(p["version"])) for p in listed}
+
+
+args = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+args.add_argument("out", type=Path)
+args.add_argument("--full-kernel", action="store_true")
+args.add_argument("--lock", type=Path, default=LOCK)
+args.add_argument("--machine", type=Path)
+args.add_argument("--fetch-only", action="store_true")
+given = args.parse_args()
+out, full_kernel = given.out, given.full_kernel
+lock = read(given.lock)
+if given.machine:
+    there = machine_has(given.machine)
+    wanted = [w for w in lock["wheels"] if (canonicalize_name(w["name"]), public(w["version"])) not in there]
+elif given.fetch_only:  # before the loan: what the machine may lack, whatever its list turns out to be
+    known = {(w["name"], w["version"]) for w in read(LOCK)["wheels"]}
+    wanted = [w for w in lock["wheels"] if w["name"] in MISSING or (w["name"], w["version"]) not in known]
+else:
+    wanted = [w for w in lock["wheels"] if w["name"] in MISSING]
+    absent = sorted(set(MISSING) - {w["name"] for w in wanted})
+    if absent:
+        raise SystemExit(f"not in the lock: {absent}")
 cache = Path.home() / ".cache" / "rig"
 print(fetch({**lock, "wheels": wanted}, cache)["msg"])
+if given.fetch_only:
+    raise SystemExit(0)
 stage = out / "all"
 shutil.rmtree(out, ignore_errors=True)
 stage.mkdir(parents=True)
@@ -66,10 +103,11 @@ for w in wanted:
 # sglang-kernel is 383 MB, 340 of them flash_ops.abi3.so (FlashAttention 3, unused by the triton attention
 # backend the validation runs); the sm100 ops do not load on SM90. Both stay behind, for transport only: the
 # repacked wheel's sha256 differs from the lock's, and stripped.json says what was left out.
-kernel = next(stage.glob("sglang_kernel-*.whl"))
-dropped = strip_wheel(kernel, ("sgl_kernel/sm100/",) if full_kernel else
-                      ("sgl_kernel/flash_ops.abi3.so", "sgl_kernel/sm100/"))
-(out / "stripped.json").write_text(json.dumps({"wheel": kernel.name, "dropped": dropped}, indent=1))
+kernel = next(stage.glob("sglang_kernel-*.whl"), None)  # the machine may have it already (--machine)
+if kernel:
+    dropped = strip_wheel(kernel, ("sgl_kernel/sm100/",) if full_kernel else
+                          ("sgl_kernel/flash_ops.abi3.so", "sgl_kernel/sm100/"))
+    (out / "stripped.json").write_text(json.dumps({"wheel": kernel.name, "dropped": dropped}, indent=1))
 # a wheel larger than a piece (sglang-kernel whole) travels as NAME.partNNN chunks, joined there before installing
 for f in [f for f in stage.iterdir() if f.stat().st_size >= PIECE]:
     data = f.read_bytes()

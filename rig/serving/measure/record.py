@@ -62,8 +62,10 @@ RUN = Field(dict, open=True, fields={
 
 def judged(level: dict, metric: str) -> str:
     """What LEVEL is judged by for a run judged by METRIC: METRIC, but at an open-loop level (a request rate) output
-    throughput is each request's own speed (REQUEST_SPEED); goodput already counts what each request got."""
-    return REQUEST_SPEED if metric == METRICS[0] and level.get("rate") else metric
+    throughput is each request's own speed (REQUEST_SPEED) where the level has it per round (a record made before
+    it keeps the throughput it was judged by); goodput already counts what each request got."""
+    return REQUEST_SPEED if metric == METRICS[0] and level.get("rate") and level.get(f"round_{REQUEST_SPEED}") \
+        else metric
 
 
 def value_of(level: dict | None, metric: str) -> float | None:

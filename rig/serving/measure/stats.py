@@ -10,7 +10,8 @@ from rig.serving.measure.plan import Plan
 PERCENTILES = (50, 90, 99)
 # An open-loop level's output throughput is its arrival rate's for every server that keeps up (issue 71: at 20
 # requests/s EAGLE-3 cut the median request from 965 ms to 618 ms, and both made 2.3k tok/s), so there output
-# throughput is judged by what each request gets: its own output tokens/s, the median request's per round.
+# throughput is judged by what each request gets: its own output tokens/s, the median request's per round (a failed
+# request's at 0). per_request_speed is the same speed's spread over every request of the level, as bench shows it.
 REQUEST_SPEED = "request_speed"
 
 
@@ -58,14 +59,17 @@ def summarize(results: list[dict], max_concurrency: int, plan: Plan | None = Non
     (rig.serving.measure.record.LEVEL)."""
     good = [r for r in results if r["ok"]]
     errors = sorted({r["error"] for r in results if not r["ok"]})
+    failed = len(results) - len(good)
     level = {"max_concurrency": max_concurrency, "requests": len(results), "completed": len(good),
-             "failed": len(results) - len(good), "errors": errors[:5]}
+             "failed": failed, "errors": errors[:5]}
     if not good:
         return level
     span = max(r["end"] for r in good) - min(r["start"] for r in good)
     per_second = (lambda x: x / span) if span > 0 else (lambda x: None)
     level.update({**_rates(good, span, per_second), **_latencies(good),
-                  "accept_length": mean([r["accept_length"] for r in good if r["accept_length"]])})
+                  "accept_length": mean([r["accept_length"] for r in good if r["accept_length"]]),
+                  # a failed request got nothing: it counts, at 0, where throughput counted it by its missing tokens
+                  REQUEST_SPEED: percentile([r["speed"] for r in good if r["speed"]] + [0.0] * failed, 50)})
     if plan and (plan.slo_ttft_ms or plan.slo_tpot_ms):
         level["goodput"] = per_second(len(_within_slo(good, plan)))
     return level
@@ -81,8 +85,7 @@ def _rates(good: list[dict], span: float, per_second: Callable[[float], float | 
         "request_throughput": per_second(len(good)),
         # the mean in flight (Little's law; sglang.bench_serving's `concurrency`): the running batch the server saw
         "concurrency": per_second(sum(r["e2e"] for r in good)),
-        "per_request_speed": spread(speeds := [r["speed"] for r in good if r["speed"]]),
-        REQUEST_SPEED: percentile(speeds, 50),
+        "per_request_speed": spread([r["speed"] for r in good if r["speed"]]),
     }
 
 
@@ -101,8 +104,8 @@ def _within_slo(good: list[dict], plan: Plan) -> list[dict]:
 
 def aggregate(rounds: list[list[dict]], c: int, plan: Plan, server_accept: list[float | None]) -> dict:
     """One level over its rounds: latencies over all requests, output throughput, the plan's metric and the median
-    request's speed per round (round_NAME) and their medians (NAME); the server's own accept length per round (its counters are flushed
-    before each)."""
+    request's speed per round (round_NAME) and their medians (NAME); the server's own accept length per round (its
+    counters are flushed before each)."""
     level = summarize([r for results in rounds for r in results], c, plan)
     per_round = [summarize(results, c, plan) for results in rounds]
     for metric in dict.fromkeys(("output_throughput", plan.metric, REQUEST_SPEED)):

@@ -147,7 +147,7 @@ def choose(measured: dict[str, dict], candidates: list, levels: list, metric: st
         if not have:
             continue
         at = {v.name: measured[v.name][level.name] for v in have}
-        best = max(have, key=lambda v: value_of(at[v.name], metric))
+        best = max(have, key=lambda v: value_of(at[v.name], metric) or 0.0)
         chosen = next(v for v in have
                       # each variant is its own server run: lost only beyond the lifetimes' noise
                       if v is best or within_range(ratios(rounds_of(at[v.name], metric),
@@ -185,14 +185,15 @@ def confirm(measured: dict[str, dict], rows: list[dict], policy: str, baseline: 
     table = []
     for row in rows:
         own = mine.get(row["level"])
-        if not value_of(own, metric):
+        if not own or not value_of(own, metric):
             continue
         best = measured[row["best"]][row["level"]]
         base = measured.get(baseline, {}).get(row["level"])
         vs_best = ratios(rounds_of(own, metric), rounds_of(best, metric))
         vs_base = ratios(rounds_of(own, metric), rounds_of(base, metric)) if base else []
         verdict, confirmed, rule = level_confirmation(vs_best)
-        table.append({"level": row["level"], "policy": value_of(own, metric), "best": row["best"], "best_value": row["best_value"],
+        table.append({"level": row["level"], "policy": value_of(own, metric), "best": row["best"],
+                      "best_value": row["best_value"],
                       "steps": row["steps"], "ratio_best": statistics.median(vs_best) if vs_best else None,
                       "ratio_best_range": [min(vs_best), max(vs_best)] if vs_best else None,
                       "verdict": verdict, "confirmed": confirmed, "rule": rule,

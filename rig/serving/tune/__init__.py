@@ -14,7 +14,8 @@ own server line (`rig server args`), health-gated by `rig smoke`, measured, stop
    plan's temperature, each round at least bench.min_requests requests and bench.min_seconds long,
    each round's server-side accept length read after it (rig.serving.measure);
 3. the choice per level, within each family of variants one server line can switch between (one
-   backend, one cap): the variant with the best median (output tok/s, or goodput under the SLOs), ties
+   backend, one cap): the variant with the best median (output tok/s, at a request rate each request's own
+   tok/s, or goodput under the SLOs), ties
    going to the simpler one (baseline < fewer steps < more); where choices change with load, the
    step-0 slots take the family's measured step-0 server's numbers when there is one. The family whose
    choices come closest to the per-level best of every variant (geometric mean) gives the policy;

@@ -29,7 +29,7 @@ def _measured(variant: dict, level_name: str, metric: str) -> str | None:
     """VARIANT's cell at a level: its METRIC, the range over rounds, the server's accept length, and its
     max_running_requests where that held the level below its concurrency."""
     level = (variant.get("levels") or {}).get(level_name)
-    if not (value := value_of(level, metric)):
+    if not level or not (value := value_of(level, metric)):
         return None
     values = [v for v in rounds_of(level, metric) if v]
     accept = level.get("server_accept_length")
@@ -90,7 +90,9 @@ def _policy(result: dict) -> list[str]:
 def _confirmation(result: dict) -> list[str]:
     if not result.get("confirmation"):
         return []
-    return ["", "## Confirmation", "",
+    judged = ["", "Each level is judged as above: a request rate by the median request's speed."] \
+        if _open_loop(result) else []
+    return ["", "## Confirmation", *judged, "",
             *table(("level", "policy", "per-level best", "ratio to best, median (range)", "verdict", "confirmed",
                     "rule", "ratio to baseline"),
                    ((t["level"], shown(t["policy"], 1), f"{t['best']} {shown(t['best_value'], 1)}",
@@ -153,7 +155,7 @@ def figures(result: dict) -> dict:
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xticks(xs, result["levels"])
     ax.set_xlabel("load (C: requests in flight, R: Poisson arrivals per second)")
-    ax.set_ylabel(f"{result['metric']} / the baseline's (R: each request's speed)")
+    ax.set_ylabel(f"{result['metric']} / the baseline's" + (" (R: each request's speed)" if _open_loop(result) else ""))
     ax.set_title("rig tune: median over rounds against the baseline's median, bars span the rounds")
     ax.grid(True, alpha=0.3)
     ax.legend()
