@@ -223,6 +223,14 @@ def test_the_plan_carries_the_levels_and_its_record_keeps_the_bench_keys():
     assert [lv.name for lv in plan_from({"concurrency": [8]}).levels] == ["C=8"]
 
 
+def test_an_open_loop_round_sends_ten_seconds_of_arrivals_at_most_two_waves_of_its_cap():
+    from rig.serving.measure.plan import Level, plan_from
+
+    plan = plan_from({"concurrency": [1, 256], "min_requests": 16}, request_rates=[20, 80, 0.5])
+    assert [plan.requests_at(lv) for lv in plan.levels] == [16, 512, 200, 512, 16]
+    assert plan.requests_at(Level(8, 20.0)) == 16  # two waves of a cap of 8: a level no larger than min_requests
+
+
 def test_booleans_are_refused_where_a_number_is_wanted():
     from rig.stack.spec import validate
 

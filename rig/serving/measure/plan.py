@@ -2,6 +2,7 @@
 schema's own fields (one place for the defaults and the limits), and the levels it measures at."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -10,6 +11,10 @@ from rig.core import RigError
 from rig.core.schema import validate
 from rig.serving.sglang_api import context_length
 from rig.serving.workload import Workload, builtin
+
+# An open-loop round sends this many seconds of arrivals: a request lasts a second or two, so the running batch has
+# long settled (2C arrivals at 20/s under a cap of 256 took 26 s a round, 5 minutes of a tune: issue 71's run 16).
+OPEN_LOOP_S = 10
 
 
 @dataclass(frozen=True)
@@ -52,8 +57,11 @@ class Plan:
         levels)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "request_rates"}
 
-    def requests_at(self, c: int) -> int:
-        return max(self.min_requests, 2 * c)
+    def requests_at(self, level: Level) -> int:
+        """A round's requests: two waves of the level's C (closed loop), or OPEN_LOOP_S of its Poisson arrivals,
+        at most those two waves."""
+        waves = max(self.min_requests, 2 * level.concurrency)
+        return waves if level.rate is None else max(self.min_requests, min(waves, math.ceil(level.rate * OPEN_LOOP_S)))
 
     @property
     def metric(self) -> str:

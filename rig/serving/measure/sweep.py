@@ -73,7 +73,7 @@ class Server:
         """One round of one level: C requests in flight (closed loop), or Poisson arrivals at RATE with at
         most C in flight; its results and the server's own accept length over it."""
         client.flush(self.url, self.key)
-        c, n = level.concurrency, self.plan.requests_at(level.concurrency)
+        c, n = level.concurrency, self.plan.requests_at(level)
         what = f"concurrency {c}" if level.rate is None else f"request rate {level.rate:g}/s (at most {c} in flight)"
         progress(f"{self.label}: {what}, round {round_no + 1}/{self.plan.rounds}, {n} requests"
                  + (f" and {self.plan.min_seconds:g} s" if self.plan.min_seconds else ""))

@@ -131,8 +131,9 @@ def usable(records: dict) -> dict[str, dict]:
 
 def estimate_s(plan: Plan, servers: int) -> float:
     """A rough duration: server starts, then each level's rounds at an assumed per-request decode speed."""
-    per_server = sum(max(plan.min_seconds, plan.requests_at(lv.concurrency) / lv.concurrency * plan.max_tokens
-                         / TOKENS_PER_S) for lv in plan.levels) * plan.rounds
+    one_request = plan.max_tokens / TOKENS_PER_S
+    per_server = sum(max(plan.min_seconds, plan.requests_at(lv) / lv.concurrency * one_request if lv.rate is None
+                         else plan.requests_at(lv) / lv.rate + one_request) for lv in plan.levels) * plan.rounds
     return servers * (START_S + per_server)
 
 
@@ -160,5 +161,5 @@ def _would_start(stack: dict, plan: Plan) -> str:
     levels = plan.levels
     return (f"would start, one at a time at {health_url(stack)}, and measure at "
             f"{', '.join(lv.name for lv in levels)} in {plan.rounds} round(s) at temperature {plan.temperature:g} "
-            f"(at least {sum(plan.requests_at(lv.concurrency) for lv in levels)} requests a round"
+            f"(at least {sum(plan.requests_at(lv) for lv in levels)} requests a round"
             + (f", {plan.min_seconds:g} s a level" if plan.min_seconds else "") + "):")
