@@ -13,7 +13,8 @@ from rig.serving.sglang_api import context_length
 from rig.serving.workload import Workload, builtin
 
 # An open-loop round sends this many seconds of arrivals: a request lasts a second or two, so the running batch has
-# long settled (2C arrivals at 20/s under a cap of 256 took 26 s a round, 5 minutes of a tune: issue 71's run 16).
+# long settled. 2C arrivals at 20/s take 26 s a round under a cap of 256 (12.8 s under run 16's 128, issue 71):
+# about 5 minutes of a four-server tune's device time at 256.
 OPEN_LOOP_S = 10
 
 
