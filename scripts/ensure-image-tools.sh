@@ -14,5 +14,6 @@ if [ "$(id -u)" != 0 ]; then
 fi
 log "installing Debian's zstd and squashfs-tools"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq zstd squashfs-tools >/dev/null
+# bounded: a mirror that stops answering ends this step, not the provisioning that waits on it
+timeout 600 apt-get update -qq
+timeout 600 apt-get install -y -qq zstd squashfs-tools >/dev/null
