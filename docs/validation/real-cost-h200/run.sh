@@ -73,13 +73,23 @@ print("\n".join(p for p in sys.path if p and not p.startswith(std) and not p.end
   fi
 }
 
-backend_stacks() {  # every stack with BACKEND as its attention backend, checked: STACKS then names the copies
-  local into=$RES/stacks-$BACKEND stack
+backend_stacks() {  # every stack with BACKEND as its attention backend in triton's place, read and written as YAML
+  # (checked: each served with triton alone), beside its lock; STACKS then names the copies
+  local into=$RES/stacks-$BACKEND lock
   mkdir -p "$into"
-  for stack in "$STACKS"/stack-*.yml; do
-    sed "s/^  attention_backends: \[triton\].*\$/  attention_backends: [$BACKEND]/" "$stack" > "$into/${stack##*/}"
-    grep -q "^  attention_backends: \[$BACKEND\]\$" "$into/${stack##*/}" ||
-      { echo "BACKEND=$BACKEND: $stack has no 'attention_backends: [triton]' line to replace" >&2; return 2; }
+  PYTHONPATH="$RIG_SRC" python3 -P - "$STACKS" "$into" "$BACKEND" <<'PY'
+import pathlib, sys
+import yaml
+source, into, backend = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
+for stack in sorted(source.glob("stack-*.yml")):
+    data = yaml.safe_load(stack.read_text())
+    if data["server"].get("attention_backends") != ["triton"]:
+        sys.exit(f"BACKEND={backend}: {stack} does not serve with triton alone, so it has no backend to replace")
+    data["server"]["attention_backends"] = [backend]
+    (into / stack.name).write_text(yaml.safe_dump(data, sort_keys=False))
+PY
+  for lock in "$STACKS"/stack-*.lock; do
+    if [ -f "$lock" ]; then cp "$lock" "$into/"; fi
   done
   STACKS=$into
   if [ "$BACKEND" = flashinfer ]; then export SGLANG_FLASHINFER_WORKSPACE_SIZE=${SGLANG_FLASHINFER_WORKSPACE_SIZE:-1073741824}; fi
