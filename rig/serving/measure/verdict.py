@@ -138,8 +138,8 @@ def _crossover_advice(rows: list[dict], highest: int | None, noisy: list[int], t
 def choose(measured: dict[str, dict], candidates: list, levels: list, metric: str,
            max_running_requests: int | None = None) -> list[dict]:
     """Per level: the best candidate by its median METRIC (judged: at an open-loop level, each request's speed), and
-    the one chosen: the simplest not clearly below the
-    best (CANDIDATES in order of simplicity, each with .name and .steps). A level's running batch is its
+    the one chosen: the simplest not clearly below the best (CANDIDATES in order of simplicity, each with .name and
+    .steps). A level's running batch is its
     concurrency (or, open-loop, its mean in flight), at most the policy server's MAX_RUNNING_REQUESTS."""
     rows = []
     for level in levels:

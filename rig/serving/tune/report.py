@@ -90,9 +90,9 @@ def _policy(result: dict) -> list[str]:
 def _confirmation(result: dict) -> list[str]:
     if not result.get("confirmation"):
         return []
-    judged = ["", "Each level is judged as above: a request rate by the median request's speed."] \
+    said = ["", "Each level is judged as above: a request rate by the median request's speed."] \
         if _open_loop(result) else []
-    return ["", "## Confirmation", *judged, "",
+    return ["", "## Confirmation", *said, "",
             *table(("level", "policy", "per-level best", "ratio to best, median (range)", "verdict", "confirmed",
                     "rule", "ratio to baseline"),
                    ((t["level"], shown(t["policy"], 1), f"{t['best']} {shown(t['best_value'], 1)}",
