@@ -66,8 +66,11 @@ def public(version: str) -> str:
 
 def machine_has(path: Path) -> set[tuple[str, str]]:
     """(name, version) of each package `pip list --format json` lists."""
-    listed = json.loads(path.read_text())
-    return {(canonicalize_name(p["name"]), public(p["version"])) for p in listed}
+    try:
+        listed = json.loads(path.read_text())
+        return {(canonicalize_name(p["name"]), public(str(p["version"]))) for p in listed}
+    except (OSError, ValueError, TypeError, KeyError) as exc:  # what the machine wrote is input like any other
+        raise SystemExit(f"--machine {path}: not `pip list --format json` output ({exc!r}): write it again there")
 
 
 args = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
