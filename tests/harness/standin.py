@@ -4,11 +4,14 @@ cases a test gives it (tests/conftest.py serve starts it on this machine; standi
 one)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from harness.paths import REPO
@@ -41,17 +44,33 @@ def listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def servers_running(venv: Path) -> list[str]:
-    """Command lines of processes that run the venv's Python: every stand-in server a run started."""
-    found = []
+def _venv_processes(venv: Path) -> dict[int, str]:
+    """pid -> command line of every process that runs the venv's Python."""
+    found = {}
     for proc in Path("/proc").iterdir():
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].decode(errors="replace").startswith(str(venv)):
-            found.append(" ".join(a.decode(errors="replace") for a in argv))
+        if proc.name.isdigit() and argv and argv[0].decode(errors="replace").startswith(str(venv)):
+            found[int(proc.name)] = " ".join(a.decode(errors="replace") for a in argv)
     return found
+
+
+def servers_running(venv: Path) -> list[str]:
+    """Command lines of processes that run the venv's Python: every stand-in server a run started."""
+    return list(_venv_processes(venv).values())
+
+
+def kill_servers(venv: Path) -> None:
+    """Every stand-in server of VENV killed: what a rig that was itself killed outright leaves running (again, until
+    none is left: a server starting up may spawn its helpers meanwhile)."""
+    deadline = time.monotonic() + 30
+    while (found := _venv_processes(venv)) and time.monotonic() < deadline:
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
 
 
 def standin_case(tmp_path: Path, stack: dict):

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from harness.commands import rig
 from harness.paths import REPO
-from harness.standin import MODEL, STANDIN, listening, make_standin_venv, servers_running
+from harness.standin import MODEL, STANDIN, kill_servers, listening, make_standin_venv, servers_running
 from harness.tune import tune
 
 from rig.serving.measure import record
@@ -212,6 +212,34 @@ def test_sigterm_stops_every_server_it_started_and_writes_what_was_measured(tune
     result = json.loads((out / "tune.json").read_text())
     assert result["stopped"] and result["recommendation"] == "not finished"
     assert not listening(tune_case.port)
+
+
+def test_a_tune_killed_outright_keeps_every_server_it_finished_and_each_rounds_numbers(tune_case):
+    """A lent machine taken back mid-run kills rig with no chance to write: the record is checkpointed after each
+    server, and each round's numbers are in its progress line."""
+    import signal
+    import time
+
+    stack, env = tune_case(*MODEL)
+    out = tune_case.dir / "out"
+    with open(tune_case.dir / "tune.err", "w+") as err:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "rig"), "tune", "--stack", str(stack), "--out",
+                                 str(out), "--min-requests", "8"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                stderr=err)
+        deadline = time.monotonic() + 300
+        while not (out / "tune.json").exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kill_servers(tune_case.venv)  # what rig, killed, left running
+        err.seek(0)
+        said = err.read()
+    result = json.loads((out / "tune.json").read_text())
+    assert result["stopped"] == record.STILL_RUNNING, said[-2000:]
+    baseline = result["variants"]["baseline"]["levels"]
+    assert list(baseline) == ["C=1", "C=64"] and all(lv["output_throughput"] > 0 for lv in baseline.values())
+    for round_no, tok_s in enumerate(baseline["C=64"]["round_output_throughput"], 1):
+        assert f"baseline: concurrency 64, round {round_no}: 128/128 completed, {tok_s:.1f} output tok/s" in said
 
 
 @pytest.mark.parametrize("setup, args, says", [

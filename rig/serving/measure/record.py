@@ -7,7 +7,8 @@ FORMAT. A file without one is rig's pre-1 format and is converted where it is re
 so.
 
 The record is written when the run ends, however it ends (a server that stops, an error, Ctrl-C), with `stopped`
-saying why; a failure to write it never hides why the run stopped.
+saying why; a failure to write it never hides why the run stopped. A run may also write it mid-way (a checkpoint,
+`stopped` saying so): a machine taken back, or a process killed, writes nothing at the end.
 """
 from __future__ import annotations
 
@@ -190,17 +191,39 @@ def reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+# what a record written while its run goes on says in `stopped`: read after the run was killed, it is the truth
+STILL_RUNNING = "still running when this was written (a checkpoint: a run killed here wrote nothing later)"
+
+
+class Written(list):
+    """The paths a record's run wrote (a list), and its checkpoint: the record as it stands, written mid-run."""
+
+    def __init__(self, out: str | Path, result: dict, name: str):
+        super().__init__()
+        self._out, self._result, self._name = out, result, name
+
+    def checkpoint(self) -> None:
+        """The record NAME as measured so far into OUT, `stopped` saying the run goes on (STILL_RUNNING), so a run
+        whose machine is taken back mid-way keeps every server it finished. No report: that is the end's."""
+        snapshot = {**self._result, "finished": time.time(), "stopped": self._result["stopped"] or STILL_RUNNING}
+        try:
+            outdir.write(self._out, {self._name: outdir.record(snapshot, self._name)})
+        except (OSError, RigError) as exc:  # the run goes on: its end writes the record again
+            progress(f"could not write a checkpoint of {self._name} into {self._out}: {exc}")
+
+
 @contextmanager
 def recorded(out: str | Path, result: dict, name: str, spec: Field, report: Callable[[dict], str],
              draw: Callable[[dict], dict] | None = None,
-             settle: Callable[[dict], None] | None = None) -> Iterator[list[str]]:
+             settle: Callable[[dict], None] | None = None) -> Iterator[Written]:
     """Run the block, then write RESULT (SETTLE(RESULT) first, where a verdict is drawn from state kept apart) as
     the JSON record NAME, held to SPEC, REPORT(RESULT) as report.md and DRAW(RESULT)'s figures into OUT, in that
-    order: a report that fails to render never costs the record. The list yielded gets the paths written."""
+    order: a report that fails to render never costs the record. The list yielded gets the paths written; its
+    checkpoint() writes the record mid-run."""
     result.setdefault("format", FORMAT)
     result.setdefault("started", time.time())
     result.setdefault("stopped", None)
-    written: list[str] = []
+    written = Written(out, result, name)
 
     def save() -> None:
         result["finished"] = time.time()

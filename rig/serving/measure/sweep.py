@@ -13,7 +13,7 @@ from typing import Any
 from rig.core import numbers, progress
 from rig.serving.measure import client, torch_profile
 from rig.serving.measure.plan import Level, Plan
-from rig.serving.measure.stats import aggregate, median
+from rig.serving.measure.stats import REQUEST_SPEED, aggregate, median, shown, summarize
 from rig.serving.sglang_api import context_length, generate_body, server_accept_length, server_info
 from rig.serving.workload import Workload, builtin
 
@@ -23,6 +23,13 @@ def count(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= numbers.MAX_RUNNING_REQUESTS:
         return value
     return None
+
+
+def said(round_: dict, accepted: float | None) -> str:
+    """One round's numbers as its progress line says them (a run killed later keeps them in its log)."""
+    return (f"{round_['completed']}/{round_['requests']} completed, {shown(round_.get('output_throughput'), 1)} output "
+            f"tok/s, the median request {shown(round_.get(REQUEST_SPEED), 1)} tok/s"
+            + (f", server accept length {accepted:.2f}" if accepted else ""))
 
 
 class Server:
@@ -98,6 +105,7 @@ class Server:
             self.run.setdefault("profiles", {})[level.name] = torch_profile.read(found, wanted["steps"]) if found \
                 else {"error": "the server wrote no trace" if asked else "the batch never filled: nothing profiled"}
         accepted = server_accept_length(server_info(self.url, self.key)) if self.run["speculative_algorithm"] else None
+        progress(f"{self.label}: {what}, round {round_no + 1}: {said(summarize(results, c), accepted)}")
         return results, accepted
 
     def stop(self, exc: Exception) -> None:

@@ -3,6 +3,7 @@ the plan's levels, stopped, one at a time (each may need every GPU); and the dry
 starting one."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def lay_out(stack: dict, out: Path, step0_config: Path) -> None:
 @dataclass(frozen=True)
 class Measuring:
     """What every server of one tune run is measured with: the servers' context, the venv, the plan (its levels),
-    --out, the requests' workload and tune.profile_levels/profile_steps (SGLang's torch profiler)."""
+    --out, the requests' workload, tune.profile_levels/profile_steps (SGLang's torch profiler) and the record's
+    checkpoint, written after each server (a machine taken back mid-run keeps the servers it finished)."""
     servers: Servers
     venv: str
     plan: Plan
@@ -56,6 +58,7 @@ class Measuring:
     workload: Workload
     profile_levels: list[int]
     profile_steps: int
+    checkpoint: Callable[[], None]
 
     def every(self, found: list[Variant], records: dict, lift_caps: bool) -> list[Variant]:
         """FOUND measured in order, each into its record in RECORDS; where LIFT_CAPS, a speculative server capped
@@ -90,6 +93,13 @@ class Measuring:
         url = health_url(variant.stack)
         log = self.out / "logs" / f"{variant.name}.log"
         record.update({"steps": variant.steps, "kind": variant.kind, "family": variant.family, "levels": {}})
+        try:
+            self._served(variant, args, url, log, record)
+        finally:
+            self.checkpoint()
+
+    def _served(self, variant: Variant, args: dict, url: str, log: Path, record: dict) -> None:
+        """measure's server session: up, its levels measured into RECORD, down."""
         with serving(self.servers, variant.name, args["argv"], url, log, record, not variant.baseline, variant.env):
             server = Server(url, variant.name, self.plan, self.servers.api_key_env, self.workload,
                             self._profile(variant))
