@@ -54,8 +54,10 @@ def test_the_toolkit_and_the_venv_upgrade_inside_one_drain_and_come_back_by_thei
     box, settings = serving
     old = locked_stack(tmp_path, "stack-old", "12.9.1", "8.1.7", 2)
     new = locked_stack(tmp_path, "stack-new", "13.0.2", "8.1.8", 3)
-    # the stand-in has none of the files the SM120 patches change: the role keeps them off
-    base = {**settings, "rig_upgrade_toolkit": True, "rig_upgrade_stack": True, "sglang_patches_state": "absent"}
+    # the stand-in has none of the files the SM120 patches change: the role keeps them off. rig prove runs in the
+    # last upgrade alone (a venv on a remounted image): in each upgrade before, it would prove the same stand-in
+    base = {**settings, "rig_upgrade_toolkit": True, "rig_upgrade_stack": True, "sglang_patches_state": "absent",
+            "rig_upgrade_prove": False}
 
     def upgrade(stack: str, *args: str, **more):
         return play([box], "upgrade.yml", *args, **{**base, "rig_stack": stack, **more})
@@ -98,12 +100,14 @@ def test_the_toolkit_and_the_venv_upgrade_inside_one_drain_and_come_back_by_thei
     assert [n >= 1 for n in drains(box)[drained:]] == [True] and box.sh(HEALTH).stdout.strip() == "200"
     # and forward again by remount, a request in flight: the new lock's image (imaged when it was installed)
     drained = len(drains(box))
+    box.sh("rm -f /var/lib/rig/prove/prove.json")  # what the forward upgrade's rig prove writes
     with Load([box], tokens=1000, streams=4) as load:
-        forward = timed("upgrade to the new lock's image", lambda: upgrade(new).expect_ok())
+        forward = timed("upgrade to the new lock's image", lambda: upgrade(new, rig_upgrade_prove=True).expect_ok())
     assert stack_state(box)["lock"] == lock_of(new) and mounted(box)
     assert any(MOUNT in t for t in forward.changed_tasks(box.name)), forward.changed_tasks()
     assert [n >= 1 for n in drains(box)[drained:]] == [True], box.sh("cat /var/log/rig/sglang-server.log").stdout
     assert not load.cut_short(box) and box.sh(HEALTH).stdout.strip() == "200"
+    assert json.loads(box.sh("cat /var/lib/rig/prove/prove.json").stdout)["ok"]  # proven before serving again
     again = upgrade(new).expect_ok()
     assert again.recap("changed", box.name) == 0, again.changed_tasks()
 
