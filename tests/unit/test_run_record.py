@@ -63,6 +63,32 @@ def test_a_record_off_its_schema_is_still_written_then_the_error_said(tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["runs"][0]["levels"][0]["tok_s"] == [1.0]
 
 
+def test_a_checkpoint_says_the_run_was_still_going_and_the_end_replaces_it(tmp_path, capsys):
+    result = {"plan": {}, "runs": []}
+    with record.recorded(tmp_path, result, "results.json", bench.RESULTS, lambda r: "report\n") as written:
+        result["runs"].append({"url": "http://x", "levels": []})
+        written.checkpoint()
+        mid = json.loads((tmp_path / "results.json").read_text())
+        assert mid["stopped"] == record.STILL_RUNNING and len(mid["runs"]) == 1
+        assert not (tmp_path / "report.md").exists() and list(written) == []  # the report and the paths: the end's
+        result["runs"][0]["levels"].append({"max_concurrency": 1, "tok_s": [1.0]})  # off the schema, mid-run
+        written.checkpoint()  # written all the same, and said; the run goes on
+        assert "a checkpoint of results.json: " in capsys.readouterr().err
+        result["runs"][0]["levels"].clear()
+    end = json.loads((tmp_path / "results.json").read_text())
+    assert end["stopped"] is None and (tmp_path / "report.md").read_text() == "report\n"
+    assert sorted(written) == [str(tmp_path / "report.md"), str(tmp_path / "results.json")]
+
+
+def test_a_checkpoint_that_cannot_be_written_is_said_and_the_run_goes_on(tmp_path, capsys):
+    (tmp_path / "results.json").mkdir()  # where the record goes: a directory
+    with pytest.raises(IsADirectoryError):  # the end's write fails as it always has (rig refuses such an --out first)
+        with record.recorded(tmp_path, {"plan": {}, "runs": []}, "results.json", bench.RESULTS,
+                             lambda r: "report\n") as written:
+            written.checkpoint()
+            assert "could not write a checkpoint of results.json into" in capsys.readouterr().err
+
+
 def test_the_oldest_bench_results_read_as_format_1_and_say_so(capsys):
     raw = json.loads(OLDEST_BENCH.read_text())["runs"][0]
     run = bench._earlier(str(OLDEST_BENCH))

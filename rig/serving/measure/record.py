@@ -7,8 +7,8 @@ FORMAT. A file without one is rig's pre-1 format and is converted where it is re
 so.
 
 The record is written when the run ends, however it ends (a server that stops, an error, Ctrl-C), with `stopped`
-saying why; a failure to write it never hides why the run stopped. A run may also write it mid-way (a checkpoint,
-`stopped` saying so): a machine taken back, or a process killed, writes nothing at the end.
+saying why; a failure to write it never hides why the run stopped. tune also writes it mid-way, after each server
+(a checkpoint, `stopped` saying so): a machine taken back, or a process killed, writes nothing at the end.
 """
 from __future__ import annotations
 
@@ -196,56 +196,70 @@ STILL_RUNNING = "still running when this was written (a checkpoint: a run killed
 
 
 class Written(list):
-    """The paths a record's run wrote (a list), and its checkpoint: the record as it stands, written mid-run."""
+    """A record's writer, and the paths it wrote (the list): save() at the run's end, checkpoint() mid-run."""
 
-    def __init__(self, out: str | Path, result: dict, name: str):
+    def __init__(self, out: str | Path, result: dict, name: str, spec: Field, report: Callable[[dict], str],
+                 draw: Callable[[dict], dict] | None, settle: Callable[[dict], None] | None):
         super().__init__()
-        self._out, self._result, self._name = out, result, name
+        self._out, self._result, self._name, self._spec = out, result, name, spec
+        self._report, self._draw, self._settle = report, draw, settle
+
+    def save(self) -> None:
+        """The record (SETTLE first, where a verdict is drawn from state kept apart), then report.md and the figures:
+        a report that fails to render never costs the record. A record off its schema is written, then raised."""
+        result = self._result
+        result["finished"] = time.time()
+        if self._settle:
+            self._settle(result)
+        off_shape = self._write(result)
+        self.extend(outdir.write(self._out, {"report.md": self._report(result)},
+                                 (lambda: self._draw(result)) if self._draw else None))
+        if off_shape:
+            raise off_shape
 
     def checkpoint(self) -> None:
-        """The record NAME as measured so far into OUT, `stopped` saying the run goes on (STILL_RUNNING), so a run
-        whose machine is taken back mid-way keeps every server it finished. No report: that is the end's."""
+        """The record as measured so far, `stopped` saying the run goes on (STILL_RUNNING: however this run ends, its
+        end writes the record again, unless it is killed outright), so a run whose machine is taken back mid-way
+        keeps what it finished. No verdict (SETTLE) and no report: those are the end's. Nothing here stops the run."""
         snapshot = {**self._result, "finished": time.time(), "stopped": self._result["stopped"] or STILL_RUNNING}
         try:
-            outdir.write(self._out, {self._name: outdir.record(snapshot, self._name)})
-        except (OSError, RigError) as exc:  # the run goes on: its end writes the record again
+            if off_shape := self._write(snapshot, keep=False):
+                progress(f"a checkpoint of {self._name}: {off_shape}")
+        except Exception as exc:  # noqa: BLE001 - the run goes on, and its own error is the one to report
             progress(f"could not write a checkpoint of {self._name} into {self._out}: {exc}")
+
+    def _write(self, result: dict, keep: bool = True) -> RigError | None:
+        """RESULT as the JSON record, written whether or not it holds to the schema (rig's own bug: the measurement
+        is kept all the same); the schema's error, or None."""
+        try:
+            validate(result, self._spec, self._name)
+            off_shape = None
+        except RigError as exc:
+            off_shape = exc
+        paths = outdir.write(self._out, {self._name: outdir.record(result, self._name)})
+        if keep:
+            self.extend(paths)
+        return off_shape
 
 
 @contextmanager
 def recorded(out: str | Path, result: dict, name: str, spec: Field, report: Callable[[dict], str],
              draw: Callable[[dict], dict] | None = None,
              settle: Callable[[dict], None] | None = None) -> Iterator[Written]:
-    """Run the block, then write RESULT (SETTLE(RESULT) first, where a verdict is drawn from state kept apart) as
-    the JSON record NAME, held to SPEC, REPORT(RESULT) as report.md and DRAW(RESULT)'s figures into OUT, in that
-    order: a report that fails to render never costs the record. The list yielded gets the paths written; its
-    checkpoint() writes the record mid-run."""
+    """Run the block, then write RESULT as the JSON record NAME, held to SPEC, REPORT(RESULT) as report.md and
+    DRAW(RESULT)'s figures into OUT (Written.save); however the block ends, `stopped` saying why it did. The writer
+    yielded lists the paths written; its checkpoint() writes the record mid-run."""
     result.setdefault("format", FORMAT)
     result.setdefault("started", time.time())
     result.setdefault("stopped", None)
-    written = Written(out, result, name)
-
-    def save() -> None:
-        result["finished"] = time.time()
-        if settle:
-            settle(result)
-        try:
-            validate(result, spec, name)
-            off_shape = None
-        except RigError as exc:  # rig's own bug: the measurement is written all the same, then the error said
-            off_shape = exc
-        written.extend(outdir.write(out, {name: outdir.record(result, name)}))
-        written.extend(outdir.write(out, {"report.md": report(result)}, (lambda: draw(result)) if draw else None))
-        if off_shape:
-            raise off_shape
-
+    written = Written(out, result, name, spec, report, draw, settle)
     try:
         yield written
     except BaseException as exc:
         result["stopped"] = result["stopped"] or reason(exc)
         try:
-            save()
+            written.save()
         except Exception as again:  # noqa: BLE001 - the first error is the one to report
             progress(f"could not write what was measured to {out}: {again}")
         raise
-    save()
+    written.save()

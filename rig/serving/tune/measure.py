@@ -84,6 +84,8 @@ class Measuring:
             record["stopped"] = record.get("stopped") or str(exc)
             progress(f"{variant.name}: {exc}; going on without it")
             return False
+        finally:  # whatever this server came to, the record on disk has it
+            self.checkpoint()
         return True
 
     def measure(self, variant: Variant, record: dict) -> None:
@@ -93,13 +95,6 @@ class Measuring:
         url = health_url(variant.stack)
         log = self.out / "logs" / f"{variant.name}.log"
         record.update({"steps": variant.steps, "kind": variant.kind, "family": variant.family, "levels": {}})
-        try:
-            self._served(variant, args, url, log, record)
-        finally:
-            self.checkpoint()
-
-    def _served(self, variant: Variant, args: dict, url: str, log: Path, record: dict) -> None:
-        """measure's server session: up, its levels measured into RECORD, down."""
         with serving(self.servers, variant.name, args["argv"], url, log, record, not variant.baseline, variant.env):
             server = Server(url, variant.name, self.plan, self.servers.api_key_env, self.workload,
                             self._profile(variant))
