@@ -212,8 +212,8 @@ class Written(list):
         if self._settle:
             self._settle(result)
         off_shape = self._write(result)
-        self.extend(outdir.write(self._out, {"report.md": self._report(result)},
-                                 (lambda: self._draw(result)) if self._draw else None))
+        draw = self._draw
+        self.extend(outdir.write(self._out, {"report.md": self._report(result)}, (lambda: draw(result)) if draw else None))
         if off_shape:
             raise off_shape
 
