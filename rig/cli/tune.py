@@ -48,6 +48,8 @@ def tune(stack_path, venv_path, out_dir, prompts_path, request_rates, load_profi
     every server line, prints the plan and its estimated time; nothing
     starts. Exit 1 when the policy is not confirmed within noise of the best
     at every level; every server rig started is stopped however the run ends.
+    tune.json holds what was measured after each server (a run killed
+    outright keeps those), and each round's numbers are in its progress line.
     """
     stack = load(stack_path)
     # the plan carries the levels (the options' or the stack's); the stack goes down as it was read
