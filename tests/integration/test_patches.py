@@ -196,6 +196,7 @@ def test_a_failing_check_puts_the_file_back(lab, tmp_path):
     assert not (lab["v9"] / ".rig-patches").exists()
 
 
+REAL_COST = REPO / "docs" / "validation" / "real-cost-h200"
 FREE_OFF_0523 = {"sglang-free-off-graphs", "sglang-free-off-worker-0523"}
 FREE_OFF_CHECK = {"sglang-free-off-check"}  # opt-in free-off-check: RIG_FREE_OFF_CHECK's comparison, not for serving
 
@@ -215,6 +216,14 @@ def test_free_off_is_applied_only_where_the_stack_opts_in_and_taken_out_when_it_
     assert {i for i, r in applied.items() if r["status"] == "applied"} == NEEDED_0523 | FREE_OFF_0523
     worker = Path(applied["sglang-free-off-worker-0523"]["path"]).read_text()
     assert '_RIG_FREE_OFF = _rig_os.environ.get("RIG_FREE_OFF", "1") != "0"' in worker  # on where applied
+    # the real-cost runbook's free-off-0523 phase (issue 71), rehearsed as far as a CPU goes: every line its tune
+    # starts is rendered and checked by this patched sglang 0.5.23 (its parser and start-up hook), nothing written
+    phase = ok(rig("tune", "--check", "--json", "--stack", str(REAL_COST / "stack-free-off-0523.yml"),
+                   "--venv", str(v23), "--out", str(tmp_path / "tune")))
+    planned = json.loads(phase.stdout)
+    assert list(planned["variants"]) == ["baseline", "eagle3-3", "step0-plain-ingest"]
+    assert "  step0-plain-ingest: RIG_FREE_OFF=1 RIG_FREE_OFF_DRAFT=ingest " in planned["msg"]
+    assert not (tmp_path / "tune").exists()
     # the stack no longer asks: the next apply takes free-off out and leaves the SM120 patches in
     dropped = json.loads(ok(patch("apply", "--json", "--venv", str(v23))).stdout)
     assert dropped["changed"] and dropped["msg"].startswith("took out sglang-free-off-graphs, sglang-free-off-worker")
