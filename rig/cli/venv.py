@@ -139,7 +139,8 @@ def venv_verify(venv_path, stack_path, manifest, as_json) -> None:
         if not seen["image"]:
             seen = {**seen, "ok": False, "problems": [f"{venv_path} is no venv image rig mounted (no link rig made)"]}
         result = {**result, "ok": result["ok"] and seen["ok"], "image": seen}
-        said.append(f"image {seen['name']}, mounted at {seen['mount']}, its sha256 its manifest's" if seen["ok"] else
+        said.append(f"image {seen['name']}, mounted at {seen['mount']}, its sha256 its manifest's; "
+                    f"{seen['kept_checked']}" if seen["ok"] else
                     "not the image its manifest describes: " + "; ".join(seen["problems"]))
     elif manifest:
         against = verify_against(rig_link(venv_path, None) or venv_path, read_manifest(manifest))

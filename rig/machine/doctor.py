@@ -180,8 +180,9 @@ def _venv(venv: str, lock: dict | None = None) -> Check:
 
 def _venv_image(venv: str) -> Check | None:
     """Where the venv is a link rig made to a mounted image: PASS when that image's file is what is mounted and its
-    sha256 is its manifest's (the copy the store keeps); FAIL where either is not; WARN where a file could not be
-    read (not root). None for a venv that is no such link (a directory: nothing to say about an image)."""
+    sha256 is its manifest's (the copy the store keeps), saying whether fs-verity keeps it checked while mounted;
+    FAIL where either is not; WARN where a file could not be read (not root). None for a venv that is no such link
+    (a directory: nothing to say about an image)."""
     from rig.python.venv_archive.mount import looked_at
 
     try:
@@ -197,7 +198,8 @@ def _venv_image(venv: str) -> Check | None:
         return Check("python", "venv image", "fail", f"{venv} links to image {seen['name']}: "
                      f"{'; '.join(seen['problems'])}", IMAGE_FIX, problems=[f"{venv}: {p}" for p in seen["problems"]])
     return Check("python", "venv image", "pass", f"{venv} is the mounted image {seen['name']} (sha256 "
-                 f"{seen['sha256'][:12]}, as its manifest says), mounted read-only at {seen['mount']}")
+                 f"{seen['sha256'][:12]}, as its manifest says), mounted read-only at {seen['mount']}; "
+                 f"{seen['kept_checked']}")
 
 
 IMAGE_FIX = "run the python_stack role again (rig venv mount puts the image back, or the role unpacks the archive)"

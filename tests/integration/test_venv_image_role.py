@@ -16,6 +16,7 @@ from harness.venv_takes import CLICK, MOUNT, UNPACK, VENV, WHEELS
 
 from rig.python.lock import read
 from rig.python.venv_archive.manifest import kept_dir
+from rig.python.venv_archive.verity import NOT_HERE
 
 pytestmark = pytest.mark.box
 
@@ -66,6 +67,9 @@ def test_a_host_that_can_mount_takes_the_image_keeps_it_over_a_reboot_and_a_seco
     took = host.play("python.yml", **image_vars(imaged)).expect_ok()
     changed = took.changed_tasks(host.name)
     assert any(MOUNT in t for t in changed) and not any(UNPACK in t or WHEELS in t for t in changed), changed
+    said = " ".join(took.output.split())  # the callback wraps a long message
+    assert "fs-verity keeps it checked while mounted" in said or any(  # where this kernel and store offer it
+        f"nothing keeps it checked while mounted: {why}" in said for why in NOT_HERE.values()), took.output[-4000:]
     target = host.sh(f"readlink {VENV}").stdout.strip()
     assert target.startswith("/var/lib/rig/venv-images/") and host.sh(CLICK).stdout.strip() == "8.1.7"
     assert host.sh(f"findmnt -n -o FSTYPE,OPTIONS {target}").stdout.split()[0] == "squashfs"

@@ -172,3 +172,61 @@ def test_the_hook_goes_in_before_packing_and_the_environment_comes_from_a_writab
     (inner / HOOK).unlink()
     with pytest.raises(RigError, match="without rig's hook"):
         install(venv, ENV, "tiny")
+
+
+def fsverity_digest(data: bytes) -> str:
+    """The fs-verity digest of a file of DATA (SHA-256, 4 KiB blocks, no salt), worked from the kernel's
+    Documentation/filesystems/fsverity.rst: the blocks hashed, the hashes packed into zero-padded blocks and hashed
+    again until one block is left, whose hash is the root; the digest is the hash of the 256-byte descriptor."""
+    block = 4096
+    level = [data[i:i + block].ljust(block, b"\0") for i in range(0, len(data), block)]
+    root = bytes(32)
+    while level:
+        hashes = b"".join(hashlib.sha256(b).digest() for b in level)
+        if len(level) == 1:
+            root = hashes
+            break
+        level = [hashes[i:i + block].ljust(block, b"\0") for i in range(0, len(hashes), block)]
+    descriptor = bytes([1, 1, 12, 0]) + bytes(4) + len(data).to_bytes(8, "little") + root.ljust(64, b"\0") + bytes(176)
+    return "sha256:" + hashlib.sha256(descriptor).hexdigest()
+
+
+def test_fs_verity_keeps_an_image_checked_where_the_host_offers_it_and_says_why_not_where_not(tmp_path):
+    """Either the kernel turns fs-verity on (its digest is the file's, and the file can no longer be written) or
+    it says it cannot and the file is left as it was, writable, with the reason in words."""
+    from rig.python.venv_archive import verity
+
+    data = os.urandom(3 * 4096 + 123)  # four blocks, the last partial: one level of the tree above the data
+    image = tmp_path / "x.sqfs"
+    image.write_bytes(data)
+    said = verity.keep_checked(image)
+    assert verity.state(image) == said if said["on"] else not verity.state(image)["on"]
+    if said["on"]:
+        assert said == {"on": True, "digest": fsverity_digest(data)} == verity.keep_checked(image)  # again: on
+        with pytest.raises(OSError):
+            image.open("r+b")
+    else:
+        assert said["why"] in verity.NOT_HERE.values(), said  # no fs-verity here, not a failure of rig's ioctl
+        with image.open("r+b") as handle:
+            handle.write(b"y")  # left as it was: still writable
+    assert image.read_bytes()[1:] == data[1:]
+    image.with_name("link.sqfs").symlink_to(image)
+    os.mkfifo(tmp_path / "fifo.sqfs")
+    for refused in ("link.sqfs", "fifo.sqfs"):
+        with pytest.raises(RigError, match="a link|not a regular file"):
+            verity.keep_checked(tmp_path / refused)
+
+
+def test_the_tests_fs_verity_digest_is_the_fsverity_tools():
+    """The digest the test above holds the kernel to, against what Debian's fsverity-utils 1.5 printed for the
+    same bytes (`fsverity digest --hash-alg=sha256 --block-size=4096`): empty, one byte, a whole block, a block and
+    a byte, and 130 blocks and 5 bytes (two levels above the data)."""
+    counted = bytes(range(256)) * 16
+    files = {b"": "3d248ca542a24fc62d1c43b916eae5016878e2533c88238480b26128a1f1af95",
+             b"a": "bce75948b9e7510293f8f2720412af9697c1479281323f3f220623fb8e94b557",
+             counted: "15a0095100272ab90a2209e97f8a2c54dff6f84d2b29524f95d92fe23b6ef25b",
+             counted + b"z": "97022ac4afc6ef9828db41f7506099d66914768ae8b51357325ba81bf1c7c9b9",
+             bytes((i * 7) % 251 for i in range(4096 * 130 + 5)):
+                 "c8726cb1ac0d6953895ccc936e87174133ed18de96565d61411f0e1e51bf0a08"}
+    assert {len(data): fsverity_digest(data) for data in files} == \
+        {len(data): f"sha256:{digest}" for data, digest in files.items()}

@@ -20,6 +20,8 @@ from rig.python.venv_archive.manifest import ANY_PATCHES, absolute, digest_of, f
 from rig.python.venv_archive.mounts import CannotMount, attach, detach, mountable, mounted, mounted_from
 from rig.python.venv_archive.place import IMAGE_NAME, STORE, STORE_WHAT, rig_link, store_of, venv_place
 from rig.python.venv_archive.pull import PULL_TIMEOUT, pull
+from rig.python.venv_archive.verity import keep_checked
+from rig.python.venv_archive.verity import state as verity_state
 
 STATE = "state.json"
 LOCK = ".mount.lock"  # held while a run looks and mounts: two runs take turns
@@ -73,19 +75,30 @@ def _mounted_at(source: str, manifest: dict, venv: Path, store: Path, check: boo
         return {**result, "changed": True, "msg": "would " + "; ".join(steps)}
     if not ours:
         pulled = pull(source, store, manifest, timeout, IMAGE)
+        verity = keep_checked(pulled)  # before the mount: the tree is built from the bytes pull just checked
         where.mkdir(mode=0o755, exist_ok=True)
         progress(f"mounting {pulled} at {where}")
         attach(pulled, where)
+    else:
+        verity = verity_state(image)
     previous = _previous(state, name, linked)
     _switch(venv, where, aside)
     atomic_write(store / STATE, dump_json({"current": name, "previous": previous}, "the venv images' state") + "\n")
     collected, busy = _collect(store, {name, previous})
-    said = [f"{venv} is now image {name}, mounted at {where}" + (f" (it was {linked.name})" if linked else "")]
+    said = [f"{venv} is now image {name}, mounted at {where}" + (f" (it was {linked.name})" if linked else ""),
+            _verity_said(verity)]
     said += [f"the directory that was there is moved aside to {aside}: remove it once the image serves"] if aside else []
     said += [f"collected {', '.join(collected)}"] if collected else []
     said += [f"kept {', '.join(busy)}: still in use, collected next time"] if busy else []
     return {**result, "changed": True, "previous": previous, "moved_aside": str(aside) if aside else None,
-            "collected": collected, "msg": "; ".join(said)}
+            "collected": collected, "verity": verity, "msg": "; ".join(said)}
+
+
+def _verity_said(verity: dict) -> str:
+    """What keeps the mounted image checked, in words (verity.keep_checked's or verity.state's answer)."""
+    if verity["on"]:
+        return f"fs-verity keeps it checked while mounted (its fs-verity digest {verity['digest']})"
+    return f"its sha256 was checked before mounting, but nothing keeps it checked while mounted: {verity['why']}"
 
 
 def _store(root: Path, venv: Path) -> Path:
@@ -214,7 +227,8 @@ def _unmounted(where: Path, image: Path) -> str | None:
 def looked_at(venv: str | Path, manifest: dict | None = None) -> dict:
     """VENV as an image: {"image": False} where it is no link rig made; else its image's name, mount point and
     file, and "ok" with the "problems" found: whether that file is what is mounted there, and whether its sha256 is
-    MANIFEST's (else the store's copy of it). "looked" False where a file could not be read (not root)."""
+    MANIFEST's (else the store's copy of it); whether fs-verity keeps it checked ("verity", "kept_checked": in
+    words). "looked" False where a file could not be read (not root)."""
     target = rig_link(venv, None)
     if target is None:
         return {"image": False}
@@ -233,6 +247,8 @@ def looked_at(venv: str | Path, manifest: dict | None = None) -> dict:
         with open_regular(image, "the venv image", follow=False) as handle:
             if digest_of(handle) != (manifest["image"]["sha256"], manifest["image"]["size"]):
                 problems.append(f"{image}'s bytes are not its manifest's (sha256 or size differs)")
+        verity = verity_state(image)
     except RigError as exc:
         return {**said, "looked": False, "ok": False, "problems": [*problems, str(exc)]}
-    return {**said, "sha256": manifest["image"]["sha256"], "ok": not problems, "problems": problems}
+    return {**said, "sha256": manifest["image"]["sha256"], "verity": verity, "kept_checked": _verity_said(verity),
+            "ok": not problems, "problems": problems}
