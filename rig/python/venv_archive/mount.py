@@ -20,8 +20,7 @@ from rig.python.venv_archive.manifest import ANY_PATCHES, absolute, digest_of, f
 from rig.python.venv_archive.mounts import CannotMount, attach, detach, mountable, mounted, mounted_from
 from rig.python.venv_archive.place import IMAGE_NAME, STORE, STORE_WHAT, rig_link, store_of, venv_place
 from rig.python.venv_archive.pull import PULL_TIMEOUT, pull
-from rig.python.venv_archive.verity import keep_checked
-from rig.python.venv_archive.verity import state as verity_state
+from rig.python.venv_archive.verity import keep_checked, measured
 
 STATE = "state.json"
 LOCK = ".mount.lock"  # held while a run looks and mounts: two runs take turns
@@ -65,7 +64,10 @@ def _mounted_at(source: str, manifest: dict, venv: Path, store: Path, check: boo
     state = _state(store)
     result = {"venv": str(venv), "image": str(image), "mount": str(where), "name": name}
     if ours and linked == where:
-        return {**result, "changed": False, "msg": f"{venv} is image {name}, mounted at {where}"}
+        with open_regular(image, "the venv image", follow=False) as handle:
+            verity = measured(handle.fileno())
+        return {**result, "changed": False, "verity": verity,
+                "msg": f"{venv} is image {name}, mounted at {where}; {_verity_said(verity)}"}
     if not ours and (why := mountable()):
         raise CannotMount(f"cannot mount image {name}: {why}", hint="unpack the venv archive instead (rig venv unpack)")
     aside = _aside_name(venv) if place.kind == "dir" else None
@@ -80,7 +82,7 @@ def _mounted_at(source: str, manifest: dict, venv: Path, store: Path, check: boo
         progress(f"mounting {pulled} at {where}")
         attach(pulled, where)
     else:
-        verity = verity_state(image)
+        verity = keep_checked(image)  # mounted before (read-only: no writer stops it), perhaps by an older rig
     previous = _previous(state, name, linked)
     _switch(venv, where, aside)
     atomic_write(store / STATE, dump_json({"current": name, "previous": previous}, "the venv images' state") + "\n")
@@ -95,10 +97,10 @@ def _mounted_at(source: str, manifest: dict, venv: Path, store: Path, check: boo
 
 
 def _verity_said(verity: dict) -> str:
-    """What keeps the mounted image checked, in words (verity.keep_checked's or verity.state's answer)."""
+    """What keeps the mounted image checked, in words (verity.keep_checked's or verity.measured's answer)."""
     if verity["on"]:
         return f"fs-verity keeps it checked while mounted (its fs-verity digest {verity['digest']})"
-    return f"its sha256 was checked before mounting, but nothing keeps it checked while mounted: {verity['why']}"
+    return f"nothing keeps it checked while mounted: {verity['why']}"
 
 
 def _store(root: Path, venv: Path) -> Path:
@@ -245,9 +247,12 @@ def looked_at(venv: str | Path, manifest: dict | None = None) -> dict:
         if manifest["image"]["name"] != name:
             problems.append(f"it is image {name}, the manifest describes {manifest['image']['name']}")
         with open_regular(image, "the venv image", follow=False) as handle:
-            if digest_of(handle) != (manifest["image"]["sha256"], manifest["image"]["size"]):
-                problems.append(f"{image}'s bytes are not its manifest's (sha256 or size differs)")
-        verity = verity_state(image)
+            verity = measured(handle.fileno())
+            try:
+                if digest_of(handle) != (manifest["image"]["sha256"], manifest["image"]["size"]):
+                    problems.append(f"{image}'s bytes are not its manifest's (sha256 or size differs)")
+            except OSError as exc:  # EIO: fs-verity refuses to hand out bytes changed since it was turned on
+                problems.append(f"{image} could not be read whole ({exc.strerror or exc}): its bytes changed")
     except RigError as exc:
         return {**said, "looked": False, "ok": False, "problems": [*problems, str(exc)]}
     return {**said, "sha256": manifest["image"]["sha256"], "verity": verity, "kept_checked": _verity_said(verity),

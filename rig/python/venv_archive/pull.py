@@ -54,11 +54,9 @@ def pull(source: str, dest_dir: str | Path, expected: dict | None = None, timeou
     plain_dir(dest, "rig pulls only into a directory of its own")
     dest.mkdir(parents=True, exist_ok=True)
     with held(dest / f".{name}.pull.lock"):  # two pulls into one directory take turns; the second finds it whole
-        if final.is_file() and not final.is_symlink() and final.stat().st_size == size:
-            with os.fdopen(open_plain(final, os.O_RDONLY, artifact.what, follow=False), "rb") as handle:
-                if digest_of(handle) == (want, size):
-                    atomic_write(dest / f"{name}{artifact.manifest_suffix}", taken.getvalue())
-                    return final
+        if _whole(final, artifact, want, size):
+            atomic_write(dest / f"{name}{artifact.manifest_suffix}", taken.getvalue())
+            return final
         _room(dest, part, size, artifact.what)
         digest = http.resume(url, part, f"the {artifact.field}", size, timeout)
         if digest != want:
@@ -69,6 +67,18 @@ def pull(source: str, dest_dir: str | Path, expected: dict | None = None, timeou
         os.replace(part, final)
         atomic_write(dest / f"{name}{artifact.manifest_suffix}", taken.getvalue())
     return final
+
+
+def _whole(final: Path, artifact: Artifact, want: str, size: int) -> bool:
+    """Whether FINAL, pulled before, is still the manifest's file; one that cannot be read through (fs-verity
+    refuses a read of bytes changed since it was turned on: EIO) is pulled again, replacing it."""
+    if not final.is_file() or final.is_symlink() or final.stat().st_size != size:
+        return False
+    try:
+        with os.fdopen(open_plain(final, os.O_RDONLY, artifact.what, follow=False), "rb") as handle:
+            return digest_of(handle) == (want, size)
+    except OSError:
+        return False
 
 
 def _room(dest: Path, part: Path, size: int, what: str) -> None:

@@ -14,41 +14,40 @@ import fcntl
 import struct
 from pathlib import Path
 
-from rig.core import RigError
+from rig.core import progress
 from rig.core.fs import open_regular
 
 ENABLE = 0x40806685  # FS_IOC_ENABLE_VERITY: _IOW('f', 133, struct fsverity_enable_arg), 128 bytes
 MEASURE = 0xC0046686  # FS_IOC_MEASURE_VERITY: _IOWR('f', 134, struct fsverity_digest), a 4-byte header
-SHA256, BLOCK, DIGEST = 1, 4096, 32  # FS_VERITY_HASH_ALG_SHA256; a 4 KiB Merkle block, what every kernel takes
+SHA256, BLOCK = 1, 4096  # FS_VERITY_HASH_ALG_SHA256; 4 KiB Merkle blocks: the page size of x86_64 (kernels before
+# 6.3 take only the page size; later ones any power of two up to the filesystem's block size)
 # fsverity_enable_arg: version, hash_algorithm, block_size, salt_size, salt_ptr, sig_size, reserved, sig_ptr, 11
 # reserved u64s; no salt and no signature (the manifest's sha256, checked first, is what the bytes are trusted by)
 ENABLE_ARG = struct.pack("=IIIIQIIQ88x", 1, SHA256, BLOCK, 0, 0, 0, 0, 0)
 NOT_HERE = {errno.ENOTTY: "the filesystem holding it has no fs-verity",
             errno.EOPNOTSUPP: "this kernel has no fs-verity (CONFIG_FS_VERITY), or the filesystem holding it was "
-                              "made without the feature (ext4: tune2fs -O verity)"}
+                              "made without the feature (ext4: tune2fs -O verity)",
+            errno.EINVAL: f"the kernel refused fs-verity with {BLOCK}-byte Merkle blocks (before Linux 6.3 only the "
+                          "page size is taken, and never more than the filesystem's block size)"}
 
 
 def keep_checked(image: str | Path) -> dict:
     """IMAGE (its bytes already checked) under fs-verity: {"on": True, "digest"}, the kernel's fs-verity digest of
     it (already on: the same); or {"on": False, "why"} where this host cannot, the file left as it was."""
     with open_regular(image, "the venv image", follow=False) as handle:
+        progress(f"asking the kernel to keep {image} checked (fs-verity: where it can, it reads the file once)")
         try:
             fcntl.ioctl(handle.fileno(), ENABLE, ENABLE_ARG)
         except OSError as exc:
             if exc.errno != errno.EEXIST:  # EEXIST: on already, from an earlier mount
                 why = NOT_HERE.get(exc.errno or 0) or f"turning fs-verity on failed: {exc.strerror or exc}"
                 return {"on": False, "why": why}
-        return _measured(handle.fileno(), image)
+        return measured(handle.fileno())
 
 
-def state(image: str | Path) -> dict:
-    """Whether IMAGE is under fs-verity now: {"on": True, "digest"}, or {"on": False, "why"}; nothing changes."""
-    with open_regular(image, "the venv image", follow=False) as handle:
-        return _measured(handle.fileno(), image)
-
-
-def _measured(fd: int, image: str | Path) -> dict:
-    """The fs-verity digest of the open file FD, as the kernel measures it (FS_IOC_MEASURE_VERITY)."""
+def measured(fd: int) -> dict:
+    """Whether the open file FD is under fs-verity now: {"on": True, "digest"} as the kernel measures it
+    (FS_IOC_MEASURE_VERITY), or {"on": False, "why"}; nothing changes."""
     asked = bytearray(struct.pack("=HH", 0, 64) + bytes(64))  # room for the largest digest the kernel has
     try:
         fcntl.ioctl(fd, MEASURE, asked)
@@ -57,8 +56,6 @@ def _measured(fd: int, image: str | Path) -> dict:
             return {"on": False, "why": "fs-verity is not on for it"}
         why = NOT_HERE.get(exc.errno or 0) or f"measuring its fs-verity failed: {exc.strerror or exc}"
         return {"on": False, "why": why}
-    algorithm, size = struct.unpack_from("=HH", asked)
-    if algorithm != SHA256 or size != DIGEST:
-        raise RigError(f"the kernel measured {image} with fs-verity hash algorithm {algorithm} ({size} bytes), "
-                       "not the SHA-256 rig turned on", hint="remove the image from the store and mount it again")
-    return {"on": True, "digest": "sha256:" + bytes(asked[4:4 + size]).hex()}
+    algorithm, size = struct.unpack_from("=HH", asked)  # another algorithm: someone else turned it on
+    return {"on": True, "digest": ("sha256" if algorithm == SHA256 else f"algorithm-{algorithm}") + ":" +
+            bytes(asked[4:4 + size]).hex()}
