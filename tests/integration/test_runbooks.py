@@ -146,7 +146,7 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     assert sorted(p.name for p in (res / "stacks-flashinfer").iterdir()) == sorted(p.name for p in stacks.iterdir())
     t1 = json.loads((res / "tune-t1" / "tune.json").read_text())
     assert all("--attention-backend flashinfer" in " ".join(v["argv"]) for v in t1["variants"].values())
-    assert list(t1["variants"])[:3] == ["baseline", "eagle3-3", "step0"]
+    assert list(t1["variants"])[:3] == ["baseline", "step0", "eagle3-3"]  # step 0 before EAGLE-3
     assert sorted(t1["variants"]["step0"]["levels"]) == ["C=16", "C=256", "C=64"]
     assert t1["variants"]["step0"]["levels"]["C=64"]["profile"]["kernel_ms_per_step"] > 0
     # free-off: applied to the real files by rig's engine, then step 0 measured both ways

@@ -295,8 +295,8 @@ def test_sampling_lowers_acceptance_and_a_capped_server_is_measured_uncapped_and
     result = json.loads((out / "tune.json").read_text())
     assert result["plan"]["temperature"] == 1
     variants = result["variants"]
-    assert [n for n in variants if n != "policy"] == ["baseline", "eagle3-3", "eagle3-3-uncapped", "step0",
-                                                     "step0-uncapped"]
+    assert [n for n in variants if n != "policy"] == ["baseline", "step0", "step0-uncapped", "eagle3-3",
+                                                     "eagle3-3-uncapped"]
     capped, lifted = variants["eagle3-3"], variants["eagle3-3-uncapped"]
     assert capped["max_running_requests"] == 48 and capped["cuda_graph_bs"][-1] == 64
     assert lifted["max_running_requests"] == 64 and "--max-running-requests" in lifted["argv"]
@@ -394,7 +394,7 @@ def test_free_offs_plain_step_0_is_measured_beside_sglangs_and_the_policy_runs_o
     assert done.returncode in (0, 1), done.stderr[-2000:]
     result = json.loads((out / "tune.json").read_text())
     variants = result["variants"]
-    assert [n for n in variants if n != "policy"] == ["baseline", "eagle3-3", "step0", "step0-plain"]
+    assert [n for n in variants if n != "policy"] == ["baseline", "step0", "step0-plain", "eagle3-3"]
     plain = {"RIG_FREE_OFF": "1", "RIG_FREE_OFF_DRAFT": "extend"}
     assert variants["step0"]["env"] == {"RIG_FREE_OFF": "0"} and variants["step0-plain"]["env"] == plain
     value = {name: variants[name]["levels"]["C=64"]["output_throughput"] for name in ("baseline", "step0", "step0-plain")}

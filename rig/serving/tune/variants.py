@@ -113,12 +113,14 @@ def variants(stack: dict, venv: str | Path, step0_config: str, imports: dict[str
     # each backend's variants are tagged with it where the stack names several: (family, tag, server keys)
     tagged = [(backend or "", *((f"@{backend}", {"attention_backends": [backend]}) if backend and len(backends) > 1
                                 else ("", {}))) for backend in backends]
-    found = [v for family, tag, on in tagged for v in _fixed(stack, family, tag, on)]
+    fixed = [v for family, tag, on in tagged for v in _fixed(stack, family, tag, on)]
     envs = step0_envs(stack, venv, imports)
-    found += [Variant(which + tag, 0, eagle(stack, 1, step0_config, **on), "step0", family, env, optional=True)
-              for family, tag, on in tagged  # a family's step-0 slots are priced by its own backend's step 0
-              for which, env in envs.items()]
-    return found
+    step0 = [Variant(which + tag, 0, eagle(stack, 1, step0_config, **on), "step0", family, env, optional=True)
+             for family, tag, on in tagged  # a family's step-0 slots are priced by its own backend's step 0
+             for which, env in envs.items()]
+    # measured in this order: the baselines, step 0, then EAGLE-3, so that a run cut short (a lent GPU taken back)
+    # still holds step 0 against the baseline, the comparison the free off stands on
+    return [v for v in fixed if v.baseline] + step0 + [v for v in fixed if not v.baseline]
 
 
 def _fixed(stack: dict, family: str, tag: str, on: dict) -> list[Variant]:
