@@ -96,7 +96,7 @@ def free_off_targets() -> dict[str, bytes]:
 
 def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path):
     """The phases, free-off's too: its patches go onto the real 0.5.17 files the stand-in wheel carries; every stack
-    served with flashinfer (BACKEND), as run 15's was."""
+    served with flashinfer (BACKEND), as run 15's was, its draft with triton (DRAFT_BACKEND), as run 20 asks."""
     bin_dir = machine_python(tmp_path, lab)
     wheels = tmp_path / "wheels"
     standin_wheel(wheels / "p1", real=free_off_targets())
@@ -113,7 +113,7 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "VENV": str(venv), "RES": str(res),
            "SRC": str(tmp_path / "src"), "STAGE": str(tmp_path / "stage"), "OUT": str(tmp_path / "out"),
            "STACKS": str(stacks), "WHEELS": str(wheels), "WAIT_S": "1500", "PROVE_ARGS": "--skip doctor",
-           "SGLANG_STANDIN_FAULTS": str(faults), "GPUS": "2", "BACKEND": "flashinfer",
+           "SGLANG_STANDIN_FAULTS": str(faults), "GPUS": "2", "BACKEND": "flashinfer", "DRAFT_BACKEND": "triton",
            # free-off-greedy and free-off-prove are left out: the same lines as free-off's and free-off-tp's prove
            # with other arguments (a minute of the suite's CPU)
            "PHASES": "prove tune-t1 tune-greedy free-off free-off-tp"}
@@ -146,6 +146,10 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     assert sorted(p.name for p in (res / "stacks-flashinfer").iterdir()) == sorted(p.name for p in stacks.iterdir())
     t1 = json.loads((res / "tune-t1" / "tune.json").read_text())
     assert all("--attention-backend flashinfer" in " ".join(v["argv"]) for v in t1["variants"].values())
+    # DRAFT_BACKEND: the draft's attention on triton, the target's on flashinfer (run 20's suspect), in every line
+    assert all(" ".join(v["argv"]).count("--speculative-draft-attention-backend triton") == 1
+               for v in t1["variants"].values())
+    assert (res / "backend.txt").read_text().startswith("BACKEND=flashinfer DRAFT_BACKEND=triton ")
     assert list(t1["variants"])[:3] == ["baseline", "step0", "eagle3-3"]  # step 0 before EAGLE-3
     assert sorted(t1["variants"]["step0"]["levels"]) == ["C=16", "C=256", "C=64"]
     assert t1["variants"]["step0"]["levels"]["C=64"]["profile"]["kernel_ms_per_step"] > 0

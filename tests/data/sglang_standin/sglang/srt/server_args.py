@@ -34,3 +34,5 @@ class ServerArgs:
         parser.add_argument("--grammar-backend", choices=["xgrammar", "outlines", "llguidance", "none"])
         parser.add_argument("--skip-server-warmup", action="store_true")
         parser.add_argument("--decode-log-interval", type=int, default=40)  # a decode line every N steps
+        # the draft's own attention backend (ServerArgs.speculative_draft_attention_backend; default: the target's)
+        parser.add_argument("--speculative-draft-attention-backend")
