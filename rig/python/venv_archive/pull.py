@@ -2,6 +2,7 @@
 unpack`'s whole run: the manifest from a file or a URL, the archive pulled where it is remote, then unpacked."""
 from __future__ import annotations
 
+import errno
 import io
 import os
 import shutil
@@ -77,7 +78,9 @@ def _whole(final: Path, artifact: Artifact, want: str, size: int) -> bool:
     try:
         with os.fdopen(open_plain(final, os.O_RDONLY, artifact.what, follow=False), "rb") as handle:
             return digest_of(handle) == (want, size)
-    except OSError:
+    except OSError as exc:
+        if exc.errno != errno.EIO:  # anything else is a fault of this host, said as it was before
+            raise
         return False
 
 
