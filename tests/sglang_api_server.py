@@ -279,9 +279,14 @@ class Simulator:
         """One step's parts as kernel events; the trace written once the asked number of steps is in."""
         profile = self.profiling
         parts = self.parts(batch, steps)
-        at = len(profile["events"]) * 1000.0
-        profile["events"] += [{"ph": "X", "cat": "kernel", "name": name, "ts": at, "dur": ms * 1000, "pid": 0,
-                               "tid": 7} for name, ms in parts.items() if ms]
+        # Kineto's microseconds since the epoch: the parts back to back over the step just slept, so what lies
+        # between steps is the GPU idle
+        at = time.time() * 1e6 - sum(parts.values()) * 1000
+        for name, ms in parts.items():
+            if ms:
+                profile["events"].append({"ph": "X", "cat": "kernel", "name": name, "ts": at, "dur": ms * 1000,
+                                          "pid": 0, "tid": 7})
+                at += ms * 1000
         profile["left"] -= 1
         if profile["left"] <= 0:
             import gzip

@@ -114,6 +114,7 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
            "SRC": str(tmp_path / "src"), "STAGE": str(tmp_path / "stage"), "OUT": str(tmp_path / "out"),
            "STACKS": str(stacks), "WHEELS": str(wheels), "WAIT_S": "1500", "PROVE_ARGS": "--skip doctor",
            "SGLANG_STANDIN_FAULTS": str(faults), "GPUS": "2", "BACKEND": "flashinfer", "DRAFT_BACKEND": "triton",
+           "PROFILE_AT": "64",
            # free-off-greedy and free-off-prove are left out: the same lines as free-off's and free-off-tp's prove
            # with other arguments (a minute of the suite's CPU)
            "PHASES": "prove tune-t1 tune-greedy free-off free-off-tp"}
@@ -143,13 +144,15 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
         assert not stopped, stopped
         assert "\\n" not in (res / name / "report.md").read_text()
     # BACKEND: every stack served with flashinfer, from its copies
-    assert sorted(p.name for p in (res / "stacks-flashinfer").iterdir()) == sorted(p.name for p in stacks.iterdir())
+    assert sorted(p.name for p in (res / "stacks").iterdir()) == sorted(p.name for p in stacks.iterdir())
     t1 = json.loads((res / "tune-t1" / "tune.json").read_text())
     assert all("--attention-backend flashinfer" in " ".join(v["argv"]) for v in t1["variants"].values())
     # DRAFT_BACKEND: the draft's attention on triton, the target's on flashinfer (run 20's suspect), in every line
     assert all(" ".join(v["argv"]).count("--speculative-draft-attention-backend triton") == 1
                for v in t1["variants"].values())
-    assert (res / "backend.txt").read_text().startswith("BACKEND=flashinfer DRAFT_BACKEND=triton ")
+    assert (res / "stacks.txt").read_text().startswith("BACKEND=flashinfer DRAFT_BACKEND=triton PROFILE_AT=64 ")
+    # PROFILE_AT: each tune profiles C=64 alone (stack-t1.yml's own [64, 256] replaced), free-off's step 0 too
+    assert sorted(lv for lv, m in t1["variants"]["baseline"]["levels"].items() if m.get("profile")) == ["C=64"]
     assert list(t1["variants"])[:3] == ["baseline", "step0", "eagle3-3"]  # step 0 before EAGLE-3
     assert sorted(t1["variants"]["step0"]["levels"]) == ["C=16", "C=256", "C=64"]
     assert t1["variants"]["step0"]["levels"]["C=64"]["profile"]["kernel_ms_per_step"] > 0
@@ -163,7 +166,8 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     assert "step0" not in free  # SGLang's own: the issue's table has it
     assert free["step0-plain"]["env"] == {"RIG_FREE_OFF": "1", "RIG_FREE_OFF_DRAFT": "extend"}
     assert free["step0-plain-ingest"]["env"] == {"RIG_FREE_OFF": "1", "RIG_FREE_OFF_DRAFT": "ingest"}  # read: applied
-    assert free["step0-plain"]["levels"]["C=64"]["output_throughput"] > 0  # measured, not profiled (no time for traces)
+    assert free["step0-plain"]["levels"]["C=64"]["output_throughput"] > 0
+    assert free["step0-plain-ingest"]["levels"]["C=64"]["profile"]["gpu_busy_ms_per_step"] > 0  # PROFILE_AT
     prove = json.loads((res / "prove" / "prove.json").read_text())
     assert prove["ok"] and {s["name"]: s["status"] for s in prove["steps"]}["agree: acceptance"] == "pass"
     # free-off-tp (issues 71, 76): prove's free-off steps on the patched files at TP 2 (no GPU here: the switches
@@ -182,3 +186,20 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     assert all("--tp-size 2" in " ".join(v["argv"]) for v in at_tp2.values()), {n: v["argv"] for n, v in at_tp2.items()}
     assert (tmp_path / "out" / "results.tgz").stat().st_size > 0
     assert not servers_running(venv)
+
+
+@pytest.mark.parametrize("settings, says", [
+    ({"PHASES": "tune-t1 warp"}, "unknown phase warp in PHASES"),
+    ({"BACKEND": "cutlass"}, "unknown BACKEND cutlass"),
+    ({"DRAFT_BACKEND": "triton"}, "DRAFT_BACKEND needs BACKEND"),
+    ({"PROFILE_AT": "256;rm -rf /"}, "PROFILE_AT=256;rm -rf / is not a comma-separated list of concurrencies"),
+    ({"PROFILE_AT": "0"}, "is not a comma-separated list"),
+], ids=["phase", "backend", "draft-alone", "profile-pasted", "profile-zero"])
+def test_a_runbook_setting_it_cannot_use_is_refused_before_anything_starts(tmp_path, settings, says):
+    res, src = tmp_path / "results", tmp_path / "src"
+    env = {**os.environ, "RES": str(res), "SRC": str(src), "VENV": str(tmp_path / "venv"), "OUT": str(tmp_path / "out"),
+           "STAGE": str(tmp_path / "stage"), "PHASES": "tune-t1", **settings}
+    done = subprocess.run(["bash", str(REAL_COST / "run.sh"), "all"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2 and says in done.stderr, done.stdout + done.stderr
+    assert not src.exists() and not (tmp_path / "venv").exists() and not list(res.iterdir())

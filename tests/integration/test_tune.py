@@ -316,7 +316,12 @@ def test_sampling_lowers_acceptance_and_a_capped_server_is_measured_uncapped_and
     # caps themselves are asserted above, from the servers' own answers
     assert 0 < kernels["eagle3-3"]["target_forward"] <= 0.5 * 48 * 4
     assert 0 < kernels["eagle3-3-uncapped"]["target_forward"] <= 0.5 * 64 * 4
+    # its parts back to back over each step: the GPU's busy time is their sum, the span adds the gaps between steps
+    profile = variants["baseline"]["levels"]["C=64"]["profile"]
+    assert profile["gpu_busy_ms_per_step"] == pytest.approx(profile["kernel_ms_per_step"], rel=1e-3)
+    assert profile["span_ms_per_step"] >= profile["gpu_busy_ms_per_step"] and 0 <= profile["gpu_idle_share"] < 1
     assert "Where a decode step's time goes" in (out / "report.md").read_text()
+    assert "| GPU idle |" in (out / "report.md").read_text()
     assert "acc " in (out / "report.md").read_text()
     # whatever it serves is held to the per-level best: a single server by its own rounds, a policy by its run
     report = json.loads(done.stdout)

@@ -74,3 +74,24 @@ def test_a_trace_whose_compressed_bytes_are_damaged_is_one_clear_error(tmp_path)
     path.write_bytes(bytes(data))
     with pytest.raises(RigError, match="not a whole gzip file"):
         summarize([path], 1)
+
+
+def test_the_gpu_idle_share_is_the_span_the_kernels_leave_uncovered(tmp_path):
+    """Two streams overlap (their union counts once), a gap between steps is the GPU waiting on the host; a kernel
+    without a timestamp is summed but has no interval."""
+    kernel = {"ph": "X", "cat": "kernel", "name": "k"}
+    step = [{**kernel, "ts": 100, "dur": 4000}, {**kernel, "ts": 1100, "dur": 1000, "tid": 9},  # inside the first
+            {**kernel, "ts": 4100, "dur": 1000}]  # back to back: 100..5100 busy
+    later = [{**kernel, "ts": 10100, "dur": 5000}, {**kernel, "dur": 250}]  # 5000 us idle before it
+    found = summarize([_trace(tmp_path / "p-TP-0.trace.json.gz", step + later)], steps=2)
+    assert found["kernel_ms_per_step"] == 5.625  # (4 + 1 + 1 + 5 + 0.25) ms over 2 steps
+    assert found["gpu_busy_ms_per_step"] == 5.0 and found["span_ms_per_step"] == 7.5  # 10 ms busy of 15 ms
+    assert found["gpu_idle_share"] == pytest.approx(1 / 3, abs=1e-4)
+
+
+def test_kernels_without_timestamps_leave_the_idle_share_unknown(tmp_path):
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "dur": 1000}, {"ph": "X", "cat": "kernel", "name": "k",
+                                                                       "ts": -1, "dur": 1000}]
+    found = summarize([_trace(tmp_path / "p-TP-0.trace.json.gz", events)], steps=1)
+    assert found["kernel_ms_per_step"] == 2.0
+    assert found["gpu_busy_ms_per_step"] is None and found["gpu_idle_share"] is None

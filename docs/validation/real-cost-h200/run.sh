@@ -15,9 +15,11 @@
 #               Default: the first three; e.g. PHASES="free-off free-off-greedy" for the free-off runs alone;
 #               TUNE_ARGS (e.g. "--concurrency 16,256") go to every rig tune, as PROVE_ARGS to rig prove;
 #               BACKEND (e.g. flashinfer) serves every stack with that attention backend in triton's place (copies
-#               in $RES/stacks-BACKEND); flashinfer gets a 1 GiB workspace (run 15: EAGLE-3's verify at graph 256
+#               in $RES/stacks); flashinfer gets a 1 GiB workspace (run 15: EAGLE-3's verify at graph 256
 #               asked 574 MiB of SGLang's 384) unless SGLANG_FLASHINFER_WORKSPACE_SIZE says otherwise; DRAFT_BACKEND
-#               (with BACKEND) serves the draft with that attention backend (--speculative-draft-attention-backend)
+#               (with BACKEND) serves the draft with that attention backend (--speculative-draft-attention-backend);
+#               PROFILE_AT (e.g. 1,256) profiles those levels' full batches in every tune (tune.profile_levels in the
+#               copies): the kernels' sums and how long the GPU sat idle in their span (run 21's question)
 #   wait        wait for it again (a device call lasts at most 10 minutes; the whole run takes longer)
 # setup: a venv over the machine's own Python (its torch 2.11.0+cu130) through a .pth file, the staged wheels it
 # lacks installed into it, and rig's environment module (`rig env install`), so doctor holds it as rig would.
@@ -32,14 +34,14 @@ export SGLANG_LOG_MS=1  # the servers' log lines carry milliseconds: a step's ti
 VENV=${VENV:-/root/venv}; RES=${RES:-/root/results}; SRC=${SRC:-/root/rig-src}; STAGE=${STAGE:-/root/stage}
 OUT=${OUT:-/tmp/out}; STACKS=${STACKS:-docs/validation/real-cost-h200}; PROVE_ARGS=${PROVE_ARGS:-}; TUNE_ARGS=${TUNE_ARGS:-}
 WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}; PHASES=${PHASES:-prove tune-t1 tune-greedy}; GPUS=${GPUS:-}
-BACKEND=${BACKEND:-}; DRAFT_BACKEND=${DRAFT_BACKEND:-}
+BACKEND=${BACKEND:-}; DRAFT_BACKEND=${DRAFT_BACKEND:-}; PROFILE_AT=${PROFILE_AT:-}
 KNOWN="prove tune-t1 tune-greedy free-off free-off-greedy free-off-policy free-off-check free-off-0523 free-off-prove free-off-tp"
 mkdir -p "$RES" "$OUT"
 VENV=$(realpath -m "$VENV"); RES=$(realpath -m "$RES"); SRC=$(realpath -m "$SRC"); STAGE=$(realpath -m "$STAGE")
 RIG_SRC=$SRC
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
-DETACH_VARS="VENV SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES KNOWN GPUS BACKEND DRAFT_BACKEND"  # what the detached pipeline reads
+DETACH_VARS="VENV SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES KNOWN GPUS BACKEND DRAFT_BACKEND PROFILE_AT"  # what the detached pipeline reads
 
 rig_in() {  # rig_in NAME ARGS...: rig from the source copy; its JSON, stderr, exit status and wall time in $RES
   local name=$1 start=$SECONDS rc=0
@@ -52,7 +54,7 @@ rig_in() {  # rig_in NAME ARGS...: rig from the source copy; its JSON, stderr, e
 setup() {
   rig_source "$SRC"
   case $STACKS in /*) ;; *) STACKS=$SRC/$STACKS ;; esac
-  if [ -n "$BACKEND" ]; then backend_stacks; fi
+  if [ -n "$BACKEND$PROFILE_AT" ]; then stack_copies; fi
   python3 -m venv "$VENV"
   # the machine's python3 is itself a venv: what it imports (its site-packages and the directories its .pth files
   # add) comes after this venv's own, so the locked transformers here shadows the machine's newer one (which
@@ -74,22 +76,26 @@ print("\n".join(p for p in sys.path if p and not p.startswith(std) and not p.end
   fi
 }
 
-backend_stacks() {  # every stack with BACKEND as its attention backend in triton's place, read and written as YAML
-  # (checked: each served with triton alone), beside its lock; STACKS then names the copies
-  local into=$RES/stacks-$BACKEND lock
+stack_copies() {  # every stack read and written as YAML into $RES/stacks with what the run asks beyond it, beside
+  # its lock; STACKS then names the copies. BACKEND in triton's place (checked: each served with triton alone),
+  # DRAFT_BACKEND on every line, PROFILE_AT as tune.profile_levels
+  local into=$RES/stacks lock
   mkdir -p "$into"
-  PYTHONPATH="$RIG_SRC" python3 -P - "$STACKS" "$into" "$BACKEND" "$DRAFT_BACKEND" <<'PY'
+  PYTHONPATH="$RIG_SRC" python3 -P - "$STACKS" "$into" "$BACKEND" "$DRAFT_BACKEND" "$PROFILE_AT" <<'PY'
 import pathlib, sys
 import yaml
-source, into, backend, draft = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+source, into, backend, draft, profile = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), *sys.argv[3:]
 for stack in sorted(source.glob("stack-*.yml")):
     data = yaml.safe_load(stack.read_text())
-    if data["server"].get("attention_backends") != ["triton"]:
-        sys.exit(f"BACKEND={backend}: {stack} does not serve with triton alone, so it has no backend to replace")
-    data["server"]["attention_backends"] = [backend]
+    if backend:
+        if data["server"].get("attention_backends") != ["triton"]:
+            sys.exit(f"BACKEND={backend}: {stack} does not serve with triton alone, so it has no backend to replace")
+        data["server"]["attention_backends"] = [backend]
     if draft:  # every line: the baseline's parser takes it too, and has no draft to use it
         data["server"]["extra_args"] = [*data["server"].get("extra_args", []),
                                         "--speculative-draft-attention-backend", draft]
+    if profile:
+        data.setdefault("tune", {})["profile_levels"] = [int(level) for level in profile.split(",")]
     (into / stack.name).write_text(yaml.safe_dump(data, sort_keys=False))
 PY
   for lock in "$STACKS"/stack-*.lock; do
@@ -97,9 +103,9 @@ PY
   done
   STACKS=$into
   if [ "$BACKEND" = flashinfer ]; then export SGLANG_FLASHINFER_WORKSPACE_SIZE=${SGLANG_FLASHINFER_WORKSPACE_SIZE:-1073741824}; fi
-  # what every server inherits beyond its stack: recorded beside the machine's versions
-  echo "BACKEND=$BACKEND${DRAFT_BACKEND:+ DRAFT_BACKEND=$DRAFT_BACKEND}${SGLANG_FLASHINFER_WORKSPACE_SIZE:+ SGLANG_FLASHINFER_WORKSPACE_SIZE=$SGLANG_FLASHINFER_WORKSPACE_SIZE}" \
-    > "$RES/backend.txt"
+  # what the run changed beyond its stacks, what every server inherits included: recorded beside the machine's versions
+  echo "${BACKEND:+BACKEND=$BACKEND }${DRAFT_BACKEND:+DRAFT_BACKEND=$DRAFT_BACKEND }${PROFILE_AT:+PROFILE_AT=$PROFILE_AT }${SGLANG_FLASHINFER_WORKSPACE_SIZE:+SGLANG_FLASHINFER_WORKSPACE_SIZE=$SGLANG_FLASHINFER_WORKSPACE_SIZE}" \
+    > "$RES/stacks.txt"
 }
 
 free_off_patches() {  # free_off_patches PHASE STACK [ARG...]: rig's free-off patches alone, applied for STACK (a no-op
@@ -164,6 +170,9 @@ all)
   case $BACKEND in ""|triton|flashinfer|fa3) ;; *) echo "unknown BACKEND $BACKEND (triton, flashinfer or fa3)" >&2; exit 2 ;; esac
   case $DRAFT_BACKEND in ""|triton|flashinfer|fa3) ;; *) echo "unknown DRAFT_BACKEND $DRAFT_BACKEND (triton, flashinfer or fa3)" >&2; exit 2 ;; esac
   if [ -n "$DRAFT_BACKEND" ] && [ -z "$BACKEND" ]; then echo "DRAFT_BACKEND needs BACKEND (the target's)" >&2; exit 2; fi
+  if ! [[ $PROFILE_AT =~ ^([1-9][0-9]{0,4}(,[1-9][0-9]{0,4})*)?$ ]]; then
+    echo "PROFILE_AT=$PROFILE_AT is not a comma-separated list of concurrencies (e.g. 1,256)" >&2; exit 2
+  fi
   detach all pipeline
   wait_for all results.tgz show_phases ;;
 wait)

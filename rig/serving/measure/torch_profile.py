@@ -4,8 +4,13 @@ decoding, and its traces summed per kernel.
 POST /start_profile {"output_dir", "num_steps", "activities": ["GPU"], "profile_id"} (SGLang's
 ProfileReqInput) records the next NUM_STEPS forward steps and writes one Chrome trace per TP rank,
 `{output_dir}/{profile_id}-TP-{rank}.trace.json.gz`; CUDA kernels are its complete events ("ph": "X") of
-category "kernel", their `dur` in microseconds (kernels replayed from a CUDA graph included). The servers rig
-profiles are its own (rig tune), so the traces are on this machine.
+category "kernel", their `ts` and `dur` in microseconds (kernels replayed from a CUDA graph included). The servers
+rig profiles are its own (rig tune), so the traces are on this machine.
+
+Beside the sums: how long the GPU ran any kernel (the union of their intervals) against the span from the first
+kernel to the last. A step whose GPU sits idle for much of that span waits on the host (the scheduler's Python,
+launches), which no kernel sum shows: run 21 on an H200 found step 0 and the policy slower per step than the
+baseline where the GPU's step was shorter than on the H100.
 """
 from __future__ import annotations
 
@@ -71,18 +76,45 @@ def read(paths: list[Path], steps: int) -> dict:
 
 
 def summarize(paths: list[Path], steps: int) -> dict:
-    """Milliseconds per step of each CUDA kernel over the traces (every TP rank's, averaged), the largest first."""
+    """Milliseconds per step of each CUDA kernel over the traces (every TP rank's, averaged), the largest first; and
+    per step the GPU's busy time, the kernels' span and the share of that span the GPU sat idle."""
     totals: dict[str, float] = {}
+    busy = span = 0.0
     for path in paths:
+        intervals = []
         for event in _events(path):
             if isinstance(event, dict) and event.get("ph") == "X" and event.get("cat") == "kernel":
                 dur = event.get("dur")
-                if isinstance(dur, (int, float)) and not isinstance(dur, bool) and 0 <= dur < 1e12:
+                if _microseconds(dur):
                     name = str(event.get("name", "?"))[:200]
                     totals[name] = totals.get(name, 0.0) + dur
+                    if _microseconds(start := event.get("ts"), limit=1e18):
+                        intervals.append((start, start + dur))
+        busy_here, span_here = _busy_and_span(intervals)
+        busy, span = busy + busy_here, span + span_here
     scale = 1 / (1000 * steps * max(len(paths), 1))  # microseconds over every rank -> ms per step per rank
     total = sum(totals.values()) * scale
     top = sorted(totals.items(), key=lambda kv: -kv[1])[:TOP]
     return {"steps": steps, "ranks": len(paths), "kernel_ms_per_step": round(total, 4),
+            "gpu_busy_ms_per_step": round(busy * scale, 4) if span else None,
+            "span_ms_per_step": round(span * scale, 4) if span else None,
+            "gpu_idle_share": round(1 - busy / span, 4) if span else None,
             "kernels": [{"name": n, "ms_per_step": round(t * scale, 4),
                          "share": round(t * scale / total, 4) if total else None} for n, t in top]}
+
+
+def _microseconds(value, limit: float = 1e12) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < limit
+
+
+def _busy_and_span(intervals: list[tuple[float, float]]) -> tuple[float, float]:
+    """The union of the kernels' intervals (kernels on other streams overlap) and first start to last end."""
+    if not intervals:
+        return 0.0, 0.0
+    intervals.sort()
+    busy, (start, end) = 0.0, intervals[0]
+    for begin, finish in intervals[1:]:
+        if begin > end:
+            busy, start = busy + end - start, begin
+        end = max(end, finish)
+    return busy + end - start, max(e for _, e in intervals) - intervals[0][0]

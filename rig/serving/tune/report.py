@@ -122,11 +122,18 @@ def _profiles(result: dict) -> list[str]:
     if not profiled:
         return []
     return ["", "## Where a decode step's time goes", "", "SGLang's torch profiler over the full batch's steps (CUDA "
-            "kernels, ms per step and rank; the largest three):", "",
-            *table(("server", "level", "kernel ms/step", "largest kernels"),
-                   ((n, level, shown(p["kernel_ms_per_step"], 3),
+            "kernels, ms per step and rank; the largest three). GPU idle is the share of the kernels' span in which "
+            "no kernel ran: there the GPU waited on the host.", "",
+            *table(("server", "level", "kernel ms/step", "GPU busy / span ms/step", "GPU idle", "largest kernels"),
+                   ((n, level, shown(p["kernel_ms_per_step"], 3), _busy(p),
+                     shown(p.get("gpu_idle_share"), 2),
                      "; ".join(f"{k['name'][:60]} {shown(k['ms_per_step'], 3)}" for k in p["kernels"][:3]))
                     for n, level, p in profiled))]
+
+
+def _busy(profile: dict) -> str:
+    busy, span = profile.get("gpu_busy_ms_per_step"), profile.get("span_ms_per_step")
+    return "-" if busy is None or span is None else f"{shown(busy, 3)} / {shown(span, 3)}"
 
 
 def _stack_diff(result: dict) -> list[str]:
