@@ -71,8 +71,7 @@ def rehearsal_stack(source: Path, into: Path, venv: Path, models: Path, port: in
     data["venv"] = str(venv)
     data["server"].update(testmodel_dir=str(models), testmodel_shape="tiny", port=port)
     data["bench"].update(max_tokens=16, rounds=1, min_seconds=0)
-    if data["tune"].get("profile_levels"):
-        data["tune"]["profile_steps"] = 5  # a full batch's 16-token requests decode 5 steps and more
+    data["tune"]["profile_steps"] = 5  # a full batch's 16-token requests decode 5 steps and more (PROFILE_AT too)
     path = into / source.name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -194,7 +193,12 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     ({"DRAFT_BACKEND": "triton"}, "DRAFT_BACKEND needs BACKEND"),
     ({"PROFILE_AT": "256;rm -rf /"}, "PROFILE_AT=256;rm -rf / is not a comma-separated list of concurrencies"),
     ({"PROFILE_AT": "0"}, "is not a comma-separated list"),
-], ids=["phase", "backend", "draft-alone", "profile-pasted", "profile-zero"])
+    ({"PROFILE_AT": "64,64"}, "PROFILE_AT=64,64 lists a level twice"),
+    ({"PROFILE_AT": "2"}, "stack-free-off-0523.yml's tunes measure no level 2 (they measure 1,16,64,256)"),
+    ({"PROFILE_AT": "1", "TUNE_ARGS": "--temperature 0 --concurrency 16,256"},
+     "tunes measure no level 1 (they measure 16,256)"),
+], ids=["phase", "backend", "draft-alone", "profile-pasted", "profile-zero", "profile-twice", "profile-unmeasured",
+        "profile-not-in-tune-args"])
 def test_a_runbook_setting_it_cannot_use_is_refused_before_anything_starts(tmp_path, settings, says):
     res, src = tmp_path / "results", tmp_path / "src"
     env = {**os.environ, "RES": str(res), "SRC": str(src), "VENV": str(tmp_path / "venv"), "OUT": str(tmp_path / "out"),

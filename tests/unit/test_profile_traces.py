@@ -77,21 +77,37 @@ def test_a_trace_whose_compressed_bytes_are_damaged_is_one_clear_error(tmp_path)
 
 
 def test_the_gpu_idle_share_is_the_span_the_kernels_leave_uncovered(tmp_path):
-    """Two streams overlap (their union counts once), a gap between steps is the GPU waiting on the host; a kernel
-    without a timestamp is summed but has no interval."""
+    """Two streams overlap (their union counts once), a gap between steps is the GPU waiting on the host."""
     kernel = {"ph": "X", "cat": "kernel", "name": "k"}
     step = [{**kernel, "ts": 100, "dur": 4000}, {**kernel, "ts": 1100, "dur": 1000, "tid": 9},  # inside the first
             {**kernel, "ts": 4100, "dur": 1000}]  # back to back: 100..5100 busy
-    later = [{**kernel, "ts": 10100, "dur": 5000}, {**kernel, "dur": 250}]  # 5000 us idle before it
+    later = [{**kernel, "ts": 10100, "dur": 5000}]  # 5000 us idle before it
     found = summarize([_trace(tmp_path / "p-TP-0.trace.json.gz", step + later)], steps=2)
-    assert found["kernel_ms_per_step"] == 5.625  # (4 + 1 + 1 + 5 + 0.25) ms over 2 steps
+    assert found["kernel_ms_per_step"] == 5.5  # (4 + 1 + 1 + 5) ms over 2 steps
     assert found["gpu_busy_ms_per_step"] == 5.0 and found["span_ms_per_step"] == 7.5  # 10 ms busy of 15 ms
     assert found["gpu_idle_share"] == pytest.approx(1 / 3, abs=1e-4)
 
 
-def test_kernels_without_timestamps_leave_the_idle_share_unknown(tmp_path):
-    events = [{"ph": "X", "cat": "kernel", "name": "k", "dur": 1000}, {"ph": "X", "cat": "kernel", "name": "k",
-                                                                       "ts": -1, "dur": 1000}]
-    found = summarize([_trace(tmp_path / "p-TP-0.trace.json.gz", events)], steps=1)
-    assert found["kernel_ms_per_step"] == 2.0
-    assert found["gpu_busy_ms_per_step"] is None and found["gpu_idle_share"] is None
+@pytest.mark.parametrize("unplaced", [{}, {"ts": -1}, {"ts": "0"}, {"ts": True}, {"ts": 1e19}],
+                         ids=["none", "negative", "text", "bool", "huge"])
+def test_a_kernel_without_a_usable_timestamp_leaves_the_idle_share_unknown(tmp_path, unplaced):
+    """Time that cannot be placed makes no idle share, on any rank: one rank fully timed, the other not."""
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "dur": 1000}
+    timed = _trace(tmp_path / "p-TP-0.trace.json.gz", [{**kernel, "ts": 0}, {**kernel, "ts": 5000}])
+    other = _trace(tmp_path / "p-TP-1.trace.json.gz", [{**kernel, "ts": 0}, {**kernel, **unplaced}])
+    found = summarize([timed, other], steps=1)
+    assert found["kernel_ms_per_step"] == 2.0  # still summed
+    assert found["gpu_busy_ms_per_step"] is None and found["span_ms_per_step"] is None
+    assert found["gpu_idle_share"] is None
+    alone = summarize([timed], steps=1)
+    assert (alone["gpu_busy_ms_per_step"], alone["span_ms_per_step"], alone["gpu_idle_share"]) == (2.0, 6.0, 0.6667)
+
+
+def test_ranks_average_their_busy_time_and_span(tmp_path):
+    kernel = {"ph": "X", "cat": "kernel", "name": "k"}
+    ranks = [_trace(tmp_path / "p-TP-0.trace.json.gz", [{**kernel, "ts": 0, "dur": 2000}]),
+             _trace(tmp_path / "p-TP-1.trace.json.gz", [{**kernel, "ts": 0, "dur": 1000},
+                                                        {**kernel, "ts": 3000, "dur": 1000}])]
+    found = summarize(ranks, steps=1)
+    assert (found["gpu_busy_ms_per_step"], found["span_ms_per_step"]) == (2.0, 3.0)  # (2 + 2) / 2, (2 + 4) / 2
+    assert found["gpu_idle_share"] == pytest.approx(1 / 3, abs=1e-4)

@@ -76,15 +76,23 @@ print("\n".join(p for p in sys.path if p and not p.startswith(std) and not p.end
   fi
 }
 
-stack_copies() {  # every stack read and written as YAML into $RES/stacks with what the run asks beyond it, beside
-  # its lock; STACKS then names the copies. BACKEND in triton's place (checked: each served with triton alone),
-  # DRAFT_BACKEND on every line, PROFILE_AT as tune.profile_levels
+stack_copies() {  # stack_copies [check]: every stack read and written as YAML into $RES/stacks with what the run
+  # asks beyond it, beside its lock; STACKS then names the copies. BACKEND in triton's place (checked: each served
+  # with triton alone), DRAFT_BACKEND on every line, PROFILE_AT as tune.profile_levels (checked: levels each tune
+  # measures, by the stack's bench.concurrency or TUNE_ARGS' --concurrency). `check` writes nothing
   local into=$RES/stacks lock
-  mkdir -p "$into"
-  PYTHONPATH="$RIG_SRC" python3 -P - "$STACKS" "$into" "$BACKEND" "$DRAFT_BACKEND" "$PROFILE_AT" <<'PY'
-import pathlib, sys
+  if [ "${1:-write}" = write ]; then mkdir -p "$into"; fi
+  python3 -P - "$STACKS" "$into" "$BACKEND" "$DRAFT_BACKEND" "$PROFILE_AT" "$TUNE_ARGS" "${1:-write}" <<'PY' || return
+import pathlib, shlex, sys
 import yaml
-source, into, backend, draft, profile = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), *sys.argv[3:]
+source, into, backend, draft, profile, tune_args, mode = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), \
+    *sys.argv[3:]
+levels = [int(level) for level in profile.split(",")] if profile else []
+if len(set(levels)) < len(levels):
+    sys.exit(f"PROFILE_AT={profile} lists a level twice")
+words = shlex.split(tune_args)
+given = [w.split("=", 1)[1] if "=" in w else (words[i + 1] if i + 1 < len(words) else "")
+         for i, w in enumerate(words) if w == "--concurrency" or w.startswith("--concurrency=")]
 for stack in sorted(source.glob("stack-*.yml")):
     data = yaml.safe_load(stack.read_text())
     if backend:
@@ -94,10 +102,16 @@ for stack in sorted(source.glob("stack-*.yml")):
     if draft:  # every line: the baseline's parser takes it too, and has no draft to use it
         data["server"]["extra_args"] = [*data["server"].get("extra_args", []),
                                         "--speculative-draft-attention-backend", draft]
-    if profile:
-        data.setdefault("tune", {})["profile_levels"] = [int(level) for level in profile.split(",")]
-    (into / stack.name).write_text(yaml.safe_dump(data, sort_keys=False))
+    if levels:
+        measured = given[-1].split(",") if given else [str(c) for c in data["bench"]["concurrency"]]
+        if missing := [level for level in levels if str(level) not in measured]:
+            sys.exit(f"PROFILE_AT={profile}: {stack.name}'s tunes measure no level {missing[0]} (they measure "
+                     f"{','.join(measured)}): profile levels the run measures")
+        data["tune"] = {**(data.get("tune") or {}), "profile_levels": levels}
+    if mode == "write":
+        (into / stack.name).write_text(yaml.safe_dump(data, sort_keys=False))
 PY
+  if [ "${1:-}" = check ]; then return; fi
   for lock in "$STACKS"/stack-*.lock; do
     if [ -f "$lock" ]; then cp "$lock" "$into/"; fi
   done
@@ -173,6 +187,7 @@ all)
   if ! [[ $PROFILE_AT =~ ^([1-9][0-9]{0,4}(,[1-9][0-9]{0,4})*)?$ ]]; then
     echo "PROFILE_AT=$PROFILE_AT is not a comma-separated list of concurrencies (e.g. 1,256)" >&2; exit 2
   fi
+  if [ -n "$BACKEND$PROFILE_AT" ]; then stack_copies check || exit 2; fi
   detach all pipeline
   wait_for all results.tgz show_phases ;;
 wait)

@@ -18,6 +18,7 @@ import gzip
 import time
 import zlib
 from pathlib import Path
+from typing import TypeGuard
 
 from rig.core import RigError, progress
 from rig.core.documents import dump_json, parse_json
@@ -77,9 +78,11 @@ def read(paths: list[Path], steps: int) -> dict:
 
 def summarize(paths: list[Path], steps: int) -> dict:
     """Milliseconds per step of each CUDA kernel over the traces (every TP rank's, averaged), the largest first; and
-    per step the GPU's busy time, the kernels' span and the share of that span the GPU sat idle."""
+    per step the GPU's busy time, the kernels' span and the share of that span the GPU sat idle (None where a kernel
+    has no usable timestamp: time that cannot be placed makes no idle share)."""
     totals: dict[str, float] = {}
     busy = span = 0.0
+    placed = True
     for path in paths:
         intervals = []
         for event in _events(path):
@@ -90,20 +93,23 @@ def summarize(paths: list[Path], steps: int) -> dict:
                     totals[name] = totals.get(name, 0.0) + dur
                     if _microseconds(start := event.get("ts"), limit=1e18):
                         intervals.append((start, start + dur))
+                    else:
+                        placed = False
         busy_here, span_here = _busy_and_span(intervals)
         busy, span = busy + busy_here, span + span_here
     scale = 1 / (1000 * steps * max(len(paths), 1))  # microseconds over every rank -> ms per step per rank
     total = sum(totals.values()) * scale
     top = sorted(totals.items(), key=lambda kv: -kv[1])[:TOP]
+    timed = placed and span > 0
     return {"steps": steps, "ranks": len(paths), "kernel_ms_per_step": round(total, 4),
-            "gpu_busy_ms_per_step": round(busy * scale, 4) if span else None,
-            "span_ms_per_step": round(span * scale, 4) if span else None,
-            "gpu_idle_share": round(1 - busy / span, 4) if span else None,
+            "gpu_busy_ms_per_step": round(busy * scale, 4) if timed else None,
+            "span_ms_per_step": round(span * scale, 4) if timed else None,
+            "gpu_idle_share": round(1 - busy / span, 4) if timed else None,
             "kernels": [{"name": n, "ms_per_step": round(t * scale, 4),
                          "share": round(t * scale / total, 4) if total else None} for n, t in top]}
 
 
-def _microseconds(value, limit: float = 1e12) -> bool:
+def _microseconds(value: object, limit: float = 1e12) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < limit
 
 
