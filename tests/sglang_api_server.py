@@ -40,8 +40,9 @@ true} (not SGLang's either) streams its first step, then waits until the server 
 the tests' way to have a request in flight when a drain begins, however loaded the machine.
 
 POST /start_profile {"output_dir", "num_steps", "profile_id"} (SGLang's ProfileReqInput) records the next
-num_steps steps of the batched scheduler and writes `{output_dir}/{profile_id}-TP-0.trace.json.gz`, a Chrome
-trace whose kernel events ("ph": "X", "cat": "kernel", "dur" in microseconds) are the cost model's parts:
+num_steps steps of the batched scheduler (POST /stop_profile ends it sooner; with none running it is an error, as
+SGLang's scheduler answers) and writes `{output_dir}/{profile_id}-TP-0.trace.json.gz`, a Chrome trace whose kernel
+events ("ph": "X", "cat": "kernel", "ts" and "dur" in microseconds) are the cost model's parts:
 step_overhead, target_forward (token_ms x batch x (steps + 1)), draft_steps, draft_extend. The kernel names are
 the stand-in's own; the endpoint, the file's name and its event format are SGLang's (torch profiler traces).
 
@@ -289,12 +290,16 @@ class Simulator:
                 at += ms * 1000
         profile["left"] -= 1
         if profile["left"] <= 0:
-            import gzip
+            self.write_profile()
 
-            path = os.path.join(profile["dir"], f"{profile['id']}-TP-0.trace.json.gz")
-            with gzip.open(path, "wt") as out:
-                json.dump({"traceEvents": profile["events"]}, out)
-            self.profiling = None
+    def write_profile(self) -> None:
+        """The trace of the steps recorded, as SGLang writes it when they are all in or when asked to stop."""
+        import gzip
+
+        profile, self.profiling = self.profiling, None
+        path = os.path.join(profile["dir"], f"{profile['id']}-TP-0.trace.json.gz")
+        with gzip.open(path, "wt") as out:
+            json.dump({"traceEvents": profile["events"]}, out)
 
     async def batched_steps(self, number: int, max_tokens: int, temperature: float, needs: str | None = None,
                             served: dict | None = None):
@@ -358,6 +363,15 @@ async def start_profile(request: web.Request) -> web.Response:
     sim.profiling = {"dir": body.get("output_dir") or "/tmp", "left": int(body.get("num_steps") or 5),
                      "id": body.get("profile_id") or str(time.time()), "events": []}
     return web.Response(text="Start profiling.\n")
+
+
+async def stop_profile(request: web.Request) -> web.Response:
+    """SGLang's /stop_profile: the trace written now; with no profile running its scheduler refuses (an error)."""
+    sim = request.app["sim"]
+    if not sim.profiling:
+        return web.Response(status=500, text="Profiling is not in progress.\n")
+    sim.write_profile()
+    return web.Response(text="Stop profiling. This will take some time.\n")
 
 
 async def flush_cache(request: web.Request) -> web.Response:
@@ -580,6 +594,7 @@ def app(args: argparse.Namespace) -> web.Application:
     application.router.add_get("/get_server_info", server_info)
     application.router.add_route("*", "/flush_cache", flush_cache)
     application.router.add_post("/start_profile", start_profile)
+    application.router.add_post("/stop_profile", stop_profile)
     application.router.add_route("*", "/generate", generate)
     application.router.add_route("*", "/rig_test/stats", stats)
     return application

@@ -109,7 +109,13 @@ def test_check_renders_every_line_and_starts_nothing(tune_case):
 
 
 def test_poisson_rates_are_measured_and_mapped_to_their_running_batch(tune_case):
+    """Beside them C=1 profiled for more steps than its round runs: each server's profile is stopped once the round
+    is over, said, and not read (SGLang writes a trace only when its steps are in, or on /stop_profile)."""
     stack, env = tune_case(*MODEL)
+    data = yaml.safe_load(stack.read_text())
+    data["bench"]["concurrency"] = [1]
+    data["tune"].update(profile_levels=[1], profile_steps=1000)
+    stack.write_text(yaml.safe_dump(data))
     out = tune_case.dir / "out"
     done = tune(stack, out, env, "--concurrency", "1", "--request-rate", "40", "--rounds", "1")
     assert done.returncode in (0, 1), done.stderr[-2000:]
@@ -122,6 +128,10 @@ def test_poisson_rates_are_measured_and_mapped_to_their_running_batch(tune_case)
     assert level["round_request_speed"] and row["best_value"] == max(
         v["levels"]["R=40/s"]["request_speed"] for v in result["variants"].values() if "R=40/s" in v["levels"])
     assert "at each request rate request_speed" in (out / "report.md").read_text()
+    for name, variant in result["variants"].items():
+        said = variant["levels"]["C=1"]["profile"]["error"]
+        assert said.startswith("the round ended before the profile's 1000 steps were in (stopped"), (name, said)
+        assert (out / "profiles" / name / f"{name}-C1-TP-0.trace.json.gz").is_file()  # the stop reached the server
 
 
 @pytest.mark.parametrize("content, says", [

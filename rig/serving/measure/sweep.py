@@ -101,12 +101,20 @@ class Server:
         results = self._send(body, n, c, level.rate, when_full=full if wanted else None)
         client.down_if_lost(results)
         if wanted:
-            found = torch_profile.traces(wanted["dir"], name) if asked else []
-            self.run.setdefault("profiles", {})[level.name] = torch_profile.read(found, wanted["steps"]) if found \
-                else {"error": "the server wrote no trace" if asked else "the batch never filled: nothing profiled"}
+            self.run.setdefault("profiles", {})[level.name] = self._profile_of(wanted, name) if asked else \
+                {"error": "the batch never filled: nothing profiled"}
         accepted = server_accept_length(server_info(self.url, self.key)) if self.run["speculative_algorithm"] else None
         progress(f"{self.label}: {what}, round {round_no + 1}: {said(summarize(results, c), accepted)}")
         return results, accepted
+
+    def _profile_of(self, wanted: dict, name: str) -> dict:
+        """The round's profile, read once whole; one the round ended short of its steps is stopped and not read."""
+        if torch_profile.stopped_short(self.url, self.key):
+            return {"error": f"the round ended before the profile's {wanted['steps']} steps were in (stopped; its "
+                             "partial trace is not read): profile a level whose rounds run longer, or fewer steps "
+                             "(tune.profile_steps)"}
+        found = torch_profile.traces(wanted["dir"], name)
+        return torch_profile.read(found, wanted["steps"]) if found else {"error": "the server wrote no trace"}
 
     def stop(self, exc: Exception) -> None:
         self.run["stopped"] = f"the server stopped answering: {exc}"

@@ -23,6 +23,7 @@ from typing import TypeGuard
 from rig.core import RigError, progress
 from rig.core.documents import dump_json, parse_json
 from rig.core.fs import open_regular
+from rig.serving.sglang_api import call
 
 MAX_TRACE = 1 << 30  # bytes of one trace, unzipped
 TOP = 15
@@ -49,6 +50,15 @@ def traces(out: Path, name: str, wait: float = 120.0) -> list[Path]:
         sizes = now
         time.sleep(1.0)
     return []
+
+
+def stopped_short(url: str, api_key_env: str) -> bool:
+    """Once the round is over: SGLang's POST /stop_profile. True (200) when the profile was still running, the round
+    having ended before its steps were in: what the server writes now is partial. Its scheduler refuses the stop of a
+    profile that ended by itself (an error answer), and a server without the endpoint says 404: then the whole trace
+    is, or will be, there."""
+    status, _ = call(url, "/stop_profile", body={}, api_key_env=api_key_env)
+    return status == 200
 
 
 def _events(path: Path) -> list:
