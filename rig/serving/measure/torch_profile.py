@@ -133,4 +133,4 @@ def _busy_and_span(intervals: list[tuple[float, float]]) -> tuple[float, float]:
         if begin > end:
             busy, start = busy + end - start, begin
         end = max(end, finish)
-    return busy + end - start, max(e for _, e in intervals) - intervals[0][0]
+    return busy + end - start, end - intervals[0][0]  # END: the latest end seen, sorted by start
