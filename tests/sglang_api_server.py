@@ -284,9 +284,11 @@ class Simulator:
         # between steps is the GPU idle
         at = time.time() * 1e6 - sum(parts.values()) * 1000
         for name, ms in parts.items():
-            if ms:
-                profile["events"].append({"ph": "X", "cat": "kernel", "name": name, "ts": at, "dur": ms * 1000,
-                                          "pid": 0, "tid": 7})
+            if ms:  # each kernel with the host's launch of it (Kineto's cuda_runtime event), 5 us on the host thread
+                profile["events"] += [{"ph": "X", "cat": "kernel", "name": name, "ts": at, "dur": ms * 1000,
+                                       "pid": 0, "tid": 7},
+                                      {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": at - 5,
+                                       "dur": 5, "pid": 1, "tid": 1}]
                 at += ms * 1000
         profile["left"] -= 1
         if profile["left"] <= 0:

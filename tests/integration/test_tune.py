@@ -332,6 +332,10 @@ def test_sampling_lowers_acceptance_and_a_capped_server_is_measured_uncapped_and
     assert profile["span_ms_per_step"] >= profile["gpu_busy_ms_per_step"] and 0 <= profile["gpu_idle_share"] < 1
     assert "Where a decode step's time goes" in (out / "report.md").read_text()
     assert "| GPU idle |" in (out / "report.md").read_text()
+    # and the host's launch of each part: as many cudaLaunchKernel calls a step as kernels
+    launches = {c["name"]: c["calls_per_step"] for c in profile["host_calls"]}
+    assert launches == {"cudaLaunchKernel": pytest.approx(len(kernels["baseline"]), abs=0.01)}
+    assert "cudaLaunchKernel" in (out / "report.md").read_text()
     assert "acc " in (out / "report.md").read_text()
     # whatever it serves is held to the per-level best: a single server by its own rounds, a policy by its run
     report = json.loads(done.stdout)

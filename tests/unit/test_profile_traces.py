@@ -111,3 +111,19 @@ def test_ranks_average_their_busy_time_and_span(tmp_path):
     found = summarize(ranks, steps=1)
     assert (found["gpu_busy_ms_per_step"], found["span_ms_per_step"]) == (2.0, 3.0)  # (2 + 2) / 2, (2 + 4) / 2
     assert found["gpu_idle_share"] == pytest.approx(1 / 3, abs=1e-4)
+
+
+def test_the_hosts_cuda_calls_are_summed_per_step_the_longest_first(tmp_path):
+    """Eager launches and a host waiting on the GPU, per step and rank; kernels stay kernels."""
+    def call(name, dur, cat="cuda_runtime"):
+        return {"ph": "X", "cat": cat, "name": name, "ts": 0, "dur": dur}
+    events = [call("cudaLaunchKernel", 5)] * 40 + [
+        call("cudaStreamSynchronize", 3000), call("cuLaunchKernel", 4, "cuda_driver"), call("cudaGraphLaunch", 20),
+        call("cudaGraphLaunch", "x"), {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 100}]
+    ranks = [_trace(tmp_path / f"p-TP-{r}.trace.json.gz", events) for r in (0, 1)]
+    found = summarize(ranks, steps=2)
+    assert found["host_calls"] == [{"name": "cudaStreamSynchronize", "ms_per_step": 1.5, "calls_per_step": 0.5},
+                                   {"name": "cudaLaunchKernel", "ms_per_step": 0.1, "calls_per_step": 20.0},
+                                   {"name": "cudaGraphLaunch", "ms_per_step": 0.01, "calls_per_step": 0.5},
+                                   {"name": "cuLaunchKernel", "ms_per_step": 0.002, "calls_per_step": 0.5}]
+    assert [k["name"] for k in found["kernels"]] == ["k"] and found["kernel_ms_per_step"] == 0.05

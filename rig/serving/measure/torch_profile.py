@@ -27,6 +27,7 @@ from rig.serving.sglang_api import call
 
 MAX_TRACE = 1 << 30  # bytes of one trace, unzipped
 TOP = 15
+HOST_API = ("cuda_runtime", "cuda_driver")  # Kineto's categories of the host's CUDA calls (the GPU activity records them)
 
 
 async def start(client, url: str, out: Path, steps: int, name: str) -> None:
@@ -87,24 +88,29 @@ def read(paths: list[Path], steps: int) -> dict:
 
 
 def summarize(paths: list[Path], steps: int) -> dict:
-    """Milliseconds per step of each CUDA kernel over the traces (every TP rank's, averaged), the largest first; and
-    per step the GPU's busy time, the kernels' span and the share of that span the GPU sat idle (None where a kernel
-    has no usable timestamp: time that cannot be placed makes no idle share)."""
+    """Milliseconds per step of each CUDA kernel over the traces (every TP rank's, averaged), the largest first; per
+    step the GPU's busy time, the kernels' span and the share of that span the GPU sat idle (None where a kernel has
+    no usable timestamp: time that cannot be placed makes no idle share); and the host's CUDA API calls per step,
+    the longest first: eager launches show as cudaLaunchKernel calls, a host waiting on the GPU as a synchronize."""
     totals: dict[str, float] = {}
+    host: dict[str, list[float]] = {}  # name -> [microseconds, calls]
     busy = span = 0.0
     placed = True
     for path in paths:
         intervals = []
         for event in _events(path):
-            if isinstance(event, dict) and event.get("ph") == "X" and event.get("cat") == "kernel":
-                dur = event.get("dur")
-                if _microseconds(dur):
-                    name = str(event.get("name", "?"))[:200]
-                    totals[name] = totals.get(name, 0.0) + dur
-                    if _microseconds(start := event.get("ts"), limit=1e18):
-                        intervals.append((start, start + dur))
-                    else:
-                        placed = False
+            if not (isinstance(event, dict) and event.get("ph") == "X" and _microseconds(dur := event.get("dur"))):
+                continue
+            name = str(event.get("name", "?"))[:200]
+            if event.get("cat") in HOST_API:
+                spent = host.setdefault(name, [0.0, 0])
+                spent[0], spent[1] = spent[0] + dur, spent[1] + 1
+            elif event.get("cat") == "kernel":
+                totals[name] = totals.get(name, 0.0) + dur
+                if _microseconds(start := event.get("ts"), limit=1e18):
+                    intervals.append((start, start + dur))
+                else:
+                    placed = False
         busy_here, span_here = _busy_and_span(intervals)
         busy, span = busy + busy_here, span + span_here
     scale = 1 / (1000 * steps * max(len(paths), 1))  # microseconds over every rank -> ms per step per rank
@@ -116,7 +122,9 @@ def summarize(paths: list[Path], steps: int) -> dict:
             "span_ms_per_step": round(span * scale, 4) if timed else None,
             "gpu_idle_share": round(1 - busy / span, 4) if timed else None,
             "kernels": [{"name": n, "ms_per_step": round(t * scale, 4),
-                         "share": round(t * scale / total, 4) if total else None} for n, t in top]}
+                         "share": round(t * scale / total, 4) if total else None} for n, t in top],
+            "host_calls": [{"name": n, "ms_per_step": round(t * scale, 4), "calls_per_step": round(c * scale * 1000, 2)}
+                           for n, (t, c) in sorted(host.items(), key=lambda kv: -kv[1][0])[:TOP]]}
 
 
 def _microseconds(value: object, limit: float = 1e12) -> TypeGuard[float]:

@@ -123,11 +123,15 @@ def _profiles(result: dict) -> list[str]:
         return []
     return ["", "## Where a decode step's time goes", "", "SGLang's torch profiler over the full batch's steps (CUDA "
             "kernels, ms per step and rank; the largest three). GPU idle is the share of the kernels' span in which "
-            "no kernel ran: there the GPU waited on the host.", "",
-            *table(("server", "level", "kernel ms/step", "GPU busy / span ms/step", "GPU idle", "largest kernels"),
+            "no kernel ran: there the GPU waited on the host. The host's CUDA calls: the longest three, ms and calls "
+            "per step (cudaLaunchKernel counts eager launches; a synchronize is the host waiting on the GPU).", "",
+            *table(("server", "level", "kernel ms/step", "GPU busy / span ms/step", "GPU idle", "largest kernels",
+                    "host CUDA calls"),
                    ((n, level, shown(p["kernel_ms_per_step"], 3), _busy(p),
                      shown(p.get("gpu_idle_share"), 2),
-                     "; ".join(f"{k['name'][:60]} {shown(k['ms_per_step'], 3)}" for k in p["kernels"][:3]))
+                     "; ".join(f"{k['name'][:60]} {shown(k['ms_per_step'], 3)}" for k in p["kernels"][:3]),
+                     "; ".join(f"{c['name'][:40]} {shown(c['ms_per_step'], 3)} x{shown(c['calls_per_step'], 1)}"
+                               for c in (p.get("host_calls") or [])[:3]) or "-")
                     for n, level, p in profiled))]
 
 
