@@ -166,7 +166,17 @@ phase() {
 pipeline() {
   rm -f "$RES/phases.txt"
   setup
+  trap stop_groups EXIT
+  gpu_watch
   for name in $PHASES; do phase "$name"; done
+}
+
+gpu_watch() {  # the GPU's clocks, temperature, power, load and throttle reasons every 5 s in $RES/gpu.csv: a server
+  # measured later in a run on a slower clock (run 21's question) shows there, beside its log's timestamps
+  if command -v nvidia-smi > /dev/null; then
+    start_group "$RES/gpu-watch.pid" nvidia-smi --format=csv -l 5 --query-gpu=timestamp,clocks.sm,clocks.mem,\
+temperature.gpu,power.draw,utilization.gpu,memory.used,clocks_throttle_reasons.active > "$RES/gpu.csv" 2>&1
+  fi
 }
 
 show_phases() { if [ -e "$RES/phases.txt" ]; then cat "$RES/phases.txt"; fi; }
