@@ -43,8 +43,11 @@ POST /start_profile {"output_dir", "num_steps", "profile_id"} (SGLang's ProfileR
 num_steps steps of the batched scheduler (POST /stop_profile ends it sooner; with none running it is an error, as
 SGLang's scheduler answers) and writes `{output_dir}/{profile_id}-TP-0.trace.json.gz`, a Chrome trace whose kernel
 events ("ph": "X", "cat": "kernel", "ts" and "dur" in microseconds) are the cost model's parts:
-step_overhead, target_forward (token_ms x batch x (steps + 1)), draft_steps, draft_extend. The kernel names are
-the stand-in's own; the endpoint, the file's name and its event format are SGLang's (torch profiler traces).
+step_overhead, target_forward (token_ms x batch x (steps + 1)), draft_steps, draft_extend, each with the host's
+cudaLaunchKernel ("cat": "cuda_runtime"). With "activities" listing "CPU", each step is also the host's Python, as
+SGLang's profiler records it with stacks ("cat": "python_function"): the scheduler's run_batch around the step, the
+launches inside it. The kernel and function names are the stand-in's own; the endpoint, the file's name and its
+event format are SGLang's (torch profiler traces).
 
 With --rule (the launcher passes a numerics test model's testmodel.json), a request given
 `input_ids` gets the tokens that model's rule table makes (the numerics target's greedy
@@ -283,6 +286,9 @@ class Simulator:
         # Kineto's microseconds since the epoch: the parts back to back over the step just slept, so what lies
         # between steps is the GPU idle
         at = time.time() * 1e6 - sum(parts.values()) * 1000
+        if profile["cpu"]:
+            profile["events"].append({"ph": "X", "cat": "python_function", "name": "stand_in/scheduler.py(1): run_batch",
+                                      "ts": at - 10, "dur": sum(parts.values()) * 1000, "pid": 1, "tid": 1})
         for name, ms in parts.items():
             if ms:  # each kernel with the host's launch of it (Kineto's cuda_runtime event), 5 us on the host thread
                 profile["events"] += [{"ph": "X", "cat": "kernel", "name": name, "ts": at, "dur": ms * 1000,
@@ -363,7 +369,8 @@ async def start_profile(request: web.Request) -> web.Response:
     sim = request.app["sim"]
     body = await request.json()
     sim.profiling = {"dir": body.get("output_dir") or "/tmp", "left": int(body.get("num_steps") or 5),
-                     "id": body.get("profile_id") or str(time.time()), "events": []}
+                     "id": body.get("profile_id") or str(time.time()), "events": [],
+                     "cpu": "CPU" in (body.get("activities") or [])}
     return web.Response(text="Start profiling.\n")
 
 

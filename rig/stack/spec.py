@@ -273,6 +273,9 @@ SCHEMA = {
         # for that many decode steps: where a step's time goes, kernel by kernel (none: no profile)
         "profile_levels": Field(list, default=[], check=once, item=Field(int, check=between(1, 100_000))),
         "profile_steps": Field(int, default=20, check=between(1, 1000)),
+        # the host's Python too (SGLang's CPU activity and its stacks): where the scheduler's time goes, function by
+        # function; it slows the profiled steps, so their GPU idle share reads high
+        "profile_host": Field(bool, default=False),
         "request_rates": Field(list, default=[], check=once, item=Field((int, float), check=between(0.001, 100_000))),
     }),
 }

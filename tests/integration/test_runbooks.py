@@ -113,7 +113,7 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
            "SRC": str(tmp_path / "src"), "STAGE": str(tmp_path / "stage"), "OUT": str(tmp_path / "out"),
            "STACKS": str(stacks), "WHEELS": str(wheels), "WAIT_S": "1500", "PROVE_ARGS": "--skip doctor",
            "SGLANG_STANDIN_FAULTS": str(faults), "GPUS": "2", "BACKEND": "flashinfer", "DRAFT_BACKEND": "triton",
-           "PROFILE_AT": "64",
+           "PROFILE_AT": "64", "PROFILE_HOST": "1",
            # free-off-greedy and free-off-prove are left out: the same lines as free-off's and free-off-tp's prove
            # with other arguments (a minute of the suite's CPU)
            "PHASES": "prove tune-t1 tune-greedy free-off free-off-tp"}
@@ -149,12 +149,14 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     # DRAFT_BACKEND: the draft's attention on triton, the target's on flashinfer (run 20's suspect), in every line
     assert all(" ".join(v["argv"]).count("--speculative-draft-attention-backend triton") == 1
                for v in t1["variants"].values())
-    assert (res / "stacks.txt").read_text().startswith("BACKEND=flashinfer DRAFT_BACKEND=triton PROFILE_AT=64 ")
+    assert (res / "stacks.txt").read_text().startswith(
+        "BACKEND=flashinfer DRAFT_BACKEND=triton PROFILE_AT=64 PROFILE_HOST=1 ")
     # PROFILE_AT: each tune profiles C=64 alone (stack-t1.yml's own [64, 256] replaced), free-off's step 0 too
     assert sorted(lv for lv, m in t1["variants"]["baseline"]["levels"].items() if m.get("profile")) == ["C=64"]
     assert list(t1["variants"])[:3] == ["baseline", "step0", "eagle3-3"]  # step 0 before EAGLE-3
     assert sorted(t1["variants"]["step0"]["levels"]) == ["C=16", "C=256", "C=64"]
     assert t1["variants"]["step0"]["levels"]["C=64"]["profile"]["kernel_ms_per_step"] > 0
+    assert t1["variants"]["step0"]["levels"]["C=64"]["profile"]["host_own"]  # PROFILE_HOST: the host's Python too
     # free-off: applied to the real files by rig's engine, then step 0 measured both ways
     patched = json.loads((res / "patch-free-off.json").read_text())
     assert rcs["patch-free-off"] == "0" and {r["id"]: r["status"] for r in patched["patches"]} == {
@@ -194,11 +196,13 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     ({"PROFILE_AT": "256;rm -rf /"}, "PROFILE_AT=256;rm -rf / is not a comma-separated list of concurrencies"),
     ({"PROFILE_AT": "0"}, "is not a comma-separated list"),
     ({"PROFILE_AT": "64,64"}, "PROFILE_AT=64,64 lists a level twice"),
+    ({"PROFILE_AT": "64", "PROFILE_HOST": "yes"}, "PROFILE_HOST=yes is neither 1 nor 0"),
+    ({"PROFILE_HOST": "1"}, "PROFILE_HOST=1 needs PROFILE_AT (the levels)"),
     ({"PROFILE_AT": "2"}, "stack-free-off-0523.yml's tunes measure no level 2 (they measure 1,16,64,256)"),
     ({"PROFILE_AT": "1", "TUNE_ARGS": "--temperature 0 --concurrency 16,256"},
      "tunes measure no level 1 (they measure 16,256)"),
-], ids=["phase", "backend", "draft-alone", "profile-pasted", "profile-zero", "profile-twice", "profile-unmeasured",
-        "profile-not-in-tune-args"])
+], ids=["phase", "backend", "draft-alone", "profile-pasted", "profile-zero", "profile-twice", "host-not-a-flag",
+        "host-without-levels", "profile-unmeasured", "profile-not-in-tune-args"])
 def test_a_runbook_setting_it_cannot_use_is_refused_before_anything_starts(tmp_path, settings, says):
     res, src = tmp_path / "results", tmp_path / "src"
     env = {**os.environ, "RES": str(res), "SRC": str(src), "VENV": str(tmp_path / "venv"), "OUT": str(tmp_path / "out"),

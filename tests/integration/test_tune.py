@@ -297,7 +297,8 @@ def test_sampling_lowers_acceptance_and_a_capped_server_is_measured_uncapped_and
     its draft extend (0.02 ms a request) still paid."""
     stack, env = tune_case(*MODEL, "--extend-ms", "0.02")
     data = yaml.safe_load(stack.read_text())
-    data["tune"].update(steps=[3], uncapped=True, step0=["step0"], profile_levels=[64], profile_steps=10)
+    data["tune"].update(steps=[3], uncapped=True, step0=["step0"], profile_levels=[64], profile_steps=10,
+                        profile_host=True)
     stack.write_text(yaml.safe_dump(data))
     out = tune_case.dir / "out"
     done = tune(stack, out, env, "--temperature", "1", "--rounds", "1")
@@ -336,6 +337,12 @@ def test_sampling_lowers_acceptance_and_a_capped_server_is_measured_uncapped_and
     launches = {c["name"]: c["calls_per_step"] for c in profile["host_calls"]}
     assert launches == {"cudaLaunchKernel": pytest.approx(len(kernels["baseline"]), abs=0.01)}
     assert "cudaLaunchKernel" in (out / "report.md").read_text()
+    # profile_host: the host's Python too, each function's own time; the stand-in's run_batch spans its step
+    own = {c["name"]: c["ms_per_step"] for c in profile["host_own"]}
+    assert set(own) == {"stand_in/scheduler.py(1): run_batch", "cudaLaunchKernel"}
+    assert own["stand_in/scheduler.py(1): run_batch"] == pytest.approx(
+        profile["kernel_ms_per_step"] - own["cudaLaunchKernel"], rel=0.01)
+    assert "run_batch" in (out / "report.md").read_text()
     assert "acc " in (out / "report.md").read_text()
     # whatever it serves is held to the per-level best: a single server by its own rounds, a policy by its run
     report = json.loads(done.stdout)

@@ -19,7 +19,8 @@
 #               asked 574 MiB of SGLang's 384) unless SGLANG_FLASHINFER_WORKSPACE_SIZE says otherwise; DRAFT_BACKEND
 #               (with BACKEND) serves the draft with that attention backend (--speculative-draft-attention-backend);
 #               PROFILE_AT (e.g. 1,256) profiles those levels' full batches in every tune (tune.profile_levels in the
-#               copies): the kernels' sums and how long the GPU sat idle in their span (run 21's question)
+#               copies): the kernels' sums and how long the GPU sat idle in their span (run 21's question);
+#               PROFILE_HOST=1 (with PROFILE_AT) records the host's Python in those profiles too (tune.profile_host)
 #   wait        wait for it again (a device call lasts at most 10 minutes; the whole run takes longer)
 # setup: a venv over the machine's own Python (its torch 2.11.0+cu130) through a .pth file, the staged wheels it
 # lacks installed into it, and rig's environment module (`rig env install`), so doctor holds it as rig would.
@@ -34,14 +35,14 @@ export SGLANG_LOG_MS=1  # the servers' log lines carry milliseconds: a step's ti
 VENV=${VENV:-/root/venv}; RES=${RES:-/root/results}; SRC=${SRC:-/root/rig-src}; STAGE=${STAGE:-/root/stage}
 OUT=${OUT:-/tmp/out}; STACKS=${STACKS:-docs/validation/real-cost-h200}; PROVE_ARGS=${PROVE_ARGS:-}; TUNE_ARGS=${TUNE_ARGS:-}
 WAIT_S=${WAIT_S:-540}; WHEELS=${WHEELS:-.whl}; PHASES=${PHASES:-prove tune-t1 tune-greedy}; GPUS=${GPUS:-}
-BACKEND=${BACKEND:-}; DRAFT_BACKEND=${DRAFT_BACKEND:-}; PROFILE_AT=${PROFILE_AT:-}
+BACKEND=${BACKEND:-}; DRAFT_BACKEND=${DRAFT_BACKEND:-}; PROFILE_AT=${PROFILE_AT:-}; PROFILE_HOST=${PROFILE_HOST:-}
 KNOWN="prove tune-t1 tune-greedy free-off free-off-greedy free-off-policy free-off-check free-off-0523 free-off-prove free-off-tp"
 mkdir -p "$RES" "$OUT"
 VENV=$(realpath -m "$VENV"); RES=$(realpath -m "$RES"); SRC=$(realpath -m "$SRC"); STAGE=$(realpath -m "$STAGE")
 RIG_SRC=$SRC
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
-DETACH_VARS="VENV SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES KNOWN GPUS BACKEND DRAFT_BACKEND PROFILE_AT"  # what the detached pipeline reads
+DETACH_VARS="VENV SRC STAGE STACKS PROVE_ARGS TUNE_ARGS PHASES KNOWN GPUS BACKEND DRAFT_BACKEND PROFILE_AT PROFILE_HOST"  # what the detached pipeline reads
 
 rig_in() {  # rig_in NAME ARGS...: rig from the source copy; its JSON, stderr, exit status and wall time in $RES
   local name=$1 start=$SECONDS rc=0
@@ -79,14 +80,15 @@ print("\n".join(p for p in sys.path if p and not p.startswith(std) and not p.end
 stack_copies() {  # stack_copies [check]: every stack read and written as YAML into $RES/stacks with what the run
   # asks beyond it, beside its lock; STACKS then names the copies. BACKEND in triton's place (checked: each served
   # with triton alone), DRAFT_BACKEND on every line, PROFILE_AT as tune.profile_levels (checked: levels each tune
-  # measures, by the stack's bench.concurrency or TUNE_ARGS' --concurrency). `check` writes nothing
+  # measures, by the stack's bench.concurrency or TUNE_ARGS' --concurrency), PROFILE_HOST=1 as tune.profile_host.
+  # `check` writes nothing
   local into=$RES/stacks lock
   if [ "${1:-write}" = write ]; then mkdir -p "$into"; fi
-  python3 -P - "$STACKS" "$into" "$BACKEND" "$DRAFT_BACKEND" "$PROFILE_AT" "$TUNE_ARGS" "${1:-write}" <<'PY' || return
+  python3 -P - "$STACKS" "$into" "$BACKEND" "$DRAFT_BACKEND" "$PROFILE_AT" "$PROFILE_HOST" "$TUNE_ARGS" "${1:-write}" <<'PY' || return
 import pathlib, shlex, sys
 import yaml
-source, into, backend, draft, profile, tune_args, mode = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), \
-    *sys.argv[3:]
+source, into = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+backend, draft, profile, host, tune_args, mode = sys.argv[3:]
 levels = [int(level) for level in profile.split(",")] if profile else []
 if len(set(levels)) < len(levels):
     sys.exit(f"PROFILE_AT={profile} lists a level twice")
@@ -107,7 +109,7 @@ for stack in sorted(source.glob("stack-*.yml")):
         if missing := [level for level in levels if str(level) not in measured]:
             sys.exit(f"PROFILE_AT={profile}: {stack.name}'s tunes measure no level {missing[0]} (they measure "
                      f"{','.join(measured)}): profile levels the run measures")
-        data["tune"] = {**(data.get("tune") or {}), "profile_levels": levels}
+        data["tune"] = {**(data.get("tune") or {}), "profile_levels": levels, "profile_host": host == "1"}
     if mode == "write":
         (into / stack.name).write_text(yaml.safe_dump(data, sort_keys=False))
 PY
@@ -118,7 +120,7 @@ PY
   STACKS=$into
   if [ "$BACKEND" = flashinfer ]; then export SGLANG_FLASHINFER_WORKSPACE_SIZE=${SGLANG_FLASHINFER_WORKSPACE_SIZE:-1073741824}; fi
   # what the run changed beyond its stacks, what every server inherits included: recorded beside the machine's versions
-  echo "${BACKEND:+BACKEND=$BACKEND }${DRAFT_BACKEND:+DRAFT_BACKEND=$DRAFT_BACKEND }${PROFILE_AT:+PROFILE_AT=$PROFILE_AT }${SGLANG_FLASHINFER_WORKSPACE_SIZE:+SGLANG_FLASHINFER_WORKSPACE_SIZE=$SGLANG_FLASHINFER_WORKSPACE_SIZE}" \
+  echo "${BACKEND:+BACKEND=$BACKEND }${DRAFT_BACKEND:+DRAFT_BACKEND=$DRAFT_BACKEND }${PROFILE_AT:+PROFILE_AT=$PROFILE_AT }${PROFILE_HOST:+PROFILE_HOST=$PROFILE_HOST }${SGLANG_FLASHINFER_WORKSPACE_SIZE:+SGLANG_FLASHINFER_WORKSPACE_SIZE=$SGLANG_FLASHINFER_WORKSPACE_SIZE}" \
     > "$RES/stacks.txt"
 }
 
@@ -197,6 +199,8 @@ all)
   if ! [[ $PROFILE_AT =~ ^([1-9][0-9]{0,4}(,[1-9][0-9]{0,4})*)?$ ]]; then
     echo "PROFILE_AT=$PROFILE_AT is not a comma-separated list of concurrencies (e.g. 1,256)" >&2; exit 2
   fi
+  case $PROFILE_HOST in ""|0|1) ;; *) echo "PROFILE_HOST=$PROFILE_HOST is neither 1 nor 0" >&2; exit 2 ;; esac
+  if [ "$PROFILE_HOST" = 1 ] && [ -z "$PROFILE_AT" ]; then echo "PROFILE_HOST=1 needs PROFILE_AT (the levels)" >&2; exit 2; fi
   if [ -n "$BACKEND$PROFILE_AT" ]; then stack_copies check || exit 2; fi
   detach all pipeline
   wait_for all results.tgz show_phases ;;

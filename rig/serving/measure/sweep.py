@@ -37,8 +37,9 @@ class Server:
 
     def __init__(self, url: str, label: str, plan: Plan, api_key_env: str, workload: Workload | None = None,
                  profile: dict | None = None):
-        """PROFILE: {"levels": concurrencies, "steps": N, "dir": Path}: at those closed-loop levels, the first
-        round's full batch is profiled by the server for N steps (rig.serving.measure.torch_profile)."""
+        """PROFILE: {"levels": concurrencies, "steps": N, "host": bool, "dir": Path}: at those closed-loop levels,
+        the first round's full batch is profiled by the server for N steps, its host's Python too where HOST
+        (rig.serving.measure.torch_profile)."""
         self.url, self.plan, self.key, self.profile = url.rstrip("/"), plan, api_key_env, profile
         self.workload = workload or Workload(None, plan.max_tokens, plan.seed)
         self.info = server_info(self.url, api_key_env)
@@ -96,7 +97,7 @@ class Server:
         async def full(http) -> None:
             assert wanted  # only handed over when profiling
             asked.append(name)
-            await torch_profile.start(http, self.url, wanted["dir"], wanted["steps"], name)
+            await torch_profile.start(http, self.url, wanted["dir"], wanted["steps"], name, wanted["host"])
 
         results = self._send(body, n, c, level.rate, when_full=full if wanted else None)
         client.down_if_lost(results)

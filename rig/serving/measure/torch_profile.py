@@ -28,11 +28,15 @@ from rig.serving.sglang_api import call
 MAX_TRACE = 1 << 30  # bytes of one trace, unzipped
 TOP = 15
 HOST_API = ("cuda_runtime", "cuda_driver")  # Kineto's categories of the host's CUDA calls (the GPU activity records them)
+HOST_CODE = ("python_function", "cpu_op", "user_annotation")  # and of the host's own code (the CPU activity)
 
 
-async def start(client, url: str, out: Path, steps: int, name: str) -> None:
-    """Ask the server to profile its next STEPS forward steps into OUT; a refusal is said, never fatal."""
-    body = {"output_dir": str(out), "num_steps": steps, "activities": ["GPU"], "profile_id": name}
+async def start(client, url: str, out: Path, steps: int, name: str, host: bool = False) -> None:
+    """Ask the server to profile its next STEPS forward steps into OUT, where HOST its Python too (the CPU activity:
+    SGLang's profiler records stacks unless SGLANG_PROFILE_WITH_STACK=false, as python_function events); a refusal
+    is said, never fatal."""
+    body = {"output_dir": str(out), "num_steps": steps, "activities": ["CPU", "GPU"] if host else ["GPU"],
+            "profile_id": name}
     async with client.post(url + "/start_profile", data=dump_json(body, "the profile request"),
                            headers={"Content-Type": "application/json"}, allow_redirects=False) as answer:
         if answer.status != 200:
@@ -91,26 +95,37 @@ def summarize(paths: list[Path], steps: int) -> dict:
     """Milliseconds per step of each CUDA kernel over the traces (every TP rank's, averaged), the largest first; per
     step the GPU's busy time, the kernels' span and the share of that span the GPU sat idle (None where a kernel has
     no usable timestamp: time that cannot be placed makes no idle share); and the host's CUDA API calls per step,
-    the longest first: eager launches show as cudaLaunchKernel calls, a host waiting on the GPU as a synchronize."""
+    the longest first: eager launches show as cudaLaunchKernel calls, a host waiting on the GPU as a synchronize.
+    Where the CPU activity was recorded too, each host function's own time per step (less its callees'), the
+    longest first; else that is None."""
     totals: dict[str, float] = {}
     host: dict[str, list[float]] = {}  # name -> [microseconds, calls]
+    own: dict[str, float] = {}
     busy = span = 0.0
-    placed = True
+    placed, code = True, False
     for path in paths:
         intervals = []
+        threads: dict[tuple, list[tuple[float, float, str]]] = {}
         for event in _events(path):
             if not (isinstance(event, dict) and event.get("ph") == "X" and _microseconds(dur := event.get("dur"))):
                 continue
-            name = str(event.get("name", "?"))[:200]
-            if event.get("cat") in HOST_API:
+            name = _short(str(event.get("name", "?")))
+            cat, start = event.get("cat"), event.get("ts")
+            if (cat in HOST_API or cat in HOST_CODE) and _microseconds(start, limit=1e18):
+                threads.setdefault((str(event.get("pid")), str(event.get("tid"))), []).append((start, dur, name))
+                code = code or cat in HOST_CODE
+            if cat in HOST_API:
                 spent = host.setdefault(name, [0.0, 0])
                 spent[0], spent[1] = spent[0] + dur, spent[1] + 1
-            elif event.get("cat") == "kernel":
+            elif cat == "kernel":
                 totals[name] = totals.get(name, 0.0) + dur
-                if _microseconds(start := event.get("ts"), limit=1e18):
+                if _microseconds(start, limit=1e18):
                     intervals.append((start, start + dur))
                 else:
                     placed = False
+        for calls in threads.values():
+            for name, spent in _own_times(calls).items():
+                own[name] = own.get(name, 0.0) + spent
         busy_here, span_here = _busy_and_span(intervals)
         busy, span = busy + busy_here, span + span_here
     scale = 1 / (1000 * steps * max(len(paths), 1))  # microseconds over every rank -> ms per step per rank
@@ -124,7 +139,32 @@ def summarize(paths: list[Path], steps: int) -> dict:
             "kernels": [{"name": n, "ms_per_step": round(t * scale, 4),
                          "share": round(t * scale / total, 4) if total else None} for n, t in top],
             "host_calls": [{"name": n, "ms_per_step": round(t * scale, 4), "calls_per_step": round(c * scale * 1000, 2)}
-                           for n, (t, c) in sorted(host.items(), key=lambda kv: -kv[1][0])[:TOP]]}
+                           for n, (t, c) in sorted(host.items(), key=lambda kv: -kv[1][0])[:TOP]],
+            "host_own": [{"name": n, "ms_per_step": round(t * scale, 4)}
+                         for n, t in sorted(own.items(), key=lambda kv: -kv[1])[:TOP]] if code else None}
+
+
+def _short(name: str) -> str:
+    """A trace's name for a report: a Python function's path from its package on (Kineto writes the file's full
+    path on the machine that ran it), at most 200 characters."""
+    return name.rpartition("site-packages/")[2][:200]
+
+
+def _own_times(calls: list[tuple[float, float, str]]) -> dict[str, float]:
+    """Each name's own time in one thread's nested calls (start, duration, name): its calls' durations less those
+    of the calls made inside them; a call that outlasts its caller (a trace cut at its end) takes nothing below 0."""
+    own: dict[str, float] = {}
+    open_calls: list[list] = []  # [end, name, own time so far], innermost last
+    for start, dur, name in sorted(calls, key=lambda c: (c[0], -c[1])):
+        while open_calls and open_calls[-1][0] <= start:
+            _, done, spent = open_calls.pop()
+            own[done] = own.get(done, 0.0) + max(spent, 0.0)
+        if open_calls:
+            open_calls[-1][2] -= dur
+        open_calls.append([start + dur, name, dur])
+    for _, done, spent in open_calls:
+        own[done] = own.get(done, 0.0) + max(spent, 0.0)
+    return own
 
 
 def _microseconds(value: object, limit: float = 1e12) -> TypeGuard[float]:

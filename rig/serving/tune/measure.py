@@ -49,8 +49,8 @@ def lay_out(stack: dict, out: Path, step0_config: Path) -> None:
 @dataclass(frozen=True)
 class Measuring:
     """What every server of one tune run is measured with: the servers' context, the venv, the plan (its levels),
-    --out, the requests' workload, tune.profile_levels/profile_steps (SGLang's torch profiler) and the record's
-    checkpoint, written after each server (a machine taken back mid-run keeps the servers it finished)."""
+    --out, the requests' workload, tune.profile_levels/profile_steps/profile_host (SGLang's torch profiler) and the
+    record's checkpoint, written after each server (a machine taken back mid-run keeps the servers it finished)."""
     servers: Servers
     venv: str
     plan: Plan
@@ -58,6 +58,7 @@ class Measuring:
     workload: Workload
     profile_levels: list[int]
     profile_steps: int
+    profile_host: bool
     checkpoint: Callable[[], None]
 
     def every(self, found: list[Variant], records: dict, lift_caps: bool) -> list[Variant]:
@@ -111,7 +112,8 @@ class Measuring:
             return None
         where = self.out / "profiles" / variant.name
         where.mkdir(parents=True, exist_ok=True)
-        return {"levels": set(self.profile_levels), "steps": self.profile_steps, "dir": where}
+        return {"levels": set(self.profile_levels), "steps": self.profile_steps, "host": self.profile_host,
+                "dir": where}
 
 
 def graph_sizes(info: dict) -> list[int] | None:

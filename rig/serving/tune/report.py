@@ -124,14 +124,18 @@ def _profiles(result: dict) -> list[str]:
     return ["", "## Where a decode step's time goes", "", "SGLang's torch profiler over the full batch's steps (CUDA "
             "kernels, ms per step and rank; the largest three). GPU idle is the share of the kernels' span in which "
             "no kernel ran: there the GPU waited on the host. The host's CUDA calls: the longest three, ms and calls "
-            "per step (cudaLaunchKernel counts eager launches; a synchronize is the host waiting on the GPU).", "",
+            "per step (cudaLaunchKernel counts eager launches; a synchronize is the host waiting on the GPU). The "
+            "host's own time, where tune.profile_host recorded it: the host functions with the most time of their own "
+            "per step (their callees' left out); that profile slows the host, so its GPU idle reads high.", "",
             *table(("server", "level", "kernel ms/step", "GPU busy / span ms/step", "GPU idle", "largest kernels",
-                    "host CUDA calls"),
+                    "host CUDA calls", "host own time"),
                    ((n, level, shown(p["kernel_ms_per_step"], 3), _busy(p),
                      shown(p.get("gpu_idle_share"), 2),
                      "; ".join(f"{k['name'][:60]} {shown(k['ms_per_step'], 3)}" for k in p["kernels"][:3]),
                      "; ".join(f"{c['name'][:40]} {shown(c['ms_per_step'], 3)} x{shown(c['calls_per_step'], 1)}"
-                               for c in (p.get("host_calls") or [])[:3]) or "-")
+                               for c in (p.get("host_calls") or [])[:3]) or "-",
+                     "; ".join(f"{c['name'][-60:]} {shown(c['ms_per_step'], 3)}" for c in (p.get("host_own") or [])[:3])
+                     or "-")
                     for n, level, p in profiled))]
 
 

@@ -44,7 +44,8 @@ def run(stack: dict, stack_path: str, venv: str, out: str | Path, plan: Plan, wo
     with recorded(out, result, "tune.json", TUNE, report_markdown, figures) as written, \
             Servers(sized["server"]["start_timeout"], api_key_env) as servers:
         measuring = measure.Measuring(servers, venv, plan, out, workload, sized["tune"]["profile_levels"],
-                                      sized["tune"]["profile_steps"], written.checkpoint)
+                                      sized["tune"]["profile_steps"], sized["tune"]["profile_host"],
+                                      written.checkpoint)
         extra = _tuned(measuring, sized, stack_path, found, result, profile)
     return _said(result, written + extra)
 
