@@ -124,8 +124,8 @@ def summarize(paths: list[Path], steps: int) -> dict:
                 else:
                     placed = False
         for calls in threads.values():
-            for name, spent in _own_times(calls).items():
-                own[name] = own.get(name, 0.0) + spent
+            for name, took in _own_times(calls).items():
+                own[name] = own.get(name, 0.0) + took
         busy_here, span_here = _busy_and_span(intervals)
         busy, span = busy + busy_here, span + span_here
     scale = 1 / (1000 * steps * max(len(paths), 1))  # microseconds over every rank -> ms per step per rank
