@@ -170,6 +170,7 @@ pipeline() {
   setup
   trap stop_groups EXIT
   gpu_watch
+  host_watch
   for name in $PHASES; do phase "$name"; done
 }
 
@@ -179,6 +180,18 @@ gpu_watch() {  # the GPU's clocks, temperature, power, load and throttle reasons
     start_group "$RES/gpu-watch.pid" nvidia-smi --format=csv -l 5 --query-gpu=timestamp,clocks.sm,clocks.mem,\
 temperature.gpu,power.draw,utilization.gpu,memory.used,clocks_throttle_reasons.active > "$RES/gpu.csv" 2>&1
   fi
+}
+
+host_watch() {  # every 5 s, how long one core of this host takes for a fixed piece of Python, in $RES/host.csv: the
+  # host's speed through a run (a shared host's neighbours, its clock), which a server bound by its host follows
+  start_group "$RES/host-watch.pid" python3 -P -c '
+import time
+print("time,python_ms", flush=True)
+while True:
+    start = time.perf_counter()
+    sum(i * i for i in range(200_000))
+    print(f"{time.time():.3f},{(time.perf_counter() - start) * 1000:.2f}", flush=True)
+    time.sleep(5)' > "$RES/host.csv" 2>&1
 }
 
 show_phases() { if [ -e "$RES/phases.txt" ]; then cat "$RES/phases.txt"; fi; }
