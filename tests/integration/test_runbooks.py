@@ -149,6 +149,9 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     # DRAFT_BACKEND: the draft's attention on triton, the target's on flashinfer (run 20's suspect), in every line
     assert all(" ".join(v["argv"]).count("--speculative-draft-attention-backend triton") == 1
                for v in t1["variants"].values())
+    # the host beside the GPU: its kernel (the runtime) and CPUs, after the GPU's line
+    versions = (res / "versions.txt").read_text()
+    assert f"kernel {os.uname().release}\ncpus {len(os.sched_getaffinity(0))}\n" in versions, versions
     # the host's speed through the run, a line every 5 s from the pipeline's start to its end
     host = (res / "host.csv").read_text().splitlines()
     assert host[0] == "time,python_ms" and len(host) > 10 and all(float(line.split(",")[1]) > 0 for line in host[1:])

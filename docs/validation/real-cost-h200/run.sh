@@ -75,6 +75,10 @@ print("\n".join(p for p in sys.path if p and not p.startswith(std) and not p.end
   else
     echo "no nvidia-smi on this machine (a CPU rehearsal)" | tee "$RES/versions.txt"
   fi
+  # the host beside the GPU: its kernel names the runtime (gVisor says 4.4.0, Firecracker an -fc- kernel), and a
+  # server bound by its host runs at its CPU's pace
+  { echo "kernel $(uname -r)"; echo "cpus $(nproc)"; grep -m1 '^model name' /proc/cpuinfo || echo "model name unknown"; } \
+    | tee -a "$RES/versions.txt"
 }
 
 stack_copies() {  # stack_copies [check]: every stack read and written as YAML into $RES/stacks with what the run
