@@ -48,12 +48,15 @@ wait_for() {  # wait_for NAME TGZ [CMD...]: until the run detached as NAME has e
   pack "$tgz"
 }
 
-pack() {  # pack TGZ: $RES as $OUT/TGZ, less the profiler's traces (their kernel sums are in tune.json) and test models
+pack() {  # pack TGZ: $RES as $OUT/TGZ, less the profiler's traces (their sums are in tune.json) and test models; the
+  # traces beside it as $OUT/traces.tar, to be read again here (the device tool leaves out a file over its limit)
   local rc=0  # tar exits 1 where a file changed as it read it (a run still writing): what it took is kept
   mkdir -p "$OUT"
   tar -C "$(dirname "$RES")" --warning=no-file-changed --exclude='*.trace.json.gz' --exclude='models*' \
     -czf "$OUT/$1" "$(basename "$RES")" || rc=$?
   [ "$rc" -le 1 ] || { echo "tar of $RES failed (exit $rc)" >&2; return "$rc"; }
+  (cd "$(dirname "$RES")" && find "$(basename "$RES")" -name '*.trace.json.gz' -type f -print0 \
+    | tar --null -T - -cf "$OUT/traces.tar") || { echo "tar of the traces failed" >&2; return 1; }
 }
 
 start_group() {  # start_group PIDFILE CMD [ARG...]: CMD in the background as a process group of its own (setsid:

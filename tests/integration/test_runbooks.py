@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -194,6 +195,9 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     assert not {n: v["stopped"] for n, v in at_tp2.items() if v.get("stopped")}
     assert all("--tp-size 2" in " ".join(v["argv"]) for v in at_tp2.values()), {n: v["argv"] for n, v in at_tp2.items()}
     assert (tmp_path / "out" / "results.tgz").stat().st_size > 0
+    with tarfile.open(tmp_path / "out" / "traces.tar") as traces:  # the profiler's traces beside it, to read again
+        names = traces.getnames()
+    assert "results/tune-t1/profiles/baseline/baseline-C64-TP-0.trace.json.gz" in names, names
     assert not servers_running(venv)
 
 

@@ -329,6 +329,11 @@ def test_sampling_lowers_acceptance_and_a_capped_server_is_measured_uncapped_and
     assert 0 < kernels["eagle3-3-uncapped"]["target_forward"] <= 0.5 * 64 * 4
     # its parts back to back over each step: the GPU's busy time is their sum, the span adds the gaps between steps
     profile = variants["baseline"]["levels"]["C=64"]["profile"]
+    # in a round of its own before the measured one, which alone makes the level's numbers
+    said = done.stderr
+    assert said.index("baseline: concurrency 64, the profile's round (not measured)") < \
+        said.index("baseline: concurrency 64, round 1/1") and "baseline: concurrency 64, the profile's round: " in said
+    assert all(len(v["levels"]["C=64"]["round_output_throughput"]) == 1 for v in variants.values())
     assert profile["gpu_busy_ms_per_step"] == pytest.approx(profile["kernel_ms_per_step"], rel=1e-3)
     assert profile["span_ms_per_step"] >= profile["gpu_busy_ms_per_step"] and 0 <= profile["gpu_idle_share"] < 1
     assert "Where a decode step's time goes" in (out / "report.md").read_text()

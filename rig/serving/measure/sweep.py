@@ -38,8 +38,8 @@ class Server:
     def __init__(self, url: str, label: str, plan: Plan, api_key_env: str, workload: Workload | None = None,
                  profile: dict | None = None):
         """PROFILE: {"levels": concurrencies, "steps": N, "host": bool, "dir": Path}: at those closed-loop levels,
-        the first round's full batch is profiled by the server for N steps, its host's Python too where HOST
-        (rig.serving.measure.torch_profile)."""
+        a round of its own before the measured ones has its full batch profiled by the server for N steps, its
+        host's Python too where HOST (rig.serving.measure.torch_profile)."""
         self.url, self.plan, self.key, self.profile = url.rstrip("/"), plan, api_key_env, profile
         self.workload = workload or Workload(None, plan.max_tokens, plan.seed)
         self.info = server_info(self.url, api_key_env)
@@ -77,21 +77,28 @@ class Server:
                               "round_output_throughput": speeds}
         client.down_if_lost(runs)
 
-    def round(self, level: Level, round_no: int) -> tuple[list[dict], float | None]:
+    def profiles(self, level: Level) -> bool:
+        """Whether LEVEL's full batch is profiled on this server (closed-loop levels the profile names)."""
+        return self.profile is not None and level.rate is None and level.concurrency in self.profile["levels"]
+
+    def round(self, level: Level, round_no: int, profiled: bool = False) -> tuple[list[dict], float | None]:
         """One round of one level: C requests in flight (closed loop), or Poisson arrivals at RATE with at
-        most C in flight; its results and the server's own accept length over it."""
+        most C in flight; its results and the server's own accept length over it. PROFILED: the level's profile
+        round instead, its requests those of the first round, its numbers for no median (the profiler slows the
+        steps it records, and SGLang writes the trace from the scheduler's own thread, the batch waiting)."""
         client.flush(self.url, self.key)
         c, n = level.concurrency, self.plan.requests_at(level)
         what = f"concurrency {c}" if level.rate is None else f"request rate {level.rate:g}/s (at most {c} in flight)"
-        progress(f"{self.label}: {what}, round {round_no + 1}/{self.plan.rounds}, {n} requests"
+        which = "the profile's round" if profiled else f"round {round_no + 1}"
+        progress(f"{self.label}: {what}, " + ("the profile's round (not measured)" if profiled else
+                                              f"{which}/{self.plan.rounds}") + f", {n} requests"
                  + (f" and {self.plan.min_seconds:g} s" if self.plan.min_seconds else ""))
 
         def body(i: int) -> dict:
             chosen = self.workload(c * 100_000 + round_no * 10_000 + i)
             return self.body(chosen.text, chosen.max_tokens)
 
-        wanted = self.profile if self.profile and round_no == 0 and level.rate is None and \
-            c in self.profile["levels"] else None
+        wanted = self.profile if profiled else None
         name, asked = f"{self.label}-C{c}", []
 
         async def full(http) -> None:
@@ -105,7 +112,7 @@ class Server:
             self.run.setdefault("profiles", {})[level.name] = self._profile_of(wanted, name) if asked else \
                 {"error": "the batch never filled: nothing profiled"}
         accepted = server_accept_length(server_info(self.url, self.key)) if self.run["speculative_algorithm"] else None
-        progress(f"{self.label}: {what}, round {round_no + 1}: {said(summarize(results, c), accepted)}")
+        progress(f"{self.label}: {what}, {which}: {said(summarize(results, c), accepted)}")
         return results, accepted
 
     def _profile_of(self, wanted: dict, name: str) -> dict:
@@ -135,6 +142,12 @@ def measure(servers: list[Server], levels: list[Level], serial: bool = False) ->
     plan = servers[0].plan
     for level in levels:
         rounds: dict[str, list] = {s.label: [] for s in servers}
+        for server in servers:  # a profile first, in a round of its own that no median counts
+            if server.profiles(level) and not server.run["stopped"]:
+                try:
+                    server.round(level, 0, profiled=True)
+                except client.ServerDown as exc:
+                    server.stop(exc)
         for round_no in range(plan.rounds):
             for server in servers if round_no % 2 == 0 else servers[::-1]:  # neither always goes first
                 if server.run["stopped"]:
