@@ -55,8 +55,10 @@ pack() {  # pack TGZ: $RES as $OUT/TGZ, less the profiler's traces (their sums a
   tar -C "$(dirname "$RES")" --warning=no-file-changed --exclude='*.trace.json.gz' --exclude='models*' \
     -czf "$OUT/$1" "$(basename "$RES")" || rc=$?
   [ "$rc" -le 1 ] || { echo "tar of $RES failed (exit $rc)" >&2; return "$rc"; }
+  rc=0
   (cd "$(dirname "$RES")" && find "$(basename "$RES")" -name '*.trace.json.gz' -type f -print0 \
-    | tar --null -T - -cf "$OUT/traces.tar") || { echo "tar of the traces failed" >&2; return 1; }
+    | tar --warning=no-file-changed --null -T - -cf "$OUT/traces.tar") || rc=$?
+  [ "$rc" -le 1 ] || { echo "tar of the traces failed (exit $rc)" >&2; return "$rc"; }
 }
 
 start_group() {  # start_group PIDFILE CMD [ARG...]: CMD in the background as a process group of its own (setsid:

@@ -157,7 +157,7 @@ def test_the_real_cost_runbook_runs_end_to_end_against_the_standin(lab, tmp_path
     host = (res / "host.csv").read_text().splitlines()
     assert host[0] == "time,python_ms" and len(host) > 10 and all(float(line.split(",")[1]) > 0 for line in host[1:])
     with pytest.raises(ProcessLookupError):  # stopped with the pipeline
-        os.killpg(int((res / "host-watch.pid").read_text()), 0)
+        os.killpg(int((res / "watch.pid").read_text()), 0)
     assert (res / "stacks.txt").read_text().startswith(
         "BACKEND=flashinfer DRAFT_BACKEND=triton PROFILE_AT=64 PROFILE_HOST=1 ")
     # PROFILE_AT: each tune profiles C=64 alone (stack-t1.yml's own [64, 256] replaced), free-off's step 0 too

@@ -130,8 +130,8 @@ def test_the_hosts_cuda_calls_are_summed_per_step_the_longest_first(tmp_path):
 
 
 def test_the_hosts_own_time_leaves_out_what_its_callees_took(tmp_path):
-    """Nested calls on one thread; another thread on its own; a call cut at the trace's end takes nothing below 0;
-    a profile of the GPU alone has no host functions to name."""
+    """Nested calls on one thread; another thread on its own; a call that outlasts its caller is clipped to it (its
+    sibling after it is the caller's callee, not its own); a profile of the GPU alone names no host functions."""
     def call(name, ts, dur, cat="python_function", tid=1):
         return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 5, "tid": tid}
     site = "/root/venv/lib/python3.12/site-packages/"
@@ -140,12 +140,16 @@ def test_the_hosts_own_time_leaves_out_what_its_callees_took(tmp_path):
               call("aten::copy_", 200, 300, "cpu_op"), call("cudaLaunchKernel", 250, 50, "cuda_runtime"),
               call("cudaStreamSynchronize", 800, 100, "cuda_runtime"),
               call("other.py(1): loop", 0, 400, tid=2), call("other.py(2): step", 300, 500, tid=2),
+              call("other.py(3): wait", 0, 1000, tid=3), call("f", 0, 10, tid=3), call("g", 5, 6, tid=3),
+              call("h", 10.5, 80, tid=3),
               {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 900}]
-    found = summarize([_trace(tmp_path / "p-TP-0.trace.json.gz", events)], steps=1)
+    found = summarize([_trace(tmp_path / "p-TP-0.trace.json.gz", events)], steps=1, host_code=True)
     assert {c["name"]: c["ms_per_step"] for c in found["host_own"]} == {
         "sglang/srt/managers/scheduler.py(10): run_batch": 0.3,  # 1000 less forward's 600 and the sync's 100
         "sglang/srt/model_executor/model_runner.py(20): forward": 0.3, "aten::copy_": 0.25,
         "cudaLaunchKernel": 0.05, "cudaStreamSynchronize": 0.1,
-        "other.py(2): step": 0.5, "other.py(1): loop": 0.0}  # the step outlasts the loop it was called in
+        "other.py(1): loop": 0.3, "other.py(2): step": 0.1,  # the step outlasts the loop: clipped at 400
+        "other.py(3): wait": 0.91, "f": 0.005, "g": 0.005, "h": 0.08}  # g outlasts f; h is wait's, not g's
     gpu_only = [e for e in events if e["cat"] in ("kernel", "cuda_runtime")]
     assert summarize([_trace(tmp_path / "q-TP-0.trace.json.gz", gpu_only)], steps=1)["host_own"] is None
+    assert summarize([_trace(tmp_path / "r-TP-0.trace.json.gz", events)], steps=1)["host_own"] is None  # not asked

@@ -113,7 +113,8 @@ for stack in sorted(source.glob("stack-*.yml")):
         if missing := [level for level in levels if str(level) not in measured]:
             sys.exit(f"PROFILE_AT={profile}: {stack.name}'s tunes measure no level {missing[0]} (they measure "
                      f"{','.join(measured)}): profile levels the run measures")
-        data["tune"] = {**(data.get("tune") or {}), "profile_levels": levels, "profile_host": host == "1"}
+        data["tune"] = {**(data.get("tune") or {}), "profile_levels": levels, **({"profile_host": True} if host == "1"
+                                                                                 else {})}
     if mode == "write":
         (into / stack.name).write_text(yaml.safe_dump(data, sort_keys=False))
 PY
@@ -173,29 +174,12 @@ pipeline() {
   rm -f "$RES/phases.txt"
   setup
   trap stop_groups EXIT
-  gpu_watch
-  host_watch
+  watch_machine
   for name in $PHASES; do phase "$name"; done
 }
 
-gpu_watch() {  # the GPU's clocks, temperature, power, load and throttle reasons every 5 s in $RES/gpu.csv: a server
-  # measured later in a run on a slower clock (run 21's question) shows there, beside its log's timestamps
-  if command -v nvidia-smi > /dev/null; then
-    start_group "$RES/gpu-watch.pid" nvidia-smi --format=csv -l 5 --query-gpu=timestamp,clocks.sm,clocks.mem,\
-temperature.gpu,power.draw,utilization.gpu,memory.used,clocks_throttle_reasons.active > "$RES/gpu.csv" 2>&1
-  fi
-}
-
-host_watch() {  # every 5 s, how long one core of this host takes for a fixed piece of Python, in $RES/host.csv: the
-  # host's speed through a run (a shared host's neighbours, its clock), which a server bound by its host follows
-  start_group "$RES/host-watch.pid" python3 -P -c '
-import time
-print("time,python_ms", flush=True)
-while True:
-    start = time.perf_counter()
-    sum(i * i for i in range(200_000))
-    print(f"{time.time():.3f},{(time.perf_counter() - start) * 1000:.2f}", flush=True)
-    time.sleep(5)' > "$RES/host.csv" 2>&1
+watch_machine() {  # the host's pace and the GPU's clocks every 5 s into $RES (watch.py); it ends with the run, killed too
+  start_group "$RES/watch.pid" python3 -P "$SRC/docs/validation/real-cost-h200/watch.py" "$RES" > "$RES/watch.log" 2>&1
 }
 
 show_phases() { if [ -e "$RES/phases.txt" ]; then cat "$RES/phases.txt"; fi; }

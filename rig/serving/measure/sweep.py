@@ -84,8 +84,9 @@ class Server:
     def round(self, level: Level, round_no: int, profiled: bool = False) -> tuple[list[dict], float | None]:
         """One round of one level: C requests in flight (closed loop), or Poisson arrivals at RATE with at
         most C in flight; its results and the server's own accept length over it. PROFILED: the level's profile
-        round instead, its requests those of the first round, its numbers for no median (the profiler slows the
-        steps it records, and SGLang writes the trace from the scheduler's own thread, the batch waiting)."""
+        round instead, prompts of its own (below 0: no measured round's), its numbers for no median (the profiler
+        slows the steps it records, and SGLang writes the trace from the scheduler's own thread, the batch
+        waiting)."""
         client.flush(self.url, self.key)
         c, n = level.concurrency, self.plan.requests_at(level)
         what = f"concurrency {c}" if level.rate is None else f"request rate {level.rate:g}/s (at most {c} in flight)"
@@ -95,7 +96,7 @@ class Server:
                  + (f" and {self.plan.min_seconds:g} s" if self.plan.min_seconds else ""))
 
         def body(i: int) -> dict:
-            chosen = self.workload(c * 100_000 + round_no * 10_000 + i)
+            chosen = self.workload(-(c * 100_000 + i) - 1 if profiled else c * 100_000 + round_no * 10_000 + i)
             return self.body(chosen.text, chosen.max_tokens)
 
         wanted = self.profile if profiled else None
@@ -122,7 +123,8 @@ class Server:
                              "partial trace is not read): profile a level whose rounds run longer, or fewer steps "
                              "(tune.profile_steps)"}
         found = torch_profile.traces(wanted["dir"], name)
-        return torch_profile.read(found, wanted["steps"]) if found else {"error": "the server wrote no trace"}
+        return torch_profile.read(found, wanted["steps"], wanted["host"]) if found else \
+            {"error": "the server wrote no trace"}
 
     def stop(self, exc: Exception) -> None:
         self.run["stopped"] = f"the server stopped answering: {exc}"

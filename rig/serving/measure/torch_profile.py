@@ -81,28 +81,28 @@ def _events(path: Path) -> list:
     return events
 
 
-def read(paths: list[Path], steps: int) -> dict:
+def read(paths: list[Path], steps: int, host: bool = False) -> dict:
     """summarize(), or {"error": why} when a trace cannot be read: a missing profile is a note in the report, never
     the end of the measurement it was taken beside."""
     try:
-        return summarize(paths, steps)
+        return summarize(paths, steps, host)
     except RigError as exc:
         progress(f"profile not read: {exc}")
         return {"error": str(exc)}
 
 
-def summarize(paths: list[Path], steps: int) -> dict:
+def summarize(paths: list[Path], steps: int, host_code: bool = False) -> dict:
     """Milliseconds per step of each CUDA kernel over the traces (every TP rank's, averaged), the largest first; per
     step the GPU's busy time, the kernels' span and the share of that span the GPU sat idle (None where a kernel has
     no usable timestamp: time that cannot be placed makes no idle share); and the host's CUDA API calls per step,
     the longest first: eager launches show as cudaLaunchKernel calls, a host waiting on the GPU as a synchronize.
-    Where the CPU activity was recorded too, each host function's own time per step (less its callees'), the
-    longest first; else that is None."""
+    Where HOST_CODE (the CPU activity was asked for too), each host function's own time per step (less its
+    callees'), the longest first; else that is None."""
     totals: dict[str, float] = {}
     host: dict[str, list[float]] = {}  # name -> [microseconds, calls]
     own: dict[str, float] = {}
     busy = span = 0.0
-    placed, code = True, False
+    placed = True
     for path in paths:
         intervals = []
         threads: dict[tuple, list[tuple[float, float, str]]] = {}
@@ -111,9 +111,8 @@ def summarize(paths: list[Path], steps: int) -> dict:
                 continue
             name = _short(str(event.get("name", "?")))
             cat, start = event.get("cat"), event.get("ts")
-            if (cat in HOST_API or cat in HOST_CODE) and _microseconds(start, limit=1e18):
+            if host_code and (cat in HOST_API or cat in HOST_CODE) and _microseconds(start, limit=1e18):
                 threads.setdefault((str(event.get("pid")), str(event.get("tid"))), []).append((start, dur, name))
-                code = code or cat in HOST_CODE
             if cat in HOST_API:
                 spent = host.setdefault(name, [0.0, 0])
                 spent[0], spent[1] = spent[0] + dur, spent[1] + 1
@@ -141,7 +140,7 @@ def summarize(paths: list[Path], steps: int) -> dict:
             "host_calls": [{"name": n, "ms_per_step": round(t * scale, 4), "calls_per_step": round(c * scale * 1000, 2)}
                            for n, (t, c) in sorted(host.items(), key=lambda kv: -kv[1][0])[:TOP]],
             "host_own": [{"name": n, "ms_per_step": round(t * scale, 4)}
-                         for n, t in sorted(own.items(), key=lambda kv: -kv[1])[:TOP]] if code else None}
+                         for n, t in sorted(own.items(), key=lambda kv: -kv[1])[:TOP]] if host_code else None}
 
 
 def _short(name: str) -> str:
@@ -152,18 +151,21 @@ def _short(name: str) -> str:
 
 def _own_times(calls: list[tuple[float, float, str]]) -> dict[str, float]:
     """Each name's own time in one thread's nested calls (start, duration, name): its calls' durations less those
-    of the calls made inside them; a call that outlasts its caller (a trace cut at its end) takes nothing below 0."""
+    of the calls made inside them. A call that outlasts its caller (the clock's rounding, a trace cut at its end) is
+    clipped to the caller's end, so nesting stays strict and no time counts twice."""
     own: dict[str, float] = {}
     open_calls: list[list] = []  # [end, name, own time so far], innermost last
     for start, dur, name in sorted(calls, key=lambda c: (c[0], -c[1])):
         while open_calls and open_calls[-1][0] <= start:
             _, done, spent = open_calls.pop()
-            own[done] = own.get(done, 0.0) + max(spent, 0.0)
+            own[done] = own.get(done, 0.0) + spent
+        end = start + dur
         if open_calls:
-            open_calls[-1][2] -= dur
-        open_calls.append([start + dur, name, dur])
+            end = min(end, open_calls[-1][0])
+            open_calls[-1][2] -= end - start
+        open_calls.append([end, name, end - start])
     for _, done, spent in open_calls:
-        own[done] = own.get(done, 0.0) + max(spent, 0.0)
+        own[done] = own.get(done, 0.0) + spent
     return own
 
 

@@ -1,0 +1,40 @@
+"""The machine through a run, every 5 s until the run that started it is gone (killed outright too): how long one
+core takes for a fixed piece of Python (RES/host.csv: the host's pace, which a server bound by its host follows)
+and, where nvidia-smi is, the GPU's clocks, temperature, power, load, memory and throttle reasons (RES/gpu.csv: a
+server measured later on a slower clock shows there). Usage: python3 -P watch.py RES (run.sh's pipeline starts it)."""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+GPU = ("timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu,memory.used,"
+       "clocks_throttle_reasons.active")
+
+
+def gpu_line(smi: str, header: bool) -> str:
+    """nvidia-smi's reading now, its header first where HEADER; what it said instead where it failed (said, never
+    fatal: the host's column goes on)."""
+    done = subprocess.run([smi, f"--query-gpu={GPU}", "--format=csv" + ("" if header else ",noheader")],
+                          capture_output=True, text=True, timeout=30, check=False)
+    return done.stdout if done.returncode == 0 else f"# nvidia-smi exited {done.returncode}: {done.stderr.strip()}\n"
+
+
+def main(res: str) -> None:
+    parent, smi = os.getppid(), shutil.which("nvidia-smi")
+    with open(os.path.join(res, "host.csv"), "w", buffering=1) as host, \
+            open(os.path.join(res, "gpu.csv") if smi else os.devnull, "w", buffering=1) as gpu:
+        host.write("time,python_ms\n")
+        first = True
+        while os.getppid() == parent:  # the run's shell gone: this goes too
+            start = time.perf_counter()
+            sum(i * i for i in range(200_000))
+            host.write(f"{time.time():.3f},{(time.perf_counter() - start) * 1000:.2f}\n")
+            if smi:
+                gpu.write(gpu_line(smi, first))
+                first = False
+            time.sleep(5)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
