@@ -90,9 +90,9 @@ class Server:
         client.flush(self.url, self.key)
         c, n = level.concurrency, self.plan.requests_at(level)
         what = f"concurrency {c}" if level.rate is None else f"request rate {level.rate:g}/s (at most {c} in flight)"
-        which = "the profile's round" if profiled else f"round {round_no + 1}"
-        progress(f"{self.label}: {what}, " + ("the profile's round (not measured)" if profiled else
-                                              f"{which}/{self.plan.rounds}") + f", {n} requests"
+        which, of = ("the profile's round", " (not measured)") if profiled else \
+            (f"round {round_no + 1}", f"/{self.plan.rounds}")
+        progress(f"{self.label}: {what}, {which}{of}, {n} requests"
                  + (f" and {self.plan.min_seconds:g} s" if self.plan.min_seconds else ""))
 
         def body(i: int) -> dict:

@@ -81,11 +81,11 @@ def _events(path: Path) -> list:
     return events
 
 
-def read(paths: list[Path], steps: int, host: bool = False) -> dict:
+def read(paths: list[Path], steps: int, host_code: bool = False) -> dict:
     """summarize(), or {"error": why} when a trace cannot be read: a missing profile is a note in the report, never
     the end of the measurement it was taken beside."""
     try:
-        return summarize(paths, steps, host)
+        return summarize(paths, steps, host_code)
     except RigError as exc:
         progress(f"profile not read: {exc}")
         return {"error": str(exc)}
