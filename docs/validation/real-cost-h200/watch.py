@@ -15,8 +15,11 @@ GPU = ("timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gp
 def gpu_line(smi: str, header: bool) -> str:
     """nvidia-smi's reading now, its header first where HEADER; what it said instead where it failed (said, never
     fatal: the host's column goes on)."""
-    done = subprocess.run([smi, f"--query-gpu={GPU}", "--format=csv" + ("" if header else ",noheader")],
-                          capture_output=True, text=True, timeout=30, check=False)
+    try:
+        done = subprocess.run([smi, f"--query-gpu={GPU}", "--format=csv" + ("" if header else ",noheader")],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:  # a hung or vanished nvidia-smi: said, the watch goes on
+        return f"# nvidia-smi did not answer: {exc}\n"
     return done.stdout if done.returncode == 0 else f"# nvidia-smi exited {done.returncode}: {done.stderr.strip()}\n"
 
 
