@@ -1,6 +1,8 @@
 """The machine through a run, every 5 s until the run that started it is gone (killed outright too): how long one
-core takes for a fixed piece of Python (RES/host.csv: the host's pace, which a server bound by its host follows)
-and, where nvidia-smi is, the GPU's clocks, temperature, power, load, memory and throttle reasons (RES/gpu.csv: a
+core takes for a fixed piece of Python (RES/host.csv: the host's pace, which a server bound by its host follows),
+what share of the CPUs' time since the last line was busy, stolen by the hypervisor (a virtual machine's CPUs
+shared with other guests: a slow probe beside a high steal is the host, not the server) or waiting on I/O, and
+the load average; and, where nvidia-smi is, the GPU's clocks, temperature, power, load, memory and throttle reasons (RES/gpu.csv: a
 server measured later on a slower clock shows there). Usage: python3 -P watch.py RES (run.sh's pipeline starts it)."""
 import os
 import shutil
@@ -23,16 +25,38 @@ def gpu_line(smi: str, header: bool) -> str:
     return done.stdout if done.returncode == 0 else f"# nvidia-smi exited {done.returncode}: {done.stderr.strip()}\n"
 
 
+def cpu_times() -> list[int]:
+    """The CPUs' time counters since boot (/proc/stat's first line: user nice system idle iowait irq softirq
+    steal), or none where the kernel has no such file."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            return [int(n) for n in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return []
+
+
+def cpu_shares(before: list[int], after: list[int]) -> str:
+    """busy, steal and iowait as percent of the CPUs' time between two readings; empty where either is missing."""
+    delta = [b - a for a, b in zip(before, after)]
+    total = sum(delta)
+    if len(delta) < 8 or total <= 0:
+        return ",,"
+    user, nice, system, _idle, iowait, irq, softirq, steal = delta
+    return ",".join(f"{100 * part / total:.1f}" for part in (user + nice + system + irq + softirq, steal, iowait))
+
+
 def main(res: str) -> None:
     parent, smi = os.getppid(), shutil.which("nvidia-smi")
     with open(os.path.join(res, "host.csv"), "w", buffering=1) as host, \
             open(os.path.join(res, "gpu.csv") if smi else os.devnull, "w", buffering=1) as gpu:
-        host.write("time,python_ms\n")
-        first = True
+        host.write("time,python_ms,busy_pct,steal_pct,iowait_pct,load1\n")
+        first, times = True, cpu_times()
         while os.getppid() == parent:  # the run's shell gone: this goes too
             start = time.perf_counter()
             sum(i * i for i in range(200_000))
-            host.write(f"{time.time():.3f},{(time.perf_counter() - start) * 1000:.2f}\n")
+            took, now = (time.perf_counter() - start) * 1000, cpu_times()
+            host.write(f"{time.time():.3f},{took:.2f},{cpu_shares(times, now)},{os.getloadavg()[0]:.2f}\n")
+            times = now
             if smi:
                 gpu.write(gpu_line(smi, first))
                 first = False
