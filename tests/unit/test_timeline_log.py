@@ -89,3 +89,23 @@ def test_any_log_is_read_without_an_exception(tmp_path, text):
     gz = tmp_path / "any.log.gz"
     gz.write_bytes(gzip.compress(log.read_bytes()))
     timeline.table([gz], [1, 16])
+
+
+def test_host_csv_gives_each_level_the_hosts_pace_and_steal_in_its_span(tmp_path):
+    log = tmp_path / "policy.log"
+    log.write_text("\n".join(GOOD) + "\n")
+    start = 1767225600  # 2026-01-01 00:00:00 UTC, the log's first line
+    host = tmp_path / "host.csv"
+    host.write_text("time,python_ms,busy_pct,steal_pct,iowait_pct,load1\n"
+                    f"{start - 60},99.0,1.0,50.0,0.0,0.1\n"  # before the level: not its
+                    f"{start + 1},9.0,80.0,2.0,0.0,3.0\n{start + 2},17.0,80.0,4.0,0.0,3.0\n"
+                    f"{start + 2.5},nan,80.0,9.0,0.0,3.0\nno host's line\n{start + 2.6},13.0\n")  # skipped; an old file's
+    done = run(str(log), "--levels", "1,16", "--host", str(host))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[2].endswith("| 13.0 ms (3), steal 3.0 % |"), done.stdout
+    host.write_text("time,python_ms\n")  # nothing in the span: said, not a number
+    assert run(str(log), "--levels", "1,16", "--host", str(host)).stdout.splitlines()[2].endswith("| - |")
+    host.unlink()
+    os.mkfifo(host)  # refused, never waited on
+    refused = run(str(log), "--levels", "1,16", "--host", str(host))
+    assert refused.returncode == 2 and "is not a regular file" in refused.stderr and "host.csv" in refused.stderr

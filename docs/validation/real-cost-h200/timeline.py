@@ -1,6 +1,6 @@
 """Where a level's time goes, read from SGLang's own log: ramp, steady decode, tail, prefill and the policy's switches.
 
-    python docs/validation/real-cost-h200/timeline.py LOG... [--levels 1,16,64,256]
+    python docs/validation/real-cost-h200/timeline.py LOG... [--levels 1,16,64,256] [--host RES/host.csv]
 
 The servers log every decode step (`--decode-log-interval 1`) with milliseconds (`SGLANG_LOG_MS=1`), as
 stack-free-off-policy.yml and run.sh start them. tune runs the levels in ascending order, so a level's lines start
@@ -12,14 +12,19 @@ the scheduler logs a batch once its result is processed, so the gap is that batc
 - below C: the ramp and tail's decode steps, and how many of those drafted (accept length above 1.00: a drafting
   step whose every draft was rejected reads as step 0, which one request at C=1 often does);
 - switches: consecutive decode lines of which one drafted and the other did not (the adaptive policy's switches);
-- tok/s: every decode line's tokens over the wall.
+- tok/s: every decode line's tokens over the wall;
+- with --host (watch.py's host.csv, taken beside the logs: both in UTC seconds), the host through the level's span:
+  the median of the fixed piece of Python's milliseconds and of the CPUs' stolen share (a server bound by its host
+  runs at the host's pace: a slower level beside a slower probe or a higher steal is the host's, not the server's).
 """
 from __future__ import annotations
 
 import argparse
 import gzip
 import io
+import math
 import re
+import statistics
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -40,18 +45,18 @@ class LogError(Exception):
     """A log that cannot be read at all: one line, never a traceback."""
 
 
-def _text(path: Path):
+def _text(path: Path, what: str = "server log", give: str = "a server's log (or its .gz)"):
     """PATH's lines, read as they come (a gzip one decompressed as it is read, never whole in memory)."""
     try:
-        raw = open_regular(path, "server log")  # a FIFO or a device is refused, never waited on
+        raw = open_regular(path, what)  # a FIFO or a device is refused, never waited on
         with (gzip.open(raw, "rt", errors="replace") if path.suffix == ".gz" else
               io.TextIOWrapper(raw, errors="replace")) as handle:
             yield from handle
     except RigError as exc:
-        raise LogError(f"{exc}; give a server's log (or its .gz)") from None
+        raise LogError(f"{exc}; give {give}") from None
     except (OSError, EOFError) as exc:  # gzip's BadGzipFile is an OSError
-        raise LogError(f"cannot read {ascii(str(path))}: {getattr(exc, 'strerror', None) or exc}; give a server's log "
-                       "(or its .gz)") from None
+        raise LogError(f"cannot read {ascii(str(path))}: {getattr(exc, 'strerror', None) or exc}; give {give}"
+                       ) from None
 
 
 def _seconds(stamp: str) -> float | None:
@@ -123,9 +128,38 @@ def summary(rows: list[tuple], level: int) -> dict:
     return s
 
 
-def table(paths: list[Path], levels: list[int]) -> str:
+def host_rows(path: Path) -> list[tuple[float, float, float | None]]:
+    """host.csv's (time, probe ms, steal % or None where the file predates that column) per line; a line that is
+    not finite numbers is skipped, as a log's foreign line is."""
+    rows = []
+    for text in _text(path, "host.csv", "watch.py's host.csv from the same run"):
+        fields = text.rstrip("\n").split(",")
+        try:
+            at, probe = float(fields[0]), float(fields[1])
+            steal = float(fields[3]) if len(fields) > 3 and fields[3] else None
+        except (ValueError, IndexError):  # the header, or no host's line
+            continue
+        if all(math.isfinite(v) for v in (at, probe, steal or 0.0)):
+            rows.append((at, probe, steal))
+    return rows
+
+
+def host_cell(host: list[tuple], rows: list[tuple]) -> str:
+    """The host through ROWS' span: the probe's median ms and the median steal %, or '-' where none was read."""
+    span = [h for h in host if rows and rows[0][0] <= h[0] <= rows[-1][0]]
+    if not span:
+        return "-"
+    steals = [h[2] for h in span if h[2] is not None]
+    steal = f", steal {statistics.median(steals):.1f} %" if steals else ""
+    return f"{statistics.median(h[1] for h in span):.1f} ms ({len(span)}){steal}"
+
+
+def table(paths: list[Path], levels: list[int], host: Path | None = None) -> str:
     head = ("| server | level | wall s | prefill batches (s) | at C: steps (s), steps/s | "
             "below C: steps (s), of them drafting | switches | decode tok/s over the wall |")
+    if host:
+        head += " host: probe median (lines), steal |"
+    machine = host_rows(host) if host else []
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     for path in paths:
         for level, rows in windows(lines(path), levels).items():
@@ -136,7 +170,8 @@ def table(paths: list[Path], levels: list[int]) -> str:
             server = cell(path.name.split(".")[0])
             out.append(f"| {server} | C={level} | {s['wall']:.2f} | {s['prefills']} ({s['prefill_s']:.2f}) | "
                        f"{s['full']} ({s['full_s']:.2f}), {rate:.1f} | {s['below']} ({s['below_s']:.2f}), "
-                       f"{s['below_drafting']} | {s['switches']} | {s['tokens'] / s['wall']:.0f} |")
+                       f"{s['below_drafting']} | {s['switches']} | {s['tokens'] / s['wall']:.0f} |"
+                       + (f" {host_cell(machine, rows)} |" if host else ""))
     return "\n".join(out)
 
 
@@ -160,9 +195,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="timeline", description=__doc__.split("\n")[0])
     parser.add_argument("logs", nargs="+", type=Path)
     parser.add_argument("--levels", type=levels, default="1,16,64,256")
+    parser.add_argument("--host", type=Path, help="watch.py's host.csv from the same run: the host's pace per level")
     args = parser.parse_args()
     try:
-        print(table(args.logs, args.levels))
+        print(table(args.logs, args.levels, args.host))
     except LogError as exc:
         print(f"timeline: error: {exc}", file=sys.stderr)
         sys.exit(2)  # as argparse exits for a bad option

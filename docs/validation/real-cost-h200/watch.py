@@ -1,9 +1,11 @@
-"""The machine through a run, every 5 s until the run that started it is gone (killed outright too): how long one
-core takes for a fixed piece of Python (RES/host.csv: the host's pace, which a server bound by its host follows),
-what share of the CPUs' time since the last line was busy, stolen by the hypervisor (a virtual machine's CPUs
-shared with other guests: a slow probe beside a high steal is the host, not the server) or waiting on I/O, and
-the load average; and, where nvidia-smi is, the GPU's clocks, temperature, power, load, memory and throttle reasons (RES/gpu.csv: a
-server measured later on a slower clock shows there). Usage: python3 -P watch.py RES (run.sh's pipeline starts it)."""
+"""The machine through a run, every 5 s until the run that started it is gone (killed outright too).
+- RES/host.csv: how long one core takes for a fixed piece of Python (the host's pace, which a server bound by its
+  host follows); what share of the CPUs' time since the last line was busy, stolen by the hypervisor (a virtual
+  machine's CPUs shared with other guests: a slow probe beside a high steal is the host, not the server) or
+  waiting on I/O; and the load average.
+- RES/gpu.csv, where nvidia-smi is: the GPU's clocks, temperature, power, load, memory and throttle reasons (a
+  server measured later on a slower clock shows there).
+Usage: python3 -P watch.py RES (run.sh's pipeline starts it)."""
 import os
 import shutil
 import subprocess
@@ -37,7 +39,7 @@ def cpu_times() -> list[int]:
 
 def cpu_shares(before: list[int], after: list[int]) -> str:
     """busy, steal and iowait as percent of the CPUs' time between two readings; empty where either is missing."""
-    delta = [b - a for a, b in zip(before, after)]
+    delta = [b - a for a, b in zip(before, after, strict=False)]  # none before: no shares
     total = sum(delta)
     if len(delta) < 8 or total <= 0:
         return ",,"
