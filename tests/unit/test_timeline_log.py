@@ -91,21 +91,65 @@ def test_any_log_is_read_without_an_exception(tmp_path, text):
     timeline.table([gz], [1, 16])
 
 
-def test_host_csv_gives_each_level_the_hosts_pace_and_steal_in_its_span(tmp_path):
+def stamp(seconds: float) -> str:
+    """A log line's time: SECONDS after 2026-01-01 00:00:00 UTC."""
+    return f"2026-01-01 00:00:{int(seconds):02d}.{round(seconds % 1 * 1000):03d}"
+
+
+T = 1767225600  # 2026-01-01 00:00:00 UTC in host.csv's epoch seconds
+# C=1 busy from 0.0 to 0.9 s; idle; C=16 busy from its prefill at 10.0 s to 11.0 s, then (the client's pause between
+# two of its rounds) from 11.6 to 12.0 s
+TWO_LEVELS = ([f"[{stamp(i / 10)}] Decode batch, #running-req: 1, accept len: 1.00" for i in range(10)]
+              + [f"[{stamp(10.0)}] Prefill batch, #new-seq: 16, #running-req: 0"]
+              + [f"[{stamp(10 + i / 10)}] Decode batch, #running-req: 16, accept len: 1.00"
+                 for i in [*range(1, 11), *range(16, 21)]])
+HOST_LINES = [
+    (-5, 999, 99),  # the first line: no stretch before it, never counted
+    (0.5, 9, 1), (0.7, 100, 40), (5.0, 10, 2),  # C=1's (the last covers 0.7-5.0 s, which meets 0.7-0.9)
+    (9.9, 500, 90),  # covers 5.0-9.9 s: idle, neither level's
+    (10.0, 20, 3), (11.0, 30, 4),  # C=16's first stretch (the first line on its start)
+    (11.5, 1000, 5),  # covers 11.0-11.5 s: C=16's pause, not its
+    (17.0, 26, 6),  # covers 11.5-17 s: C=16's second stretch
+    (22.0, 700, 80)]  # covers 17-22 s: after the run
+
+
+def host_text(shift: float = 0, hostile: tuple[str, ...] = ()) -> str:
+    """watch.py's host.csv beside TWO_LEVELS, its clock SHIFT seconds off the log's; HOSTILE lines inside C=16's
+    first stretch, where a line read would count."""
+    lines = [f"{T + shift + at:.3f},{ms:.2f},50.0,{steal:.1f},0.0,1.00" for at, ms, steal in HOST_LINES]
+    return "\n".join(["time,python_ms,busy_pct,steal_pct,iowait_pct,load1", *lines[:6], *hostile, *lines[6:]]) + "\n"
+
+
+def test_host_csv_gives_each_level_the_host_lines_that_met_its_busy_time(tmp_path):
     log = tmp_path / "policy.log"
-    log.write_text("\n".join(GOOD) + "\n")
-    start = 1767225600  # 2026-01-01 00:00:00 UTC, the log's first line
+    log.write_text("\n".join(TWO_LEVELS) + "\n")
     host = tmp_path / "host.csv"
-    host.write_text("time,python_ms,busy_pct,steal_pct,iowait_pct,load1\n"
-                    f"{start - 60},99.0,1.0,50.0,0.0,0.1\n"  # before the level: not its
-                    f"{start + 1},9.0,80.0,2.0,0.0,3.0\n{start + 2},17.0,80.0,4.0,0.0,3.0\n"
-                    f"{start + 2.5},nan,80.0,9.0,0.0,3.0\nno host's line\n{start + 2.6},13.0\n")  # skipped; an old file's
+    host.write_text(host_text(hostile=(
+        f"{T + 10.2:.3f},-5.00,50.0,1.0,0.0,1.00", f"{T + 10.3:.3f},1e3,50.0,1.0,0.0,1.00",
+        f"{T + 10.4:.3f},40.00,50.0,150.0,0.0,1.00", f"{T + 10.45:.3f},40.00", "9" * 70_000,
+        f"{T + 10.48:.3f},inf,50.0,1.0,0.0,1.00")))
     done = run(str(log), "--levels", "1,16", "--host", str(host))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[2].endswith("| 13.0 ms (3), steal 3.0 % |"), done.stdout
-    host.write_text("time,python_ms\n")  # nothing in the span: said, not a number
-    assert run(str(log), "--levels", "1,16", "--host", str(host)).stdout.splitlines()[2].endswith("| - |")
-    host.unlink()
+    rows = done.stdout.splitlines()[2:]
+    assert rows[0].startswith("| policy | C=1 |") and rows[0].endswith("| 10.0 ms (3), steal 2.0 % |"), rows
+    assert rows[1].startswith("| policy | C=16 |") and rows[1].endswith("| 26.0 ms (3), steal 4.0 % |"), rows
+    # a file before the steal column: the probe alone
+    host.write_text("time,python_ms\n" + "".join(f"{T + at},{ms}\n" for at, ms in [(-5, 1), (0.9, 9), (9.9, 500), (11, 30)]))
+    rows = run(str(log), "--levels", "1,16", "--host", str(host)).stdout.splitlines()[2:]
+    assert rows[0].endswith("| 9.0 ms (1) |") and rows[1].endswith("| 30.0 ms (1) |"), rows
+
+
+@pytest.mark.parametrize("text", ["time,python_ms,busy_pct,steal_pct,iowait_pct,load1\n",  # no line at all
+                                  host_text(shift=3600)])  # another run's, or a log not in UTC
+def test_a_host_csv_that_meets_no_level_is_one_error(tmp_path, text):
+    log = tmp_path / "policy.log"
+    log.write_text("\n".join(TWO_LEVELS) + "\n")
+    host = tmp_path / "machine.csv"
+    host.write_text(text)
+    done = run(str(log), "--levels", "1,16", "--host", str(host))
+    assert done.returncode == 2 and done.stderr.splitlines()[-1].startswith("timeline: error: no line of host.csv")
+    os.remove(host)
     os.mkfifo(host)  # refused, never waited on
     refused = run(str(log), "--levels", "1,16", "--host", str(host))
-    assert refused.returncode == 2 and "is not a regular file" in refused.stderr and "host.csv" in refused.stderr
+    assert refused.returncode == 2 and "is not a regular file" in refused.stderr, refused.stderr
+    assert refused.stderr.strip().endswith("give watch.py's host.csv from the same run"), refused.stderr

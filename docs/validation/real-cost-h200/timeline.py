@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
-import math
 import re
 import statistics
 import sys
@@ -33,6 +32,7 @@ from rig.core import RigError
 from rig.core.fs import open_regular
 
 IDLE_S = 0.3  # a gap this long is the client between rounds: left out of the wall
+MAX_LINE = 65536  # characters: SGLang's lines and watch.py's are far shorter; a longer one is no log's, and skipped
 LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})[^\]]*\] (Prefill|Decode) batch[.,] (.*)$")
 # counts of at most 9 digits and a plain decimal: what SGLang writes, and what int() and float() always take
 RUNNING = re.compile(r"#running-req: (\d{1,9})\b")
@@ -51,7 +51,12 @@ def _text(path: Path, what: str = "server log", give: str = "a server's log (or 
         raw = open_regular(path, what)  # a FIFO or a device is refused, never waited on
         with (gzip.open(raw, "rt", errors="replace") if path.suffix == ".gz" else
               io.TextIOWrapper(raw, errors="replace")) as handle:
-            yield from handle
+            while text := handle.readline(MAX_LINE):
+                if len(text) == MAX_LINE and not text.endswith("\n"):  # longer than any log's line: dropped
+                    while (rest := handle.readline(MAX_LINE)) and not rest.endswith("\n"):
+                        pass
+                    continue
+                yield text
     except RigError as exc:
         raise LogError(f"{exc}; give {give}") from None
     except (OSError, EOFError) as exc:  # gzip's BadGzipFile is an OSError
@@ -128,30 +133,53 @@ def summary(rows: list[tuple], level: int) -> dict:
     return s
 
 
+HOST_NUMBER = re.compile(r"\d{1,12}(?:\.\d{1,6})?")  # what watch.py writes: plain decimals, never signs or exponents
+
+
 def host_rows(path: Path) -> list[tuple[float, float, float | None]]:
-    """host.csv's (time, probe ms, steal % or None where the file predates that column) per line; a line that is
-    not finite numbers is skipped, as a log's foreign line is."""
-    rows = []
+    """host.csv's (time, probe ms, steal % or None where the file predates that column) per line, its columns found
+    by the header's names; a line whose numbers are not watch.py's (a sign, an exponent, a share above 100) is
+    skipped, as a log's foreign line is."""
+    rows, columns = [], None
     for text in _text(path, "host.csv", "watch.py's host.csv from the same run"):
-        fields = text.rstrip("\n").split(",")
-        try:
-            at, probe = float(fields[0]), float(fields[1])
-            steal = float(fields[3]) if len(fields) > 3 and fields[3] else None
-        except (ValueError, IndexError):  # the header, or no host's line
+        fields = text.rstrip("\r\n").split(",")
+        if fields[:2] == ["time", "python_ms"]:
+            columns = {name: at for at, name in enumerate(fields)}
             continue
-        if all(math.isfinite(v) for v in (at, probe, steal or 0.0)):
-            rows.append((at, probe, steal))
+        if columns is None or len(fields) != len(columns) or \
+                not all(HOST_NUMBER.fullmatch(f) for f in (fields[0], fields[1])):
+            continue
+        steal = fields[columns["steal_pct"]] if "steal_pct" in columns else ""
+        if steal and not (HOST_NUMBER.fullmatch(steal) and float(steal) <= 100):
+            continue
+        rows.append((float(fields[0]), float(fields[1]), float(steal) if steal else None))
     return rows
 
 
+def active(rows: list[tuple]) -> list[tuple[float, float]]:
+    """The level's busy stretches: consecutive lines less than IDLE_S apart, as summary counts the wall."""
+    spans: list[tuple[float, float]] = []
+    for before, row in zip(rows, rows[1:], strict=False):
+        if 0 <= row[0] - before[0] < IDLE_S:
+            if spans and spans[-1][1] == before[0]:
+                spans[-1] = (spans[-1][0], row[0])
+            else:
+                spans.append((before[0], row[0]))
+    return spans
+
+
 def host_cell(host: list[tuple], rows: list[tuple]) -> str:
-    """The host through ROWS' span: the probe's median ms and the median steal %, or '-' where none was read."""
-    span = [h for h in host if rows and rows[0][0] <= h[0] <= rows[-1][0]]
-    if not span:
+    """The host while the level was busy: each host.csv line speaks for the time since the line before it (its
+    shares cover that stretch), so it counts where that stretch meets one of the level's busy stretches. The
+    probe's median ms and the median steal %, with how many lines; '-' where none met."""
+    busy = active(rows)
+    met = [h for prev, h in zip(host, host[1:], strict=False)  # the first line has no stretch before it
+           if any(prev[0] < end and start <= h[0] for start, end in busy)]
+    if not met:
         return "-"
-    steals = [h[2] for h in span if h[2] is not None]
+    steals = [h[2] for h in met if h[2] is not None]
     steal = f", steal {statistics.median(steals):.1f} %" if steals else ""
-    return f"{statistics.median(h[1] for h in span):.1f} ms ({len(span)}){steal}"
+    return f"{statistics.median(h[1] for h in met):.1f} ms ({len(met)}){steal}"
 
 
 def table(paths: list[Path], levels: list[int], host: Path | None = None) -> str:
@@ -160,7 +188,7 @@ def table(paths: list[Path], levels: list[int], host: Path | None = None) -> str
     if host:
         head += " host: probe median (lines), steal |"
     machine = host_rows(host) if host else []
-    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    out, hosts = [head, "|" + "---|" * (head.count("|") - 1)], []
     for path in paths:
         for level, rows in windows(lines(path), levels).items():
             s = summary(rows, level)
@@ -168,10 +196,15 @@ def table(paths: list[Path], levels: list[int], host: Path | None = None) -> str
                 continue
             rate = s["full"] / s["full_s"] if s["full_s"] else float("nan")
             server = cell(path.name.split(".")[0])
+            if host:
+                hosts.append(host_cell(machine, rows))
             out.append(f"| {server} | C={level} | {s['wall']:.2f} | {s['prefills']} ({s['prefill_s']:.2f}) | "
                        f"{s['full']} ({s['full_s']:.2f}), {rate:.1f} | {s['below']} ({s['below_s']:.2f}), "
                        f"{s['below_drafting']} | {s['switches']} | {s['tokens'] / s['wall']:.0f} |"
-                       + (f" {host_cell(machine, rows)} |" if host else ""))
+                       + (f" {hosts[-1]} |" if host else ""))
+    if host and hosts.count("-") == len(hosts):  # another run's file, or a log's clock not in UTC
+        raise LogError(f"no line of host.csv {ascii(str(host))} falls while a level ran (both read in UTC); give "
+                       "watch.py's host.csv from the same run as the logs")
     return "\n".join(out)
 
 

@@ -41,10 +41,19 @@ def cpu_shares(before: list[int], after: list[int]) -> str:
     """busy, steal and iowait as percent of the CPUs' time between two readings; empty where either is missing."""
     delta = [b - a for a, b in zip(before, after, strict=False)]  # none before: no shares
     total = sum(delta)
-    if len(delta) < 8 or total <= 0:
+    # a counter that went back (iowait may; a CPU taken offline drops its counters from the sum) gives no share
+    if len(delta) < 8 or total <= 0 or min(delta) < 0:
         return ",,"
     user, nice, system, _idle, iowait, irq, softirq, steal = delta
     return ",".join(f"{100 * part / total:.1f}" for part in (user + nice + system + irq + softirq, steal, iowait))
+
+
+def load1() -> str:
+    """The 1-minute load average, or empty where the kernel cannot say (no /proc): the probe's line goes on."""
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except OSError:
+        return ""
 
 
 def main(res: str) -> None:
@@ -57,7 +66,7 @@ def main(res: str) -> None:
             start = time.perf_counter()
             sum(i * i for i in range(200_000))
             took, now = (time.perf_counter() - start) * 1000, cpu_times()
-            host.write(f"{time.time():.3f},{took:.2f},{cpu_shares(times, now)},{os.getloadavg()[0]:.2f}\n")
+            host.write(f"{time.time():.3f},{took:.2f},{cpu_shares(times, now)},{load1()}\n")
             times = now
             if smi:
                 gpu.write(gpu_line(smi, first))
