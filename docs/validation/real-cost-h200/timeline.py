@@ -104,6 +104,12 @@ def windows(rows: list[tuple], levels: list[int]) -> dict[int, list[tuple]]:
     return {level: rows[at:nxt] for (level, at), (_, nxt) in zip(bounds, [*bounds[1:], (None, len(rows))], strict=True)}
 
 
+def counted(gap: float) -> bool:
+    """Whether a gap between two lines is the server's wall: not the client between rounds (IDLE_S or more), nor a
+    line whose time runs backwards."""
+    return 0 <= gap < IDLE_S
+
+
 def summary(rows: list[tuple], level: int) -> dict:
     """The level's wall (idle gaps left out) and where it went; "full" is a decode step at exactly LEVEL running."""
     s = {"wall": 0.0, "prefills": 0, "prefill_s": 0.0, "full": 0, "full_s": 0.0, "below": 0, "below_s": 0.0,
@@ -111,7 +117,7 @@ def summary(rows: list[tuple], level: int) -> dict:
     drafting_before = None
     for before, row in zip(rows, rows[1:], strict=False):
         gap = row[0] - before[0]
-        if not 0 <= gap < IDLE_S:  # the client between rounds, or a line whose time runs backwards
+        if not counted(gap):
             continue
         s["wall"] += gap
         if row[1] == "Prefill":
@@ -157,10 +163,10 @@ def host_rows(path: Path) -> list[tuple[float, float, float | None]]:
 
 
 def active(rows: list[tuple]) -> list[tuple[float, float]]:
-    """The level's busy stretches: consecutive lines less than IDLE_S apart, as summary counts the wall."""
+    """The level's busy stretches: runs of consecutive lines whose gaps summary counts in the wall."""
     spans: list[tuple[float, float]] = []
     for before, row in zip(rows, rows[1:], strict=False):
-        if 0 <= row[0] - before[0] < IDLE_S:
+        if counted(row[0] - before[0]):
             if spans and spans[-1][1] == before[0]:
                 spans[-1] = (spans[-1][0], row[0])
             else:
@@ -188,7 +194,7 @@ def table(paths: list[Path], levels: list[int], host: Path | None = None) -> str
     if host:
         head += " host: probe median (lines), steal |"
     machine = host_rows(host) if host else []
-    out, hosts = [head, "|" + "---|" * (head.count("|") - 1)], []
+    out, met = [head, "|" + "---|" * (head.count("|") - 1)], False
     for path in paths:
         for level, rows in windows(lines(path), levels).items():
             s = summary(rows, level)
@@ -196,13 +202,13 @@ def table(paths: list[Path], levels: list[int], host: Path | None = None) -> str
                 continue
             rate = s["full"] / s["full_s"] if s["full_s"] else float("nan")
             server = cell(path.name.split(".")[0])
-            if host:
-                hosts.append(host_cell(machine, rows))
+            beside = host_cell(machine, rows) if host else ""
+            met = met or beside not in ("", "-")
             out.append(f"| {server} | C={level} | {s['wall']:.2f} | {s['prefills']} ({s['prefill_s']:.2f}) | "
                        f"{s['full']} ({s['full_s']:.2f}), {rate:.1f} | {s['below']} ({s['below_s']:.2f}), "
                        f"{s['below_drafting']} | {s['switches']} | {s['tokens'] / s['wall']:.0f} |"
-                       + (f" {hosts[-1]} |" if host else ""))
-    if host and hosts.count("-") == len(hosts):  # another run's file, or a log's clock not in UTC
+                       + (f" {beside} |" if host else ""))
+    if host and not met:  # another run's file, or a log's clock not in UTC
         raise LogError(f"no line of host.csv {ascii(str(host))} falls while a level ran (both read in UTC); give "
                        "watch.py's host.csv from the same run as the logs")
     return "\n".join(out)
